@@ -1,0 +1,18 @@
+# tripod_add_test(NAME SOURCES src... [LIBS ...] [LABELS ...] [ARGS ...] [TIMEOUT s])
+# One executable, registered with ctest under NAME with the given labels.
+# (In the spirit of llama.cpp's llama_build_and_test.)
+function(tripod_add_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
+  if(NOT TARGET ${name})
+    add_executable(${name} ${T_SOURCES})
+    target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+    target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+    target_compile_features(${name} PRIVATE cxx_std_20)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} ${T_ARGS})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    ENVIRONMENT "TRIPOD_BIN=$<TARGET_FILE:tripod>;TRIPOD_SOURCE_DIR=${PROJECT_SOURCE_DIR};OMP_NUM_THREADS=1")
+endfunction()

@@ -1,0 +1,66 @@
+// tripod: entry point. Dispatches to a subcommand and is the only place that
+// turns a tripod::Error into a message and an exit code (style.md).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "base/error.h"
+#include "cli/command.h"
+
+namespace tripod::cli {
+
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+bool register_command(Command command) {
+  registry().push_back(std::move(command));
+  return true;
+}
+const std::vector<Command>& commands() { return registry(); }
+
+static void print_usage() {
+  std::printf("tripod: train GPT models with tensor, pipeline and data parallelism.\n\n");
+  std::printf("usage: tripod <command> [flags]    (tripod <command> --help for its flags)\n\n");
+  auto cmds = commands();
+  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (const auto& c : cmds) std::printf("  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+  std::printf("\nDocs: README.md and docs/ in the source tree.\n");
+}
+
+}  // namespace tripod::cli
+
+int main(int argc, char** argv) {
+  using namespace tripod::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    print_usage();
+    return argc < 2 ? 1 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("tripod 0.1.0\n");
+    return 0;
+  }
+  const std::string name = argv[1];
+  for (const auto& c : commands()) {
+    if (c.name != name) continue;
+    std::string prog = "tripod " + name;
+    argv[1] = prog.data();
+    try {
+      return c.run(argc - 1, argv + 1);
+    } catch (const tripod::Error& e) {
+      std::fprintf(stderr, "tripod %s: error: %s\n", name.c_str(), e.message().c_str());
+      if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
+      if (!e.where().empty()) std::fprintf(stderr, "  (raised at %s)\n", e.where().c_str());
+      return dynamic_cast<const tripod::TimeoutError*>(&e) ? 124 : 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tripod %s: internal error: %s\n", name.c_str(), e.what());
+      return 3;
+    }
+  }
+  std::fprintf(stderr, "tripod: unknown command '%s'\n\n", name.c_str());
+  print_usage();
+  return 1;
+}
