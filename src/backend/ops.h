@@ -5,8 +5,9 @@
 //
 // Conventions (all ops):
 //  - Tensors are contiguous, row-major, on this backend's device.
-//  - Activations may be f32, bf16 or f16 (the compute dtype); statistics
-//    (mean, rstd, lse, CE sums) are always f32; token ids are i32.
+//  - Activations may be f32, bf16 or f16 (the compute dtype), or f64 on the
+//    CPU reference; statistics (mean, rstd, lse, CE max/sums/losses) are f32,
+//    or f64 when the activations are f64; token ids are i32.
 //  - Parameter gradients ACCUMULATE (+=), so micro-batches add up without
 //    extra passes. Activation gradients OVERWRITE, except where an op says
 //    "dinp +=" (layernorm_backward adds into the residual-stream gradient,

@@ -1,0 +1,112 @@
+// CPU reference: causal multi-head self-attention, written like the
+// flash-attention algorithm's math (no T x T buffer is kept between forward
+// and backward: only out and the per-row log-sum-exp).
+// CUDA version: backend/cuda/attention.cu.
+//
+// qkv (B,T,3C) = [Q | K | V], head h of Q at columns [h*HS, (h+1)*HS).
+// Forward, per (b, h, t):  s_j = q_t . k_j / sqrt(HS) for j <= t,
+//   lse_t = log sum_j exp(s_j),  out_t = sum_j exp(s_j - lse_t) v_j.
+// Backward, with p_tj = exp(s_tj - lse_t) and D_t = dout_t . out_t:
+//   dv_j += p_tj dout_t,  ds_tj = p_tj (dout_t . v_j - D_t),
+//   dq_t += ds_tj k_j / sqrt(HS),  dk_j += ds_tj q_t / sqrt(HS).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+
+namespace tripod::backend::cpu {
+
+template <typename T>
+void attention_forward(T* out, stat_t<T>* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C,
+                       int64_t NH) {
+  const int64_t HS = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      std::vector<double> s(static_cast<size_t>(Tn)), o(static_cast<size_t>(HS));
+      for (int64_t t = 0; t < Tn; ++t) {
+        const T* q = qkv + (b * Tn + t) * 3 * C + h * HS;
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= t; ++j) {
+          const T* k = qkv + (b * Tn + j) * 3 * C + C + h * HS;
+          double d = 0;
+          for (int64_t e = 0; e < HS; ++e) d += static_cast<double>(q[e]) * k[e];
+          s[j] = d * scale;
+          m = std::max(m, s[j]);
+        }
+        double z = 0;
+        for (int64_t j = 0; j <= t; ++j) z += std::exp(s[j] - m);
+        const double l = m + std::log(z);
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j <= t; ++j) {
+          const double p = std::exp(s[j] - l);
+          const T* v = qkv + (b * Tn + j) * 3 * C + 2 * C + h * HS;
+          for (int64_t e = 0; e < HS; ++e) o[e] += p * v[e];
+        }
+        T* ot = out + (b * Tn + t) * C + h * HS;
+        for (int64_t e = 0; e < HS; ++e) ot[e] = static_cast<T>(o[e]);
+        lse[(b * NH + h) * Tn + t] = static_cast<stat_t<T>>(l);
+      }
+    }
+  }
+}
+
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
+                        const stat_t<T>* lse, int64_t B, int64_t Tn, int64_t C, int64_t NH) {
+  const int64_t HS = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < NH; ++h) {
+      // Accumulate this head's dq, dk, dv in double, then write once.
+      std::vector<double> dq(static_cast<size_t>(Tn * HS), 0.0), dk(dq.size(), 0.0),
+          dv(dq.size(), 0.0);
+      for (int64_t t = 0; t < Tn; ++t) {
+        const T* q = qkv + (b * Tn + t) * 3 * C + h * HS;
+        const T* dot = dout + (b * Tn + t) * C + h * HS;
+        const T* ot = out + (b * Tn + t) * C + h * HS;
+        double D = 0;
+        for (int64_t e = 0; e < HS; ++e) D += static_cast<double>(dot[e]) * ot[e];
+        const double l = lse[(b * NH + h) * Tn + t];
+        for (int64_t j = 0; j <= t; ++j) {
+          const T* k = qkv + (b * Tn + j) * 3 * C + C + h * HS;
+          const T* v = qkv + (b * Tn + j) * 3 * C + 2 * C + h * HS;
+          double sdot = 0, dp = 0;
+          for (int64_t e = 0; e < HS; ++e) {
+            sdot += static_cast<double>(q[e]) * k[e];
+            dp += static_cast<double>(dot[e]) * v[e];
+          }
+          const double p = std::exp(sdot * scale - l);
+          const double ds = p * (dp - D) * scale;
+          for (int64_t e = 0; e < HS; ++e) {
+            dv[j * HS + e] += p * dot[e];
+            dq[t * HS + e] += ds * k[e];
+            dk[j * HS + e] += ds * q[e];
+          }
+        }
+      }
+      for (int64_t t = 0; t < Tn; ++t) {
+        T* row = dqkv + (b * Tn + t) * 3 * C + h * HS;
+        for (int64_t e = 0; e < HS; ++e) {
+          row[e] = static_cast<T>(dq[t * HS + e]);
+          row[C + e] = static_cast<T>(dk[t * HS + e]);
+          row[2 * C + e] = static_cast<T>(dv[t * HS + e]);
+        }
+      }
+    }
+  }
+}
+
+template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t,
+                                       int64_t);
+template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t, int64_t,
+                                        int64_t);
+template void attention_backward<float>(float*, const float*, const float*, const float*,
+                                        const float*, int64_t, int64_t, int64_t, int64_t);
+template void attention_backward<double>(double*, const double*, const double*, const double*,
+                                         const double*, int64_t, int64_t, int64_t, int64_t);
+
+}  // namespace tripod::backend::cpu

@@ -1,0 +1,60 @@
+// Reference kernels of the CPU backend: plain loops over raw pointers, one
+// template per op, instantiated for float and double (double is the
+// reference the CUDA kernels and the f32 path are checked against).
+// Names match backend/cuda. Shapes are given at the top of each function in
+// the .cpp files; N = B*T rows.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tripod::backend::cpu {
+
+// Statistics type: f32, or f64 for the f64 reference.
+template <typename T>
+using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B,
+                       int64_t Tn, int64_t C, int64_t vocab_start, int64_t V_tp);
+template <typename T>
+void embedding_backward(T* dwte, T* dwpe, const T* dout, const int32_t* tokens, int64_t B,
+                        int64_t Tn, int64_t C, int64_t vocab_start, int64_t V_tp);
+
+template <typename T>
+void layernorm_forward(T* out, stat_t<T>* mean, stat_t<T>* rstd, const T* inp, const T* w, const T* b,
+                       int64_t N, int64_t C, float eps);
+template <typename T>
+void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
+                        const stat_t<T>* mean, const stat_t<T>* rstd, int64_t N, int64_t C);
+
+template <typename T>
+void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int64_t C,
+                    int64_t OC);
+template <typename T>
+void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, const T* w,
+                     int64_t N, int64_t C, int64_t OC);
+
+template <typename T> void gelu_forward(T* out, const T* inp, int64_t n);
+template <typename T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
+
+template <typename T>
+void attention_forward(T* out, stat_t<T>* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C,
+                       int64_t NH);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const stat_t<T>* lse,
+                        int64_t B, int64_t Tn, int64_t C, int64_t NH);
+
+template <typename T> void ce_row_max(stat_t<T>* row_max, const T* logits, int64_t N, int64_t V);
+template <typename T>
+void ce_row_sums(stat_t<T>* sums, const T* logits, const stat_t<T>* row_max, const int32_t* targets,
+                 int64_t N, int64_t V, int64_t vocab_start);
+template <typename T>
+void ce_backward(T* dlogits, const T* logits, const stat_t<T>* row_max, const stat_t<T>* sums,
+                 const int32_t* targets, int64_t N, int64_t V, int64_t vocab_start, float dloss);
+
+template <typename T>
+void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, float lr, float b1, float b2,
+                  float eps, float wd, int64_t step, float grad_scale);
+
+}  // namespace tripod::backend::cpu
