@@ -1,0 +1,215 @@
+// build_indexed_gpt_datasets: opens the --data-path files, checks them
+// against the model's vocabulary, splits them, builds (or loads from the
+// cache) Megatron's sample indices and blends them.
+//
+// NOTE [GPT index cache]
+// Building doc_idx/sample_idx/shuffle_idx is O(tokens / seq_length) and is
+// done once per (data, split, seq_length, num_samples, seed). The result is
+// stored next to the data as
+//   <prefix>.<split>-<hash of the parameters>.tripod-index
+// holding a description (parameters + size and mtime of .bin/.idx) and the
+// three arrays. A cache whose description differs (the data was rewritten)
+// is rebuilt in place; it is written atomically (temp + fsync + rename), so
+// ranks racing on it all read a complete file. A read-only data folder only
+// costs the rebuild (a warning is printed). The largest token id of each
+// file is cached the same way in <prefix>.tripod-maxid for the vocab check.
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "data/gpt_dataset.h"
+
+namespace tripod::data {
+namespace {
+
+constexpr char kCacheMagic[8] = {'T', 'R', 'P', 'G', 'I', 'D', 'X', '1'};
+const char* const kSplitNames[3] = {"train", "valid", "test"};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+bool read_file(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  out->assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return static_cast<bool>(f) || f.eof();
+}
+
+template <typename T>
+void append(std::string* s, const T* p, size_t n) {
+  s->append(reinterpret_cast<const char*>(p), n * sizeof(T));
+}
+
+// Reads a T[n] at *pos; false when the buffer is too short.
+template <typename T>
+bool take(const std::string& s, size_t* pos, std::vector<T>* v, int64_t n) {
+  if (n < 0 || *pos + static_cast<size_t>(n) * sizeof(T) > s.size()) return false;
+  v->resize(static_cast<size_t>(n));
+  std::memcpy(v->data(), s.data() + *pos, static_cast<size_t>(n) * sizeof(T));
+  *pos += static_cast<size_t>(n) * sizeof(T);
+  return true;
+}
+
+bool load_cache(const std::string& path, const std::string& description, GPTIndices* r) {
+  std::string s;
+  if (!read_file(path, &s) || s.size() < 16 || std::memcmp(s.data(), kCacheMagic, 8) != 0)
+    return false;
+  size_t pos = 8;
+  std::vector<int64_t> head;
+  if (!take(s, &pos, &head, 1) || head[0] != static_cast<int64_t>(description.size()) ||
+      pos + description.size() > s.size() || s.compare(pos, description.size(), description) != 0)
+    return false;
+  pos += description.size();
+  if (!take(s, &pos, &head, 4)) return false;
+  r->num_epochs = head[0];
+  return take(s, &pos, &r->doc_idx, head[1]) && take(s, &pos, &r->sample_idx, head[2]) &&
+         take(s, &pos, &r->shuffle_idx, head[3]) && pos == s.size();
+}
+
+void save_cache(const std::string& path, const std::string& description, const GPTIndices& r) {
+  std::string s(kCacheMagic, 8);
+  const int64_t head[1] = {static_cast<int64_t>(description.size())};
+  append(&s, head, 1);
+  s += description;
+  const int64_t counts[4] = {r.num_epochs, static_cast<int64_t>(r.doc_idx.size()),
+                             static_cast<int64_t>(r.sample_idx.size()),
+                             static_cast<int64_t>(r.shuffle_idx.size())};
+  append(&s, counts, 4);
+  append(&s, r.doc_idx.data(), r.doc_idx.size());
+  append(&s, r.sample_idx.data(), r.sample_idx.size());
+  append(&s, r.shuffle_idx.data(), r.shuffle_idx.size());
+  try {
+    write_file_atomic(path, s.data(), static_cast<int64_t>(s.size()));
+  } catch (const Error& e) {
+    log::warn("could not cache the dataset index ({}); it will be rebuilt next time",
+              e.message());
+  }
+}
+
+int64_t cached_max_token_id(const IndexedDataset& data) {
+  const std::string path = data.prefix() + ".tripod-maxid";
+  const std::string id = data.identity();
+  std::string s;
+  if (read_file(path, &s)) {
+    const auto sp = s.find(' ');
+    if (sp != std::string::npos && s.compare(0, sp, id) == 0) return std::stoll(s.substr(sp + 1));
+  }
+  const int64_t m = data.max_token_id();
+  const std::string line = fmt::format("{} {}\n", id, m);
+  try {
+    write_file_atomic(path, line.data(), static_cast<int64_t>(line.size()));
+  } catch (const Error&) {
+    // Read-only data folder: scan again next time.
+  }
+  return m;
+}
+
+void check_vocab(const IndexedDataset& data, int64_t padded_vocab_size) {
+  if (padded_vocab_size <= 0) return;
+  const int64_t cap = dtype_max_id(data.dtype());
+  TRIPOD_CHECK_HINT(
+      cap + 1 >= padded_vocab_size,
+      "the data was tokenized with a smaller vocabulary than the model's: re-run tripod "
+      "preprocess with the tokenizer the model uses (--vocab-file/--merge-file or "
+      "--tokenizer-model), or fix --vocab-size",
+      "{} stores tokens as {} (ids up to {}) but the model's padded vocabulary has {} entries",
+      idx_path(data.prefix()), dtype_name(data.dtype()), cap, padded_vocab_size);
+  const int64_t max_id = cached_max_token_id(data);
+  TRIPOD_CHECK_HINT(
+      max_id < padded_vocab_size,
+      "the data and the model use different tokenizers: pass the tokenizer files used by "
+      "tripod preprocess (or a --vocab-size above the largest id), or re-run preprocess",
+      "{} contains token id {} but the model's padded vocabulary has only {} entries",
+      bin_path(data.prefix()), max_id, padded_vocab_size);
+}
+
+std::unique_ptr<GPTDataset> build_split(std::shared_ptr<const IndexedDataset> data, int split,
+                                        int64_t doc_begin, int64_t doc_end,
+                                        const DataConfig& config, int64_t num_samples) {
+  const std::string params =
+      fmt::format("tripod-gpt-index v1; prefix={}; split={} '{}' docs [{}, {}); seq_length={}; "
+                  "num_samples={}; seed={}",
+                  data->prefix(), kSplitNames[split], config.split, doc_begin, doc_end,
+                  config.seq_length, num_samples, config.seed);
+  const std::string description = params + "; data=" + data->identity();
+  const std::string path = fmt::format("{}.{}-{:016x}.tripod-index", data->prefix(),
+                                       kSplitNames[split], fnv1a(params));
+  GPTIndices indices;
+  if (!load_cache(path, description, &indices)) {
+    indices = build_gpt_indices(data->sequence_lengths(), doc_begin, doc_end, config.seq_length,
+                                num_samples, static_cast<uint32_t>(config.seed));
+    save_cache(path, description, indices);
+  }
+  return std::make_unique<GPTDataset>(std::move(data), kSplitNames[split], std::move(indices),
+                                      config.seq_length, doc_begin, doc_end);
+}
+
+}  // namespace
+
+DatasetSplits build_indexed_gpt_datasets(const DataConfig& config) {
+  std::vector<double> weights;
+  std::vector<std::string> prefixes;
+  parse_data_path(config.data_path, &weights, &prefixes);
+  TRIPOD_CHECK_HINT(config.seq_length >= 1, "pass --seq-length N", "--seq-length must be positive");
+  TRIPOD_CHECK_HINT(config.seed < (1ull << 32), "use a --seed below 2^32",
+                    "--seed {} does not fit numpy's RandomState (as Megatron)", config.seed);
+
+  std::vector<std::shared_ptr<const IndexedDataset>> files;
+  std::vector<std::vector<int64_t>> ranges;
+  for (const auto& p : prefixes) {
+    auto d = std::make_shared<const IndexedDataset>(p);
+    check_vocab(*d, config.padded_vocab_size);
+    ranges.push_back(split_document_ranges(config.split, d->num_sequences()));
+    files.push_back(std::move(d));
+  }
+  const int64_t targets[3] = {config.train_samples, config.valid_samples, config.test_samples};
+  std::unique_ptr<TokenDataset>* outs[3];
+  DatasetSplits result;
+  outs[0] = &result.train;
+  outs[1] = &result.valid;
+  outs[2] = &result.test;
+
+  for (int s = 0; s < 3; ++s) {
+    // Validation and test are only built when samples are asked of them;
+    // train without a count covers one epoch.
+    if (s > 0 && targets[s] <= 0) continue;
+    if (files.size() == 1) {
+      if (ranges[0][s + 1] > ranges[0][s])
+        *outs[s] = build_split(files[0], s, ranges[0][s], ranges[0][s + 1], config, targets[s]);
+    } else {
+      TRIPOD_CHECK_HINT(targets[s] > 0, "set --train-iters (or --train-samples)",
+                        "a blended --data-path needs the number of {} samples", kSplitNames[s]);
+      std::vector<std::unique_ptr<TokenDataset>> parts;
+      std::vector<double> w;
+      double wsum = 0;
+      for (size_t f = 0; f < files.size(); ++f) {
+        if (ranges[f][s + 1] <= ranges[f][s]) continue;  // this file has no documents here
+        wsum += weights[f];
+        w.push_back(weights[f]);
+      }
+      for (double& x : w) x /= wsum;
+      size_t k = 0;
+      for (size_t f = 0; f < files.size(); ++f) {
+        if (ranges[f][s + 1] <= ranges[f][s]) continue;
+        // Megatron asks each part for 0.5% more than its share.
+        const auto n = static_cast<int64_t>(
+            std::ceil(std::ceil(static_cast<double>(targets[s]) * w[k++]) * 1.005));
+        parts.push_back(build_split(files[f], s, ranges[f][s], ranges[f][s + 1], config, n));
+      }
+      if (!parts.empty())
+        *outs[s] = std::make_unique<BlendedDataset>(std::move(parts), std::move(w), targets[s]);
+    }
+    TRIPOD_CHECK_HINT(s > 0 || *outs[s], "give the train split documents, e.g. --split 969,30,1",
+                      "--split '{}' leaves no documents for training", config.split);
+    if (*outs[s]) log::info("data: {}", (*outs[s])->describe());
+  }
+  return result;
+}
+
+}  // namespace tripod::data

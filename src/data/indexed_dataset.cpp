@@ -1,0 +1,349 @@
+// Implementation of data/indexed_dataset.h: the MMIDIDX reader (mmap, every
+// field validated) and writer (temporary names, fsync, rename).
+// Reference: megatron/core/datasets/indexed_dataset.py (_IndexReader/_IndexWriter).
+#include "data/indexed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "base/error.h"
+
+namespace tripod::data {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr int64_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+constexpr const char* kRegenerateHint =
+    "regenerate the pair with `tripod preprocess --input ... --output-prefix PREFIX` "
+    "(it writes PREFIX_text_document.bin/.idx) and pass --data-path PREFIX_text_document";
+
+template <typename T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+void write_all(int fd, const void* data, size_t size, const std::string& path) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    TRIPOD_CHECK_HINT(n > 0, "check free disk space and permissions of the output folder",
+                      "writing {} failed: {}", path, std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void fsync_and_close(int fd, const std::string& path) {
+  TRIPOD_CHECK(::fsync(fd) == 0, "fsync {} failed: {}", path, std::strerror(errno));
+  TRIPOD_CHECK(::close(fd) == 0, "closing {} failed: {}", path, std::strerror(errno));
+}
+
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "missing";
+  return fmt::format("{}:{}.{:09d}", static_cast<int64_t>(st.st_size),
+                     static_cast<int64_t>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+// ---- dtypes ----
+
+int64_t dtype_size(TokenDType dtype) {
+  switch (dtype) {
+    case TokenDType::kUInt8: case TokenDType::kInt8: return 1;
+    case TokenDType::kInt16: case TokenDType::kUInt16: return 2;
+    case TokenDType::kInt32: case TokenDType::kFloat32: return 4;
+    case TokenDType::kInt64: case TokenDType::kFloat64: return 8;
+  }
+  TRIPOD_FAIL("unknown token dtype code {}", static_cast<int>(dtype));
+}
+
+const char* dtype_name(TokenDType dtype) {
+  switch (dtype) {
+    case TokenDType::kUInt8: return "uint8";
+    case TokenDType::kInt8: return "int8";
+    case TokenDType::kInt16: return "int16";
+    case TokenDType::kInt32: return "int32";
+    case TokenDType::kInt64: return "int64";
+    case TokenDType::kFloat64: return "float64";
+    case TokenDType::kFloat32: return "float32";
+    case TokenDType::kUInt16: return "uint16";
+  }
+  return "unknown";
+}
+
+int64_t dtype_max_id(TokenDType dtype) {
+  switch (dtype) {
+    case TokenDType::kUInt8: return 255;
+    case TokenDType::kInt8: return 127;
+    case TokenDType::kInt16: return 32767;
+    case TokenDType::kUInt16: return 65535;
+    case TokenDType::kInt32: return INT32_MAX;
+    // tripod samples are int32: wider types are read but ids must fit int32.
+    case TokenDType::kInt64: return INT32_MAX;
+    default: return -1;  // float dtypes cannot hold token ids
+  }
+}
+
+TokenDType dtype_for_vocab(int64_t vocab_size) {
+  return vocab_size < 65500 ? TokenDType::kUInt16 : TokenDType::kInt32;
+}
+
+std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
+std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
+
+// ---- MappedFile ----
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TRIPOD_CHECK_HINT(fd >= 0, kRegenerateHint, "cannot open {}: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    TRIPOD_FAIL("cannot stat {}: {}", path, std::strerror(errno));
+  }
+  size_ = static_cast<int64_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, static_cast<size_t>(size_), PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    TRIPOD_CHECK(p != MAP_FAILED, "cannot mmap {} ({} bytes): {}", path, size_, std::strerror(errno));
+    data_ = static_cast<const uint8_t*>(p);
+  } else {
+    ::close(fd);
+  }
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
+}
+
+// ---- IndexedDataset ----
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  const std::string ip = idx_path(prefix), bp = bin_path(prefix);
+  idx_ = std::make_unique<MappedFile>(ip);
+  bin_ = std::make_unique<MappedFile>(bp);
+  const uint8_t* p = idx_->data();
+  const int64_t isize = idx_->size();
+  TRIPOD_CHECK_HINT(isize >= kHeaderBytes, kRegenerateHint,
+                    "{} is truncated: {} bytes, smaller than the {}-byte MMIDIDX header", ip, isize,
+                    kHeaderBytes);
+  TRIPOD_CHECK_HINT(std::memcmp(p, kMagic, 9) == 0, kRegenerateHint,
+                    "{} is not a Megatron indexed-dataset index (magic is not MMIDIDX)", ip);
+  const uint64_t version = load<uint64_t>(p + 9);
+  TRIPOD_CHECK_HINT(version == 1, kRegenerateHint, "{}: unsupported index version {} (expected 1)",
+                    ip, version);
+  const uint8_t code = p[17];
+  TRIPOD_CHECK_HINT(code >= 1 && code <= 8 && code != 6 && code != 7, kRegenerateHint,
+                    "{}: dtype code {} is not an integer token type", ip, static_cast<int>(code));
+  dtype_ = static_cast<TokenDType>(code);
+  const uint64_t s = load<uint64_t>(p + 18), d = load<uint64_t>(p + 26);
+  // Guard the multiplication below against absurd counts from a corrupt header.
+  TRIPOD_CHECK_HINT(s < (1ull << 40) && d < (1ull << 40) && d >= 1, kRegenerateHint,
+                    "{}: corrupt header (sequences {}, document indices {})", ip, s, d);
+  const int64_t expect = kHeaderBytes + 12 * static_cast<int64_t>(s) + 8 * static_cast<int64_t>(d);
+  TRIPOD_CHECK_HINT(isize == expect, kRegenerateHint,
+                    "{} is {} ({} bytes, expected {} for {} sequences and {} document indices)", ip,
+                    isize < expect ? "truncated" : "too long", isize, expect, s, d);
+  num_sequences_ = static_cast<int64_t>(s);
+  num_doc_indices_ = static_cast<int64_t>(d);
+  lengths_ = reinterpret_cast<const int32_t*>(p + kHeaderBytes);
+  pointers_ = reinterpret_cast<const int64_t*>(p + kHeaderBytes + 4 * num_sequences_);
+  doc_indices_ = reinterpret_cast<const int64_t*>(p + kHeaderBytes + 12 * num_sequences_);
+
+  const int64_t esize = dtype_size(dtype_), bsize = bin_->size();
+  for (int64_t i = 0; i < num_sequences_; ++i) {
+    const int64_t len = lengths_[i], ptr = pointers_[i];
+    TRIPOD_CHECK_HINT(len >= 0 && ptr >= 0 && ptr % esize == 0, kRegenerateHint,
+                      "{}: sequence {} has length {} and byte offset {}", ip, i, len, ptr);
+    TRIPOD_CHECK_HINT(ptr + len * esize <= bsize, kRegenerateHint,
+                      "{} is truncated: sequence {} of {} ends at byte {} but the file has {} bytes",
+                      bp, i, num_sequences_, ptr + len * esize, bsize);
+    num_tokens_ += len;
+  }
+  TRIPOD_CHECK_HINT(doc_indices_[0] == 0 && doc_indices_[num_doc_indices_ - 1] == num_sequences_,
+                    kRegenerateHint, "{}: document indices must run from 0 to {}, got {}..{}", ip,
+                    num_sequences_, doc_indices_[0], doc_indices_[num_doc_indices_ - 1]);
+  for (int64_t i = 1; i < num_doc_indices_; ++i)
+    TRIPOD_CHECK_HINT(doc_indices_[i] >= doc_indices_[i - 1], kRegenerateHint,
+                      "{}: document indices decrease at {}", ip, i);
+}
+
+void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const {
+  TRIPOD_CHECK(seq >= 0 && seq < num_sequences_ && offset >= 0 && count >= 0 &&
+                   offset + count <= lengths_[seq],
+               "{}: read of sequence {} tokens [{}, {}) is out of range", prefix_, seq, offset,
+               offset + count);
+  const int64_t esize = dtype_size(dtype_);
+  const uint8_t* src = bin_->data() + pointers_[seq] + offset * esize;
+  switch (dtype_) {
+    case TokenDType::kUInt16:
+      for (int64_t i = 0; i < count; ++i) out[i] = load<uint16_t>(src + 2 * i);
+      break;
+    case TokenDType::kInt32:
+      std::memcpy(out, src, static_cast<size_t>(count) * 4);
+      break;
+    case TokenDType::kUInt8:
+      for (int64_t i = 0; i < count; ++i) out[i] = src[i];
+      break;
+    case TokenDType::kInt8:
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int8_t>(src[i]);
+      break;
+    case TokenDType::kInt16:
+      for (int64_t i = 0; i < count; ++i) out[i] = load<int16_t>(src + 2 * i);
+      break;
+    case TokenDType::kInt64:
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(load<int64_t>(src + 8 * i));
+      break;
+    default:
+      TRIPOD_FAIL("{}: unsupported dtype {}", prefix_, dtype_name(dtype_));
+  }
+}
+
+int64_t IndexedDataset::max_token_id() const {
+  // Scan sequence by sequence (the .bin may have gaps between sequences).
+  int64_t best = -1;
+  std::vector<int32_t> buf;
+  for (int64_t i = 0; i < num_sequences_; ++i) {
+    const int64_t len = lengths_[i];
+    if (dtype_ == TokenDType::kUInt16) {
+      const uint8_t* src = bin_->data() + pointers_[i];
+      uint16_t m = 0;
+      for (int64_t k = 0; k < len; ++k) m = std::max(m, load<uint16_t>(src + 2 * k));
+      if (len > 0) best = std::max<int64_t>(best, m);
+      continue;
+    }
+    buf.resize(static_cast<size_t>(len));
+    read(i, 0, len, buf.data());
+    for (int32_t t : buf) best = std::max<int64_t>(best, t);
+  }
+  return best;
+}
+
+std::string IndexedDataset::identity() const {
+  return file_identity(idx_path(prefix_)) + "/" + file_identity(bin_path(prefix_));
+}
+
+// ---- IndexedDatasetWriter ----
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
+    : prefix_(std::move(prefix)), dtype_(dtype) {
+  TRIPOD_CHECK(dtype_max_id(dtype) > 0, "cannot write tokens as {}", dtype_name(dtype));
+  const std::string tag = fmt::format(".tmp-{}", static_cast<int>(::getpid()));
+  bin_tmp_ = bin_path(prefix_) + tag;
+  idx_tmp_ = idx_path(prefix_) + tag;
+  fd_ = ::open(bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TRIPOD_CHECK_HINT(fd_ >= 0, "check that the folder of --output-prefix exists and is writable",
+                    "cannot create {}: {}", bin_tmp_, std::strerror(errno));
+  buffer_.reserve(1 << 22);
+}
+
+IndexedDatasetWriter::~IndexedDatasetWriter() {
+  if (finished_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(bin_tmp_.c_str());
+  ::unlink(idx_tmp_.c_str());
+}
+
+void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
+  TRIPOD_CHECK(!finished_, "add_document after finish() on {}", prefix_);
+  TRIPOD_CHECK(count >= 0 && count <= INT32_MAX, "document of {} tokens", count);
+  const int64_t esize = dtype_size(dtype_), max_id = dtype_max_id(dtype_);
+  const size_t at = buffer_.size();
+  buffer_.resize(at + static_cast<size_t>(count * esize));
+  uint8_t* dst = buffer_.data() + at;
+  for (int64_t i = 0; i < count; ++i) {
+    const int32_t t = tokens[i];
+    TRIPOD_CHECK(t >= 0 && t <= max_id, "token id {} does not fit the {} dataset {}", t,
+                 dtype_name(dtype_), prefix_);
+    if (esize == 2) {
+      const uint16_t v = static_cast<uint16_t>(t);
+      std::memcpy(dst + 2 * i, &v, 2);
+    } else if (esize == 4) {
+      std::memcpy(dst + 4 * i, &t, 4);
+    } else if (esize == 1) {
+      dst[i] = static_cast<uint8_t>(t);
+    } else {
+      const int64_t v = t;
+      std::memcpy(dst + 8 * i, &v, 8);
+    }
+  }
+  lengths_.push_back(static_cast<int32_t>(count));
+  num_tokens_ += count;
+  if (buffer_.size() >= (1u << 22)) flush_buffer();
+}
+
+void IndexedDatasetWriter::flush_buffer() {
+  write_all(fd_, buffer_.data(), buffer_.size(), bin_tmp_);
+  buffer_.clear();
+}
+
+void IndexedDatasetWriter::finish() {
+  TRIPOD_CHECK(!finished_, "finish() called twice on {}", prefix_);
+  flush_buffer();
+  fsync_and_close(fd_, bin_tmp_);
+  fd_ = -1;
+
+  const uint64_t s = lengths_.size(), d = s + 1;
+  std::vector<uint8_t> idx(static_cast<size_t>(kHeaderBytes + 12 * s + 8 * d));
+  uint8_t* p = idx.data();
+  std::memcpy(p, kMagic, 9);
+  const uint64_t version = 1;
+  std::memcpy(p + 9, &version, 8);
+  p[17] = static_cast<uint8_t>(dtype_);
+  std::memcpy(p + 18, &s, 8);
+  std::memcpy(p + 26, &d, 8);
+  std::memcpy(p + kHeaderBytes, lengths_.data(), 4 * s);
+  int64_t ptr = 0;
+  const int64_t esize = dtype_size(dtype_);
+  for (uint64_t i = 0; i < s; ++i) {
+    std::memcpy(p + kHeaderBytes + 4 * s + 8 * i, &ptr, 8);
+    ptr += int64_t{lengths_[i]} * esize;
+  }
+  for (uint64_t i = 0; i < d; ++i) {
+    const int64_t v = static_cast<int64_t>(i);
+    std::memcpy(p + kHeaderBytes + 12 * s + 8 * i, &v, 8);
+  }
+  int fd = ::open(idx_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", idx_tmp_, std::strerror(errno));
+  write_all(fd, idx.data(), idx.size(), idx_tmp_);
+  fsync_and_close(fd, idx_tmp_);
+  // Old .idx goes first: a crash between the renames leaves a .bin alone,
+  // which the reader rejects, never a new .bin with a stale .idx.
+  ::unlink(idx_path(prefix_).c_str());
+  TRIPOD_CHECK(::rename(bin_tmp_.c_str(), bin_path(prefix_).c_str()) == 0, "rename {} failed: {}",
+               bin_tmp_, std::strerror(errno));
+  TRIPOD_CHECK(::rename(idx_tmp_.c_str(), idx_path(prefix_).c_str()) == 0, "rename {} failed: {}",
+               idx_tmp_, std::strerror(errno));
+  finished_ = true;
+}
+
+void write_file_atomic(const std::string& path, const void* data, int64_t size) {
+  const std::string tmp = fmt::format("{}.tmp-{}", path, static_cast<int>(::getpid()));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
+  try {
+    write_all(fd, data, static_cast<size_t>(size), tmp);
+    fsync_and_close(fd, tmp);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    TRIPOD_FAIL("rename {} -> {} failed: {}", tmp, path, std::strerror(err));
+  }
+}
+
+}  // namespace tripod::data
