@@ -1,0 +1,191 @@
+// Implementation of model/gpt_model.h: construction, parameter table,
+// activation buffers, and the stage-level forward/backward. The transformer
+// layer itself is in transformer_layer.cpp.
+#include "model/gpt_model.h"
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+#include "backend/philox.h"
+#include "model/workspace.h"
+
+namespace tripod::model {
+
+std::vector<ParamSpec> GptModel::all_param_specs(const GptConfig& c, int64_t Vp) {
+  const int64_t C = c.hidden_size, F = c.ffn_hidden_size;
+  std::vector<ParamSpec> s;
+  s.push_back({"embedding.word_embeddings.weight", {Vp, C}, ShardDim::Rows, InitKind::Normal, true, -1});
+  s.push_back({"embedding.position_embeddings.weight", {c.max_position_embeddings, C}, ShardDim::None,
+               InitKind::Normal, true, -1});
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("decoder.layers.{}.", l);
+    const int li = static_cast<int>(l);
+    s.push_back({p + "input_layernorm.weight", {C}, ShardDim::None, InitKind::Ones, false, li});
+    s.push_back({p + "input_layernorm.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
+    s.push_back({p + "self_attention.linear_qkv.weight", {3 * C, C}, ShardDim::QkvRows, InitKind::Normal, true, li});
+    s.push_back({p + "self_attention.linear_qkv.bias", {3 * C}, ShardDim::QkvRows, InitKind::Zeros, false, li});
+    s.push_back({p + "self_attention.linear_proj.weight", {C, C}, ShardDim::Cols, InitKind::ScaledNormal, true, li});
+    s.push_back({p + "self_attention.linear_proj.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
+    s.push_back({p + "pre_mlp_layernorm.weight", {C}, ShardDim::None, InitKind::Ones, false, li});
+    s.push_back({p + "pre_mlp_layernorm.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
+    s.push_back({p + "mlp.linear_fc1.weight", {F, C}, ShardDim::Rows, InitKind::Normal, true, li});
+    s.push_back({p + "mlp.linear_fc1.bias", {F}, ShardDim::Rows, InitKind::Zeros, false, li});
+    s.push_back({p + "mlp.linear_fc2.weight", {C, F}, ShardDim::Cols, InitKind::ScaledNormal, true, li});
+    s.push_back({p + "mlp.linear_fc2.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
+  }
+  s.push_back({"decoder.final_layernorm.weight", {C}, ShardDim::None, InitKind::Ones, false, -1});
+  s.push_back({"decoder.final_layernorm.bias", {C}, ShardDim::None, InitKind::Zeros, false, -1});
+  return s;
+}
+
+GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::Backend& be)
+    : config_(config), stage_(stage), be_(be) {
+  config_.finalize();
+  if (stage_.num_local_layers < 0) stage_.num_local_layers = config_.num_layers - stage_.first_layer;
+  TRIPOD_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_local_layers <= config_.num_layers,
+               "stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
+               stage_.first_layer + stage_.num_local_layers, config_.num_layers);
+  padded_vocab_ = config_.padded_vocab_size(stage_.tp_size);
+  // Keep the parameters this stage holds. The tied output layer reuses the
+  // word embedding, so the last stage holds a copy of it too (Megatron).
+  std::vector<ParamSpec> mine;
+  for (auto& s : all_param_specs(config_, padded_vocab_)) {
+    const bool in_stage = s.layer >= stage_.first_layer && s.layer < stage_.first_layer + stage_.num_local_layers;
+    const bool embedding = s.name.rfind("embedding.", 0) == 0;
+    const bool final_norm = s.name.rfind("decoder.final_layernorm", 0) == 0;
+    const bool keep = in_stage || (s.layer < 0 && embedding && s.name.find("word_") != std::string::npos &&
+                                   (stage_.pre_process || stage_.post_process)) ||
+                      (embedding && s.name.find("position_") != std::string::npos && stage_.pre_process) ||
+                      (final_norm && stage_.post_process);
+    if (keep) mine.push_back(std::move(s));
+  }
+  params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_);
+  ws_ = std::make_unique<Workspace>();
+}
+
+Param& GptModel::layer_param(int64_t l, const char* suffix) {
+  return params_->get(fmt::format("decoder.layers.{}.{}", l, suffix));
+}
+
+MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
+  const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size;
+  const int64_t C_tp = C / tp, F_tp = config_.ffn_hidden_size / tp, NH_tp = config_.num_attention_heads / tp;
+  auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
+  MicroBatchActs a;
+  a.B = B;
+  a.T = T;
+  a.tokens = be_.empty({B, T}, DType::I32);
+  a.input = f32({N, C});
+  for (int64_t l = 0; l < stage_.num_local_layers; ++l) {
+    LayerActs la;
+    la.ln1 = f32({N, C}); la.ln1_mean = f32({N}); la.ln1_rstd = f32({N});
+    la.qkv = f32({B, T, 3 * C_tp});
+    la.att = f32({B, T, C_tp}); la.lse = f32({B, NH_tp, T});
+    la.res1 = f32({N, C});
+    la.ln2 = f32({N, C}); la.ln2_mean = f32({N}); la.ln2_rstd = f32({N});
+    la.fc1 = f32({N, F_tp}); la.gelu = f32({N, F_tp});
+    la.out = f32({N, C});
+    a.layers.push_back(std::move(la));
+  }
+  if (stage_.post_process) {
+    a.targets = be_.empty({B, T}, DType::I32);
+    a.lnf = f32({N, C}); a.lnf_mean = f32({N}); a.lnf_rstd = f32({N});
+    a.losses = f32({N});
+    a.dlnf = f32({N, C});
+  }
+  if (!stage_.pre_process) a.grad_input = f32({N, C});
+  return a;
+}
+
+size_t MicroBatchActs::bytes() const {
+  size_t n = input.nbytes() + lnf.nbytes() + lnf_mean.nbytes() + lnf_rstd.nbytes() + losses.nbytes() +
+             dlnf.nbytes();
+  for (const auto& l : layers)
+    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.att, &l.lse, &l.res1, &l.ln2,
+                            &l.ln2_mean, &l.ln2_rstd, &l.fc1, &l.gelu, &l.out})
+      n += t->nbytes();
+  return n;
+}
+
+void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed) {
+  ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
+  if (stage_.pre_process) {
+    const Param& wte = params_->get("embedding.word_embeddings.weight");
+    const Param& wpe = params_->get("embedding.position_embeddings.weight");
+    Tensor x = acts.input.view({acts.B, acts.T, config_.hidden_size});
+    const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
+    be_.embedding_forward(x, acts.tokens, wte.value, &wpe.value, vocab_start);
+    // TODO(tp): reduce_from_tp_region(x) sums the vocab-parallel partial rows.
+    if (config_.hidden_dropout > 0)
+      be_.dropout_forward(acts.input, acts.input, config_.hidden_dropout,
+                          backend::mix64(dropout_seed, 0xE3B0), acts.sample_offset * acts.T * config_.hidden_size);
+  }
+  const Tensor* x = &acts.input;
+  for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
+    layer_forward(stage_.first_layer + i, *x, acts.layers[i], acts, dropout_seed);
+    x = &acts.layers[i].out;
+  }
+  if (stage_.post_process) head_forward_backward(acts, with_grad, dloss);
+}
+
+// NOTE [Loss head]
+// The last stage computes final norm -> logits -> cross-entropy and, when
+// training, the head's backward immediately: dlogits overwrite the logits
+// buffer, dwte accumulates, and only d lnf (N,C) is kept for backward(). So
+// no (N, V_tp) buffer lives per micro-batch, whatever the pipeline schedule.
+void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss) {
+  const Param& lnw = params_->get("decoder.final_layernorm.weight");
+  const Param& lnb = params_->get("decoder.final_layernorm.bias");
+  const Param& wte = params_->get("embedding.word_embeddings.weight");
+  const Tensor& x = acts.output();
+  be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnw.value, lnb.value,
+                        config_.layernorm_epsilon);
+  // TODO(tp): copy_to_tp_region(lnf) before the vocab-parallel output layer.
+  Tensor& logits = ws_->logits;  // (N, V_tp)
+  be_.matmul_forward(logits, acts.lnf, wte.value, nullptr);
+  const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
+  Tensor targets = acts.targets.view({acts.B * acts.T});
+  be_.ce_row_max(ws_->row_max, logits);
+  // TODO(tp): all_reduce(MAX) row_max over tp.
+  be_.ce_row_sums(ws_->ce_sums, logits, ws_->row_max, targets, vocab_start);
+  // TODO(tp): all_reduce(SUM) ce_sums over tp.
+  be_.ce_loss(acts.losses, ws_->ce_sums, ws_->row_max);
+  if (!with_grad) return;
+  be_.ce_backward(logits, logits, ws_->row_max, ws_->ce_sums, targets, vocab_start, dloss);
+  Param& wte_m = params_->get("embedding.word_embeddings.weight");
+  be_.matmul_backward(&acts.dlnf, &wte_m.grad, nullptr, logits, acts.lnf, wte.value);
+  // TODO(tp): all_reduce dlnf over tp (backward of copy_to_tp_region).
+}
+
+void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed) {
+  ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
+  Tensor& dres = ws_->dresidual;  // (N,C): gradient w.r.t. the current residual stream
+  if (stage_.post_process) {
+    Param& lnw = params_->get("decoder.final_layernorm.weight");
+    Param& lnb = params_->get("decoder.final_layernorm.bias");
+    be_.zero(dres);
+    be_.layernorm_backward(dres, lnw.grad, lnb.grad, acts.dlnf, acts.output(), lnw.value,
+                           acts.lnf_mean, acts.lnf_rstd);
+  } else {
+    TRIPOD_CHECK(grad_output && grad_output->numel() == dres.numel(),
+                 "backward on a middle stage needs the output gradient");
+    be_.copy(dres, *grad_output);
+  }
+  for (int64_t i = stage_.num_local_layers - 1; i >= 0; --i) {
+    const Tensor& x = i == 0 ? acts.input : acts.layers[i - 1].out;
+    layer_backward(stage_.first_layer + i, x, acts.layers[i], dres, acts, dropout_seed);
+  }
+  if (stage_.pre_process) {
+    if (config_.hidden_dropout > 0)
+      be_.dropout_backward(dres, dres, config_.hidden_dropout, backend::mix64(dropout_seed, 0xE3B0),
+                           acts.sample_offset * acts.T * config_.hidden_size);
+    Param& wte = params_->get("embedding.word_embeddings.weight");
+    Param& wpe = params_->get("embedding.position_embeddings.weight");
+    Tensor d = dres.view({acts.B, acts.T, config_.hidden_size});
+    be_.embedding_backward(&wte.grad, &wpe.grad, d, acts.tokens, stage_.tp_rank * wte.shape[0]);
+  } else {
+    be_.copy(acts.grad_input, dres);
+  }
+}
+
+}  // namespace tripod::model

@@ -1,0 +1,98 @@
+// GPT-2 as Megatron builds it: learned position embeddings, pre-LayerNorm
+// transformer layers, a final LayerNorm and an output layer tied to the
+// word embedding, with explicit forward and backward per layer (llm.c style).
+//
+// A GptModel is one pipeline stage: layers [first_layer, first_layer +
+// num_local_layers), with the embedding when it is the first stage
+// (pre_process) and the final norm + loss when it is the last (post_process),
+// as Megatron's GPTModel(pre_process, post_process). With one stage it is
+// the whole model.
+//
+// Per micro-batch, forward() fills a MicroBatchActs; backward() consumes it.
+// On the last stage, forward(..., with_grad=true) also runs the loss head's
+// backward right away (logits never outlive the call: see NOTE [Loss head]).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "model/gpt_config.h"
+#include "model/param_table.h"
+
+namespace tripod::model {
+
+struct StageConfig {
+  int64_t first_layer = 0;
+  int64_t num_local_layers = -1;  // -1: all layers
+  bool pre_process = true;        // holds the embedding
+  bool post_process = true;       // holds the final norm and the loss
+  int tp_size = 1, tp_rank = 0;
+};
+
+struct LayerActs {
+  Tensor ln1, ln1_mean, ln1_rstd;  // (N,C), (N), (N)
+  Tensor qkv;                      // (N, 3*C_tp)
+  Tensor att, lse;                 // (N, C_tp), (B, NH_tp, T)
+  Tensor res1;                     // (N,C) residual after attention
+  Tensor ln2, ln2_mean, ln2_rstd;  // (N,C), (N), (N)
+  Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
+  Tensor out;                      // (N,C) layer output (residual after MLP)
+};
+
+struct MicroBatchActs {
+  int64_t B = 0, T = 0;
+  int64_t sample_offset = 0;      // global index of the first sample (dropout keys)
+  Tensor tokens, targets;         // (B,T) i32 on device; targets only on the last stage
+  Tensor input;                   // (N,C) embedding output, or the hidden state received
+  std::vector<LayerActs> layers;
+  Tensor lnf, lnf_mean, lnf_rstd; // last stage: final norm (N,C), (N), (N)
+  Tensor losses;                  // last stage: (N) per-token loss
+  Tensor dlnf;                    // last stage, training: d loss / d lnf (N,C)
+  Tensor grad_input;              // after backward on a non-first stage: d loss / d input (N,C)
+  size_t bytes() const;           // activation bytes held
+  const Tensor& output() const { return layers.empty() ? input : layers.back().out; }
+};
+
+class GptModel {
+ public:
+  GptModel(const GptConfig& config, const StageConfig& stage, backend::Backend& be);
+
+  const GptConfig& config() const { return config_; }
+  const StageConfig& stage() const { return stage_; }
+  ParamStore& params() { return *params_; }
+  int64_t padded_vocab() const { return padded_vocab_; }
+  backend::Backend& backend() { return be_; }
+
+  // Every parameter of the whole model (global shapes), in a fixed order.
+  static std::vector<ParamSpec> all_param_specs(const GptConfig& config, int64_t padded_vocab);
+
+  // Allocates activation buffers for micro-batches of (B, T).
+  MicroBatchActs make_acts(int64_t B, int64_t T) const;
+
+  // First stage: acts.tokens set; other stages: acts.input set by the caller.
+  // Last stage: acts.targets set; fills acts.losses. With with_grad, the loss
+  // head's backward runs here with d loss_i = dloss for every token.
+  void forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed);
+  // Last stage: starts from acts.dlnf; other stages: from grad_output (N,C).
+  // Accumulates parameter gradients; fills acts.grad_input on non-first stages.
+  void backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed);
+
+ private:
+  struct Workspace;
+  void layer_forward(int64_t l, const Tensor& x, LayerActs& a, const MicroBatchActs& mb, uint64_t seed);
+  void layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& dresidual,
+                      const MicroBatchActs& mb, uint64_t seed);
+  void head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss);
+  Param& layer_param(int64_t l, const char* suffix);
+
+  GptConfig config_;
+  StageConfig stage_;
+  backend::Backend& be_;
+  int64_t padded_vocab_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<Workspace> ws_;
+};
+
+}  // namespace tripod::model

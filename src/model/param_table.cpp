@@ -1,0 +1,166 @@
+// Implementation of model/param_table.h.
+#include "model/param_table.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/philox.h"
+#include "base/error.h"
+
+namespace tripod::model {
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Splits dim 0 or dim 1 of a 1-D/2-D tensor into tp chunks and copies chunk
+// `rank` between `full` and `part` (to_part: full -> part).
+void copy_chunk(const Tensor& full, const Tensor& part, ShardDim shard, int tp, int rank, bool to_part) {
+  const float* src_base = to_part ? full.data<float>() : part.data<float>();
+  float* dst_base = to_part ? part.data<float>() : full.data<float>();
+  const int64_t rows = full.size(0), cols = full.dim() > 1 ? full.size(1) : 1;
+  auto copy_rows = [&](int64_t full_row0, int64_t part_row0, int64_t nrows) {
+    const float* s = to_part ? src_base + full_row0 * cols : src_base + part_row0 * cols;
+    float* d = to_part ? dst_base + part_row0 * cols : dst_base + full_row0 * cols;
+    std::memcpy(d, s, static_cast<size_t>(nrows * cols) * sizeof(float));
+  };
+  switch (shard) {
+    case ShardDim::None:
+      copy_rows(0, 0, rows);
+      break;
+    case ShardDim::Rows: {
+      const int64_t r = rows / tp;
+      copy_rows(rank * r, 0, r);
+      break;
+    }
+    case ShardDim::QkvRows: {
+      const int64_t third = rows / 3, r = third / tp;
+      for (int64_t k = 0; k < 3; ++k) copy_rows(k * third + rank * r, k * r, r);
+      break;
+    }
+    case ShardDim::Cols: {
+      const int64_t c = cols / tp;
+      for (int64_t i = 0; i < rows; ++i) {
+        float* fr = (to_part ? const_cast<float*>(src_base) : dst_base) + i * cols + rank * c;
+        float* pr = (to_part ? dst_base : const_cast<float*>(src_base)) + i * c;
+        if (to_part) std::memcpy(pr, fr, static_cast<size_t>(c) * sizeof(float));
+        else std::memcpy(fr, pr, static_cast<size_t>(c) * sizeof(float));
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+Shape local_shape(const ParamSpec& spec, int tp) {
+  Shape s = spec.global_shape;
+  auto split = [&](size_t d, int64_t parts) {
+    TRIPOD_CHECK(d < s.size() && s[d] % parts == 0,
+                 "parameter {} of shape {} cannot be split in {} tensor-parallel shards", spec.name,
+                 shape_str(spec.global_shape), parts);
+    s[d] /= parts;
+  };
+  if (spec.shard == ShardDim::Rows) split(0, tp);
+  if (spec.shard == ShardDim::Cols) split(1, tp);
+  if (spec.shard == ShardDim::QkvRows) split(0, 3 * static_cast<int64_t>(tp)), s[0] *= 3;
+  return s;
+}
+
+Tensor take_shard(const Tensor& full, ShardDim shard, int tp, int rank) {
+  ParamSpec tmp{"(shard)", full.shape(), shard};
+  Tensor part = Tensor::empty(local_shape(tmp, tp), DType::F32);
+  copy_chunk(full, part, shard, tp, rank, true);
+  return part;
+}
+
+void place_shard(Tensor& full, const Tensor& part, ShardDim shard, int tp, int rank) {
+  copy_chunk(full, part, shard, tp, rank, false);
+}
+
+Tensor init_full(const ParamSpec& spec, uint64_t seed, float std, int64_t num_layers) {
+  Tensor t = Tensor::empty(spec.global_shape, DType::F32);
+  float* x = t.data<float>();
+  const int64_t n = t.numel();
+  if (spec.init == InitKind::Zeros || spec.init == InitKind::Ones) {
+    const float v = spec.init == InitKind::Ones ? 1.f : 0.f;
+    for (int64_t i = 0; i < n; ++i) x[i] = v;
+    return t;
+  }
+  // Megatron's scaled init for output projections: std / sqrt(2 L).
+  const double sigma = spec.init == InitKind::ScaledNormal
+                           ? std / std::sqrt(2.0 * static_cast<double>(num_layers))
+                           : static_cast<double>(std);
+  const uint64_t key = backend::mix64(seed, fnv1a(spec.name));
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {  // Box-Muller on two counter-based uniforms
+    const double u1 = 1.0 - backend::uniform01(key, 2 * static_cast<uint64_t>(i));
+    const double u2 = backend::uniform01(key, 2 * static_cast<uint64_t>(i) + 1);
+    x[i] = static_cast<float>(sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  }
+  return t;
+}
+
+ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be)
+    : tp_size_(tp_size), tp_rank_(tp_rank), be_(be) {
+  for (auto& spec : specs) {
+    Param p;
+    p.shape = local_shape(spec, tp_size);
+    p.offset = numel_;
+    numel_ += shape_numel(p.shape);
+    p.spec = std::move(spec);
+    index_[p.spec.name] = params_.size();
+    params_.push_back(std::move(p));
+  }
+  values_ = be.empty({numel_}, DType::F32);
+  grads_ = be.empty({numel_}, DType::F32);
+  be.zero(values_);
+  be.zero(grads_);
+  for (auto& p : params_) {
+    p.value = values_.flat(p.offset, p.shape);
+    p.grad = grads_.flat(p.offset, p.shape);
+  }
+}
+
+Param& ParamStore::get(const std::string& name) {
+  auto it = index_.find(name);
+  TRIPOD_CHECK(it != index_.end(), "no parameter named '{}'", name);
+  return params_[it->second];
+}
+
+const Param* ParamStore::find(const std::string& name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &params_[it->second];
+}
+
+void ParamStore::init(uint64_t seed, float std, int64_t num_layers) {
+  for (auto& p : params_) set_from_full(p, init_full(p.spec, seed, std, num_layers));
+}
+
+void ParamStore::zero_grad() { be_.zero(grads_); }
+
+Tensor ParamStore::value_to_host(const Param& p) const {
+  Tensor h = Tensor::empty(p.shape, DType::F32);
+  be_.copy(h, p.value);
+  be_.synchronize();
+  return h;
+}
+
+Tensor ParamStore::grad_to_host(const Param& p) const {
+  Tensor h = Tensor::empty(p.shape, DType::F32);
+  be_.copy(h, p.grad);
+  be_.synchronize();
+  return h;
+}
+
+void ParamStore::set_from_full(Param& p, const Tensor& full) {
+  check_shape(full, p.spec.global_shape, p.spec.name.c_str());
+  Tensor part = take_shard(full, p.spec.shard, tp_size_, tp_rank_);
+  be_.copy(p.value, part);
+  be_.synchronize();
+}
+
+}  // namespace tripod::model

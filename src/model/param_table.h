@@ -1,0 +1,86 @@
+// The parameter table: every parameter's global shape, how tensor-parallel
+// ranks shard it, how it is initialised, and whether it is decayed. Plus the
+// ParamStore that holds this rank's shards of the values and gradients in
+// one flat f32 buffer each (so DP buckets, the distributed optimizer and the
+// global norm work on contiguous ranges).
+//
+// NOTE [Layout-independent init]
+// Element i of parameter `name` is drawn from a counter-based normal stream
+// keyed by (seed, name), so the full tensor is the same for every layout and
+// a rank's shard is a slice of it: TP x PP x DP runs start from the model
+// the single-process run starts from, and checkpoints can be resharded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/ops.h"
+#include "tensor/tensor.h"
+
+namespace tripod::model {
+
+// How a tp rank takes its slice of the global tensor (Megatron's layers):
+//   Rows    dim 0 split in tp chunks (column-parallel weight/bias, vocab-parallel embedding)
+//   Cols    dim 1 split (row-parallel weight)
+//   QkvRows dim 0 is [Q | K | V]; each third split in tp chunks, so the
+//           shard is [Q_tp | K_tp | V_tp] and heads stay whole.
+enum class ShardDim { None, Rows, Cols, QkvRows };
+enum class InitKind { Normal, ScaledNormal, Zeros, Ones };
+
+struct ParamSpec {
+  std::string name;       // Megatron-core names, e.g. decoder.layers.0.mlp.linear_fc1.weight
+  Shape global_shape;
+  ShardDim shard = ShardDim::None;
+  InitKind init = InitKind::Normal;
+  bool weight_decay = true;  // false for biases and LayerNorm (Megatron's default)
+  int layer = -1;            // transformer layer index, -1 for embedding / final norm
+};
+
+Shape local_shape(const ParamSpec& spec, int tp_size);
+// Host tensors: the shard of `full` owned by tp_rank, and the inverse.
+Tensor take_shard(const Tensor& full, ShardDim shard, int tp_size, int tp_rank);
+void place_shard(Tensor& full, const Tensor& shard_values, ShardDim shard, int tp_size, int tp_rank);
+// The full (unsharded) initial value of a parameter, f32 on the host.
+Tensor init_full(const ParamSpec& spec, uint64_t seed, float std, int64_t num_layers);
+
+struct Param {
+  ParamSpec spec;
+  Shape shape;   // local (this tp rank's) shape
+  Tensor value;  // f32 master weight, a view into ParamStore::values()
+  Tensor grad;   // f32 gradient, a view into ParamStore::grads()
+  int64_t offset = 0;  // element offset in the flat buffers
+};
+
+class ParamStore {
+ public:
+  ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be);
+  std::vector<Param>& params() { return params_; }
+  const std::vector<Param>& params() const { return params_; }
+  Param& get(const std::string& name);
+  const Param* find(const std::string& name) const;
+  Tensor& values() { return values_; }  // (numel) f32
+  Tensor& grads() { return grads_; }    // (numel) f32
+  int64_t numel() const { return numel_; }
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+
+  void init(uint64_t seed, float std, int64_t num_layers);
+  void zero_grad();
+  // Host copies of this rank's shard (for checkpoints and tests).
+  Tensor value_to_host(const Param& p) const;
+  Tensor grad_to_host(const Param& p) const;
+  // Set this rank's shard from a host tensor holding the FULL parameter.
+  void set_from_full(Param& p, const Tensor& full_host);
+
+ private:
+  std::vector<Param> params_;
+  std::unordered_map<std::string, size_t> index_;
+  Tensor values_, grads_;
+  int64_t numel_ = 0;
+  int tp_size_, tp_rank_;
+  backend::Backend& be_;
+};
+
+}  // namespace tripod::model

@@ -1,0 +1,27 @@
+// Learning-rate schedule with Megatron's semantics (OptimizerParamScheduler):
+// linear warmup from 0 over --lr-warmup-iters, then --lr-decay-style
+// cosine | linear | constant from --lr to --min-lr until --lr-decay-iters,
+// then --min-lr. The lr used by iteration `it` (1-based) is lr_at(it - 1):
+// Megatron steps the scheduler after each optimizer step, so with warmup the
+// first iteration runs at lr 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tripod::optim {
+
+enum class DecayStyle { Constant, Linear, Cosine };
+DecayStyle decay_style_from_name(const std::string& name);  // throws naming --lr-decay-style
+
+struct LrSchedule {
+  double max_lr = 1e-4, min_lr = 0.0;
+  int64_t warmup_iters = 0, decay_iters = 0;
+  DecayStyle style = DecayStyle::Cosine;
+
+  void validate() const;
+  double lr_at(int64_t steps_done) const;
+  double lr_for_iteration(int64_t iteration) const { return lr_at(iteration - 1); }
+};
+
+}  // namespace tripod::optim
