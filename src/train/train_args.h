@@ -1,0 +1,49 @@
+// Everything `tripod train` takes, with Megatron's flag names in comments.
+// cli/train.cpp fills it; Trainer validates the combinations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/gpt_config.h"
+
+namespace tripod::train {
+
+struct TrainArgs {
+  model::GptConfig model;
+  // batch
+  int64_t micro_batch_size = 1;      // --micro-batch-size
+  int64_t global_batch_size = 0;     // --global-batch-size (0: micro x dp)
+  int64_t train_iters = 0;           // --train-iters
+  // optimizer
+  double lr = 1e-4, min_lr = 0.0;    // --lr, --min-lr
+  std::string lr_decay_style = "linear";  // --lr-decay-style (Megatron's default)
+  int64_t lr_decay_iters = 0;        // --lr-decay-iters (0: train-iters)
+  int64_t lr_warmup_iters = 0;       // --lr-warmup-iters
+  double weight_decay = 0.01;        // --weight-decay
+  double clip_grad = 1.0;            // --clip-grad
+  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
+  uint64_t seed = 1234;              // --seed
+  // data
+  bool mock_data = false;            // --mock-data
+  std::vector<std::string> data_path;  // --data-path
+  std::string split = "969,30,1";    // --split
+  // eval / logging
+  int64_t eval_interval = 1000, eval_iters = 100;  // --eval-interval, --eval-iters
+  int64_t log_interval = 100;        // --log-interval
+  std::string metrics_file;          // --metrics-file (JSONL)
+  // layout
+  int tp = 1, pp = 1;                // --tensor-model-parallel-size, --pipeline-model-parallel-size
+  int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage
+  bool sequence_parallel = false;    // --sequence-parallel
+  bool use_distributed_optimizer = false;
+  // device / precision
+  std::string device = "cpu";        // --device cpu|cuda
+  bool bf16 = false, fp16 = false;   // --bf16, --fp16
+  double peak_tflops = 0;            // --peak-tflops for MFU (0: from the device)
+  // outputs
+  std::string save, load;            // --save, --load
+};
+
+}  // namespace tripod::train

@@ -1,0 +1,66 @@
+// The training loop (Megatron's pretrain()/train_step()):
+//   for each iteration: micro-batches (forward, backward, grads accumulate)
+//   -> global grad norm -> clip -> AdamW at the scheduled lr -> log -> eval.
+// The loss of an iteration is the mean over every token of the global batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "data/dataset.h"
+#include "model/gpt_model.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/train_args.h"
+
+namespace tripod::train {
+
+struct StepResult {
+  double lm_loss = 0;    // mean token loss of the global batch
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainArgs& args, backend::Backend& be);
+  ~Trainer();
+
+  // Runs --train-iters iterations with logging and evaluation.
+  void run();
+  // One iteration (exposed for tests): returns loss, grad norm, lr.
+  StepResult train_step();
+  // Mean loss over --eval-iters global batches of the validation split.
+  double evaluate();
+
+  model::GptModel& model() { return *model_; }
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  int64_t num_microbatches() const { return num_microbatches_; }
+
+ private:
+  void load_batch(const data::TokenDataset& ds, int64_t first_sample, model::MicroBatchActs& acts);
+  double global_grad_norm();
+  void check_finite(double loss, double grad_norm);
+
+  TrainArgs args_;
+  backend::Backend& be_;
+  std::unique_ptr<model::GptModel> model_;
+  std::unique_ptr<optim::AdamW> optimizer_;
+  std::vector<optim::Segment> segments_;
+  optim::LrSchedule schedule_;
+  data::DatasetSplits data_;
+  std::unique_ptr<MetricsWriter> metrics_;
+  model::MicroBatchActs acts_;
+  int64_t num_microbatches_ = 1;
+  int64_t iteration_ = 0, consumed_samples_ = 0;
+};
+
+// Checks the layout- and batch-related flag combinations with errors that
+// name the flags (global batch % (micro x dp), ...). Called by Trainer.
+void validate_args(const TrainArgs& args, int world_size);
+
+}  // namespace tripod::train
