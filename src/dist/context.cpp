@@ -1,0 +1,231 @@
+// Implementation of dist/context.h: store start-up, join, groups.
+#include "dist/context.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "base/env.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "dist/gloo/gloo_communicator.h"
+#include "dist/local_communicator.h"
+#include "dist/tcp_store.h"
+
+namespace tripod::dist {
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<DeviceType, CommFactory> factories;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::string hostname() {
+  char buf[256] = "?";
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+bool is_loopback(const std::string& a) {
+  return a == "localhost" || a.rfind("127.", 0) == 0 || a == "::1";
+}
+
+}  // namespace
+
+bool register_comm_factory(DeviceType device, CommFactory factory) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().factories[device] = std::move(factory);
+  return true;
+}
+
+bool has_comm_factory(DeviceType device) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  return registry().factories.count(device) > 0;
+}
+
+std::string GroupSpec::describe() const {
+  std::string s = name + " [";
+  for (size_t i = 0; i < global_ranks.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(global_ranks[i]);
+  return s + "]";
+}
+
+std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType comm_device,
+                                               std::chrono::milliseconds timeout) {
+  TRIPOD_CHECK(info.world_size >= 1 && info.rank >= 0 && info.rank < info.world_size,
+               "rank {} is outside the world of {} ranks", info.rank, info.world_size);
+  if (info.world_size == 1) {
+    std::unique_ptr<DistContext> ctx(new DistContext());
+    ctx->device_ = comm_device;
+    ctx->config_.timeout = timeout;
+    ctx->config_.recorder = std::make_shared<FlightRecorder>();
+    ctx->world_ = std::make_shared<LocalCommunicator>("world", 0);
+    return ctx;
+  }
+  const std::string token =
+      info.job_token.empty() ? derive_job_token(environment_map(), info.launcher, info) : info.job_token;
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store;
+  std::string local_addr = "127.0.0.1";
+  const std::string init_method = env::get_or("TRIPOD_INIT_METHOD", "");
+  std::string endpoint;
+  if (init_method.rfind("file://", 0) == 0) {
+    store = std::make_shared<FileStore>(init_method.substr(7), timeout);
+    endpoint = init_method;
+    if (auto a = env::get("TRIPOD_LOCAL_ADDR")) local_addr = *a;
+    else if (info.local_world_size != info.world_size) local_addr = hostname();
+  } else {
+    TRIPOD_CHECK_HINT(init_method.empty(), "use file:///shared/dir or leave it unset (TCP store)",
+                      "TRIPOD_INIT_METHOD='{}' is not understood", init_method);
+    if (info.rank == 0) server = std::make_unique<TcpStoreServer>(info.master_port, token);
+    auto tcp = std::make_shared<TcpStore>(info.master_addr, info.master_port, token, info.rank, timeout);
+    if (!is_loopback(info.master_addr)) local_addr = tcp->local_address();
+    endpoint = tcp->endpoint();
+    store = tcp;
+  }
+  auto ctx = init_with_store(info.rank, info.world_size, store, comm_device, timeout);
+  ctx->config_.local_rank = info.local_rank;
+  ctx->config_.local_addr = local_addr;
+  ctx->endpoint_ = endpoint;
+  ctx->server_ = std::move(server);
+  return ctx;
+}
+
+std::unique_ptr<DistContext> DistContext::init_with_store(int rank, int world_size,
+                                                          std::shared_ptr<Store> store,
+                                                          DeviceType comm_device,
+                                                          std::chrono::milliseconds timeout) {
+  std::unique_ptr<DistContext> ctx(new DistContext());
+  ctx->rank_ = rank;
+  ctx->world_size_ = world_size;
+  ctx->device_ = comm_device;
+  ctx->store_ = std::move(store);
+  ctx->config_.timeout = timeout;
+  ctx->config_.recorder = std::make_shared<FlightRecorder>();
+  ctx->config_.local_addr = "127.0.0.1";
+  ctx->endpoint_ = "the store";
+  if (world_size == 1) {
+    ctx->world_ = std::make_shared<LocalCommunicator>("world", rank);
+    return ctx;
+  }
+  TRIPOD_CHECK(comm_device == DeviceType::CPU || has_comm_factory(comm_device),
+               "no communicator for {} tensors in this build",
+               comm_device == DeviceType::CUDA ? "CUDA (NCCL)" : "this device");
+  ctx->join_world();
+  std::vector<int> all(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) all[size_t(r)] = r;
+  ctx->world_ = ctx->new_group({all}, "world");
+  return ctx;
+}
+
+void DistContext::join_world() {
+  Store& s = *store_;
+  s.set_str("join/rank/" + std::to_string(rank_),
+            fmt::format("{} pid {} world {}", hostname(), ::getpid(), world_size_));
+  const int64_t n = s.add("join/count", 1);
+  if (n == world_size_) s.set_str("join/done", "1");
+  TRIPOD_CHECK_HINT(n <= world_size_, "every rank must be started with the same WORLD_SIZE",
+                    "rank {}: {} ranks joined the rendezvous at {} but the world size is {}", rank_,
+                    n, endpoint_, world_size_);
+  try {
+    s.wait({"join/done"}, config_.timeout);
+  } catch (const TimeoutError&) {
+    std::vector<int> missing;
+    std::string joined;
+    for (int r = 0; r < world_size_; ++r) {
+      if (s.check({"join/rank/" + std::to_string(r)})) joined += (joined.empty() ? "" : ",") + std::to_string(r);
+      else missing.push_back(r);
+    }
+    std::string m;
+    for (int r : missing) m += (m.empty() ? "" : ", ") + std::to_string(r);
+    throw TimeoutError(
+        fmt::format("rank {}: timed out after {:.1f} s waiting for the other ranks to join the "
+                    "rendezvous at {}: rank(s) [{}] never joined (joined: {})",
+                    rank_, config_.timeout.count() / 1e3, endpoint_, m, joined),
+        "those ranks never started, crashed before initialising, or cannot reach "
+        "MASTER_ADDR:MASTER_PORT; look at their output");
+  }
+  const std::string mine = s.get_str("join/rank/" + std::to_string(rank_));
+  const std::string first = s.get_str("join/rank/0");
+  TRIPOD_CHECK_HINT(first.substr(first.rfind(' ') + 1) == mine.substr(mine.rfind(' ') + 1),
+                    "every rank must be started with the same WORLD_SIZE",
+                    "rank {} and rank 0 disagree on the world size ({} vs {})", rank_, mine, first);
+}
+
+std::shared_ptr<Communicator> DistContext::make_comm(const GroupSpec& spec, const std::string& prefix) {
+  auto ns = std::make_shared<PrefixStore>(prefix, store_);
+  if (device_ == DeviceType::CPU) return make_gloo_communicator(spec, ns, config_);
+  CommFactory f;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    auto it = registry().factories.find(device_);
+    TRIPOD_CHECK_HINT(it != registry().factories.end(), "rebuild with -DTRIPOD_CUDA=ON (NCCL)",
+                      "this tripod build has no GPU communicator");
+    f = it->second;
+  }
+  return f(spec, ns, config_);
+}
+
+std::shared_ptr<Communicator> DistContext::new_group(const std::vector<std::vector<int>>& groups,
+                                                     const std::string& name) {
+  ++groups_made_;
+  std::set<int> seen;
+  int mine = -1;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    TRIPOD_CHECK(!groups[g].empty(), "new_group '{}': group {} is empty", name, g);
+    for (int r : groups[g]) {
+      TRIPOD_CHECK(r >= 0 && r < world_size_, "new_group '{}': rank {} is outside the world of {}",
+                   name, r, world_size_);
+      TRIPOD_CHECK(seen.insert(r).second, "new_group '{}': rank {} is in two groups", name, r);
+      if (r == rank_) mine = int(g);
+    }
+  }
+  if (mine < 0) return nullptr;
+  const auto& members = groups[size_t(mine)];
+  GroupSpec spec;
+  spec.name = name;
+  spec.global_ranks = members;
+  spec.global_rank = rank_;
+  spec.group_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
+  std::shared_ptr<Communicator> comm;
+  if (members.size() == 1) comm = std::make_shared<LocalCommunicator>(name, rank_);
+  else comm = make_comm(spec, fmt::format("group/{}/{}/{}/", groups_made_, name, mine));
+  comms_.push_back(comm);
+  return comm;
+}
+
+void DistContext::abort() noexcept {
+  aborted_ = true;
+  for (auto& w : comms_)
+    if (auto c = w.lock()) c->abort();
+}
+
+DistContext::~DistContext() {
+  // Rank 0 hosts the store: keep it up until every rank has left, so a rank
+  // still connecting a group's mesh never loses it. Skipped when failing.
+  if (store_ && world_size_ > 1 && !aborted_ && std::uncaught_exceptions() == 0) {
+    try {
+      const int64_t n = store_->add("leave/count", 1);
+      if (n == world_size_) store_->set_str("leave/done", "1");
+      if (server_) store_->wait({"leave/done"}, std::min<Millis>(config_.timeout, Millis{60000}));
+    } catch (const std::exception& e) {
+      log::warn("rank {}: leaving the rendezvous: {}", rank_, e.what());
+    }
+  }
+  world_.reset();
+  comms_.clear();
+  store_.reset();
+  server_.reset();
+}
+
+}  // namespace tripod::dist

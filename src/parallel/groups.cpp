@@ -1,0 +1,25 @@
+// Implementation of parallel/groups.h.
+#include "parallel/groups.h"
+
+#include "base/error.h"
+
+namespace tripod::parallel {
+
+ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout) {
+  TRIPOD_CHECK_HINT(layout.world_size == ctx.world_size(),
+                    "build the layout with Layout::make(ctx.world_size(), ...)",
+                    "layout is for {} ranks but the job has {}", layout.world_size,
+                    ctx.world_size());
+  ProcessGroups pg;
+  pg.global_rank = ctx.rank();
+  pg.layout = layout;
+  pg.world = ctx.world();
+  pg.tp = ctx.new_group(layout.tp_groups(), "tp");
+  pg.dp = ctx.new_group(layout.dp_groups(), "dp");
+  pg.pp = ctx.new_group(layout.pp_groups(), "pp");
+  pg.mp = ctx.new_group(layout.mp_groups(), "mp");
+  pg.embd = ctx.new_group(layout.embd_groups(), "embd");
+  return pg;
+}
+
+}  // namespace tripod::parallel

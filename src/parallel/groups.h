@@ -1,0 +1,39 @@
+// ProcessGroups: the communicators of one rank, built once from a Layout and
+// passed explicitly to every layer and schedule (no global parallel state;
+// Megatron issue #6307 is why).
+//
+// Relates to: parallel/layout.h (the rank lists), dist/context.h (new_group).
+// Reference: Megatron-LM megatron/core/process_groups_config.py
+// (ProcessGroupCollection).
+//
+// Usage:
+//   auto ctx = dist::DistContext::init(dist::resolve_rank_info(), DeviceType::CPU, timeout);
+//   Layout layout = Layout::make(ctx->world_size(), tp, pp, vpp);
+//   ProcessGroups pg = make_process_groups(*ctx, layout);
+//   pg.tp->all_reduce(partial)->wait();       // pg.tp->rank() == layout.tp_rank(pg.global_rank)
+#pragma once
+
+#include <memory>
+
+#include "dist/communicator.h"
+#include "dist/context.h"
+#include "parallel/layout.h"
+
+namespace tripod::parallel {
+
+struct ProcessGroups {
+  std::shared_ptr<dist::Communicator> world;
+  std::shared_ptr<dist::Communicator> tp;    // tensor-parallel peers
+  std::shared_ptr<dist::Communicator> pp;    // pipeline stages of this model replica
+  std::shared_ptr<dist::Communicator> dp;    // data-parallel replicas
+  std::shared_ptr<dist::Communicator> mp;    // tp x pp: one whole model replica
+  std::shared_ptr<dist::Communicator> embd;  // first + last stage; null on middle stages
+  int global_rank = 0;
+  Layout layout;
+};
+
+// Collective over the world: every rank calls it with the same layout.
+// Groups are made in the order world, tp, dp, pp, mp, embd.
+ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout);
+
+}  // namespace tripod::parallel
