@@ -12,6 +12,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -119,11 +120,11 @@ class GlooWork : public Work {
 
 // On a timeout, every member that timed out in this collective says so in
 // the store; members that do not within a short window never reached it.
-std::string diagnose_missing(Shared& sh, uint64_t seq, const std::string& op) {
+std::string diagnose_missing(Shared& sh, uint64_t seq, const std::string& op, Millis timeout) {
   try {
     const std::string key = fmt::format("timeout/{}/", seq);
     sh.store->set_str(key + std::to_string(sh.spec.group_rank), op);
-    const auto until = Clock::now() + std::min(Millis{3000}, sh.config.timeout / 2);
+    const auto until = Clock::now() + std::clamp(timeout / 2, Millis{200}, Millis{3000});
     std::vector<int> missing;
     for (;;) {
       missing.clear();
@@ -316,11 +317,12 @@ class GlooCommunicator : public Communicator {
         const bool timed_out = msg.find("Timed out") != std::string::npos ||
                                dynamic_cast<const TimeoutError*>(&e) != nullptr;
         if (timed_out) {
-          const std::string missing = diagnose_missing(*sh, seq, op_name);
+          const double waited = elapsed();
+          const std::string missing = diagnose_missing(*sh, seq, op_name, to);
           log::error("{}: timed out after {:.1f} s. {}. Recent collectives of this rank:\n{}", what,
-                     elapsed(), missing, rec ? rec->dump() : std::string("(no recorder)"));
+                     waited, missing, rec ? rec->dump() : std::string("(no recorder)"));
           work->finish(std::make_exception_ptr(TimeoutError(
-              fmt::format("{} timed out after {:.1f} s; {}", what, elapsed(), missing),
+              fmt::format("{} timed out after {:.1f} s; {}", what, waited, missing),
               "raise --distributed-timeout-minutes if a rank is legitimately slow (e.g. loading); "
               "otherwise look at the missing ranks' output")));
         } else {
