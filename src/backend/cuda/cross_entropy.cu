@@ -1,0 +1,103 @@
+// Fused softmax cross-entropy that never materialises the probabilities:
+// step 1 the row max, step 2 the sum of exp(logit - max) and the target's
+// logit, step 3 the loss; backward recomputes softmax on the fly and writes
+// dlogits in place of (or beside) the logits. One 512-thread block per row:
+// a row is 50K+ logits, so a block per row keeps every read coalesced.
+// CUDA version of backend/cpu's ce_* ops.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cross_entropy.cuh"
+
+namespace tripod::backend::cuda {
+
+// ---- kernels ----
+
+constexpr int kCeBlock = 512;
+
+template <typename T>
+__global__ void ce_row_max_forward_kernel(float* row_max, const T* logits, int64_t V) {
+  __shared__ float shared[32];
+  const T* x = logits + blockIdx.x * V;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, to_f(x[j]));
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+template <typename T>
+__global__ void ce_row_sums_forward_kernel(float* sums, const T* logits, const float* row_max,
+                                           const int32_t* targets, int64_t vocab_start, int64_t N,
+                                           int64_t V) {
+  __shared__ float shared[32];
+  int64_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  float m = row_max[row];
+  float s = 0.f;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += __expf(to_f(x[j]) - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) {
+    int64_t t = int64_t(targets[row]) - vocab_start;
+    sums[row] = s;
+    sums[N + row] = (t >= 0 && t < V) ? to_f(x[t]) : 0.f;
+  }
+}
+
+__global__ void ce_loss_forward_kernel(float* losses, const float* sums, const float* row_max,
+                                       int64_t N) {
+  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < N) losses[i] = logf(sums[i]) + row_max[i] - sums[N + i];
+}
+
+// Each element is read and written by the same thread, so dlogits may alias logits.
+template <typename T>
+__global__ void ce_backward_kernel(T* dlogits, const T* logits, const float* row_max,
+                                   const float* sums, const int32_t* targets, int64_t vocab_start,
+                                   float dloss, int64_t V) {
+  int64_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  T* dx = dlogits + row * V;
+  float m = row_max[row];
+  float inv = 1.f / sums[row];
+  int64_t t = int64_t(targets[row]) - vocab_start;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+    float p = __expf(to_f(x[j]) - m) * inv;
+    dx[j] = from_f<T>(dloss * (p - (j == t ? 1.f : 0.f)));
+  }
+}
+
+// ---- launchers ----
+
+void ce_row_max(float* row_max, const void* logits, int64_t N, int64_t V_tp, DType dt,
+                cudaStream_t stream) {
+  if (N == 0) return;
+  TRIPOD_DISPATCH_ACT(dt, T, ce_row_max_forward_kernel<<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+      row_max, static_cast<const T*>(logits), V_tp));
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void ce_row_sums(float* sums, const void* logits, const float* row_max, const int32_t* targets,
+                 int64_t vocab_start, int64_t N, int64_t V_tp, DType dt, cudaStream_t stream) {
+  if (N == 0) return;
+  TRIPOD_DISPATCH_ACT(dt, T, ce_row_sums_forward_kernel<<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+      sums, static_cast<const T*>(logits), row_max, targets, vocab_start, N, V_tp));
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void ce_loss(float* losses, const float* sums, const float* row_max, int64_t N,
+             cudaStream_t stream) {
+  if (N == 0) return;
+  ce_loss_forward_kernel<<<static_cast<unsigned>(ceil_div(N, 256)), 256, 0, stream>>>(
+      losses, sums, row_max, N);
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void ce_backward(void* dlogits, const void* logits, const float* row_max, const float* sums,
+                 const int32_t* targets, int64_t vocab_start, float dloss, int64_t N,
+                 int64_t V_tp, DType dt, cudaStream_t stream) {
+  if (N == 0) return;
+  TRIPOD_DISPATCH_ACT(dt, T, ce_backward_kernel<<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+      static_cast<T*>(dlogits), static_cast<const T*>(logits), row_max, sums, targets,
+      vocab_start, dloss, V_tp));
+  TRIPOD_LAUNCH_CHECK();
+}
+
+}  // namespace tripod::backend::cuda

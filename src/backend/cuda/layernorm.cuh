@@ -1,0 +1,24 @@
+// LayerNorm launchers (CUDA version of backend/cpu's layernorm_forward /
+// layernorm_backward; contracts in backend/ops.h). inp/out/weight/bias/dout/
+// dinp share the activation dtype `dt`; mean/rstd are f32; dweight/dbias are
+// f32 or `dt` (grad_dt).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace tripod::backend::cuda {
+
+void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                       const void* bias, float eps, int64_t N, int64_t C, DType dt,
+                       cudaStream_t stream);
+
+// scratch: 2 * colsum_chunks(N) * C floats.
+void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
+                        const void* inp, const void* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C, DType dt, float* scratch, cudaStream_t stream);
+
+}  // namespace tripod::backend::cuda

@@ -1,0 +1,128 @@
+// cuBLASLt matmuls for the linear layers. Row-major (N, C) tensors are
+// column-major (C, N) matrices to cuBLAS, so each product is written in its
+// transposed, column-major form below. The bias is fused through the
+// CUBLASLT_EPILOGUE_BIAS epilogue (saves a read+write of the output).
+// Chosen algorithms are cached per shape, dtype and pointer alignment, so the
+// heuristic query runs once per distinct call.
+#include <algorithm>
+
+#include "backend/cuda/matmul.cuh"
+
+#include "backend/cuda/cuda_check.h"
+#include "base/error.h"
+
+namespace tripod::backend::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: TRIPOD_FAIL("cuBLASLt matmul: unsupported dtype {}", dtype_name(dt));
+  }
+}
+
+// Largest power of two (<= 256) dividing the address, for the heuristic's
+// alignment preferences (views can start at any element).
+int alignment_of(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && a % align) align >>= 1;
+  return align;
+}
+
+// RAII holders so an error thrown mid-setup leaks no descriptors.
+struct MatmulDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+};
+struct Preference {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Preference() { if (p) cublasLtMatmulPreferenceDestroy(p); }
+};
+
+}  // namespace
+
+BlasLt::BlasLt(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  TRIPOD_CUBLAS_CHECK(cublasLtCreate(&handle_));
+  TRIPOD_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+BlasLt::~BlasLt() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
+                  int64_t lda, const void* B, int64_t ldb, DType ab_dt, void* D, int64_t ldd,
+                  DType d_dt, float beta, const void* bias, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  cudaDataType_t ab = cuda_type(ab_dt), dd = cuda_type(d_dt);
+  MatmulDesc desc;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dd, sizeof(dd)));
+  }
+  // Stored (column-major) shapes: A is (m, k) or, transposed, (k, m).
+  Layout la, lb, ld;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, ab, trans_a ? k : m, trans_a ? m : k, lda));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, ab, trans_b ? n : k, trans_b ? k : n, ldb));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, dd, m, n, ldd));
+
+  int align = std::min({alignment_of(A), alignment_of(B), alignment_of(D),
+                        bias ? alignment_of(bias) : 256});
+  Key key{trans_a, trans_b, m, n, k, static_cast<int>(ab_dt), static_cast<int>(d_dt),
+          bias != nullptr, beta != 0.f, align};
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    Preference pref;
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof(workspace_bytes_)));
+    uint32_t a32 = static_cast<uint32_t>(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &a32, sizeof(a32)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, la.l, lb.l, ld.l, ld.l,
+                                                       pref.p, 1, &result, &found));
+    TRIPOD_CHECK(found > 0, "cuBLASLt found no algorithm for m={} n={} k={} ({} -> {}, bias={})",
+                 m, n, k, dtype_name(ab_dt), dtype_name(d_dt), bias != nullptr);
+    it = algos_.emplace(key, result.algo).first;
+  }
+  float alpha = 1.f;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, A, la.l, B, lb.l, &beta, D, ld.l, D,
+                                     ld.l, &it->second, workspace_, workspace_bytes_, stream));
+}
+
+// out^T (OC, N) = W (OC, C) . inp^T (C, N): A = W stored (C, OC) col-major, transposed.
+void matmul_forward(BlasLt& blas, void* out, const void* inp, const void* weight,
+                    const void* bias, int64_t N, int64_t C, int64_t OC, DType dt,
+                    cudaStream_t stream) {
+  blas.gemm(true, false, OC, N, C, weight, C, inp, C, dt, out, OC, dt, 0.f, bias, stream);
+}
+
+void matmul_backward(BlasLt& blas, void* dinp, void* dweight, DType dweight_dt, const void* dout,
+                     const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
+                     DType dt, cudaStream_t stream) {
+  // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N)
+  if (dinp) blas.gemm(false, false, C, N, OC, weight, C, dout, OC, dt, dinp, C, dt, 0.f, nullptr, stream);
+  // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)
+  if (dweight)
+    blas.gemm(false, true, C, OC, N, inp, C, dout, OC, dt, dweight, C, dweight_dt, 1.f, nullptr,
+              stream);
+}
+
+}  // namespace tripod::backend::cuda

@@ -1,0 +1,51 @@
+// Linear-layer matmuls through cuBLASLt (CUDA version of backend/cpu's
+// matmul_forward / matmul_backward; contracts in backend/ops.h). Inputs are
+// f32, bf16 or f16; accumulation is always f32 (CUBLAS_COMPUTE_32F, no TF32,
+// so f32 runs match the CPU reference to f32 rounding).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "tensor/dtype.h"
+
+namespace tripod::backend::cuda {
+
+// A cuBLASLt handle, its workspace and a cache of chosen algorithms; one per
+// backend (so per device and stream).
+class BlasLt {
+ public:
+  explicit BlasLt(size_t workspace_bytes = size_t(32) << 20);
+  ~BlasLt();
+  BlasLt(const BlasLt&) = delete;
+  BlasLt& operator=(const BlasLt&) = delete;
+
+  // Column-major D(m, n) = op(A) op(B) [+ bias(m) broadcast over n] + beta * D.
+  // A, B of ab_dt; D (and bias) of d_dt.
+  void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
+            int64_t lda, const void* B, int64_t ldb, DType ab_dt, void* D, int64_t ldd,
+            DType d_dt, float beta, const void* bias, cudaStream_t stream);
+
+ private:
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int, int, bool, bool, int>;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;
+};
+
+// out(N, OC) = inp(N, C) @ weight(OC, C)^T (+ bias(OC)); all of dtype dt.
+void matmul_forward(BlasLt& blas, void* out, const void* inp, const void* weight,
+                    const void* bias, int64_t N, int64_t C, int64_t OC, DType dt,
+                    cudaStream_t stream);
+// dinp(N, C) = dout @ weight (overwrite; may be null);
+// dweight(OC, C) += dout^T @ inp (dweight f32 or dt; may be null).
+void matmul_backward(BlasLt& blas, void* dinp, void* dweight, DType dweight_dt, const void* dout,
+                     const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
+                     DType dt, cudaStream_t stream);
+
+}  // namespace tripod::backend::cuda
