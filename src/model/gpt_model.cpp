@@ -63,6 +63,13 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   ws_ = std::make_unique<Workspace>();
 }
 
+GptModel::~GptModel() = default;
+
+const Tensor& GptModel::last_logits() const {
+  TRIPOD_CHECK(stage_.post_process && ws_->logits.defined(), "no logits: not the last stage, or no forward yet");
+  return ws_->logits;
+}
+
 Param& GptModel::layer_param(int64_t l, const char* suffix) {
   return params_->get(fmt::format("decoder.layers.{}.{}", l, suffix));
 }

@@ -58,6 +58,9 @@ struct MicroBatchActs {
 class GptModel {
  public:
   GptModel(const GptConfig& config, const StageConfig& stage, backend::Backend& be);
+  ~GptModel();
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
 
   const GptConfig& config() const { return config_; }
   const StageConfig& stage() const { return stage_; }
@@ -78,6 +81,9 @@ class GptModel {
   // Last stage: starts from acts.dlnf; other stages: from grad_output (N,C).
   // Accumulates parameter gradients; fills acts.grad_input on non-first stages.
   void backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed);
+  // Last stage: the logits (N, V_tp) of the last forward without grad
+  // (training overwrites them with their gradient).
+  const Tensor& last_logits() const;
 
  private:
   struct Workspace;

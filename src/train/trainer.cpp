@@ -30,11 +30,16 @@ void validate_args(const TrainArgs& a, int world_size) {
                     "--bf16 and --fp16 are mutually exclusive");
   TRIPOD_CHECK_HINT(a.device == "cuda" || (!a.bf16 && !a.fp16), "drop --bf16/--fp16, or run with --device cuda",
                     "the CPU backend computes in fp32 only");
-  TRIPOD_CHECK_HINT(a.mock_data || !a.data_path.empty(), "pass --data-path PREFIX, or --mock-data --vocab-size N",
-                    "no training data given");
 }
 
-Trainer::Trainer(const TrainArgs& args, backend::Backend& be) : args_(args), be_(be) {
+Trainer::Trainer(const TrainArgs& args, backend::Backend& be) : args_(args), be_(be) { setup(nullptr); }
+
+Trainer::Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplits data)
+    : args_(args), be_(be) {
+  setup(&data);
+}
+
+void Trainer::setup(data::DatasetSplits* given) {
   if (args_.global_batch_size == 0) args_.global_batch_size = args_.micro_batch_size;
   validate_args(args_, 1);
   TRIPOD_CHECK_HINT(args_.tp == 1 && args_.pp == 1, "launch one rank per model-parallel rank, e.g. "
@@ -73,7 +78,8 @@ Trainer::Trainer(const TrainArgs& args, backend::Backend& be) : args_(args), be_
   const int64_t evals = args_.eval_interval > 0 ? args_.train_iters / args_.eval_interval + 1 : 0;
   dc.valid_samples = evals * args_.eval_iters * args_.global_batch_size;
   dc.test_samples = args_.eval_iters * args_.global_batch_size;
-  data_ = data::build_gpt_datasets(dc);
+  data_ = given ? std::move(*given) : data::build_gpt_datasets(dc);
+  TRIPOD_CHECK(data_.train, "no training dataset");
 
   metrics_ = std::make_unique<MetricsWriter>(args_.metrics_file);
   acts_ = model_->make_acts(args_.micro_batch_size, cfg.seq_length);

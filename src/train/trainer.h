@@ -27,6 +27,8 @@ struct StepResult {
 class Trainer {
  public:
   Trainer(const TrainArgs& args, backend::Backend& be);
+  // With datasets given by the caller (tests, tools) instead of --data-path/--mock-data.
+  Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplits data);
   ~Trainer();
 
   // Runs --train-iters iterations with logging and evaluation.
@@ -42,6 +44,7 @@ class Trainer {
   int64_t num_microbatches() const { return num_microbatches_; }
 
  private:
+  void setup(data::DatasetSplits* data);
   void load_batch(const data::TokenDataset& ds, int64_t first_sample, model::MicroBatchActs& acts);
   double global_grad_norm();
   void check_finite(double loss, double grad_norm);
