@@ -1,0 +1,48 @@
+// Tokenizers for `tripod preprocess` (and later generation): GPT-2 byte-level
+// BPE and SentencePiece, behind one interface named as Megatron names them
+// (--tokenizer-type GPT2BPETokenizer | SentencePieceTokenizer).
+//
+// Contract: encode() and decode() are const and thread-safe (preprocess calls
+// them from --workers threads at once). encode() appends ids to *out and
+// never adds the end-of-document id; the caller appends eod() (--append-eod).
+// Input that is not valid UTF-8 is repaired first, see NOTE [Invalid UTF-8
+// policy] in data/utf8.h.
+//
+// Usage:
+//   TokenizerConfig c;
+//   c.type = "GPT2BPETokenizer"; c.vocab_file = ".../encoder.json"; c.merge_file = ".../vocab.bpe";
+//   auto tok = make_tokenizer(c);
+//   std::vector<int32_t> ids;
+//   tok->encode("Hello world", &ids);   // {15496, 995}
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tripod::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual int64_t vocab_size() const = 0;  // unpadded
+  virtual int32_t eod() const = 0;         // end-of-document id
+  virtual void encode(std::string_view text, std::vector<int32_t>* out) const = 0;
+  // The bytes of the ids, concatenated (may be invalid UTF-8 when the ids cut a character).
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+struct TokenizerConfig {
+  std::string type;            // GPT2BPETokenizer | SentencePieceTokenizer
+  std::string vocab_file;      // GPT-2: encoder.json (gpt2-vocab.json)
+  std::string merge_file;      // GPT-2: vocab.bpe (gpt2-merges.txt)
+  std::string tokenizer_model; // SentencePiece: .model file
+};
+
+std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& config);
+
+}  // namespace tripod::data
