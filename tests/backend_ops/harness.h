@@ -1,0 +1,68 @@
+// backend_ops harness (in the spirit of ggml's test-backend-ops): every op is
+// a small declarative case (its arguments, their roles and shapes, and a
+// call), run on a backend under test and on the CPU backend in float64 from
+// the same random inputs. Reports NMSE, max-abs and max-rel per output; the
+// NMSE gate is per activation dtype, in one table (tolerance()).
+//
+// Roles: In (random input, rounded to the tested dtype so both backends see
+// identical values), Out (poisoned with NaN before the call, so an unwritten
+// element fails), Acc (random initial value that the op adds into; checks
+// the += contract). Kinds: Act (the tested dtype: f32, bf16 or f16), F32
+// (statistics, parameter gradients, optimizer state: f32 under test, f64 in
+// the reference), Ids (i32 token ids in [lo, hi)).
+// A case may derive inputs (LayerNorm mean/rstd, attention out/lse, CE row
+// max/sums) by running ops on the reference first (`prepare`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+
+namespace tripod::testing {
+
+enum class Role { In, Out, Acc };
+enum class Kind { Act, F32, Ids };
+
+struct ArgSpec {
+  std::string name;
+  Shape shape;
+  Role role = Role::In;
+  Kind kind = Kind::Act;
+  double scale = 1.0, shift = 0.0;  // value = shift + scale * N(0,1) (|.| when positive)
+  bool positive = false;
+  int64_t lo = 0, hi = 0;           // Ids range [lo, hi)
+};
+
+using Args = std::vector<Tensor>;
+using OpFn = std::function<void(backend::Backend&, Args&)>;
+
+struct OpCase {
+  std::string name;
+  std::vector<ArgSpec> args;
+  OpFn run;
+  OpFn prepare;              // optional: derives In args on the f64 reference
+  bool f32_only = false;     // all arguments are f32 state (AdamW): one dtype is enough
+  double tol_scale = 1.0;    // multiplies the dtype's NMSE bound (documented per case)
+};
+
+// Max NMSE per tested activation dtype.
+double tolerance(DType act);
+
+// All cases (cases_*.cpp).
+const std::vector<OpCase>& all_cases();
+
+struct CaseResult {
+  bool ok = true;
+  std::string summary;  // one line per checked output
+  std::string detail;   // first elements, OK / NOT OK, on failure
+};
+
+// Runs `c` on `target` with activations of dtype `act` and on `ref` (the CPU
+// backend, float64), with inputs drawn from `seed`.
+CaseResult run_case(const OpCase& c, backend::Backend& target, DType act, backend::Backend& ref,
+                    uint64_t seed);
+
+}  // namespace tripod::testing

@@ -1,0 +1,29 @@
+// backend_ops on the CPU backend: every case in f32 against the same backend
+// in f64. Checks the f32 path of the reference itself and keeps the harness
+// exercised on machines without a GPU (label backend_ops).
+#include <gtest/gtest.h>
+
+#include "harness.h"
+
+namespace tripod::testing {
+namespace {
+
+class CpuOps : public ::testing::TestWithParam<int> {};
+
+TEST_P(CpuOps, MatchesFloat64) {
+  const OpCase& c = all_cases()[static_cast<size_t>(GetParam())];
+  auto target = backend::make_cpu_backend();
+  auto ref = backend::make_cpu_backend();
+  CaseResult r = run_case(c, *target, DType::F32, *ref, 1000 + GetParam());
+  std::printf("[cpu f32] %s\n%s", c.name.c_str(), r.summary.c_str());
+  EXPECT_TRUE(r.ok) << c.name << "\n" << r.summary << r.detail;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, CpuOps,
+                         ::testing::Range(0, static_cast<int>(all_cases().size())),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return all_cases()[static_cast<size_t>(p.param)].name;
+                         });
+
+}  // namespace
+}  // namespace tripod::testing

@@ -1,0 +1,45 @@
+// backend_ops on the CUDA backend: every case in f32, bf16 and f16 against
+// the CPU backend in f64, with fresh inputs per (case, dtype) and outputs
+// poisoned before each run. Skips cleanly when no GPU is visible
+// (labels gpu, backend_ops).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <tuple>
+
+#include "backend/cuda/cuda_backend.h"
+#include "harness.h"
+
+namespace tripod::testing {
+namespace {
+
+backend::Backend& cuda() {
+  static std::unique_ptr<backend::Backend> be = backend::make_cuda_backend(0);
+  return *be;
+}
+
+class GpuOps : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(GpuOps, MatchesCpuFloat64) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto [index, dt] = GetParam();
+  const OpCase& c = all_cases()[static_cast<size_t>(index)];
+  if (c.f32_only && dt != DType::F32) GTEST_SKIP() << c.name << " runs on f32 state only";
+  auto ref = backend::make_cpu_backend();
+  CaseResult r = run_case(c, cuda(), dt, *ref, 7000 + 31 * index + static_cast<int>(dt));
+  std::printf("[%s %s] %s\n%s", cuda().name().c_str(), dtype_name(dt), c.name.c_str(),
+              r.summary.c_str());
+  EXPECT_TRUE(r.ok) << c.name << " " << dtype_name(dt) << "\n" << r.summary << r.detail;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, GpuOps,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(all_cases().size())),
+                       ::testing::Values(DType::F32, DType::BF16, DType::F16)),
+    [](const ::testing::TestParamInfo<std::tuple<int, DType>>& p) {
+      return all_cases()[static_cast<size_t>(std::get<0>(p.param))].name + "_" +
+             dtype_name(std::get<1>(p.param));
+    });
+
+}  // namespace
+}  // namespace tripod::testing
