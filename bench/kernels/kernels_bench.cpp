@@ -1,0 +1,213 @@
+// Kernel timings of the CUDA backend at GPT-2 shapes (llm.c dev/cuda spirit,
+// but it links the production backend, so lab and trainer cannot drift).
+// Correctness is checked by tests/backend_ops (run it first: gpu_check.sh
+// does); this program only times. Each op: 3 warm-up calls, then 5 repeats
+// of `iters` calls between stream synchronisations; the median per-call time
+// is reported with achieved TFLOP/s (matmul, attention) or GB/s (bytes each
+// call must read + write at least once).
+//
+//   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--out results.md]
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "base/timer.h"
+
+using namespace tripod;
+
+namespace {
+
+struct Row {
+  std::string op, dtype, shape;
+  double us, tflops, gbs;
+};
+
+double median_us(backend::Backend& be, const std::function<void()>& fn, int iters) {
+  for (int i = 0; i < 3; ++i) fn();
+  be.synchronize();
+  std::vector<double> t;
+  for (int r = 0; r < 5; ++r) {
+    Timer timer;
+    for (int i = 0; i < iters; ++i) fn();
+    be.synchronize();
+    t.push_back(timer.seconds() * 1e6 / iters);
+  }
+  std::sort(t.begin(), t.end());
+  return t[2];
+}
+
+// Fills with small pseudo-random values (never time on zeros: METHOD.md).
+void fill(backend::Backend& be, Tensor& t, float scale = 0.02f) {
+  Tensor h = Tensor::empty({t.numel()}, DType::F32);
+  uint32_t s = 12345u + static_cast<uint32_t>(t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    h.data<float>()[i] = scale * ((s >> 8) * (1.f / 16777216.f) - 0.5f) * 2.f;
+  }
+  Tensor d = be.empty({t.numel()}, DType::F32);
+  be.copy(d, h);
+  Tensor flat = t.view({t.numel()});
+  if (t.dtype() == DType::F32) be.copy(flat, d);
+  else be.cast(flat, d);
+  be.synchronize();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model = "124m", out_path;
+  int64_t B = 8;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+    else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) B = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+  }
+  if (backend::cuda_device_count() == 0) {
+    std::printf("kernels_bench: no CUDA device, nothing to time\n");
+    return 0;
+  }
+  int64_t C = 768, NH = 12;
+  if (model == "350m") C = 1024, NH = 16;
+  if (model == "1.5b") C = 1600, NH = 25;
+  const int64_t T = 1024, N = B * T, V = 50304, HS = C / NH;
+  auto be = backend::make_cuda_backend(0);
+  std::vector<Row> rows;
+  auto add = [&](std::string op, DType dt, std::string shape, double us, double flops, double bytes) {
+    rows.push_back({std::move(op), dtype_name(dt), std::move(shape), us,
+                    flops > 0 ? flops / us * 1e-6 : 0, bytes > 0 ? bytes / us * 1e-3 : 0});
+    const Row& r = rows.back();
+    std::printf("%-26s %-5s %-24s %10.1f us %8.1f TFLOP/s %8.0f GB/s\n", r.op.c_str(), r.dtype.c_str(),
+                r.shape.c_str(), r.us, r.tflops, r.gbs);
+    std::fflush(stdout);
+  };
+  std::printf("device %s, GPT-2 %s: B=%lld T=%lld C=%lld NH=%lld HS=%lld V=%lld\n", be->name().c_str(),
+              model.c_str(), (long long)B, (long long)T, (long long)C, (long long)NH, (long long)HS,
+              (long long)V);
+
+  // Matmul ceiling through the same cuBLASLt path.
+  {
+    const int64_t S = 8192;
+    Tensor a = be->empty({S, S}, DType::BF16), w = be->empty({S, S}, DType::BF16), o = be->empty({S, S}, DType::BF16);
+    fill(*be, a, 1.f);
+    fill(*be, w, 1.f);
+    double us = median_us(*be, [&] { be->matmul_forward(o, a, w, nullptr); }, 5);
+    add("matmul_ceiling", DType::BF16, "8192^3", us, 2.0 * S * S * S, 0);
+  }
+
+  for (DType dt : {DType::BF16, DType::F32}) {
+    const double es = static_cast<double>(dtype_size(dt));
+    auto shp = [](std::initializer_list<int64_t> d) {
+      std::string s;
+      for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+      return s;
+    };
+    // Linear layers of one block and the LM head.
+    struct Lin { const char* name; int64_t c, oc; bool bias; };
+    for (Lin l : {Lin{"qkv", C, 3 * C, true}, Lin{"attn_proj", C, C, true}, Lin{"fc", C, 4 * C, true},
+                  Lin{"fc_proj", 4 * C, C, true}, Lin{"lm_head", C, V, false}}) {
+      Tensor x = be->empty({N, l.c}, dt), w = be->empty({l.oc, l.c}, dt), b = be->empty({l.oc}, dt);
+      Tensor y = be->empty({N, l.oc}, dt), dx = be->empty({N, l.c}, dt);
+      Tensor dw = be->empty({l.oc, l.c}, DType::F32), db = be->empty({l.oc}, DType::F32);
+      for (Tensor* t : {&x, &w, &b, &y}) fill(*be, *t);
+      be->zero(dw);
+      be->zero(db);
+      double f = 2.0 * N * l.c * l.oc;
+      double us = median_us(*be, [&] { be->matmul_forward(y, x, w, l.bias ? &b : nullptr); }, 10);
+      add(std::string("matmul_fwd_") + l.name, dt, shp({N, l.c, l.oc}), us, f, 0);
+      us = median_us(*be, [&] { be->matmul_backward(&dx, &dw, l.bias ? &db : nullptr, y, x, w); }, 10);
+      add(std::string("matmul_bwd_") + l.name, dt, shp({N, l.c, l.oc}), us, 2 * f, 0);
+    }
+    // Attention (causal): forward 2 matmuls of B*NH*T*T/2*HS MACs.
+    {
+      Tensor qkv = be->empty({B, T, 3 * C}, dt), o = be->empty({B, T, C}, dt), dout = be->empty({B, T, C}, dt);
+      Tensor lse = be->empty({B, NH, T}, DType::F32), dqkv = be->empty({B, T, 3 * C}, dt);
+      fill(*be, qkv, 1.f);
+      fill(*be, dout, 1.f);
+      double f = 4.0 * B * NH * T * T * HS / 2;
+      double us = median_us(*be, [&] { be->attention_forward(o, lse, qkv, static_cast<int>(NH)); }, 3);
+      add("attention_fwd", dt, shp({B, T, NH, HS}), us, f, 0);
+      us = median_us(*be, [&] { be->attention_backward(dqkv, dout, qkv, o, lse, static_cast<int>(NH)); }, 3);
+      add("attention_bwd", dt, shp({B, T, NH, HS}), us, 2.5 * f, 0);
+    }
+    // Memory-bound ops: bytes = each input read once + each output written once.
+    {
+      Tensor x = be->empty({N, C}, dt), y = be->empty({N, C}, dt), dx = be->empty({N, C}, dt);
+      Tensor w = be->empty({C}, dt), b = be->empty({C}, dt), mean = be->empty({N}, DType::F32),
+             rstd = be->empty({N}, DType::F32), dw = be->empty({C}, DType::F32), db = be->empty({C}, DType::F32);
+      for (Tensor* t : {&x, &y, &w, &b}) fill(*be, *t, 1.f);
+      be->zero(dx);
+      be->zero(dw);
+      be->zero(db);
+      double nc = double(N) * C * es;
+      double us = median_us(*be, [&] { be->layernorm_forward(y, mean, rstd, x, w, b, 1e-5f); }, 20);
+      add("layernorm_fwd", dt, shp({N, C}), us, 0, 2 * nc);
+      us = median_us(*be, [&] { be->layernorm_backward(dx, dw, db, y, x, w, mean, rstd); }, 20);
+      add("layernorm_bwd", dt, shp({N, C}), us, 0, 4 * nc);
+      us = median_us(*be, [&] { be->add(y, x, dx); }, 20);
+      add("residual_add", dt, shp({N, C}), us, 0, 3 * nc);
+    }
+    {
+      Tensor x = be->empty({N, 4 * C}, dt), y = be->empty({N, 4 * C}, dt), dx = be->empty({N, 4 * C}, dt);
+      fill(*be, x, 1.f);
+      fill(*be, y, 1.f);
+      double nc = double(N) * 4 * C * es;
+      double us = median_us(*be, [&] { be->gelu_forward(y, x); }, 20);
+      add("gelu_fwd", dt, shp({N, 4 * C}), us, 0, 2 * nc);
+      us = median_us(*be, [&] { be->gelu_backward(dx, x, y); }, 20);
+      add("gelu_bwd", dt, shp({N, 4 * C}), us, 0, 3 * nc);
+    }
+    {
+      Tensor logits = be->empty({N, V}, dt), dlogits = be->empty({N, V}, dt);
+      Tensor mx = be->empty({N}, DType::F32), sums = be->empty({2, N}, DType::F32), loss = be->empty({N}, DType::F32);
+      Tensor tg = be->empty({N}, DType::I32);
+      fill(*be, logits, 4.f);
+      be->zero(tg);
+      double nv = double(N) * V * es;
+      double us = median_us(*be, [&] {
+        be->ce_row_max(mx, logits);
+        be->ce_row_sums(sums, logits, mx, tg, 0);
+        be->ce_loss(loss, sums, mx);
+      }, 5);
+      add("ce_forward(3 steps)", dt, shp({N, V}), us, 0, 2 * nv);
+      us = median_us(*be, [&] { be->ce_backward(dlogits, logits, mx, sums, tg, 0, 1.f / N); }, 5);
+      add("ce_backward", dt, shp({N, V}), us, 0, 2 * nv);
+    }
+  }
+  // Optimizer over a GPT-2 124M-sized parameter vector (f32 state).
+  {
+    const int64_t P = 124439808;
+    Tensor p = be->empty({P}, DType::F32), g = be->empty({P}, DType::F32), m = be->empty({P}, DType::F32),
+           v = be->empty({P}, DType::F32), acc = be->empty({1}, DType::F32);
+    for (Tensor* t : {&p, &g}) fill(*be, *t);
+    be->zero(m);
+    be->zero(v);
+    be->zero(acc);
+    backend::AdamWStep s;
+    s.lr = 1e-4f;
+    double us = median_us(*be, [&] { be->adamw_update(p, g, m, v, s); }, 5);
+    add("adamw_update", DType::F32, std::to_string(P), us, 0, 28.0 * P);
+    us = median_us(*be, [&] { be->sum_squares(acc, g); }, 5);
+    add("sum_squares", DType::F32, std::to_string(P), us, 0, 4.0 * P);
+    Tensor h = be->empty({P}, DType::BF16);
+    us = median_us(*be, [&] { be->cast(h, p); }, 5);
+    add("cast f32->bf16", DType::F32, std::to_string(P), us, 0, 6.0 * P);
+  }
+  std::printf("peak device memory %.2f GiB\n", be->peak_memory_bytes() / 1073741824.0);
+
+  if (!out_path.empty()) {
+    FILE* f = std::fopen(out_path.c_str(), "w");
+    if (f) {
+      std::fprintf(f, "| op | dtype | shape | us | TFLOP/s | GB/s |\n|---|---|---|---|---|---|\n");
+      for (const Row& r : rows)
+        std::fprintf(f, "| %s | %s | %s | %.1f | %s | %s |\n", r.op.c_str(), r.dtype.c_str(), r.shape.c_str(),
+                     r.us, r.tflops > 0 ? std::to_string(r.tflops).substr(0, 6).c_str() : "",
+                     r.gbs > 0 ? std::to_string(static_cast<int>(r.gbs)).c_str() : "");
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# One script for the GPU checks of the CUDA backend: build with CUDA, run the
+# gpu-labelled tests (every op against the CPU backend in f64), then time the
+# kernels. Logs and a summary go to $OUT (default: ./gpu_check_out).
+#
+#   scripts/gpu_check.sh                    configure + build in build-gpu/, test, bench
+#   scripts/gpu_check.sh --stage DIR        (on a build machine) copy the built test and
+#                                           bench binaries, plus the non-system shared
+#                                           libraries they need, into DIR
+#   scripts/gpu_check.sh --prebuilt DIR     (on the GPU machine) run the binaries from DIR
+#                                           instead of building (for GPU hosts that lack
+#                                           the build dependencies)
+# Options: --build-dir DIR (default build-gpu, or build-cuda with --stage),
+#          --models "124m 350m 1.5b" (bench shapes; default 124m).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+mode=build; dir=""; build_dir=""; models="124m"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) mode=stage; dir="$2"; shift 2 ;;
+    --prebuilt) mode=prebuilt; dir="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --models) models="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+TARGETS=(test_backend_ops_gpu test_backend_ops_cpu kernels_bench)
+bin_path() {  # where a target's binary lies in a build dir
+  case "$1" in
+    kernels_bench) echo "$2/bench/kernels/kernels_bench" ;;
+    *) echo "$2/tests/backend_ops/$1" ;;
+  esac
+}
+
+if [[ $mode == stage ]]; then
+  build_dir=${build_dir:-build-cuda}
+  cmake --build "$build_dir" --target "${TARGETS[@]}" -j2 || exit 1
+  rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
+  for t in "${TARGETS[@]}"; do cp "$(bin_path "$t" "$build_dir")" "$dir/bin/"; done
+  strip --strip-unneeded "$dir"/bin/*
+  # Shared libraries from the distribution that a CUDA image may lack; the
+  # CUDA libraries themselves (cuBLAS, cuBLASLt) are taken from the GPU host.
+  for lib in $(ldd "$dir/bin/test_backend_ops_gpu" | awk '/=>/ {print $3}' |
+               grep -E 'libopenblas|libgfortran|libquadmath|libfmt|libgomp'); do
+    cp -L "$lib" "$dir/lib/"
+  done
+  git rev-parse HEAD > "$dir/COMMIT"
+  git status --porcelain -- src/backend tests/backend_ops bench/kernels | head -20 > "$dir/DIRTY"
+  du -sh "$dir"
+  exit 0
+fi
+
+OUT=${OUT:-$PWD/gpu_check_out}
+mkdir -p "$OUT"
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+note "gpu_check: $(date -u +%Y-%m-%dT%H:%MZ) mode=$mode host=$(hostname)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.limit --format=csv 2>&1 | tee -a "$summary"
+note "glibc: $(ldd --version 2>&1 | head -1)"
+
+if [[ $mode == build ]]; then
+  build_dir=${build_dir:-build-gpu}
+  note "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIPOD_CUDA=ON > "$OUT/configure.log" 2>&1 ||
+    { note "configure FAILED (see configure.log; missing build dependencies? try --prebuilt)"; tail -20 "$OUT/configure.log"; exit 1; }
+  cmake --build "$build_dir" --target "${TARGETS[@]}" > "$OUT/build.log" 2>&1 ||
+    { note "build FAILED (see build.log)"; tail -30 "$OUT/build.log"; exit 1; }
+  BIN_GPU=$(bin_path test_backend_ops_gpu "$build_dir")
+  BIN_CPU=$(bin_path test_backend_ops_cpu "$build_dir")
+  BIN_BENCH=$(bin_path kernels_bench "$build_dir")
+else
+  note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt; uncommitted: $(wc -l < "$dir/DIRTY" 2>/dev/null) files)"
+  BIN_GPU="$dir/bin/test_backend_ops_gpu"; BIN_CPU="$dir/bin/test_backend_ops_cpu"; BIN_BENCH="$dir/bin/kernels_bench"
+  export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+  # Find any CUDA library the host keeps elsewhere (e.g. in Python wheels).
+  for miss in $(ldd "$BIN_GPU" | awk '/not found/ {print $1}'); do
+    found=$(find /usr /opt -name "$miss" 2>/dev/null | head -1)
+    [[ -n $found ]] && export LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
+    note "library $miss -> ${found:-NOT FOUND}"
+  done
+fi
+
+note "---- tests (every op vs CPU f64) ----"
+"$BIN_CPU" > "$OUT/test_cpu.log" 2>&1; note "test_backend_ops_cpu rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cpu.log" | head -2 | tr '\n' ' ')"
+"$BIN_GPU" > "$OUT/test_gpu.log" 2>&1; rc=$?
+note "test_backend_ops_gpu rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/test_gpu.log" | head -3 | tr '\n' ' ')"
+grep -E '^\[  FAILED  \] All' "$OUT/test_gpu.log" | tee -a "$summary"
+# Worst NMSE per dtype (lines: "  name  OK nmse=...").
+awk '/^\[cuda/ {dt=$3} /nmse=/ {split($0,a,"nmse="); split(a[2],b," "); v=b[1]+0; if (v>worst[dt]) worst[dt]=v}
+     END {for (d in worst) printf "worst nmse %s: %.3e\n", d, worst[d]}' "$OUT/test_gpu.log" | tee -a "$summary"
+
+note "---- kernel timings ----"
+for m in $models; do
+  timeout 300 "$BIN_BENCH" --model "$m" --out "$OUT/bench_$m.md" > "$OUT/bench_$m.log" 2>&1
+  note "kernels_bench $m rc=$?"
+  cat "$OUT/bench_$m.log" >> "$summary"
+done
+tail -60 "$summary"
