@@ -1,0 +1,256 @@
+// `tripod bench comm`: communication benchmark in the spirit of nccl-tests
+// (time, algbw, busbw per collective and size, with a data check before
+// timing), and `--check`, which verifies every collective on every group of
+// a layout against analytic values (used by the launcher tests).
+//
+// Bandwidths are defined exactly as nccl-tests' doc/PERFORMANCE.md:
+//   algbw = S / t, S = bytes of the full buffer (all_gather: the gathered
+//           output; reduce_scatter: the input), t = time of one op
+//   busbw = algbw x factor: all_reduce 2(n-1)/n, all_gather and
+//           reduce_scatter (n-1)/n, broadcast and send/recv 1.
+// t is the slowest rank's mean over --iters.
+//
+// Relates to: parallel/groups_check.h, dist/context.h, docs/distributed.md.
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "cli/command.h"
+#include "dist/context.h"
+#include "dist/rendezvous.h"
+#include "parallel/groups.h"
+#include "parallel/groups_check.h"
+
+namespace tripod::cli {
+namespace {
+
+using dist::Communicator;
+
+struct CommArgs {
+  int tp = 1, pp = 1;
+  bool check = false;
+  std::vector<int64_t> check_sizes;
+  int64_t min_bytes = 8, max_bytes = 16 << 20;
+  int step_factor = 4;
+  int iters = 10, warmup = 3;
+  std::string ops = "all_reduce,all_gather,reduce_scatter,broadcast,sendrecv";
+  std::string group = "world";
+  double timeout_minutes = 10;
+  int fault_hang_rank = -1, fault_kill_rank = -1, fault_kill_after_ms = 300;
+};
+
+double bus_factor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter") return double(n - 1) / n;
+  return 1.0;
+}
+
+// One op on `bytes` of f32: returns a function that runs it once and the
+// number of wrong elements of its analytic check.
+struct OpCase {
+  std::function<void()> run;
+  std::function<int64_t()> wrong;
+};
+
+OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, int me) {
+  const int n = c.size(), gr = c.rank();
+  const int64_t total = std::max<int64_t>(1, bytes / 4);
+  const int64_t per = std::max<int64_t>(1, total / n);
+  auto f = [](const Tensor& t) { return t.data<float>(); };
+  OpCase oc;
+  if (op == "all_reduce") {
+    Tensor t = Tensor::empty({total}, DType::F32);
+    auto init = [=] { for (int64_t i = 0; i < total; ++i) f(t)[i] = float(gr + 1); };
+    init();
+    oc.run = [&c, t]() mutable { c.all_reduce(t)->wait(); };
+    oc.wrong = [=] {
+      int64_t w = 0;
+      for (int64_t i = 0; i < total; ++i) w += f(t)[i] != float(n * (n + 1) / 2);
+      init();
+      return w;
+    };
+  } else if (op == "all_gather") {
+    Tensor in = Tensor::empty({per}, DType::F32), out = Tensor::empty({per * n}, DType::F32);
+    for (int64_t i = 0; i < per; ++i) f(in)[i] = float(gr);
+    oc.run = [&c, in, out]() mutable { c.all_gather(out, in)->wait(); };
+    oc.wrong = [=] {
+      int64_t w = 0;
+      for (int64_t i = 0; i < per * n; ++i) w += f(out)[i] != float(i / per);
+      return w;
+    };
+  } else if (op == "reduce_scatter") {
+    Tensor in = Tensor::empty({per * n}, DType::F32), out = Tensor::empty({per}, DType::F32);
+    for (int64_t i = 0; i < per * n; ++i) f(in)[i] = float(i / per + gr);
+    oc.run = [&c, in, out]() mutable { c.reduce_scatter(out, in)->wait(); };
+    oc.wrong = [=] {  // sum over ranks r of (gr + r)
+      int64_t w = 0;
+      for (int64_t i = 0; i < per; ++i) w += f(out)[i] != float(n * gr + n * (n - 1) / 2);
+      return w;
+    };
+  } else if (op == "broadcast") {
+    Tensor t = Tensor::empty({total}, DType::F32);
+    for (int64_t i = 0; i < total; ++i) f(t)[i] = gr == 0 ? 42.0f : 0.0f;
+    oc.run = [&c, t]() mutable { c.broadcast(t, {0})->wait(); };
+    oc.wrong = [=] {
+      int64_t w = 0;
+      for (int64_t i = 0; i < total; ++i) w += f(t)[i] != 42.0f;
+      return w;
+    };
+  } else if (op == "sendrecv") {
+    TRIPOD_CHECK(n > 1, "sendrecv needs a group of 2 or more ranks");
+    Tensor s = Tensor::empty({total}, DType::F32), r = Tensor::empty({total}, DType::F32);
+    for (int64_t i = 0; i < total; ++i) f(s)[i] = float(gr);
+    oc.run = [&c, s, r, n, gr]() mutable {
+      auto rw = c.recv(r, (gr + n - 1) % n);
+      auto sw = c.send(s, (gr + 1) % n);
+      sw->wait();
+      rw->wait();
+    };
+    oc.wrong = [=] {
+      int64_t w = 0;
+      for (int64_t i = 0; i < total; ++i) w += f(r)[i] != float((gr + n - 1) % n);
+      return w;
+    };
+  } else {
+    TRIPOD_FAIL("--ops: unknown op '{}' (all_reduce, all_gather, reduce_scatter, broadcast, sendrecv)", op);
+  }
+  (void)me;
+  return oc;
+}
+
+int64_t all_sum(Communicator& world, double v, bool max) {
+  Tensor t = Tensor::empty({1}, DType::F64);
+  t.data<double>()[0] = v;
+  world.all_reduce(t, {max ? dist::ReduceOp::Max : dist::ReduceOp::Sum})->wait();
+  return int64_t(t.data<double>()[0]);
+}
+
+double all_max(Communicator& world, double v) {
+  Tensor t = Tensor::empty({1}, DType::F64);
+  t.data<double>()[0] = v;
+  world.all_reduce(t, {dist::ReduceOp::Max})->wait();
+  return t.data<double>()[0];
+}
+
+void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg) {
+  std::map<std::string, std::shared_ptr<Communicator>> by_name = {
+      {"world", pg.world}, {"tp", pg.tp}, {"dp", pg.dp}, {"pp", pg.pp}, {"mp", pg.mp}};
+  TRIPOD_CHECK(by_name.count(a.group), "--group must be world, tp, dp, pp or mp; got '{}'", a.group);
+  Communicator& c = *by_name[a.group];
+  Communicator& world = *pg.world;
+  const bool root = pg.global_rank == 0;
+  if (root) {
+    std::printf("# tripod bench comm: %s, group %s (size %d), f32, %d iters after %d warm-up\n",
+                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.iters, a.warmup);
+    std::printf("# %12s %12s %-15s %12s %12s %12s %8s\n", "size(B)", "count", "op", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  }
+  std::stringstream ss(a.ops);
+  std::string op;
+  int64_t total_wrong = 0;
+  while (std::getline(ss, op, ',')) {
+    if (op == "sendrecv" && c.size() == 1) continue;
+    for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.step_factor) {
+      OpCase oc = make_case(op, c, bytes, pg.global_rank);
+      oc.run();  // data check before timing
+      const int64_t wrong = all_sum(world, double(oc.wrong()), false);
+      total_wrong += wrong;
+      for (int i = 0; i < a.warmup; ++i) oc.run();
+      world.barrier();
+      Timer timer;
+      for (int i = 0; i < a.iters; ++i) oc.run();
+      const double t = all_max(world, timer.seconds() / a.iters);
+      const int64_t count = std::max<int64_t>(1, bytes / 4);
+      const int64_t sized = op == "all_gather" || op == "reduce_scatter"
+                                ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
+                                : count * 4;
+      const double algbw = double(sized) / t / 1e9;
+      if (root)
+        std::printf("  %12lld %12lld %-15s %12.1f %12.3f %12.3f %8lld\n", (long long)sized,
+                    (long long)(sized / 4), op.c_str(), t * 1e6, algbw, algbw * bus_factor(op, c.size()),
+                    (long long)wrong);
+    }
+  }
+  if (root) std::fflush(stdout);
+  TRIPOD_CHECK(total_wrong == 0, "bench comm: {} wrong elements in the data checks", total_wrong);
+}
+
+int run_comm(const CommArgs& a) {
+  const auto timeout = std::chrono::milliseconds(int64_t(a.timeout_minutes * 60e3));
+  dist::RankInfo info = dist::resolve_rank_info();
+  auto ctx = dist::DistContext::init(info, DeviceType::CPU, timeout);
+  const auto layout = parallel::Layout::make(ctx->world_size(), a.tp, a.pp);
+  auto pg = parallel::make_process_groups(*ctx, layout);
+  if (ctx->rank() == a.fault_hang_rank) {
+    log::warn("rank {}: --fault-hang-rank: sleeping instead of communicating", ctx->rank());
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  if (ctx->rank() == a.fault_kill_rank) {
+    std::thread([ms = a.fault_kill_after_ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      ::raise(SIGKILL);
+    }).detach();
+  }
+  if (a.check) {
+    Timer t;
+    auto sizes = a.check_sizes.empty() ? parallel::default_check_sizes() : a.check_sizes;
+    auto rep = parallel::check_process_groups(pg, sizes);
+    if (ctx->rank() == 0)
+      std::printf("comm check passed: %s, launcher %s, %d groups per rank, %lld ops per rank, "
+                  "sizes 1..%lld elements, %.2f s\n",
+                  layout.str().c_str(), info.launcher.c_str(), rep.groups_checked,
+                  (long long)rep.ops_checked, (long long)sizes.back(), t.seconds());
+    std::fflush(stdout);
+    return 0;
+  }
+  run_bench(a, pg);
+  return 0;
+}
+
+int run_bench_cmd(int argc, char** argv) {
+  CLI::App app{"Benchmarks. `tripod bench comm`: collective time/algbw/busbw (nccl-tests definitions)",
+               "tripod bench"};
+  app.require_subcommand(1);
+  CommArgs a;
+  CLI::App* comm = app.add_subcommand("comm", "collectives over the job's groups (run under a launcher)");
+  comm->add_option("--tensor-model-parallel-size", a.tp)->capture_default_str();
+  comm->add_option("--pipeline-model-parallel-size", a.pp)->capture_default_str();
+  comm->add_flag("--check", a.check, "verify every collective on every group against analytic values, then exit");
+  comm->add_option("--check-sizes", a.check_sizes, "element counts for --check (default 1 .. 1500001)");
+  comm->add_option("--min-bytes", a.min_bytes)->capture_default_str();
+  comm->add_option("--max-bytes", a.max_bytes)->capture_default_str();
+  comm->add_option("--step-factor", a.step_factor)->capture_default_str();
+  comm->add_option("--iters", a.iters)->capture_default_str();
+  comm->add_option("--warmup-iters", a.warmup)->capture_default_str();
+  comm->add_option("--ops", a.ops, "comma-separated")->capture_default_str();
+  comm->add_option("--group", a.group, "world | tp | dp | pp | mp")->capture_default_str();
+  comm->add_option("--distributed-timeout-minutes", a.timeout_minutes, "every wait's timeout (fractions allowed)")
+      ->capture_default_str();
+  // Fault injection for the launcher tests; not shown in --help.
+  comm->add_option("--fault-hang-rank", a.fault_hang_rank)->group("");
+  comm->add_option("--fault-kill-rank", a.fault_kill_rank)->group("");
+  comm->add_option("--fault-kill-after-ms", a.fault_kill_after_ms)->group("");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  TRIPOD_CHECK(a.step_factor >= 2, "--step-factor must be >= 2");
+  TRIPOD_CHECK(a.iters >= 1, "--iters must be >= 1");
+  return run_comm(a);
+}
+
+}  // namespace
+}  // namespace tripod::cli
+
+TRIPOD_REGISTER_COMMAND(bench, "bench", "benchmarks: `bench comm` (collective bandwidth, nccl-tests style)",
+                        tripod::cli::run_bench_cmd);
