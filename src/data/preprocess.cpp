@@ -1,0 +1,405 @@
+// Implementation of data/preprocess.h. See NOTE [Preprocess pipeline].
+// Reference for the flags and outputs: Megatron-LM tools/preprocess_data.py.
+#include "data/preprocess.h"
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "data/indexed_dataset.h"
+#include "data/utf8.h"
+
+namespace tripod::data {
+namespace {
+
+// Whole records of the input: text[offsets[i], offsets[i+1]) is record i,
+// which starts on line lines[i].
+struct Batch {
+  int64_t seq = 0;
+  std::string text;
+  std::vector<size_t> offsets{0};
+  std::vector<int64_t> lines;
+  int64_t bytes = 0;  // input bytes consumed, separators included
+};
+
+// Tokens of one batch, per key: tokens back to back and document lengths.
+struct Result {
+  std::vector<std::vector<int32_t>> tokens, lengths;
+  int64_t records = 0, skipped_invalid = 0, skipped_empty = 0, utf8_repaired = 0, bytes = 0;
+  std::string error, hint;  // first error of the batch (then the run stops)
+};
+
+// Reads records from the input in batches. Lines are split with memchr over
+// 4 MiB blocks; text-paragraphs joins lines until a blank one.
+class RecordReader {
+ public:
+  RecordReader(const PreprocessConfig& c) : config_(c) {
+    file_ = std::fopen(c.input.c_str(), "rb");
+    TRIPOD_CHECK_HINT(file_, "check --input", "cannot open --input {}: {}", c.input,
+                      std::strerror(errno));
+    paragraphs_ = c.input_format == "text-paragraphs";
+  }
+  ~RecordReader() { std::fclose(file_); }
+
+  // Next batch, or nullopt at the end of the input.
+  std::optional<Batch> next(int64_t seq) {
+    Batch b;
+    b.seq = seq;
+    std::string line;
+    bool in_paragraph = false;
+    int64_t paragraph_line = 0;
+    while (static_cast<int64_t>(b.text.size()) < config_.batch_bytes) {
+      int64_t lineno;
+      size_t consumed;
+      if (!read_line(&line, &lineno, &consumed)) break;
+      b.bytes += static_cast<int64_t>(consumed);
+      if (!paragraphs_) {
+        add(&b, line, lineno);
+        continue;
+      }
+      const bool blank = line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+      if (blank) {
+        if (in_paragraph) close(&b, paragraph_line);
+        in_paragraph = false;
+        continue;
+      }
+      if (in_paragraph) b.text += '\n';
+      else paragraph_line = lineno;
+      in_paragraph = true;
+      b.text += line;
+    }
+    if (in_paragraph) {  // finish the paragraph in this batch (continue past the size)
+      int64_t lineno;
+      size_t consumed;
+      while (read_line(&line, &lineno, &consumed)) {
+        b.bytes += static_cast<int64_t>(consumed);
+        if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) break;
+        b.text += '\n';
+        b.text += line;
+      }
+      close(&b, paragraph_line);
+    }
+    if (b.lines.empty() && b.bytes == 0) return std::nullopt;
+    return b;
+  }
+
+ private:
+  void add(Batch* b, const std::string& line, int64_t lineno) {
+    b->text += line;
+    close(b, lineno);
+  }
+  void close(Batch* b, int64_t lineno) {
+    b->offsets.push_back(b->text.size());
+    b->lines.push_back(lineno);
+  }
+  // One line without its "\n" (and "\r\n" for text input).
+  bool read_line(std::string* line, int64_t* lineno, size_t* consumed) {
+    line->clear();
+    *consumed = 0;
+    for (;;) {
+      if (pos_ == buf_.size()) {
+        buf_.resize(1 << 22);
+        const size_t n = std::fread(buf_.data(), 1, buf_.size(), file_);
+        TRIPOD_CHECK(!std::ferror(file_), "reading --input {} failed", config_.input);
+        buf_.resize(n);
+        pos_ = 0;
+        if (n == 0) {
+          if (*consumed == 0) return false;
+          break;  // last line without "\n"
+        }
+      }
+      const char* start = buf_.data() + pos_;
+      const void* nl = std::memchr(start, '\n', buf_.size() - pos_);
+      const size_t take = nl ? static_cast<const char*>(nl) - start : buf_.size() - pos_;
+      line->append(start, take);
+      pos_ += take + (nl ? 1 : 0);
+      *consumed += take + (nl ? 1 : 0);
+      if (nl) break;
+    }
+    *lineno = ++line_;
+    if (config_.input_format != "jsonl" && !line->empty() && line->back() == '\r') line->pop_back();
+    return true;
+  }
+
+  const PreprocessConfig& config_;
+  std::FILE* file_;
+  bool paragraphs_ = false;
+  std::string buf_;
+  size_t pos_ = 0;
+  int64_t line_ = 0;
+};
+
+void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch& b, Result* r) {
+  const size_t nkeys = c.json_keys.size();
+  r->tokens.assign(nkeys, {});
+  r->lengths.assign(nkeys, {});
+  r->bytes = b.bytes;
+  const bool jsonl = c.input_format == "jsonl";
+  std::vector<int32_t> ids;
+  std::string repaired;
+  for (size_t i = 0; i + 1 < b.offsets.size(); ++i) {
+    ++r->records;
+    std::string_view rec(b.text.data() + b.offsets[i], b.offsets[i + 1] - b.offsets[i]);
+    if (!is_valid_utf8(rec)) {
+      ++r->utf8_repaired;
+      repaired = repair_utf8(rec);
+      rec = repaired;
+    }
+    std::vector<std::string> texts;
+    if (jsonl) {
+      if (rec.find_first_not_of(" \t\r") == std::string_view::npos) {
+        ++r->skipped_empty;  // blank line
+        continue;
+      }
+      std::string problem;
+      try {
+        const auto obj = nlohmann::json::parse(rec);
+        if (!obj.is_object()) problem = "the line is not a JSON object";
+        for (size_t k = 0; k < nkeys && problem.empty(); ++k) {
+          auto it = obj.find(c.json_keys[k]);
+          if (it == obj.end()) problem = fmt::format("missing key '{}'", c.json_keys[k]);
+          else if (!it->is_string()) problem = fmt::format("key '{}' is not a string", c.json_keys[k]);
+          else texts.push_back(it->get<std::string>());
+        }
+      } catch (const nlohmann::json::exception& e) {
+        problem = fmt::format("malformed JSON: {}", e.what());
+      }
+      if (!problem.empty()) {
+        if (c.skip_invalid) {
+          ++r->skipped_invalid;
+          continue;
+        }
+        r->error = fmt::format("{}:{}: {}", c.input, b.lines[i], problem);
+        r->hint = "fix the line, choose the keys with --json-keys, or pass --skip-invalid to "
+                  "skip (and count) such lines";
+        return;
+      }
+    } else {
+      texts.emplace_back(rec);
+    }
+    for (size_t k = 0; k < nkeys; ++k) {
+      ids.clear();
+      tok.encode(texts[k], &ids);
+      if (ids.empty()) {
+        ++r->skipped_empty;
+        continue;
+      }
+      if (c.append_eod) ids.push_back(tok.eod());
+      r->tokens[k].insert(r->tokens[k].end(), ids.begin(), ids.end());
+      r->lengths[k].push_back(static_cast<int32_t>(ids.size()));
+    }
+  }
+}
+
+// Progress: a one-line bar on a terminal, plain log lines otherwise.
+class Progress {
+ public:
+  Progress(const PreprocessConfig& c, int64_t total) : c_(c), total_(total), tty_(::isatty(2)) {}
+  void update(const PreprocessStats& s, bool force = false) {
+    if (!c_.progress) return;
+    const double t = timer_.seconds();
+    if (!force && t - last_ < (tty_ ? 0.25 : c_.log_interval_s)) return;
+    last_ = t;
+    const double mbs = static_cast<double>(s.input_bytes) / 1e6 / std::max(t, 1e-9);
+    std::string eta = "?";
+    if (total_ > 0 && s.input_bytes > 0)
+      eta = fmt::format("{:.0f}s", static_cast<double>(total_ - s.input_bytes) / 1e6 / std::max(mbs, 1e-9));
+    const double frac = total_ > 0 ? static_cast<double>(s.input_bytes) / static_cast<double>(total_) : 0;
+    if (tty_) {
+      const int width = 30, fill = static_cast<int>(frac * width);
+      std::fprintf(stderr, "\r[%s%s] %5.1f%% %lld docs, %.1f MB/s, ETA %s   ",
+                   std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(),
+                   100 * frac, static_cast<long long>(s.documents), mbs, eta.c_str());
+      std::fflush(stderr);
+    } else {
+      log::info("preprocess: {:.1f}% {} docs, {} tokens, {:.1f} MB/s, ETA {}", 100 * frac,
+                s.documents, s.tokens, mbs, eta);
+    }
+  }
+  void finish() {
+    if (c_.progress && tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  const PreprocessConfig& c_;
+  int64_t total_;
+  bool tty_;
+  Timer timer_;
+  double last_ = 0;
+};
+
+void validate(const PreprocessConfig& c) {
+  TRIPOD_CHECK_HINT(!c.input.empty(), "e.g. --input corpus.jsonl", "--input is required");
+  TRIPOD_CHECK_HINT(!c.output_prefix.empty(), "e.g. --output-prefix data/my-corpus",
+                    "--output-prefix is required");
+  TRIPOD_CHECK_HINT(c.input_format == "jsonl" || c.input_format == "text" ||
+                        c.input_format == "text-paragraphs",
+                    "use jsonl, text (one document per line) or text-paragraphs",
+                    "unknown --input-format '{}'", c.input_format);
+  TRIPOD_CHECK_HINT(c.workers >= 1, "e.g. --workers 4", "--workers must be at least 1");
+  TRIPOD_CHECK_HINT(!c.json_keys.empty(), "e.g. --json-keys text", "--json-keys is empty");
+  TRIPOD_CHECK_HINT(c.input_format == "jsonl" || c.json_keys.size() == 1,
+                    "--json-keys only applies to --input-format jsonl",
+                    "plain text input has one document stream");
+}
+
+}  // namespace
+
+std::string output_name(const std::string& output_prefix, const std::string& key) {
+  return fmt::format("{}_{}_document", output_prefix, key);
+}
+
+PreprocessStats preprocess(const PreprocessConfig& c) {
+  validate(c);
+  const auto tok = make_tokenizer(c.tokenizer);
+  if (c.append_eod) (void)tok->eod();  // fail now if the tokenizer has none
+  const TokenDType dtype = dtype_for_vocab(tok->vocab_size());
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  PreprocessStats stats;
+  for (const auto& key : c.json_keys) {
+    const std::string name = c.input_format == "jsonl" ? output_name(c.output_prefix, key)
+                                                       : output_name(c.output_prefix, "text");
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(name, dtype));
+    stats.outputs.push_back(name);
+  }
+  RecordReader reader(c);
+  std::FILE* f = std::fopen(c.input.c_str(), "rb");
+  int64_t total = 0;
+  if (f) {
+    std::fseek(f, 0, SEEK_END);
+    total = std::ftell(f);
+    std::fclose(f);
+  }
+  log::info("preprocess: {} -> {}_*_document.bin/.idx with {}, {} worker(s)", c.input,
+            c.output_prefix, tok->describe(), c.workers);
+
+  // Shared state of the pipeline, under one mutex (batches are ~1 MiB, so
+  // contention is negligible).
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Batch> todo;
+  std::map<int64_t, Result> done;
+  int64_t in_flight = 0, produced = -1;  // produced: batch count once the reader ends
+  bool stop = false;
+  std::string reader_error;
+  const int64_t max_in_flight = 2 * c.workers + 2;
+
+  std::thread reader_thread([&] {
+    try {
+      for (int64_t seq = 0;; ++seq) {
+        {
+          std::unique_lock lk(mu);
+          cv.wait(lk, [&] { return stop || in_flight < max_in_flight; });
+          if (stop) return;
+        }
+        auto b = reader.next(seq);
+        std::lock_guard lk(mu);
+        if (!b) {
+          produced = seq;
+          cv.notify_all();
+          return;
+        }
+        ++in_flight;
+        todo.push_back(std::move(*b));
+        cv.notify_all();
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lk(mu);
+      reader_error = e.what();
+      stop = true;
+      cv.notify_all();
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int w = 0; w < c.workers; ++w) {
+    workers.emplace_back([&] {
+      for (;;) {
+        Batch b;
+        {
+          std::unique_lock lk(mu);
+          cv.wait(lk, [&] { return stop || !todo.empty() || produced >= 0; });
+          if (stop || todo.empty()) return;
+          b = std::move(todo.front());
+          todo.pop_front();
+        }
+        Result r;
+        try {
+          tokenize_batch(c, *tok, b, &r);
+        } catch (const std::exception& e) {
+          r.error = e.what();
+        }
+        std::lock_guard lk(mu);
+        done.emplace(b.seq, std::move(r));
+        cv.notify_all();
+      }
+    });
+  }
+  auto shutdown = [&] {
+    {
+      std::lock_guard lk(mu);
+      stop = true;
+      cv.notify_all();
+    }
+    reader_thread.join();
+    for (auto& t : workers) t.join();
+  };
+
+  Progress progress(c, total);
+  Timer timer;
+  try {
+    for (int64_t seq = 0;; ++seq) {
+      Result r;
+      {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return done.count(seq) || (produced >= 0 && seq >= produced) || !reader_error.empty(); });
+        TRIPOD_CHECK(reader_error.empty(), "{}", reader_error);
+        if (!done.count(seq)) break;  // all batches written
+        r = std::move(done[seq]);
+        done.erase(seq);
+        --in_flight;
+        cv.notify_all();
+      }
+      if (!r.error.empty()) ::tripod::detail::check_failed(nullptr, __FILE__, __LINE__, r.error, r.hint);
+      for (size_t k = 0; k < writers.size(); ++k) {
+        size_t at = 0;
+        for (int32_t len : r.lengths[k]) {
+          writers[k]->add_document(r.tokens[k].data() + at, len);
+          at += static_cast<size_t>(len);
+        }
+        stats.documents += static_cast<int64_t>(r.lengths[k].size());
+        stats.tokens += static_cast<int64_t>(r.tokens[k].size());
+      }
+      stats.records += r.records;
+      stats.skipped_invalid += r.skipped_invalid;
+      stats.skipped_empty += r.skipped_empty;
+      stats.utf8_repaired += r.utf8_repaired;
+      stats.input_bytes += r.bytes;
+      progress.update(stats);
+    }
+  } catch (...) {
+    shutdown();
+    progress.finish();
+    throw;  // the writers' destructors remove the temporary files
+  }
+  shutdown();
+  for (auto& w : writers) w->finish();
+  stats.seconds = timer.seconds();
+  progress.update(stats, true);
+  progress.finish();
+  return stats;
+}
+
+}  // namespace tripod::data
