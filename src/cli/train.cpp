@@ -31,6 +31,9 @@ int64_t vocab_size_from_file(const std::string& path) {
 }
 
 void add_train_flags(CLI::App& app, train::TrainArgs& a, std::string& vocab_file) {
+  // As argparse in Megatron: a repeated flag takes its last value, so a
+  // launch script can override a default set earlier on the line.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto& m = a.model;
   app.add_option("--num-layers", m.num_layers, "transformer layers")->capture_default_str();
   app.add_option("--hidden-size", m.hidden_size, "model width")->capture_default_str();
@@ -58,7 +61,8 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, std::string& vocab_file
   app.add_option("--adam-eps", a.adam_eps)->capture_default_str();
   app.add_option("--seed", a.seed)->capture_default_str();
   app.add_flag("--mock-data", a.mock_data, "synthetic learnable tokens (needs --vocab-size)");
-  app.add_option("--data-path", a.data_path, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (Megatron .bin/.idx)");
+  app.add_option("--data-path", a.data_path, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (Megatron .bin/.idx)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--split", a.split, "train,valid,test document shares")->capture_default_str();
   app.add_option("--vocab-file", vocab_file, "GPT-2 vocab JSON (sets the vocab size)");
   app.add_option("--eval-interval", a.eval_interval)->capture_default_str();
