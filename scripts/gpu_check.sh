@@ -91,7 +91,7 @@ note "---- tests (every op vs CPU f64) ----"
 note "test_backend_ops_gpu rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/test_gpu.log" | head -3 | tr '\n' ' ')"
 grep -E '^\[  FAILED  \] All' "$OUT/test_gpu.log" | tee -a "$summary"
 # Worst NMSE per dtype (lines: "  name  OK nmse=...").
-awk '/^\[cuda/ {dt=$3} /nmse=/ {split($0,a,"nmse="); split(a[2],b," "); v=b[1]+0; if (v>worst[dt]) worst[dt]=v}
+awk '/^\[cuda/ {dt=$(NF-1); sub("]","",dt)} /nmse=/ {split($0,a,"nmse="); split(a[2],b," "); v=b[1]+0; if (v>worst[dt]) worst[dt]=v}
      END {for (d in worst) printf "worst nmse %s: %.3e\n", d, worst[d]}' "$OUT/test_gpu.log" | tee -a "$summary"
 
 note "---- kernel timings ----"
