@@ -1,0 +1,178 @@
+// `tripod preprocess` through the real executable ($TRIPOD_BIN): the .bin/.idx
+// bytes against a layout built by hand from known GPT-2 ids ("Hello world" is
+// 15496 995 in GPT-2's vocab, " Hello" 18435, <|endoftext|> 50256), identical
+// bytes for any --workers on KJV, file:line errors that leave no outputs,
+// --skip-invalid counting, UTF-8 repair, several --json-keys.
+// Skips (with the reason) when the GPT-2 files cannot be fetched.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "unit/data/test_util.h"
+
+namespace tripod::data {
+namespace {
+
+using testing::read_bytes;
+using testing::TempDir;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+struct Gpt2Files {
+  std::string vocab, merges, why;
+};
+
+const Gpt2Files& gpt2_files() {
+  static Gpt2Files f = [] {
+    Gpt2Files r;
+    TempDir t;
+    const int rc = std::system(
+        fmt::format("{}/scripts/get_gpt2_vocab.sh > {} 2>&1", env("TRIPOD_SOURCE_DIR"), t / "out").c_str());
+    const std::string s = read_bytes(t / "out");
+    const auto v = s.find("VOCAB="), m = s.find("MERGES=");
+    if (rc != 0 || v == std::string::npos || m == std::string::npos) {
+      r.why = "GPT-2 files unavailable (scripts/get_gpt2_vocab.sh needs npm): " + s;
+      return r;
+    }
+    r.vocab = s.substr(v + 6, s.find('\n', v) - v - 6);
+    r.merges = s.substr(m + 7, s.find('\n', m) - m - 7);
+    return r;
+  }();
+  return f;
+}
+
+// Runs tripod preprocess with the GPT-2 tokenizer; returns the exit code,
+// stdout+stderr in *log.
+int preprocess(const std::string& args, std::string* log) {
+  TempDir t;
+  const auto& g = gpt2_files();
+  const std::string cmd = fmt::format(
+      "{} preprocess --tokenizer-type GPT2BPETokenizer --vocab-file {} --merge-file {} {} > {} 2>&1",
+      env("TRIPOD_BIN"), g.vocab, g.merges, args, t / "log");
+  const int rc = std::system(cmd.c_str());
+  *log = read_bytes(t / "log");
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+template <typename T>
+void put(std::string* s, T v) {
+  s->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+std::string hand_idx(const std::vector<int32_t>& lengths) {
+  std::string s("MMIDIDX\0\0", 9);
+  put<uint64_t>(&s, 1);
+  put<uint8_t>(&s, 8);  // uint16: GPT-2's 50257 < 65500
+  put<uint64_t>(&s, lengths.size());
+  put<uint64_t>(&s, lengths.size() + 1);
+  for (int32_t l : lengths) put<int32_t>(&s, l);
+  int64_t p = 0;
+  for (int32_t l : lengths) {
+    put<int64_t>(&s, p);
+    p += 2 * l;
+  }
+  for (size_t i = 0; i <= lengths.size(); ++i) put<int64_t>(&s, static_cast<int64_t>(i));
+  return s;
+}
+
+class PreprocessCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (env("TRIPOD_BIN").empty()) GTEST_SKIP() << "TRIPOD_BIN is not set (run through ctest)";
+    if (gpt2_files().vocab.empty()) GTEST_SKIP() << gpt2_files().why;
+  }
+  TempDir dir_;
+};
+
+TEST_F(PreprocessCli, BytesMatchHandBuiltLayout) {
+  std::ofstream(dir_ / "in.jsonl") << R"({"text": "Hello world", "id": 1})" "\n"
+                                   << R"({"text": ""})" "\n"
+                                   << "\n"
+                                   << R"({"id": 3, "text": " Hello world"})" "\n";
+  std::string log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --append-eod --workers 2",
+                                   dir_ / "in.jsonl", dir_ / "out"), &log), 0) << log;
+  std::string bin;
+  for (uint16_t t : {15496, 995, 50256, 18435, 995, 50256}) put<uint16_t>(&bin, t);
+  EXPECT_EQ(read_bytes(dir_ / "out_text_document.bin"), bin);
+  EXPECT_EQ(read_bytes(dir_ / "out_text_document.idx"), hand_idx({3, 3}));
+  EXPECT_NE(log.find("2 documents, 6 tokens; skipped 2 empty, 0 invalid"), std::string::npos) << log;
+  EXPECT_NE(log.find("--data-path " + dir_ / "out_text_document"), std::string::npos) << log;
+}
+
+TEST_F(PreprocessCli, WorkerCountDoesNotChangeTheBytes) {
+  if (std::system("command -v bible >/dev/null") != 0) GTEST_SKIP() << "bible (bible-kjv) missing";
+  ASSERT_EQ(std::system(fmt::format("bible -l100000 gen1:1-rev22:21 > {}", dir_ / "kjv.txt").c_str()), 0);
+  // KJV as JSON lines too (chapters as documents), to cover both readers.
+  std::string log;
+  for (int w : {1, 2, 5}) {
+    ASSERT_EQ(preprocess(fmt::format("--input {} --input-format text --output-prefix {} --append-eod "
+                                     "--workers {}", dir_ / "kjv.txt", dir_ / fmt::format("w{}", w), w),
+                         &log), 0) << log;
+  }
+  const std::string bin1 = read_bytes(dir_ / "w1_text_document.bin");
+  EXPECT_GT(bin1.size(), 2000000u);  // ~1.09 M tokens
+  for (int w : {2, 5}) {
+    EXPECT_EQ(read_bytes(dir_ / fmt::format("w{}_text_document.bin", w)), bin1) << w;
+    EXPECT_EQ(read_bytes(dir_ / fmt::format("w{}_text_document.idx", w)),
+              read_bytes(dir_ / "w1_text_document.idx")) << w;
+  }
+  EXPECT_NE(log.find("skipped 2378 empty"), std::string::npos) << log;  // blank lines
+}
+
+TEST_F(PreprocessCli, MalformedLineStopsWithFileLineAndLeavesNothing) {
+  const std::string in = dir_ / "bad.jsonl";
+  std::ofstream(in) << R"({"text": "fine"})" "\n" << R"({"text": "broken)" "\n"
+                    << R"({"body": "no text key"})" "\n";
+  std::string log;
+  EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "out"), &log), 0);
+  EXPECT_NE(log.find(in + ":2: malformed JSON"), std::string::npos) << log;
+  EXPECT_NE(log.find("--skip-invalid"), std::string::npos) << log;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out_text_document.bin"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "out_text_document.idx"));
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir_.path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1) << "temporary outputs left behind";
+
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --skip-invalid", in, dir_ / "out"),
+                       &log), 0) << log;
+  EXPECT_NE(log.find("1 documents, 1 tokens; skipped 0 empty, 2 invalid"), std::string::npos) << log;
+
+  std::ofstream(in) << R"({"text": "fine"})" "\n" << R"({"body": "x"})" "\n";
+  EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "o2"), &log), 0);
+  EXPECT_NE(log.find(in + ":2: missing key 'text'"), std::string::npos) << log;
+}
+
+TEST_F(PreprocessCli, IllFormedUtf8IsRepairedAndCounted) {
+  std::ofstream(dir_ / "u.txt") << "Hello\xff world\n" << "Hello world\n";
+  std::string log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --input-format text --output-prefix {}",
+                                   dir_ / "u.txt", dir_ / "u"), &log), 0) << log;
+  EXPECT_NE(log.find("1 with ill-formed UTF-8 repaired"), std::string::npos) << log;
+  // "Hello\uFFFD world" is Hello (15496), U+FFFD (4210), world (995) in GPT-2.
+  std::string bin;
+  for (uint16_t t : {15496, 4210, 995, 15496, 995}) put<uint16_t>(&bin, t);
+  EXPECT_EQ(read_bytes(dir_ / "u_text_document.bin"), bin);
+}
+
+TEST_F(PreprocessCli, EveryJsonKeyGetsItsOwnDataset) {
+  std::ofstream(dir_ / "k.jsonl") << R"({"text": "Hello world", "title": " Hello"})" "\n";
+  std::string log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --json-keys text title",
+                                   dir_ / "k.jsonl", dir_ / "k"), &log), 0) << log;
+  EXPECT_EQ(read_bytes(dir_ / "k_text_document.idx"), hand_idx({2}));
+  EXPECT_EQ(read_bytes(dir_ / "k_title_document.idx"), hand_idx({1}));
+  std::string bin;
+  put<uint16_t>(&bin, 18435);
+  EXPECT_EQ(read_bytes(dir_ / "k_title_document.bin"), bin);
+}
+
+}  // namespace
+}  // namespace tripod::data
