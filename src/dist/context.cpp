@@ -93,11 +93,12 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
     endpoint = tcp->endpoint();
     store = tcp;
   }
-  auto ctx = init_with_store(info.rank, info.world_size, store, comm_device, timeout);
+  std::unique_ptr<DistContext> ctx(new DistContext());
   ctx->config_.local_rank = info.local_rank;
   ctx->config_.local_addr = local_addr;
   ctx->endpoint_ = endpoint;
   ctx->server_ = std::move(server);
+  ctx->start(info.rank, info.world_size, store, comm_device, timeout);
   return ctx;
 }
 
@@ -106,26 +107,31 @@ std::unique_ptr<DistContext> DistContext::init_with_store(int rank, int world_si
                                                           DeviceType comm_device,
                                                           std::chrono::milliseconds timeout) {
   std::unique_ptr<DistContext> ctx(new DistContext());
-  ctx->rank_ = rank;
-  ctx->world_size_ = world_size;
-  ctx->device_ = comm_device;
-  ctx->store_ = std::move(store);
-  ctx->config_.timeout = timeout;
-  ctx->config_.recorder = std::make_shared<FlightRecorder>();
   ctx->config_.local_addr = "127.0.0.1";
-  ctx->endpoint_ = "the store";
+  ctx->endpoint_ = "the in-process store";
+  ctx->start(rank, world_size, std::move(store), comm_device, timeout);
+  return ctx;
+}
+
+void DistContext::start(int rank, int world_size, std::shared_ptr<Store> store, DeviceType comm_device,
+                        std::chrono::milliseconds timeout) {
+  rank_ = rank;
+  world_size_ = world_size;
+  device_ = comm_device;
+  store_ = std::move(store);
+  config_.timeout = timeout;
+  config_.recorder = std::make_shared<FlightRecorder>();
   if (world_size == 1) {
-    ctx->world_ = std::make_shared<LocalCommunicator>("world", rank);
-    return ctx;
+    world_ = std::make_shared<LocalCommunicator>("world", rank);
+    return;
   }
   TRIPOD_CHECK(comm_device == DeviceType::CPU || has_comm_factory(comm_device),
                "no communicator for {} tensors in this build",
                comm_device == DeviceType::CUDA ? "CUDA (NCCL)" : "this device");
-  ctx->join_world();
+  join_world();
   std::vector<int> all(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) all[size_t(r)] = r;
-  ctx->world_ = ctx->new_group({all}, "world");
-  return ctx;
+  world_ = new_group({all}, "world");
 }
 
 void DistContext::join_world() {
@@ -137,21 +143,40 @@ void DistContext::join_world() {
   TRIPOD_CHECK_HINT(n <= world_size_, "every rank must be started with the same WORLD_SIZE",
                     "rank {}: {} ranks joined the rendezvous at {} but the world size is {}", rank_,
                     n, endpoint_, world_size_);
+  // The first rank to time out publishes the verdict in "join/done", so every
+  // joined rank reports the same missing ranks (instead of losing the store
+  // when rank 0 exits); rank 0 lingers until they have read it.
+  std::string verdict;
   try {
     s.wait({"join/done"}, config_.timeout);
+    verdict = s.get_str("join/done");
   } catch (const TimeoutError&) {
-    std::vector<int> missing;
-    std::string joined;
+    std::string missing, joined;
+    int n_joined = 0;
     for (int r = 0; r < world_size_; ++r) {
-      if (s.check({"join/rank/" + std::to_string(r)})) joined += (joined.empty() ? "" : ",") + std::to_string(r);
-      else missing.push_back(r);
+      std::string& list = s.check({"join/rank/" + std::to_string(r)}) ? joined : missing;
+      if (&list == &joined) ++n_joined;
+      list += (list.empty() ? "" : ", ") + std::to_string(r);
     }
-    std::string m;
-    for (int r : missing) m += (m.empty() ? "" : ", ") + std::to_string(r);
+    verdict = fmt::format("missing [{}] joined [{}]", missing, joined);
+    s.set_str("join/done", verdict);
+    if (rank_ != 0) s.add("join/acks", 1);
+    else {
+      const auto until = std::chrono::steady_clock::now() + Millis{2000};
+      while (std::chrono::steady_clock::now() < until && s.add("join/acks", 0) < n_joined - 1)
+        std::this_thread::sleep_for(Millis{20});
+    }
+    verdict = "FAIL";
+  }
+  if (verdict != "1") {
+    if (verdict != "FAIL") s.add("join/acks", 1);
+    const std::string v = s.get_str("join/done");
+    const auto lb = v.find('['), rb = v.find(']'), lb2 = v.rfind('['), rb2 = v.rfind(']');
     throw TimeoutError(
         fmt::format("rank {}: timed out after {:.1f} s waiting for the other ranks to join the "
                     "rendezvous at {}: rank(s) [{}] never joined (joined: {})",
-                    rank_, config_.timeout.count() / 1e3, endpoint_, m, joined),
+                    rank_, config_.timeout.count() / 1e3, endpoint_, v.substr(lb + 1, rb - lb - 1),
+                    v.substr(lb2 + 1, rb2 - lb2 - 1)),
         "those ranks never started, crashed before initialising, or cannot reach "
         "MASTER_ADDR:MASTER_PORT; look at their output");
   }

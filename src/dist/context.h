@@ -97,6 +97,8 @@ class DistContext {
 
  private:
   DistContext() = default;
+  void start(int rank, int world_size, std::shared_ptr<Store> store, DeviceType comm_device,
+             std::chrono::milliseconds timeout);
   void join_world();
   std::shared_ptr<Communicator> make_comm(const GroupSpec& spec, const std::string& store_prefix);
 

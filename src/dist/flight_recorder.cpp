@@ -71,8 +71,9 @@ std::vector<FlightEntry> FlightRecorder::entries() const {
 std::string FlightRecorder::dump() const {
   std::string s = fmt::format("{:>6} {:>8} {:<16} {:<14} {:>12} {:<10} {:>10} {:>10}\n", "id",
                               "grp_seq", "group", "op", "bytes", "state", "start_s", "dur_s");
+  s.pop_back();  // entries start with their own newline
   for (const auto& e : entries()) {
-    s += fmt::format("{:>6} {:>8} {:<16} {:<14} {:>12} {:<10} {:>10.3f} {:>10}\n", e.id,
+    s += fmt::format("\n{:>6} {:>8} {:<16} {:<14} {:>12} {:<10} {:>10.3f} {:>10}", e.id,
                      e.group_seq, e.group, e.op, e.bytes, op_state_name(e.state), e.start_s,
                      e.duration_s < 0 ? std::string("-") : fmt::format("{:.3f}", e.duration_s));
   }

@@ -1,0 +1,110 @@
+// Faults end a job quickly and say why: a rank that never starts, a rank
+// that hangs, a rank killed mid-collective, a stranger with the wrong job
+// token, an unreachable MASTER_ADDR:PORT, and Ctrl-C on the launcher.
+// Timeouts are short (--distributed-timeout-minutes 0.05 = 3 s).
+#include <gtest/gtest.h>
+
+#include "proc_util.h"
+
+using namespace tripod::testing;
+
+static const std::string kTimeout = " --distributed-timeout-minutes 0.05";
+
+// Starts ranks `first..last` of a world of `world` by hand (as a launcher
+// would), each with its own token; writes each rank's output to dir/r<k>.log
+// and its exit code to dir/r<k>.code.
+static std::string manual_ranks(const std::string& dir, int world, int first, int last, int port,
+                                const std::vector<std::string>& tokens, const std::string& args) {
+  std::string cmd;
+  for (int k = first; k <= last; ++k) {
+    cmd += "(RANK=" + std::to_string(k) + " WORLD_SIZE=" + std::to_string(world) +
+           " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+           " TRIPOD_JOB_TOKEN=" + tokens[size_t(k - first)] + " " + tripod_bin() + args + " > " + dir +
+           "/r" + std::to_string(k) + ".log 2>&1; echo $? > " + dir + "/r" + std::to_string(k) +
+           ".code) & ";
+  }
+  return cmd + "wait";
+}
+
+static int code_of(const std::string& dir, int k) {
+  return std::atoi(read_file(dir + "/r" + std::to_string(k) + ".code").c_str());
+}
+
+TEST(Faults, RankThatNeverStartsIsNamedWithinTheTimeout) {
+  const std::string dir = temp_dir("missing");
+  // World of 4; rank 3 is never started.
+  auto r = run_shell(manual_ranks(dir, 4, 0, 2, free_port(), {"t", "t", "t"},
+                                  " bench comm --check --check-sizes 1" + kTimeout),
+                     30);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_LT(r.seconds, 10.0);
+  for (int k = 0; k <= 2; ++k) {
+    EXPECT_EQ(code_of(dir, k), 124) << read_file(dir + "/r" + std::to_string(k) + ".log");
+    const std::string log = read_file(dir + "/r" + std::to_string(k) + ".log");
+    EXPECT_TRUE(contains(log, "rank(s) [3] never joined")) << log;
+  }
+}
+
+TEST(Faults, HungRankIsNamedAndTheJobEnds) {
+  auto r = run_shell(tripod_bin() + " launch --nproc-per-node 4 bench comm --check --check-sizes 1 "
+                     "--fault-hang-rank 2" + kTimeout, 40);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.code, 124) << r.output;  // a TimeoutError's exit code
+  EXPECT_TRUE(contains(r.output, "global rank(s) [2] of group world never reached all_reduce #1")) << r.output;
+  EXPECT_TRUE(contains(r.output, "Recent collectives of this rank")) << r.output;  // flight recorder
+  EXPECT_LT(r.seconds, 15.0);
+}
+
+TEST(Faults, RankKilledMidCollectiveEndsTheJobInSeconds) {
+  // A 10-minute timeout: only fault propagation can end this quickly.
+  auto r = run_shell(tripod_bin() + " launch --nproc-per-node 8 bench comm --check "
+                     "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+                     "--check-sizes 1500001 --fault-kill-rank 5 --fault-kill-after-ms 200 "
+                     "--distributed-timeout-minutes 10", 60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.code, 128 + 9) << r.output;
+  EXPECT_TRUE(contains(r.output, "tripod launch: rank 5")) << r.output;
+  EXPECT_TRUE(contains(r.output, "was killed by signal 9")) << r.output;
+  EXPECT_TRUE(contains(r.output, "failed: rank 5 exited with code 137")) << r.output;
+  EXPECT_LT(r.seconds, 20.0);
+}
+
+TEST(Faults, WrongTokenIsRefused) {
+  const std::string dir = temp_dir("token");
+  auto r = run_shell(manual_ranks(dir, 2, 0, 1, free_port(), {"job-a", "job-b"},
+                                  " bench comm --check --check-sizes 1" + kTimeout),
+                     30);
+  ASSERT_FALSE(r.timed_out);
+  const std::string log0 = read_file(dir + "/r0.log"), log1 = read_file(dir + "/r1.log");
+  EXPECT_NE(code_of(dir, 1), 0) << log1;
+  EXPECT_TRUE(contains(log1, "refused this process: wrong job token")) << log1;
+  EXPECT_TRUE(contains(log0, "refused a connection from 127.0.0.1")) << log0;  // logged by rank 0
+  EXPECT_EQ(code_of(dir, 0), 124) << log0;  // and rank 1 never joined
+  EXPECT_TRUE(contains(log0, "rank(s) [1] never joined")) << log0;
+}
+
+TEST(Faults, UnreachableStoreFailsWithTheChecklistInsideTheTimeout) {
+  const std::string dir = temp_dir("unreach");
+  const int port = free_port();  // nobody listens: rank 0 is never started
+  auto r = run_shell(manual_ranks(dir, 2, 1, 1, port, {"t"}, " bench comm --check" + kTimeout), 30);
+  ASSERT_FALSE(r.timed_out);
+  const std::string log = read_file(dir + "/r1.log");
+  EXPECT_EQ(code_of(dir, 1), 124) << log;
+  EXPECT_TRUE(contains(log, "rank 1 could not reach the rendezvous store at 127.0.0.1:" + std::to_string(port)))
+      << log;
+  EXPECT_TRUE(contains(log, "nc -zv 127.0.0.1 " + std::to_string(port))) << log;
+  EXPECT_TRUE(contains(log, "not localhost")) << log;
+  EXPECT_GE(r.seconds, 2.9);
+  EXPECT_LT(r.seconds, 8.0);
+}
+
+TEST(Faults, SigtermToTheLauncherReachesEveryRank) {
+  auto r = run_shell(tripod_bin() + " launch --nproc-per-node 3 bench comm --check --check-sizes 1 "
+                     "--fault-hang-rank 0 --distributed-timeout-minutes 10", 30, [](pid_t pid) {
+                       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+                       ::kill(pid, SIGTERM);  // the shell's group: sh and the launcher
+                     });
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.code, 128 + SIGTERM) << r.output;
+  EXPECT_LT(r.seconds, 10.0);
+}
