@@ -53,40 +53,23 @@ bool token_bytes(const std::string& s, const std::unordered_map<uint32_t, uint8_
 
 std::atomic<uint64_t> g_instances{1};
 
-inline uint64_t mix(uint64_t h) {
-  h ^= h >> 31;
-  h *= 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 29);
-}
 
-// Bounded direct-mapped cache: piece bytes (<= 22) -> ids (<= 8). A new
-// piece evicts whatever shared its slot, so memory is fixed (4 MiB/thread).
+// Bounded direct-mapped cache: piece bytes (<= 24) -> ids (<= 9). A new
+// piece evicts whatever shared its slot, so memory is fixed (2 MiB/thread).
+// Keys are stored zero-padded to 24 bytes and compared as three words.
 struct PieceCache {
-  static constexpr int kSlotBits = 16;
-  static constexpr size_t kMaxKey = 22, kMaxIds = 8;
+  static constexpr int kSlotBits = 15;
+  static constexpr size_t kMaxKey = 24, kMaxIds = 9;
   struct Slot {
-    uint64_t hash;
+    uint64_t key[3];
     uint8_t len;  // 0: empty
     uint8_t nids;
-    char key[kMaxKey];
+    uint16_t pad;
     int32_t ids[kMaxIds];
   };
   static_assert(sizeof(Slot) == 64);
   std::vector<Slot> slots;
   uint64_t owner = 0;
-
-  static uint64_t hash(const unsigned char* p, size_t n) {
-    uint64_t h = 0x9e3779b97f4a7c15ull * (n + 1);
-    size_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-      uint64_t w;
-      std::memcpy(&w, p + k, 8);
-      h = mix(h ^ w);
-    }
-    uint64_t w = 0;
-    std::memcpy(&w, p + k, n - k);
-    return mix(h ^ w);
-  }
 };
 
 }  // namespace
@@ -295,19 +278,23 @@ void GPT2BPETokenizer::encode_valid(std::string_view text, std::vector<int32_t>*
     if (len == 1) {
       out->push_back(byte_id_[s[i]]);
     } else if (len <= PieceCache::kMaxKey) {
-      const uint64_t h = PieceCache::hash(s + i, len);
+      uint64_t w[3] = {0, 0, 0};
+      std::memcpy(w, s + i, len);
+      uint64_t h = (w[0] * 0x9e3779b97f4a7c15ull) ^ (w[1] * 0xc2b2ae3d27d4eb4full) ^
+                   (w[2] * 0x165667b19e3779f9ull) ^ len;
+      h ^= h >> 31;
+      h *= 0xbf58476d1ce4e5b9ull;
       PieceCache::Slot& slot = cache.slots[h >> (64 - PieceCache::kSlotBits)];
-      if (slot.hash == h && slot.len == len && std::memcmp(slot.key, s + i, len) == 0) {
+      if (slot.len == len && slot.key[0] == w[0] && slot.key[1] == w[1] && slot.key[2] == w[2]) {
         out->insert(out->end(), slot.ids, slot.ids + slot.nids);
       } else {
         const size_t before = out->size();
         bpe_short(s + i, len, out);
         const size_t nids = out->size() - before;
         if (nids <= PieceCache::kMaxIds) {
-          slot.hash = h;
+          std::memcpy(slot.key, w, sizeof(w));
           slot.len = static_cast<uint8_t>(len);
           slot.nids = static_cast<uint8_t>(nids);
-          std::memcpy(slot.key, s + i, len);
           std::memcpy(slot.ids, out->data() + before, nids * sizeof(int32_t));
         }
       }

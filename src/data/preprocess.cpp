@@ -54,91 +54,84 @@ class RecordReader {
   }
   ~RecordReader() { std::fclose(file_); }
 
-  // Next batch, or nullopt at the end of the input.
+  // Next batch, or nullopt at the end of the input. Lines are appended to
+  // the batch text directly (one copy from the read buffer).
   std::optional<Batch> next(int64_t seq) {
     Batch b;
     b.seq = seq;
-    std::string line;
+    b.text.reserve(static_cast<size_t>(config_.batch_bytes) + 4096);
     bool in_paragraph = false;
-    int64_t paragraph_line = 0;
-    while (static_cast<int64_t>(b.text.size()) < config_.batch_bytes) {
-      int64_t lineno;
-      size_t consumed;
-      if (!read_line(&line, &lineno, &consumed)) break;
-      b.bytes += static_cast<int64_t>(consumed);
+    int64_t paragraph_line = 0, lineno;
+    for (;;) {
+      // A paragraph in progress is finished even past the batch size.
+      if (static_cast<int64_t>(b.text.size()) >= config_.batch_bytes && !in_paragraph) break;
+      const size_t start = b.text.size();
+      if (in_paragraph) b.text += '\n';
+      const size_t body = b.text.size();
+      if (!read_line(&b.text, &lineno, &b.bytes)) {
+        b.text.resize(start);
+        break;
+      }
       if (!paragraphs_) {
-        add(&b, line, lineno);
+        close(&b, lineno);
         continue;
       }
-      const bool blank = line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+      const bool blank = std::string_view(b.text).substr(body).find_first_not_of(" \t\r\f\v") ==
+                         std::string_view::npos;
       if (blank) {
+        b.text.resize(start);
         if (in_paragraph) close(&b, paragraph_line);
         in_paragraph = false;
         continue;
       }
-      if (in_paragraph) b.text += '\n';
-      else paragraph_line = lineno;
+      if (!in_paragraph) paragraph_line = lineno;
       in_paragraph = true;
-      b.text += line;
     }
-    if (in_paragraph) {  // finish the paragraph in this batch (continue past the size)
-      int64_t lineno;
-      size_t consumed;
-      while (read_line(&line, &lineno, &consumed)) {
-        b.bytes += static_cast<int64_t>(consumed);
-        if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) break;
-        b.text += '\n';
-        b.text += line;
-      }
-      close(&b, paragraph_line);
-    }
+    if (in_paragraph) close(&b, paragraph_line);
     if (b.lines.empty() && b.bytes == 0) return std::nullopt;
     return b;
   }
 
  private:
-  void add(Batch* b, const std::string& line, int64_t lineno) {
-    b->text += line;
-    close(b, lineno);
-  }
   void close(Batch* b, int64_t lineno) {
     b->offsets.push_back(b->text.size());
     b->lines.push_back(lineno);
   }
-  // One line without its "\n" (and "\r\n" for text input).
-  bool read_line(std::string* line, int64_t* lineno, size_t* consumed) {
-    line->clear();
-    *consumed = 0;
+  // Appends one line without its "\n" (and "\r\n" for text input) to *dst;
+  // false at the end of the input.
+  bool read_line(std::string* dst, int64_t* lineno, int64_t* consumed) {
+    const size_t start = dst->size();
+    bool any = false;
     for (;;) {
-      if (pos_ == buf_.size()) {
-        buf_.resize(1 << 22);
-        const size_t n = std::fread(buf_.data(), 1, buf_.size(), file_);
+      if (pos_ == len_) {
+        len_ = std::fread(buf_.get(), 1, kBufferBytes, file_);
         TRIPOD_CHECK(!std::ferror(file_), "reading --input {} failed", config_.input);
-        buf_.resize(n);
         pos_ = 0;
-        if (n == 0) {
-          if (*consumed == 0) return false;
+        if (len_ == 0) {
+          if (!any) return false;
           break;  // last line without "\n"
         }
       }
-      const char* start = buf_.data() + pos_;
-      const void* nl = std::memchr(start, '\n', buf_.size() - pos_);
-      const size_t take = nl ? static_cast<const char*>(nl) - start : buf_.size() - pos_;
-      line->append(start, take);
+      any = true;
+      const char* from = buf_.get() + pos_;
+      const void* nl = std::memchr(from, '\n', len_ - pos_);
+      const size_t take = nl ? static_cast<const char*>(nl) - from : len_ - pos_;
+      dst->append(from, take);
       pos_ += take + (nl ? 1 : 0);
-      *consumed += take + (nl ? 1 : 0);
+      *consumed += static_cast<int64_t>(take + (nl ? 1 : 0));
       if (nl) break;
     }
     *lineno = ++line_;
-    if (config_.input_format != "jsonl" && !line->empty() && line->back() == '\r') line->pop_back();
+    if (config_.input_format != "jsonl" && dst->size() > start && dst->back() == '\r') dst->pop_back();
     return true;
   }
 
+  static constexpr size_t kBufferBytes = 1 << 22;
   const PreprocessConfig& config_;
   std::FILE* file_;
   bool paragraphs_ = false;
-  std::string buf_;
-  size_t pos_ = 0;
+  std::unique_ptr<char[]> buf_ = std::make_unique<char[]>(kBufferBytes);
+  size_t pos_ = 0, len_ = 0;
   int64_t line_ = 0;
 };
 
@@ -158,7 +151,8 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
       repaired = repair_utf8(rec);
       rec = repaired;
     }
-    std::vector<std::string> texts;
+    std::vector<std::string> parsed;
+    std::string_view text_record;
     if (jsonl) {
       if (rec.find_first_not_of(" \t\r") == std::string_view::npos) {
         ++r->skipped_empty;  // blank line
@@ -172,7 +166,7 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
           auto it = obj.find(c.json_keys[k]);
           if (it == obj.end()) problem = fmt::format("missing key '{}'", c.json_keys[k]);
           else if (!it->is_string()) problem = fmt::format("key '{}' is not a string", c.json_keys[k]);
-          else texts.push_back(it->get<std::string>());
+          else parsed.push_back(it->get<std::string>());
         }
       } catch (const nlohmann::json::exception& e) {
         problem = fmt::format("malformed JSON: {}", e.what());
@@ -188,11 +182,11 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
         return;
       }
     } else {
-      texts.emplace_back(rec);
+      text_record = rec;
     }
     for (size_t k = 0; k < nkeys; ++k) {
       ids.clear();
-      tok.encode(texts[k], &ids);
+      tok.encode(jsonl ? std::string_view(parsed[k]) : text_record, &ids);
       if (ids.empty()) {
         ++r->skipped_empty;
         continue;

@@ -162,6 +162,18 @@ TEST_F(PreprocessCli, IllFormedUtf8IsRepairedAndCounted) {
   EXPECT_EQ(read_bytes(dir_ / "u_text_document.bin"), bin);
 }
 
+TEST_F(PreprocessCli, TextParagraphsAreSeparatedByBlankLines) {
+  std::ofstream(dir_ / "p.txt") << "a\nb\n\n \t\n\nc\r\n";
+  std::string log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --input-format text-paragraphs --output-prefix {} "
+                                   "--append-eod", dir_ / "p.txt", dir_ / "p"), &log), 0) << log;
+  // Printable ASCII byte b is GPT-2 id b - 33; "\n" is 198.
+  std::string bin;
+  for (uint16_t t : {64, 198, 65, 50256, 66, 50256}) put<uint16_t>(&bin, t);
+  EXPECT_EQ(read_bytes(dir_ / "p_text_document.bin"), bin);
+  EXPECT_EQ(read_bytes(dir_ / "p_text_document.idx"), hand_idx({4, 2}));
+}
+
 TEST_F(PreprocessCli, EveryJsonKeyGetsItsOwnDataset) {
   std::ofstream(dir_ / "k.jsonl") << R"({"text": "Hello world", "title": " Hello"})" "\n";
   std::string log;
