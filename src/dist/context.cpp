@@ -24,6 +24,7 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::map<DeviceType, CommFactory> factories;
+  std::map<DeviceType, DeviceCopy> copies;
 };
 Registry& registry() {
   static Registry r;
@@ -48,6 +49,18 @@ bool register_comm_factory(DeviceType device, CommFactory factory) {
   return true;
 }
 
+bool register_device_copy(DeviceType device, DeviceCopy copy) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  registry().copies[device] = std::move(copy);
+  return true;
+}
+
+static DeviceCopy device_copy(DeviceType device) {
+  std::lock_guard<std::mutex> lock(registry().mu);
+  auto it = registry().copies.find(device);
+  return it == registry().copies.end() ? DeviceCopy{} : it->second;
+}
+
 bool has_comm_factory(DeviceType device) {
   std::lock_guard<std::mutex> lock(registry().mu);
   return registry().factories.count(device) > 0;
@@ -69,7 +82,7 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
     ctx->device_ = comm_device;
     ctx->config_.timeout = timeout;
     ctx->config_.recorder = std::make_shared<FlightRecorder>();
-    ctx->world_ = std::make_shared<LocalCommunicator>("world", 0);
+    ctx->world_ = std::make_shared<LocalCommunicator>("world", 0, device_copy(comm_device));
     return ctx;
   }
   const std::string token =
@@ -105,9 +118,11 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
 std::unique_ptr<DistContext> DistContext::init_with_store(int rank, int world_size,
                                                           std::shared_ptr<Store> store,
                                                           DeviceType comm_device,
-                                                          std::chrono::milliseconds timeout) {
+                                                          std::chrono::milliseconds timeout,
+                                                          int local_rank) {
   std::unique_ptr<DistContext> ctx(new DistContext());
   ctx->config_.local_addr = "127.0.0.1";
+  ctx->config_.local_rank = local_rank >= 0 ? local_rank : rank;
   ctx->endpoint_ = "the in-process store";
   ctx->start(rank, world_size, std::move(store), comm_device, timeout);
   return ctx;
@@ -122,7 +137,7 @@ void DistContext::start(int rank, int world_size, std::shared_ptr<Store> store, 
   config_.timeout = timeout;
   config_.recorder = std::make_shared<FlightRecorder>();
   if (world_size == 1) {
-    world_ = std::make_shared<LocalCommunicator>("world", rank);
+    world_ = std::make_shared<LocalCommunicator>("world", rank, device_copy(comm_device));
     return;
   }
   TRIPOD_CHECK(comm_device == DeviceType::CPU || has_comm_factory(comm_device),
@@ -223,7 +238,7 @@ std::shared_ptr<Communicator> DistContext::new_group(const std::vector<std::vect
   spec.global_rank = rank_;
   spec.group_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
   std::shared_ptr<Communicator> comm;
-  if (members.size() == 1) comm = std::make_shared<LocalCommunicator>(name, rank_);
+  if (members.size() == 1) comm = std::make_shared<LocalCommunicator>(name, rank_, device_copy(device_));
   else comm = make_comm(spec, fmt::format("group/{}/{}/{}/", groups_made_, name, mine));
   comms_.push_back(comm);
   return comm;

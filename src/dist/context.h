@@ -21,6 +21,7 @@
 //   tp->all_reduce(t)->wait();
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -29,6 +30,7 @@
 
 #include "dist/communicator.h"
 #include "dist/flight_recorder.h"
+#include "dist/local_communicator.h"
 #include "dist/rendezvous.h"
 #include "dist/store.h"
 #include "tensor/dtype.h"
@@ -51,6 +53,9 @@ struct CommConfig {
   std::shared_ptr<FlightRecorder> recorder;
   int local_rank = 0;             // GPU index for NCCL
   std::string local_addr;         // address peers reach this process at (Gloo)
+  // The CUDA stream compute runs on (NCCL orders its work after it); null =
+  // synchronise the device before each collective. See set_device_stream().
+  std::shared_ptr<std::atomic<void*>> device_stream = std::make_shared<std::atomic<void*>>(nullptr);
 };
 
 // Factory for a device's communicator: called by every member of the group
@@ -60,6 +65,8 @@ using CommFactory = std::function<std::shared_ptr<Communicator>(
 // The NCCL library registers itself for DeviceType::CUDA (dist/nccl/).
 bool register_comm_factory(DeviceType device, CommFactory factory);
 bool has_comm_factory(DeviceType device);
+// Copies within a device, for size-1 groups of device tensors (registered by dist/nccl/).
+bool register_device_copy(DeviceType device, DeviceCopy copy);
 
 class DistContext {
  public:
@@ -68,11 +75,12 @@ class DistContext {
   static std::unique_ptr<DistContext> init(const RankInfo& info, DeviceType comm_device,
                                            std::chrono::milliseconds timeout);
   // Over a store the caller made (threads as ranks over one HashStore in
-  // tests, or a FileStore).
+  // tests, or a FileStore). local_rank picks the GPU (default: rank).
   static std::unique_ptr<DistContext> init_with_store(int rank, int world_size,
                                                       std::shared_ptr<Store> store,
                                                       DeviceType comm_device,
-                                                      std::chrono::milliseconds timeout);
+                                                      std::chrono::milliseconds timeout,
+                                                      int local_rank = -1);
   ~DistContext();
   DistContext(const DistContext&) = delete;
   DistContext& operator=(const DistContext&) = delete;
@@ -94,6 +102,12 @@ class DistContext {
 
   // Ends every communicator's outstanding work with an error (a peer died).
   void abort() noexcept;
+
+  // The CUDA stream (a cudaStream_t) the backend computes on. Device
+  // communicators (NCCL) start each collective after the work queued there,
+  // and wait() makes it wait for the result. Without it they synchronise the
+  // device first (correct, slower). No effect on CPU communicators.
+  void set_device_stream(void* stream) { config_.device_stream->store(stream); }
 
  private:
   DistContext() = default;

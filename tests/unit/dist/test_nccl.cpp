@@ -1,0 +1,85 @@
+// NCCL communicator on real GPUs (label gpu; skipped with fewer than 2):
+// threads as ranks, one GPU each, every collective with analytic values,
+// then a timeout that must end (abort) instead of hanging.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "dist/context.h"
+
+using namespace tripod;
+using namespace std::chrono_literals;
+
+static int gpus() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+// f32 buffer on `dev` holding `host`.
+static Tensor on_gpu(int dev, const std::vector<float>& host) {
+  cudaSetDevice(dev);
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, host.size() * 4), cudaSuccess);
+  cudaMemcpy(p, host.data(), host.size() * 4, cudaMemcpyHostToDevice);
+  return Tensor::wrap(p, {int64_t(host.size())}, DType::F32, Device::cuda(dev));
+}
+static std::vector<float> to_host(const Tensor& t) {
+  std::vector<float> h(size_t(t.numel()));
+  cudaMemcpy(h.data(), t.raw(), h.size() * 4, cudaMemcpyDeviceToHost);
+  return h;
+}
+
+TEST(Nccl, CollectivesAndTimeout) {
+  const int n = std::min(gpus(), 4);
+  if (n < 2) GTEST_SKIP() << "needs 2 or more GPUs";
+  ASSERT_TRUE(dist::has_comm_factory(DeviceType::CUDA));
+  auto store = std::make_shared<dist::HashStore>(30s);
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        cudaSetDevice(r);
+        auto ctx = dist::DistContext::init_with_store(r, n, store, DeviceType::CUDA, 30s, r);
+        auto w = ctx->world();
+        const int64_t m = 1000003;
+        Tensor t = on_gpu(r, std::vector<float>(size_t(m), float(r + 1)));
+        w->all_reduce(t)->wait();
+        if (to_host(t)[size_t(m - 1)] != float(n * (n + 1) / 2)) throw Error("all_reduce value");
+        Tensor in = on_gpu(r, std::vector<float>(3, float(r))), out = on_gpu(r, std::vector<float>(size_t(3 * n), -1));
+        w->all_gather(out, in)->wait();
+        if (to_host(out)[size_t(3 * n - 1)] != float(n - 1)) throw Error("all_gather value");
+        w->reduce_scatter(in, out)->wait();  // out = [0,0,0,1,1,1,...] summed n times
+        if (to_host(in)[0] != float(n * r)) throw Error("reduce_scatter value");
+        Tensor b = on_gpu(r, std::vector<float>(5, r == 0 ? 7.0f : 0.0f));
+        w->broadcast(b, {0})->wait();
+        if (to_host(b)[4] != 7.0f) throw Error("broadcast value");
+        Tensor s = on_gpu(r, std::vector<float>(4, float(r))), q = on_gpu(r, std::vector<float>(4, -1));
+        auto rw = w->recv(q, (r + n - 1) % n);
+        auto sw = w->send(s, (r + 1) % n);
+        sw->wait();
+        rw->wait();
+        if (to_host(q)[0] != float((r + n - 1) % n)) throw Error("send/recv value");
+        w->barrier();
+        // Rank 0 waits for a message nobody sends: must time out, not hang.
+        if (r == 0) {
+          auto t0 = std::chrono::steady_clock::now();
+          try {
+            w->recv(q, 1, {0, 1500ms})->wait();
+            throw Error("recv without a sender completed");
+          } catch (const TimeoutError& e) {
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (sec > 10) throw Error("timeout took too long");
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[size_t(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+}
