@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # the reference GPT-2 encoder, the KJV corpus, Slurm/MPI for launcher tests).
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin
+  libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin slurm-wlm munge
   libpcre2-dev libsentencepiece-dev sentencepiece
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
