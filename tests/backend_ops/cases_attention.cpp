@@ -43,6 +43,18 @@ void add_attention_cases(std::vector<OpCase>& v) {
                 in("logits", {N, V}, Kind::Act, 3.0), ids("targets", {N}, vs, vs + V)},
                [](Backend& be, Args& t) { be.ce_loss(t[0], t[1], t[2]); },
                [stats](Backend& be, Args& t) { stats(be, t, 3, 2, 1, 4); }});
+  // A local vocab that is not a multiple of the 16-byte pack (element loops).
+  const int64_t Vo = 997;
+  v.push_back({"ce_row_sums_oddV",
+               {out("sums", {2, N}, Kind::F32), in("logits", {N, Vo}, Kind::Act, 3.0),
+                in("row_max", {N}, Kind::F32), ids("targets", {N}, 0, vs + Vo + 50)},
+               [](Backend& be, Args& t) { be.ce_row_sums(t[0], t[1], t[2], t[3], vs); },
+               [](Backend& be, Args& t) { be.ce_row_max(t[2], t[1]); }});
+  v.push_back({"ce_backward_oddV",
+               {out("dlogits", {N, Vo}), in("logits", {N, Vo}, Kind::Act, 3.0), in("row_max", {N}, Kind::F32),
+                in("sums", {2, N}, Kind::F32), ids("targets", {N}, 0, vs + Vo + 50)},
+               [](Backend& be, Args& t) { be.ce_backward(t[0], t[1], t[2], t[3], t[4], vs, 1.f / N); },
+               [stats](Backend& be, Args& t) { stats(be, t, 1, 2, 3, 4); }});
   v.push_back({"ce_backward",
                {out("dlogits", {N, V}), in("logits", {N, V}, Kind::Act, 3.0), in("row_max", {N}, Kind::F32),
                 in("sums", {2, N}, Kind::F32), ids("targets", {N}, 0, vs + V + 50)},

@@ -23,11 +23,17 @@ void add_layer_cases(std::vector<OpCase>& v) {
   v.push_back({"cast_to_f32", {out("dst", {N, C}, Kind::F32), in("src", {N, C})},
                [](Backend& be, Args& t) { be.cast(t[0], t[1]); }});
 
-  v.push_back({"gelu_forward", {out("out", {N, C}), in("inp", {N, C}, Kind::Act, 2.0)},
-               [](Backend& be, Args& t) { be.gelu_forward(t[0], t[1]); }});
-  v.push_back({"gelu_backward",
-               {out("dinp", {N, C}), in("inp", {N, C}, Kind::Act, 2.0), in("dout", {N, C})},
-               [](Backend& be, Args& t) { be.gelu_backward(t[0], t[1], t[2]); }});
+  // GELU on an odd size (element loop) and a 16-byte-packable one (pack loop).
+  for (int64_t w : {C, int64_t(96)}) {
+    std::string tag = w == C ? "" : "_packed";
+    v.push_back({"gelu_forward" + tag, {out("out", {N, w}), in("inp", {N, w}, Kind::Act, 2.0)},
+                 [](Backend& be, Args& t) { be.gelu_forward(t[0], t[1]); }});
+    v.push_back({"gelu_backward" + tag,
+                 {out("dinp", {N, w}), in("inp", {N, w}, Kind::Act, 2.0), in("dout", {N, w})},
+                 [](Backend& be, Args& t) { be.gelu_backward(t[0], t[1], t[2]); }});
+  }
+  v.push_back({"add_packed", {out("out", {64, 96}), in("a", {64, 96}), in("b", {64, 96})},
+               [](Backend& be, Args& t) { be.add(t[0], t[1], t[2]); }});
   v.push_back({"dropout_forward", {out("out", {N, C}), in("inp", {N, C})},
                [](Backend& be, Args& t) { be.dropout_forward(t[0], t[1], 0.1f, 1234, 777); }});
   v.push_back({"dropout_backward", {out("dinp", {N, C}), in("dout", {N, C})},

@@ -1,6 +1,6 @@
 // Flash-style causal attention, forward and backward, in plain CUDA (f32 math
-// on CUDA cores; no tensor cores yet). Correctness-first version: see
-// docs/cuda.md for what was measured and what comes next.
+// on CUDA cores): the f32 path, and the fallback for bf16/f16 shapes the
+// tensor-core kernels of attention_tc.cu do not take. See docs/cuda.md.
 //
 // NOTE [Attention tiling]
 // Forward: one thread per query row; a block holds BQ = 64 query rows of one
@@ -18,6 +18,7 @@
 // accumulators stay in registers (HS floats each).
 // Grid order: the longest tiles (most keys or queries) are scheduled first.
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_tc.cuh"
 #include "backend/cuda/common.cuh"
 
 namespace tripod::backend::cuda {
@@ -297,6 +298,11 @@ void attention_backward_hs(A* dqkv, const A* dout, const A* qkv, const float* ls
 void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
                        int HS, DType dt, cudaStream_t stream) {
   if (B * T == 0) return;
+  const void* ptrs[] = {out, qkv};
+  if (attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 2)) {
+    attention_forward_tc(out, lse, qkv, B, T, NH, HS, dt, stream);
+    return;
+  }
   TRIPOD_DISPATCH_ACT(dt, A, TRIPOD_DISPATCH_HS(HS, attention_forward_hs<A, kHS>(
       static_cast<A*>(out), lse, static_cast<const A*>(qkv), B, T, NH, stream)));
 }
@@ -310,6 +316,11 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
     attention_rowdot_backward_kernel<A><<<static_cast<unsigned>(ceil_div(rows, 256)), 256, 0, stream>>>(
         scratch, static_cast<const A*>(dout), static_cast<const A*>(out), B, static_cast<int>(T), NH, HS);
     TRIPOD_LAUNCH_CHECK();
+    const void* ptrs[] = {dqkv, dout, qkv, out};
+    if (attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 4)) {
+      attention_backward_tc(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
+      return;
+    }
     TRIPOD_DISPATCH_HS(HS, attention_backward_hs<A, kHS>(
         static_cast<A*>(dqkv), static_cast<const A*>(dout), static_cast<const A*>(qkv), lse,
         scratch, B, T, NH, stream));

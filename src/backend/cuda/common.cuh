@@ -57,6 +57,23 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
   return warp_max(v);
 }
 
+// 16-byte packs: 8 bf16/f16 or 4 f32 per load/store (one 128-bit access per
+// thread; memory-bound kernels need these to approach DRAM bandwidth).
+template <typename T> constexpr int kPack = 16 / static_cast<int>(sizeof(T));
+template <typename T> struct alignas(16) Pack {
+  T v[kPack<T>];
+};
+template <typename T> __device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T> __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
+  *reinterpret_cast<Pack<T>*>(p) = x;
+}
+// True when every pointer is 16-byte aligned and n splits into whole packs.
+template <typename T, typename... P> inline bool packable(int64_t n, P... ptrs) {
+  return n % kPack<T> == 0 && ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid size for grid-stride elementwise kernels: enough blocks to fill the

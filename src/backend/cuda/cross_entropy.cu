@@ -13,17 +13,27 @@ namespace tripod::backend::cuda {
 
 constexpr int kCeBlock = 512;
 
-template <typename T>
+// kVec: rows are read in 16-byte packs (V a multiple of the pack, 16-byte
+// aligned rows), which the 50K-wide rows of GPT-2 always allow.
+template <typename T, bool kVec>
 __global__ void ce_row_max_forward_kernel(float* row_max, const T* logits, int64_t V) {
   __shared__ float shared[32];
   const T* x = logits + blockIdx.x * V;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, to_f(x[j]));
+  if constexpr (kVec) {
+    for (int64_t p = threadIdx.x; p < V / kPack<T>; p += blockDim.x) {
+      Pack<T> v = load_pack(x + p * kPack<T>);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) m = fmaxf(m, to_f(v.v[k]));
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, to_f(x[j]));
+  }
   m = block_max(m, shared);
   if (threadIdx.x == 0) row_max[blockIdx.x] = m;
 }
 
-template <typename T>
+template <typename T, bool kVec>
 __global__ void ce_row_sums_forward_kernel(float* sums, const T* logits, const float* row_max,
                                            const int32_t* targets, int64_t vocab_start, int64_t N,
                                            int64_t V) {
@@ -32,7 +42,15 @@ __global__ void ce_row_sums_forward_kernel(float* sums, const T* logits, const f
   const T* x = logits + row * V;
   float m = row_max[row];
   float s = 0.f;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += __expf(to_f(x[j]) - m);
+  if constexpr (kVec) {
+    for (int64_t p = threadIdx.x; p < V / kPack<T>; p += blockDim.x) {
+      Pack<T> v = load_pack(x + p * kPack<T>);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) s += __expf(to_f(v.v[k]) - m);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) s += __expf(to_f(x[j]) - m);
+  }
   s = block_sum(s, shared);
   if (threadIdx.x == 0) {
     int64_t t = int64_t(targets[row]) - vocab_start;
@@ -48,7 +66,7 @@ __global__ void ce_loss_forward_kernel(float* losses, const float* sums, const f
 }
 
 // Each element is read and written by the same thread, so dlogits may alias logits.
-template <typename T>
+template <typename T, bool kVec>
 __global__ void ce_backward_kernel(T* dlogits, const T* logits, const float* row_max,
                                    const float* sums, const int32_t* targets, int64_t vocab_start,
                                    float dloss, int64_t V) {
@@ -56,11 +74,21 @@ __global__ void ce_backward_kernel(T* dlogits, const T* logits, const float* row
   const T* x = logits + row * V;
   T* dx = dlogits + row * V;
   float m = row_max[row];
-  float inv = 1.f / sums[row];
+  float scale = dloss / sums[row];
   int64_t t = int64_t(targets[row]) - vocab_start;
-  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-    float p = __expf(to_f(x[j]) - m) * inv;
-    dx[j] = from_f<T>(dloss * (p - (j == t ? 1.f : 0.f)));
+  if constexpr (kVec) {
+    for (int64_t p = threadIdx.x; p < V / kPack<T>; p += blockDim.x) {
+      Pack<T> v = load_pack(x + p * kPack<T>), d;
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) {
+        int64_t j = p * kPack<T> + k;
+        d.v[k] = from_f<T>(__expf(to_f(v.v[k]) - m) * scale - (j == t ? dloss : 0.f));
+      }
+      store_pack(dx + p * kPack<T>, d);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+      dx[j] = from_f<T>(__expf(to_f(x[j]) - m) * scale - (j == t ? dloss : 0.f));
   }
 }
 
@@ -69,16 +97,28 @@ __global__ void ce_backward_kernel(T* dlogits, const T* logits, const float* row
 void ce_row_max(float* row_max, const void* logits, int64_t N, int64_t V_tp, DType dt,
                 cudaStream_t stream) {
   if (N == 0) return;
-  TRIPOD_DISPATCH_ACT(dt, T, ce_row_max_forward_kernel<<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
-      row_max, static_cast<const T*>(logits), V_tp));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(V_tp, logits))
+      ce_row_max_forward_kernel<T, true><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          row_max, static_cast<const T*>(logits), V_tp);
+    else
+      ce_row_max_forward_kernel<T, false><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          row_max, static_cast<const T*>(logits), V_tp);
+  });
   TRIPOD_LAUNCH_CHECK();
 }
 
 void ce_row_sums(float* sums, const void* logits, const float* row_max, const int32_t* targets,
                  int64_t vocab_start, int64_t N, int64_t V_tp, DType dt, cudaStream_t stream) {
   if (N == 0) return;
-  TRIPOD_DISPATCH_ACT(dt, T, ce_row_sums_forward_kernel<<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
-      sums, static_cast<const T*>(logits), row_max, targets, vocab_start, N, V_tp));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(V_tp, logits))
+      ce_row_sums_forward_kernel<T, true><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          sums, static_cast<const T*>(logits), row_max, targets, vocab_start, N, V_tp);
+    else
+      ce_row_sums_forward_kernel<T, false><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          sums, static_cast<const T*>(logits), row_max, targets, vocab_start, N, V_tp);
+  });
   TRIPOD_LAUNCH_CHECK();
 }
 
@@ -94,9 +134,16 @@ void ce_backward(void* dlogits, const void* logits, const float* row_max, const 
                  const int32_t* targets, int64_t vocab_start, float dloss, int64_t N,
                  int64_t V_tp, DType dt, cudaStream_t stream) {
   if (N == 0) return;
-  TRIPOD_DISPATCH_ACT(dt, T, ce_backward_kernel<<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
-      static_cast<T*>(dlogits), static_cast<const T*>(logits), row_max, sums, targets,
-      vocab_start, dloss, V_tp));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(V_tp, logits, dlogits))
+      ce_backward_kernel<T, true><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          static_cast<T*>(dlogits), static_cast<const T*>(logits), row_max, sums, targets,
+          vocab_start, dloss, V_tp);
+    else
+      ce_backward_kernel<T, false><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          static_cast<T*>(dlogits), static_cast<const T*>(logits), row_max, sums, targets,
+          vocab_start, dloss, V_tp);
+  });
   TRIPOD_LAUNCH_CHECK();
 }
 

@@ -45,13 +45,55 @@ __global__ void add_bias_forward_kernel(T* out, const T* bias, int64_t n, int64_
 // GELU(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
 
+__device__ __forceinline__ float gelu_f(float x) {
+  float u = kGeluScale * (x + 0.044715f * x * x * x);
+  return 0.5f * x * (1.f + tanhf(u));
+}
+__device__ __forceinline__ float gelu_grad_f(float x) {
+  float u = kGeluScale * (x + 0.044715f * x * x * x);
+  float th = tanhf(u);
+  return 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * kGeluScale * (1.f + 3.f * 0.044715f * x * x);
+}
+
+// Pack variants (n a multiple of the pack, pointers 16-byte aligned).
+template <typename T>
+__global__ void add_forward_kernel_vec(T* out, const T* a, const T* b, int64_t npacks) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < npacks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    Pack<T> x = load_pack(a + i * kPack<T>), y = load_pack(b + i * kPack<T>), z;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) z.v[k] = from_f<T>(to_f(x.v[k]) + to_f(y.v[k]));
+    store_pack(out + i * kPack<T>, z);
+  }
+}
+
+template <typename T>
+__global__ void gelu_forward_kernel_vec(T* out, const T* inp, int64_t npacks) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < npacks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    Pack<T> x = load_pack(inp + i * kPack<T>), y;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) y.v[k] = from_f<T>(gelu_f(to_f(x.v[k])));
+    store_pack(out + i * kPack<T>, y);
+  }
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel_vec(T* dinp, const T* inp, const T* dout, int64_t npacks) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < npacks;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    Pack<T> x = load_pack(inp + i * kPack<T>), g = load_pack(dout + i * kPack<T>), y;
+#pragma unroll
+    for (int k = 0; k < kPack<T>; ++k) y.v[k] = from_f<T>(gelu_grad_f(to_f(x.v[k])) * to_f(g.v[k]));
+    store_pack(dinp + i * kPack<T>, y);
+  }
+}
+
 template <typename T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float x = to_f(inp[i]);
-    float u = kGeluScale * (x + 0.044715f * x * x * x);
-    out[i] = from_f<T>(0.5f * x * (1.f + tanhf(u)));
+    out[i] = from_f<T>(gelu_f(to_f(inp[i])));
   }
 }
 
@@ -59,12 +101,7 @@ template <typename T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float x = to_f(inp[i]);
-    float u = kGeluScale * (x + 0.044715f * x * x * x);
-    float th = tanhf(u);
-    float sech2 = 1.f - th * th;
-    float grad = 0.5f * (1.f + th) + 0.5f * x * sech2 * kGeluScale * (1.f + 3.f * 0.044715f * x * x);
-    dinp[i] = from_f<T>(grad * to_f(dout[i]));
+    dinp[i] = from_f<T>(gelu_grad_f(to_f(inp[i])) * to_f(dout[i]));
   }
 }
 
@@ -94,8 +131,14 @@ void cast(void* dst, DType dst_dt, const void* src, DType src_dt, int64_t n, cud
 
 void add(void* out, const void* a, const void* b, int64_t n, DType dt, cudaStream_t stream) {
   if (n == 0) return;
-  TRIPOD_DISPATCH_ACT(dt, T, add_forward_kernel<<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
-      static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(n, out, a, b))
+      add_forward_kernel_vec<<<elementwise_grid(n / kPack<T>, kBlock), kBlock, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n / kPack<T>);
+    else
+      add_forward_kernel<<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
   TRIPOD_LAUNCH_CHECK();
 }
 
@@ -116,16 +159,28 @@ void add_bias(void* out, const void* bias, int64_t N, int64_t OC, DType dt, cuda
 
 void gelu_forward(void* out, const void* inp, int64_t n, DType dt, cudaStream_t stream) {
   if (n == 0) return;
-  TRIPOD_DISPATCH_ACT(dt, T, gelu_forward_kernel<<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
-      static_cast<T*>(out), static_cast<const T*>(inp), n));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(n, out, inp))
+      gelu_forward_kernel_vec<<<elementwise_grid(n / kPack<T>, kBlock), kBlock, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(inp), n / kPack<T>);
+    else
+      gelu_forward_kernel<<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(inp), n);
+  });
   TRIPOD_LAUNCH_CHECK();
 }
 
 void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n, DType dt,
                    cudaStream_t stream) {
   if (n == 0) return;
-  TRIPOD_DISPATCH_ACT(dt, T, gelu_backward_kernel<<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
-      static_cast<T*>(dinp), static_cast<const T*>(inp), static_cast<const T*>(dout), n));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(n, dinp, inp, dout))
+      gelu_backward_kernel_vec<<<elementwise_grid(n / kPack<T>, kBlock), kBlock, 0, stream>>>(
+          static_cast<T*>(dinp), static_cast<const T*>(inp), static_cast<const T*>(dout), n / kPack<T>);
+    else
+      gelu_backward_kernel<<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
+          static_cast<T*>(dinp), static_cast<const T*>(inp), static_cast<const T*>(dout), n);
+  });
   TRIPOD_LAUNCH_CHECK();
 }
 

@@ -1,0 +1,437 @@
+// Flash-style causal attention on tensor cores through WMMA (16x16x16 bf16 or
+// f16 fragments, f32 accumulation): the bf16/f16 path of attention.cu.
+// Reference: Dao, FlashAttention-2 (2023), Algorithms 1 and 2.
+//
+// NOTE [Tensor-core attention]
+// All three kernels use 4 warps per block and 64-row tiles; each warp owns
+// 16 rows. Tiles of Q, K, V, dout are staged in shared memory with rows
+// padded by 8 elements (16 bytes) against bank conflicts; every WMMA pointer
+// stays 32-byte aligned (rows of 16 x padded width, columns of 16).
+// Forward: per key tile, S = Q K^T goes to a per-warp f32 buffer; two lanes
+// per row run the online softmax on it (log2 units), write P (bf16/f16) and
+// rescale the f32 output rows, then O += P V on tensor cores. Q fragments
+// are loaded once. The log-sum-exp is saved for the backward.
+// Backward, split as FlashAttention-2 without atomics: a dK/dV kernel (warp
+// = 16 keys, loops over query tiles from the diagonal: S^T = K Q^T and
+// dP^T = V dout^T, P^T and dS^T = P^T (dP^T - D) elementwise, then dV += P^T
+// dout and dK += dS^T Q, accumulators in fragments), and a dQ kernel (warp =
+// 16 queries, loops over key tiles up to the diagonal: S, dP, dS, then
+// dQ += dS K). P and dS are rounded to bf16/f16 before their products, as in
+// FlashAttention; the f32 row sums use the unrounded P.
+#include <mma.h>
+
+#include <type_traits>
+
+#include "backend/cuda/attention_tc.cuh"
+#include "backend/cuda/common.cuh"
+
+namespace tripod::backend::cuda {
+
+namespace wmma = nvcuda::wmma;
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kTile = 64;    // rows of Q or K per tile
+constexpr int kWarps = 4;    // 16 rows each
+
+template <typename T> using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+template <typename T> using FragBc = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
+template <typename T> using FragBr = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major>;
+using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+
+template <int HS> struct TcLayout {
+  static constexpr int kLdT = HS + 8;                           // staged bf16/f16 rows
+  static constexpr int kLdF = (HS > kTile ? HS : kTile) + 4;    // per-warp f32 rows
+  static constexpr int kLdP = kTile + 8;                        // per-warp P / dS rows
+  static constexpr size_t tile_bytes = size_t(kTile) * kLdT * 2;
+  static constexpr size_t warp_f32_bytes = size_t(16) * kLdF * 4;
+  static constexpr size_t warp_p_bytes = size_t(16) * kLdP * 2;
+};
+
+// dst[r][0..HS) = src[(row0 + r) * stride + 0..HS), zero rows past T; 16-byte copies.
+template <typename T, int HS>
+__device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t stride, int row0, int T_) {
+  constexpr int kVec = HS / 8, kLd = TcLayout<HS>::kLdT;
+  for (int e = threadIdx.x; e < kTile * kVec; e += blockDim.x) {
+    int r = e / kVec, v = e % kVec, gr = row0 + r;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (gr < T_) val = *reinterpret_cast<const uint4*>(src + int64_t(gr) * stride + v * 8);
+    *reinterpret_cast<uint4*>(dst + r * kLd + v * 8) = val;
+  }
+}
+
+}  // namespace
+
+// ---- kernels ----
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float* lse, const T* qkv,
+                                                                   int T_, int NH, float scale) {
+  using L = TcLayout<HS>;
+  constexpr int LDT = L::kLdT, LDF = L::kLdF, LDP = L::kLdP, KS = HS / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);
+  T* Ks = Qs + kTile * LDT;
+  T* Vs = Ks + kTile * LDT;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* S = reinterpret_cast<float*>(smem + 3 * L::tile_bytes) + warp * 16 * LDF;
+  float* O = reinterpret_cast<float*>(smem + 3 * L::tile_bytes + kWarps * L::warp_f32_bytes) + warp * 16 * LDF;
+  T* P = reinterpret_cast<T*>(smem + 3 * L::tile_bytes + 2 * kWarps * L::warp_f32_bytes) + warp * 16 * LDP;
+  const int C = NH * HS, C3 = 3 * C;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
+  load_tile<T, HS>(Qs, base, C3, q0, T_);
+  for (int e = lane; e < 16 * LDF; e += 32) O[e] = 0.f;
+  __syncthreads();
+  FragA<T> qa[KS];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) wmma::load_matrix_sync(qa[kk], Qs + warp * 16 * LDT + kk * 16, LDT);
+  const int r = lane >> 1, half = lane & 1;
+  const int i = q0 + warp * 16 + r;
+  const float sl2 = scale * kLog2e;
+  float m = -INFINITY, l = 0.f;
+  const int last_key = min(T_ - 1, q0 + kTile - 1);
+  for (int k0 = 0; k0 <= last_key; k0 += kTile) {
+    __syncthreads();
+    load_tile<T, HS>(Ks, base + C, C3, k0, T_);
+    load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < kTile / 16; ++n) {
+      FragC c;
+      wmma::fill_fragment(c, 0.f);
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        FragBc<T> kb;
+        wmma::load_matrix_sync(kb, Ks + n * 16 * LDT + kk * 16, LDT);
+        wmma::mma_sync(c, qa[kk], kb, c);
+      }
+      wmma::store_matrix_sync(S + n * 16, c, LDF, wmma::mem_row_major);
+    }
+    __syncwarp();
+    float s[kTile / 2], mt = -INFINITY;
+#pragma unroll
+    for (int jj = 0; jj < kTile / 2; ++jj) {
+      int j = half * (kTile / 2) + jj, key = k0 + j;
+      s[jj] = (key <= i && key < T_) ? S[r * LDF + j] * sl2 : -INFINITY;
+      mt = fmaxf(mt, s[jj]);
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    const float mnew = fmaxf(m, mt), msafe = mnew == -INFINITY ? 0.f : mnew;
+    const float corr = exp2f(m - msafe);
+    float ls = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < kTile / 2; ++jj) {
+      float p = exp2f(s[jj] - msafe);
+      ls += p;
+      P[r * LDP + half * (kTile / 2) + jj] = from_f<T>(p);
+    }
+    ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+    l = l * corr + ls;
+    m = mnew;
+    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) O[r * LDF + d] *= corr;
+    __syncwarp();
+    FragA<T> pa[kTile / 16];
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) wmma::load_matrix_sync(pa[kk], P + kk * 16, LDP);
+#pragma unroll
+    for (int dn = 0; dn < KS; ++dn) {
+      FragC c;
+      wmma::load_matrix_sync(c, O + dn * 16, LDF, wmma::mem_row_major);
+#pragma unroll
+      for (int kk = 0; kk < kTile / 16; ++kk) {
+        FragBr<T> vb;
+        wmma::load_matrix_sync(vb, Vs + kk * 16 * LDT + dn * 16, LDT);
+        wmma::mma_sync(c, pa[kk], vb, c);
+      }
+      wmma::store_matrix_sync(O + dn * 16, c, LDF, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  if (i >= T_) return;
+  const float inv = l > 0.f ? 1.f / l : 0.f;
+  T* y = out + (int64_t(b) * T_ + i) * C + h * HS;
+  for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) y[d] = from_f<T>(O[r * LDF + d] * inv);
+  if (half == 0) lse[(int64_t(b) * NH + h) * T_ + i] = (m + log2f(l)) * kLn2;
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(128) attention_dkdv_backward_kernel_tc(
+    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH,
+    float scale) {
+  using L = TcLayout<HS>;
+  constexpr int LDT = L::kLdT, LDF = L::kLdF, LDP = L::kLdP, KS = HS / 16, QS = kTile / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Ks = reinterpret_cast<T*>(smem);
+  T* Vs = Ks + kTile * LDT;
+  T* Qs = Vs + kTile * LDT;
+  T* Gs = Qs + kTile * LDT;  // dout tile
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  unsigned char* wbase = smem + 4 * L::tile_bytes;
+  float* St = reinterpret_cast<float*>(wbase) + warp * 16 * LDF;
+  float* dPt = reinterpret_cast<float*>(wbase + kWarps * L::warp_f32_bytes) + warp * 16 * LDF;
+  T* Pt = reinterpret_cast<T*>(wbase + 2 * kWarps * L::warp_f32_bytes) + warp * 16 * LDP;
+  T* dSt = reinterpret_cast<T*>(wbase + 2 * kWarps * L::warp_f32_bytes + kWarps * L::warp_p_bytes) + warp * 16 * LDP;
+  float* Ls = reinterpret_cast<float*>(wbase + 2 * kWarps * (L::warp_f32_bytes + L::warp_p_bytes));
+  float* Ds = Ls + kTile;
+  const int C = NH * HS, C3 = 3 * C;
+  const int k0 = blockIdx.x * kTile;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
+  const T* gbase = dout + int64_t(b) * T_ * C + h * HS;
+  const float* lrow = lse + (int64_t(b) * NH + h) * T_;
+  const float* drow = D + (int64_t(b) * NH + h) * T_;
+  load_tile<T, HS>(Ks, base + C, C3, k0, T_);
+  load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
+  __syncthreads();
+  FragA<T> ka[KS], va[KS];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    wmma::load_matrix_sync(ka[kk], Ks + warp * 16 * LDT + kk * 16, LDT);
+    wmma::load_matrix_sync(va[kk], Vs + warp * 16 * LDT + kk * 16, LDT);
+  }
+  FragC dk[KS], dv[KS];
+#pragma unroll
+  for (int dn = 0; dn < KS; ++dn) {
+    wmma::fill_fragment(dk[dn], 0.f);
+    wmma::fill_fragment(dv[dn], 0.f);
+  }
+  const int r = lane >> 1, half = lane & 1;
+  const int j = k0 + warp * 16 + r;  // this lane's key row
+  const float sl2 = scale * kLog2e;
+  for (int q0 = k0; q0 < T_; q0 += kTile) {
+    __syncthreads();
+    load_tile<T, HS>(Qs, base, C3, q0, T_);
+    load_tile<T, HS>(Gs, gbase, C, q0, T_);
+    for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
+      bool in = q0 + e < T_;
+      Ls[e] = in ? lrow[q0 + e] * kLog2e : 0.f;
+      Ds[e] = in ? drow[q0 + e] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < QS; ++n) {
+      FragC s, dp;
+      wmma::fill_fragment(s, 0.f);
+      wmma::fill_fragment(dp, 0.f);
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        FragBc<T> qb, gb;
+        wmma::load_matrix_sync(qb, Qs + n * 16 * LDT + kk * 16, LDT);
+        wmma::load_matrix_sync(gb, Gs + n * 16 * LDT + kk * 16, LDT);
+        wmma::mma_sync(s, ka[kk], qb, s);
+        wmma::mma_sync(dp, va[kk], gb, dp);
+      }
+      wmma::store_matrix_sync(St + n * 16, s, LDF, wmma::mem_row_major);
+      wmma::store_matrix_sync(dPt + n * 16, dp, LDF, wmma::mem_row_major);
+    }
+    __syncwarp();
+#pragma unroll 8
+    for (int jj = 0; jj < kTile / 2; ++jj) {
+      int ii = half * (kTile / 2) + jj, qi = q0 + ii;
+      bool valid = qi >= j && qi < T_ && j < T_;
+      float p = valid ? exp2f(St[r * LDF + ii] * sl2 - Ls[ii]) : 0.f;
+      Pt[r * LDP + ii] = from_f<T>(p);
+      dSt[r * LDP + ii] = from_f<T>(p * (dPt[r * LDF + ii] - Ds[ii]));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < QS; ++kk) {
+      FragA<T> pa, sa;
+      wmma::load_matrix_sync(pa, Pt + kk * 16, LDP);
+      wmma::load_matrix_sync(sa, dSt + kk * 16, LDP);
+#pragma unroll
+      for (int dn = 0; dn < KS; ++dn) {
+        FragBr<T> gb, qb;
+        wmma::load_matrix_sync(gb, Gs + kk * 16 * LDT + dn * 16, LDT);
+        wmma::load_matrix_sync(qb, Qs + kk * 16 * LDT + dn * 16, LDT);
+        wmma::mma_sync(dv[dn], pa, gb, dv[dn]);
+        wmma::mma_sync(dk[dn], sa, qb, dk[dn]);
+      }
+    }
+  }
+  // Fragments -> per-warp f32 rows -> dqkv (K and V parts).
+#pragma unroll
+  for (int dn = 0; dn < KS; ++dn) {
+    wmma::store_matrix_sync(St + dn * 16, dk[dn], LDF, wmma::mem_row_major);
+    wmma::store_matrix_sync(dPt + dn * 16, dv[dn], LDF, wmma::mem_row_major);
+  }
+  __syncwarp();
+  if (j >= T_) return;
+  T* row = dqkv + (int64_t(b) * T_ + j) * C3 + h * HS;
+  for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) {
+    row[C + d] = from_f<T>(St[r * LDF + d] * scale);
+    row[2 * C + d] = from_f<T>(dPt[r * LDF + d]);
+  }
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(128) attention_dq_backward_kernel_tc(
+    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH,
+    float scale) {
+  using L = TcLayout<HS>;
+  constexpr int LDT = L::kLdT, LDF = L::kLdF, LDP = L::kLdP, KS = HS / 16, JS = kTile / 16;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem);
+  T* Gs = Qs + kTile * LDT;
+  T* Ks = Gs + kTile * LDT;
+  T* Vs = Ks + kTile * LDT;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  unsigned char* wbase = smem + 4 * L::tile_bytes;
+  float* S = reinterpret_cast<float*>(wbase) + warp * 16 * LDF;
+  float* dP = reinterpret_cast<float*>(wbase + kWarps * L::warp_f32_bytes) + warp * 16 * LDF;
+  T* dS = reinterpret_cast<T*>(wbase + 2 * kWarps * L::warp_f32_bytes) + warp * 16 * LDP;
+  const int C = NH * HS, C3 = 3 * C;
+  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
+  load_tile<T, HS>(Qs, base, C3, q0, T_);
+  load_tile<T, HS>(Gs, dout + int64_t(b) * T_ * C + h * HS, C, q0, T_);
+  __syncthreads();
+  FragA<T> qa[KS], ga[KS];
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    wmma::load_matrix_sync(qa[kk], Qs + warp * 16 * LDT + kk * 16, LDT);
+    wmma::load_matrix_sync(ga[kk], Gs + warp * 16 * LDT + kk * 16, LDT);
+  }
+  FragC dq[KS];
+#pragma unroll
+  for (int dn = 0; dn < KS; ++dn) wmma::fill_fragment(dq[dn], 0.f);
+  const int r = lane >> 1, half = lane & 1;
+  const int i = q0 + warp * 16 + r;
+  const int64_t ri = (int64_t(b) * NH + h) * T_ + i;
+  const float l2 = i < T_ ? lse[ri] * kLog2e : 0.f, Di = i < T_ ? D[ri] : 0.f;
+  const float sl2 = scale * kLog2e;
+  const int last_key = min(T_ - 1, q0 + kTile - 1);
+  for (int k0 = 0; k0 <= last_key; k0 += kTile) {
+    __syncthreads();
+    load_tile<T, HS>(Ks, base + C, C3, k0, T_);
+    load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < JS; ++n) {
+      FragC s, dp;
+      wmma::fill_fragment(s, 0.f);
+      wmma::fill_fragment(dp, 0.f);
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        FragBc<T> kb, vb;
+        wmma::load_matrix_sync(kb, Ks + n * 16 * LDT + kk * 16, LDT);
+        wmma::load_matrix_sync(vb, Vs + n * 16 * LDT + kk * 16, LDT);
+        wmma::mma_sync(s, qa[kk], kb, s);
+        wmma::mma_sync(dp, ga[kk], vb, dp);
+      }
+      wmma::store_matrix_sync(S + n * 16, s, LDF, wmma::mem_row_major);
+      wmma::store_matrix_sync(dP + n * 16, dp, LDF, wmma::mem_row_major);
+    }
+    __syncwarp();
+#pragma unroll 8
+    for (int jj = 0; jj < kTile / 2; ++jj) {
+      int jc = half * (kTile / 2) + jj, key = k0 + jc;
+      bool valid = key <= i && i < T_;
+      float p = valid ? exp2f(S[r * LDF + jc] * sl2 - l2) : 0.f;
+      dS[r * LDP + jc] = from_f<T>(p * (dP[r * LDF + jc] - Di));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int kk = 0; kk < JS; ++kk) {
+      FragA<T> sa;
+      wmma::load_matrix_sync(sa, dS + kk * 16, LDP);
+#pragma unroll
+      for (int dn = 0; dn < KS; ++dn) {
+        FragBr<T> kb;
+        wmma::load_matrix_sync(kb, Ks + kk * 16 * LDT + dn * 16, LDT);
+        wmma::mma_sync(dq[dn], sa, kb, dq[dn]);
+      }
+    }
+  }
+#pragma unroll
+  for (int dn = 0; dn < KS; ++dn) wmma::store_matrix_sync(S + dn * 16, dq[dn], LDF, wmma::mem_row_major);
+  __syncwarp();
+  if (i >= T_) return;
+  T* row = dqkv + (int64_t(b) * T_ + i) * C3 + h * HS;
+  for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) row[d] = from_f<T>(S[r * LDF + d] * scale);
+}
+
+// ---- launchers ----
+
+namespace {
+
+template <typename K>
+void set_smem(K kernel, size_t bytes) {
+  TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <typename A, int HS>
+void forward_tc(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH, cudaStream_t stream) {
+  using L = TcLayout<HS>;
+  size_t smem = 3 * L::tile_bytes + kWarps * (2 * L::warp_f32_bytes + L::warp_p_bytes);
+  set_smem(attention_forward_kernel_tc<A, HS>, smem);
+  dim3 grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * NH));
+  attention_forward_kernel_tc<A, HS><<<grid, 32 * kWarps, smem, stream>>>(
+      out, lse, qkv, static_cast<int>(T), NH, 1.f / sqrtf(float(HS)));
+  TRIPOD_LAUNCH_CHECK();
+}
+
+template <typename A, int HS>
+void backward_tc(A* dqkv, const A* dout, const A* qkv, const float* lse, const float* D, int64_t B,
+                 int64_t T, int NH, cudaStream_t stream) {
+  using L = TcLayout<HS>;
+  const float scale = 1.f / sqrtf(float(HS));
+  dim3 grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * NH));
+  size_t kv_smem = 4 * L::tile_bytes + kWarps * 2 * (L::warp_f32_bytes + L::warp_p_bytes) + 2 * kTile * 4;
+  set_smem(attention_dkdv_backward_kernel_tc<A, HS>, kv_smem);
+  attention_dkdv_backward_kernel_tc<A, HS><<<grid, 32 * kWarps, kv_smem, stream>>>(
+      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
+  TRIPOD_LAUNCH_CHECK();
+  size_t q_smem = 4 * L::tile_bytes + kWarps * (2 * L::warp_f32_bytes + L::warp_p_bytes);
+  set_smem(attention_dq_backward_kernel_tc<A, HS>, q_smem);
+  attention_dq_backward_kernel_tc<A, HS><<<grid, 32 * kWarps, q_smem, stream>>>(
+      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
+  TRIPOD_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+#define TRIPOD_DISPATCH_TC(dt, HS_, ...)                                                        \
+  do {                                                                                         \
+    auto run_ = [&](auto a_tag, auto hs_tag) {                                                  \
+      using A = decltype(a_tag);                                                               \
+      constexpr int kHS = decltype(hs_tag)::value;                                             \
+      __VA_ARGS__;                                                                             \
+    };                                                                                         \
+    auto hs_ = [&](auto a_tag) {                                                               \
+      if (HS_ == 32) run_(a_tag, std::integral_constant<int, 32>{});                           \
+      else if (HS_ == 64) run_(a_tag, std::integral_constant<int, 64>{});                      \
+      else run_(a_tag, std::integral_constant<int, 128>{});                                    \
+    };                                                                                         \
+    if (dt == DType::BF16) hs_(bf16{});                                                        \
+    else hs_(f16{});                                                                           \
+  } while (0)
+
+bool attention_tc_supported(DType dt, int HS, int64_t C, const void* const* ptrs, int nptrs) {
+  if (dt != DType::BF16 && dt != DType::F16) return false;
+  if (HS != 32 && HS != 64 && HS != 128) return false;
+  if (C % 8 != 0) return false;  // 16-byte rows of out/dout and of each Q/K/V slice
+  for (int k = 0; k < nptrs; ++k)
+    if (reinterpret_cast<uintptr_t>(ptrs[k]) % 16 != 0) return false;
+  return true;
+}
+
+void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+                          int HS, DType dt, cudaStream_t stream) {
+  TRIPOD_DISPATCH_TC(dt, HS, forward_tc<A, kHS>(static_cast<A*>(out), lse,
+                                                static_cast<const A*>(qkv), B, T, NH, stream));
+}
+
+void attention_backward_tc(void* dqkv, const void* dout, const void* qkv, const float* lse,
+                           const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
+                           cudaStream_t stream) {
+  TRIPOD_DISPATCH_TC(dt, HS, backward_tc<A, kHS>(static_cast<A*>(dqkv), static_cast<const A*>(dout),
+                                                 static_cast<const A*>(qkv), lse, D, B, T, NH, stream));
+}
+
+}  // namespace tripod::backend::cuda
