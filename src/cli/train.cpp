@@ -10,6 +10,9 @@
 #include "base/log.h"
 #include "cli/command.h"
 #include "cli/device.h"
+#include "dist/context.h"
+#include "dist/rendezvous.h"
+#include "parallel/groups.h"
 #include "train/trainer.h"
 
 namespace tripod::cli {
@@ -78,6 +81,8 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, std::string& vocab_file
   app.add_flag("--bf16", a.bf16, "bf16 compute, fp32 master weights (cuda)");
   app.add_flag("--fp16", a.fp16, "fp16 compute with loss scaling (cuda)");
   app.add_option("--peak-tflops", a.peak_tflops, "peak TFLOP/s for MFU (default: 989 on cuda, none on cpu)");
+  app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
+                 "timeout of every collective and store wait")->capture_default_str();
   app.add_option("--save", a.save, "checkpoint directory");
   app.add_option("--load", a.load, "checkpoint directory to resume from");
 }
@@ -88,8 +93,11 @@ int run_train(int argc, char** argv) {
                "--seq-length 32 --mock-data --vocab-size 512 --micro-batch-size 4 --train-iters 50 --lr 1e-3"};
   app.get_formatter()->column_width(44);
   train::TrainArgs args;
-  std::string vocab_file;
+  std::string vocab_file, dump_weights;
   add_train_flags(app, args, vocab_file);
+  app.add_option("--dump-weights", dump_weights,
+                 "after training, write each rank's parameter shards to DIR/rank<N>.bin (parity checks)")
+      ->group("");  // hidden: a testing aid
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -98,9 +106,22 @@ int run_train(int argc, char** argv) {
   if (!vocab_file.empty() && args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_file(vocab_file);
   TRIPOD_CHECK_HINT(args.save.empty() && args.load.empty(), "drop --save/--load for now",
                     "checkpointing (--save/--load) is not available in this build yet");
-  auto be = make_backend(args.device);
-  train::Trainer trainer(args, *be);
-  trainer.run();
+  // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
+  const dist::RankInfo info = dist::resolve_rank_info();
+  auto be = make_backend(args.device, info.local_rank);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
+  auto ctx = dist::DistContext::init(info, be->device().type, timeout);
+  const int vpp = 1;
+  const auto layout = parallel::Layout::make(ctx->world_size(), args.tp, args.pp, vpp);
+  const auto groups = parallel::make_process_groups(*ctx, layout);
+  try {
+    train::Trainer trainer(args, *be, &groups);
+    trainer.run();
+    if (!dump_weights.empty()) trainer.dump_weights(dump_weights);
+  } catch (...) {
+    ctx->abort();  // peers blocked in a collective with this rank end now, not at the timeout
+    throw;
+  }
   return 0;
 }
 

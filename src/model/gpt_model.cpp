@@ -46,6 +46,21 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                "stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
                stage_.first_layer + stage_.num_local_layers, config_.num_layers);
   padded_vocab_ = config_.padded_vocab_size(stage_.tp_size);
+  tpp_.tp = stage_.tp;
+  tpp_.sp = stage_.sequence_parallel && stage_.tp_size > 1;
+  TRIPOD_CHECK(stage_.tp_size == 1 || (stage_.tp && stage_.tp->size() == stage_.tp_size),
+               "tensor-parallel size {} needs a tp group of that size", stage_.tp_size);
+  const int64_t tp = stage_.tp_size;
+  TRIPOD_CHECK_HINT(config_.num_attention_heads % tp == 0, "choose a --tensor-model-parallel-size that divides the heads",
+                    "--num-attention-heads {} is not divisible by --tensor-model-parallel-size {}",
+                    config_.num_attention_heads, tp);
+  TRIPOD_CHECK_HINT(config_.ffn_hidden_size % tp == 0, "choose a --tensor-model-parallel-size that divides the MLP width",
+                    "--ffn-hidden-size {} is not divisible by --tensor-model-parallel-size {}",
+                    config_.ffn_hidden_size, tp);
+  TRIPOD_CHECK_HINT(!tpp_.sp || config_.seq_length % tp == 0,
+                    "use a --seq-length divisible by --tensor-model-parallel-size, or drop --sequence-parallel",
+                    "--sequence-parallel needs --seq-length {} divisible by --tensor-model-parallel-size {}",
+                    config_.seq_length, tp);
   // Keep the parameters this stage holds. The tied output layer reuses the
   // word embedding, so the last stage holds a copy of it too (Megatron).
   std::vector<ParamSpec> mine;
@@ -75,32 +90,32 @@ Param& GptModel::layer_param(int64_t l, const char* suffix) {
 }
 
 MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
-  const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size;
+  const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size, Ns = local_rows(B, T);
   const int64_t C_tp = C / tp, F_tp = config_.ffn_hidden_size / tp, NH_tp = config_.num_attention_heads / tp;
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
   MicroBatchActs a;
   a.B = B;
   a.T = T;
   a.tokens = be_.empty({B, T}, DType::I32);
-  a.input = f32({N, C});
+  a.input = f32({Ns, C});
   for (int64_t l = 0; l < stage_.num_local_layers; ++l) {
     LayerActs la;
-    la.ln1 = f32({N, C}); la.ln1_mean = f32({N}); la.ln1_rstd = f32({N});
+    la.ln1 = f32({Ns, C}); la.ln1_mean = f32({Ns}); la.ln1_rstd = f32({Ns});
     la.qkv = f32({B, T, 3 * C_tp});
     la.att = f32({B, T, C_tp}); la.lse = f32({B, NH_tp, T});
-    la.res1 = f32({N, C});
-    la.ln2 = f32({N, C}); la.ln2_mean = f32({N}); la.ln2_rstd = f32({N});
+    la.res1 = f32({Ns, C});
+    la.ln2 = f32({Ns, C}); la.ln2_mean = f32({Ns}); la.ln2_rstd = f32({Ns});
     la.fc1 = f32({N, F_tp}); la.gelu = f32({N, F_tp});
-    la.out = f32({N, C});
+    la.out = f32({Ns, C});
     a.layers.push_back(std::move(la));
   }
   if (stage_.post_process) {
     a.targets = be_.empty({B, T}, DType::I32);
-    a.lnf = f32({N, C}); a.lnf_mean = f32({N}); a.lnf_rstd = f32({N});
+    a.lnf = f32({Ns, C}); a.lnf_mean = f32({Ns}); a.lnf_rstd = f32({Ns});
     a.losses = f32({N});
-    a.dlnf = f32({N, C});
+    a.dlnf = f32({Ns, C});
   }
-  if (!stage_.pre_process) a.grad_input = f32({N, C});
+  if (!stage_.pre_process) a.grad_input = f32({Ns, C});
   return a;
 }
 
@@ -119,13 +134,24 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
   if (stage_.pre_process) {
     const Param& wte = params_->get("embedding.word_embeddings.weight");
     const Param& wpe = params_->get("embedding.position_embeddings.weight");
-    Tensor x = acts.input.view({acts.B, acts.T, config_.hidden_size});
     const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
-    be_.embedding_forward(x, acts.tokens, wte.value, &wpe.value, vocab_start);
-    // TODO(tp): reduce_from_tp_region(x) sums the vocab-parallel partial rows.
+    // Vocab-parallel embedding: each tp rank writes its vocab rows (zeros
+    // elsewhere), then the tp group sums (reduce_from_tp_region, or
+    // reduce_scatter_to_sp_region). Positions are added on tp rank 0 only so
+    // the sum holds them once, exactly.
+    const Tensor* wpe_here = stage_.tp_rank == 0 ? &wpe.value : nullptr;
+    if (!tpp_.active()) {
+      Tensor x = acts.input.view({acts.B, acts.T, config_.hidden_size});
+      be_.embedding_forward(x, acts.tokens, wte.value, wpe_here, vocab_start);
+    } else {
+      Tensor x = ws_->full_b.view({acts.B, acts.T, config_.hidden_size});
+      be_.embedding_forward(x, acts.tokens, wte.value, wpe_here, vocab_start);
+      Tensor& reduced = tpp_.exit(ws_->full_b, acts.input);
+      if (reduced.raw() != acts.input.raw()) be_.copy(acts.input, reduced);
+    }
     if (config_.hidden_dropout > 0)
       be_.dropout_forward(acts.input, acts.input, config_.hidden_dropout,
-                          backend::mix64(dropout_seed, 0xE3B0), acts.sample_offset * acts.T * config_.hidden_size);
+                          backend::mix64(dropout_seed, 0xE3B0), dropout_counter(acts));
   }
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
@@ -147,21 +173,33 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
   const Tensor& x = acts.output();
   be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnw.value, lnb.value,
                         config_.layernorm_epsilon);
-  // TODO(tp): copy_to_tp_region(lnf) before the vocab-parallel output layer.
+  const Tensor& lnf = tpp_.enter(acts.lnf, ws_->full_a);  // (N, C)
   Tensor& logits = ws_->logits;  // (N, V_tp)
-  be_.matmul_forward(logits, acts.lnf, wte.value, nullptr);
+  be_.matmul_forward(logits, lnf, wte.value, nullptr);
   const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
   Tensor targets = acts.targets.view({acts.B * acts.T});
+  // Vocab-parallel cross-entropy: the full logits are never gathered.
   be_.ce_row_max(ws_->row_max, logits);
-  // TODO(tp): all_reduce(MAX) row_max over tp.
+  if (tpp_.active()) {
+    dist::AllReduceOptions o;
+    o.op = dist::ReduceOp::Max;
+    tpp_.tp->all_reduce(ws_->row_max, o)->wait();
+  }
   be_.ce_row_sums(ws_->ce_sums, logits, ws_->row_max, targets, vocab_start);
-  // TODO(tp): all_reduce(SUM) ce_sums over tp.
+  parallel::tp_all_reduce(tpp_.tp, ws_->ce_sums);
   be_.ce_loss(acts.losses, ws_->ce_sums, ws_->row_max);
   if (!with_grad) return;
   be_.ce_backward(logits, logits, ws_->row_max, ws_->ce_sums, targets, vocab_start, dloss);
   Param& wte_m = params_->get("embedding.word_embeddings.weight");
-  be_.matmul_backward(&acts.dlnf, &wte_m.grad, nullptr, logits, acts.lnf, wte.value);
-  // TODO(tp): all_reduce dlnf over tp (backward of copy_to_tp_region).
+  be_.matmul_backward(&ws_->full_b, &wte_m.grad, nullptr, logits, lnf, wte.value);
+  const Tensor& dlnf = tpp_.enter_backward(ws_->full_b, acts.dlnf);
+  if (dlnf.raw() != acts.dlnf.raw()) be_.copy(acts.dlnf, dlnf);
+}
+
+void GptModel::reduce_sequence_parallel_grads() {
+  if (!tpp_.sp) return;
+  for (auto& p : params_->params())
+    if (p.spec.name.find("layernorm") != std::string::npos) parallel::tp_all_reduce(tpp_.tp, p.grad);
 }
 
 void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed) {
@@ -185,10 +223,13 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   if (stage_.pre_process) {
     if (config_.hidden_dropout > 0)
       be_.dropout_backward(dres, dres, config_.hidden_dropout, backend::mix64(dropout_seed, 0xE3B0),
-                           acts.sample_offset * acts.T * config_.hidden_size);
+                           dropout_counter(acts));
     Param& wte = params_->get("embedding.word_embeddings.weight");
     Param& wpe = params_->get("embedding.position_embeddings.weight");
-    Tensor d = dres.view({acts.B, acts.T, config_.hidden_size});
+    // Backward of the tp sum is identity (or an all-gather under SP): every
+    // tp rank sees the full gradient, so wpe's gradient is complete everywhere.
+    const Tensor& dfull = tpp_.exit_backward(dres, ws_->full_b);
+    Tensor d = dfull.view({acts.B, acts.T, config_.hidden_size});
     be_.embedding_backward(&wte.grad, &wpe.grad, d, acts.tokens, stage_.tp_rank * wte.shape[0]);
   } else {
     be_.copy(acts.grad_input, dres);

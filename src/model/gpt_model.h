@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "dist/communicator.h"
 #include "model/gpt_config.h"
 #include "model/param_table.h"
+#include "model/tp_points.h"
 
 namespace tripod::model {
 
@@ -29,28 +31,33 @@ struct StageConfig {
   bool pre_process = true;        // holds the embedding
   bool post_process = true;       // holds the final norm and the loss
   int tp_size = 1, tp_rank = 0;
+  dist::Communicator* tp = nullptr;  // the tensor-parallel group (null: tp size 1)
+  bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
 };
 
+// Shapes: N = B*T; N_sp = N / tp with sequence parallelism, else N. The
+// residual stream and LayerNorm outputs are (N_sp, C); everything between a
+// column- and a row-parallel linear is (N, *_tp).
 struct LayerActs {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (N,C), (N), (N)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor qkv;                      // (N, 3*C_tp)
   Tensor att, lse;                 // (N, C_tp), (B, NH_tp, T)
-  Tensor res1;                     // (N,C) residual after attention
-  Tensor ln2, ln2_mean, ln2_rstd;  // (N,C), (N), (N)
+  Tensor res1;                     // (N_sp,C) residual after attention
+  Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
-  Tensor out;                      // (N,C) layer output (residual after MLP)
+  Tensor out;                      // (N_sp,C) layer output (residual after MLP)
 };
 
 struct MicroBatchActs {
   int64_t B = 0, T = 0;
   int64_t sample_offset = 0;      // global index of the first sample (dropout keys)
   Tensor tokens, targets;         // (B,T) i32 on device; targets only on the last stage
-  Tensor input;                   // (N,C) embedding output, or the hidden state received
+  Tensor input;                   // (N_sp,C) embedding output, or the hidden state received
   std::vector<LayerActs> layers;
-  Tensor lnf, lnf_mean, lnf_rstd; // last stage: final norm (N,C), (N), (N)
-  Tensor losses;                  // last stage: (N) per-token loss
-  Tensor dlnf;                    // last stage, training: d loss / d lnf (N,C)
-  Tensor grad_input;              // after backward on a non-first stage: d loss / d input (N,C)
+  Tensor lnf, lnf_mean, lnf_rstd; // last stage: final norm (N_sp,C), (N_sp), (N_sp)
+  Tensor losses;                  // last stage: (N) per-token loss (same on every tp rank)
+  Tensor dlnf;                    // last stage, training: d loss / d lnf (N_sp,C)
+  Tensor grad_input;              // after backward on a non-first stage: d loss / d input (N_sp,C)
   size_t bytes() const;           // activation bytes held
   const Tensor& output() const { return layers.empty() ? input : layers.back().out; }
 };
@@ -66,6 +73,13 @@ class GptModel {
   const StageConfig& stage() const { return stage_; }
   ParamStore& params() { return *params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  bool sequence_parallel() const { return tpp_.sp; }
+  // Rows of the residual stream this rank holds for B*T tokens (N_sp).
+  int64_t local_rows(int64_t B, int64_t T) const { return tpp_.sp ? B * T / stage_.tp_size : B * T; }
+  // Sequence parallelism leaves LayerNorm gradients partial per tp rank:
+  // all-reduce them over tp before the optimizer (Megatron's
+  // allreduce_layernorm_grads). No-op otherwise.
+  void reduce_sequence_parallel_grads();
   backend::Backend& backend() { return be_; }
 
   // Every parameter of the whole model (global shapes), in a fixed order.
@@ -92,6 +106,7 @@ class GptModel {
                       const MicroBatchActs& mb, uint64_t seed);
   void head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss);
   Param& layer_param(int64_t l, const char* suffix);
+  uint64_t dropout_counter(const MicroBatchActs& mb) const;
 
   GptConfig config_;
   StageConfig stage_;
@@ -99,6 +114,7 @@ class GptModel {
   int64_t padded_vocab_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Workspace> ws_;
+  TpPoints tpp_;
 };
 
 }  // namespace tripod::model

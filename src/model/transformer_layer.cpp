@@ -2,13 +2,19 @@
 //   res1 = x + dropout(proj(attention(qkv(ln1(x)))))
 //   out  = res1 + dropout(fc2(gelu(fc1(ln2(res1)))))
 // Megatron: TransformerLayer with SelfAttention and MLP (local spec).
-// Tensor parallelism (Megatron, Shoeybi et al. 2019): qkv and fc1 are
-// column-parallel (Y_i = X A_i), proj and fc2 row-parallel (Y = sum_i X_i B_i,
-// bias added after the reduction).
+//
+// Tensor parallelism (Shoeybi et al. 2019): qkv and fc1 are column-parallel
+// (Y_i = X A_i, X replicated: copy_to_tp_region before), proj and fc2 are
+// row-parallel (Y = sum_i X_i B_i: reduce_from_tp_region after, then the
+// bias). Sequence parallelism (Korthikanti et al. 2022) keeps x, the
+// LayerNorms and dropout sharded by rows: all-gather before the
+// column-parallel linear, reduce-scatter after the row-parallel one. The
+// gathered LayerNorm output is not stored; backward gathers it again, as
+// Megatron does, so activation memory scales as the paper's formula.
 #include <fmt/format.h>
 
-#include "model/gpt_model.h"
 #include "backend/philox.h"
+#include "model/gpt_model.h"
 #include "model/workspace.h"
 
 namespace tripod::model {
@@ -19,45 +25,54 @@ uint64_t dropout_key(uint64_t seed, int64_t layer, int site) {
 }
 }  // namespace
 
+// Global element index of this rank's first residual element: the same
+// dropout mask at every layout.
+uint64_t GptModel::dropout_counter(const MicroBatchActs& mb) const {
+  const int64_t rows_before = tpp_.sp ? stage_.tp_rank * local_rows(mb.B, mb.T) : 0;
+  return static_cast<uint64_t>((mb.sample_offset * mb.T + rows_before) * config_.hidden_size);
+}
+
 void GptModel::layer_forward(int64_t l, const Tensor& x, LayerActs& a, const MicroBatchActs& mb,
                              uint64_t seed) {
   const int64_t NH_tp = config_.num_attention_heads / stage_.tp_size;
   const float eps = config_.layernorm_epsilon, p = config_.hidden_dropout;
-  const uint64_t counter = static_cast<uint64_t>(mb.sample_offset * mb.T * config_.hidden_size);
-  Tensor& tmp = ws_->tmp;  // (N,C)
+  const uint64_t counter = dropout_counter(mb);
+  Workspace& w = *ws_;
 
   // ---- attention block ----
   be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, layer_param(l, "input_layernorm.weight").value,
                         layer_param(l, "input_layernorm.bias").value, eps);
-  be_.matmul_forward(a.qkv, a.ln1, layer_param(l, "self_attention.linear_qkv.weight").value,
+  const Tensor& ln1 = tpp_.enter(a.ln1, w.full_a);  // (N, C)
+  be_.matmul_forward(a.qkv, ln1, layer_param(l, "self_attention.linear_qkv.weight").value,
                      &layer_param(l, "self_attention.linear_qkv.bias").value);
   be_.attention_forward(a.att, a.lse, a.qkv, static_cast<int>(NH_tp));
-  be_.matmul_forward(tmp, a.att, layer_param(l, "self_attention.linear_proj.weight").value, nullptr);
-  // TODO(tp): reduce_from_tp_region(tmp) before the bias.
-  be_.add_bias(tmp, layer_param(l, "self_attention.linear_proj.bias").value);
-  if (p > 0) be_.dropout_forward(tmp, tmp, p, dropout_key(seed, l, 0), counter);
-  be_.add(a.res1, x, tmp);
+  be_.matmul_forward(w.full_b, a.att, layer_param(l, "self_attention.linear_proj.weight").value, nullptr);
+  Tensor& attn_out = tpp_.exit(w.full_b, w.tmp);  // (N_sp, C)
+  be_.add_bias(attn_out, layer_param(l, "self_attention.linear_proj.bias").value);
+  if (p > 0) be_.dropout_forward(attn_out, attn_out, p, dropout_key(seed, l, 0), counter);
+  be_.add(a.res1, x, attn_out);
 
   // ---- MLP block ----
   be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1,
                         layer_param(l, "pre_mlp_layernorm.weight").value,
                         layer_param(l, "pre_mlp_layernorm.bias").value, eps);
-  be_.matmul_forward(a.fc1, a.ln2, layer_param(l, "mlp.linear_fc1.weight").value,
+  const Tensor& ln2 = tpp_.enter(a.ln2, w.full_a);
+  be_.matmul_forward(a.fc1, ln2, layer_param(l, "mlp.linear_fc1.weight").value,
                      &layer_param(l, "mlp.linear_fc1.bias").value);
   be_.gelu_forward(a.gelu, a.fc1);
-  be_.matmul_forward(tmp, a.gelu, layer_param(l, "mlp.linear_fc2.weight").value, nullptr);
-  // TODO(tp): reduce_from_tp_region(tmp) before the bias.
-  be_.add_bias(tmp, layer_param(l, "mlp.linear_fc2.bias").value);
-  if (p > 0) be_.dropout_forward(tmp, tmp, p, dropout_key(seed, l, 1), counter);
-  be_.add(a.out, a.res1, tmp);
+  be_.matmul_forward(w.full_b, a.gelu, layer_param(l, "mlp.linear_fc2.weight").value, nullptr);
+  Tensor& mlp_out = tpp_.exit(w.full_b, w.tmp);
+  be_.add_bias(mlp_out, layer_param(l, "mlp.linear_fc2.bias").value);
+  if (p > 0) be_.dropout_forward(mlp_out, mlp_out, p, dropout_key(seed, l, 1), counter);
+  be_.add(a.out, a.res1, mlp_out);
 }
 
-// dres (N,C) holds d loss / d out on entry and d loss / d x on return.
+// dres (N_sp,C) holds d loss / d out on entry and d loss / d x on return.
 void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& dres,
                               const MicroBatchActs& mb, uint64_t seed) {
   const int64_t NH_tp = config_.num_attention_heads / stage_.tp_size;
   const float p = config_.hidden_dropout;
-  const uint64_t counter = static_cast<uint64_t>(mb.sample_offset * mb.T * config_.hidden_size);
+  const uint64_t counter = dropout_counter(mb);
   Workspace& w = *ws_;
 
   // ---- MLP block: out = res1 + drop(fc2(gelu(fc1(ln2(res1))))) ----
@@ -66,16 +81,20 @@ void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& 
     be_.dropout_backward(w.tmp, dres, p, dropout_key(seed, l, 1), counter);
     dmlp = &w.tmp;
   }
+  // The bias gradient uses the full (gathered) output gradient, so it is
+  // complete on every tp rank with or without sequence parallelism.
+  const Tensor& dmlp_full = tpp_.exit_backward(*dmlp, w.full_b);  // (N, C)
   Param& fc2 = layer_param(l, "mlp.linear_fc2.weight");
   Param& fc1 = layer_param(l, "mlp.linear_fc1.weight");
-  be_.matmul_backward(&w.dgelu, &fc2.grad, &layer_param(l, "mlp.linear_fc2.bias").grad, *dmlp, a.gelu,
+  be_.matmul_backward(&w.dgelu, &fc2.grad, &layer_param(l, "mlp.linear_fc2.bias").grad, dmlp_full, a.gelu,
                       fc2.value);
   be_.gelu_backward(w.dfc1, a.fc1, w.dgelu);
-  be_.matmul_backward(&w.dln, &fc1.grad, &layer_param(l, "mlp.linear_fc1.bias").grad, w.dfc1, a.ln2,
+  const Tensor& ln2 = tpp_.enter(a.ln2, w.full_a);  // re-gathered under SP
+  be_.matmul_backward(&w.full_b, &fc1.grad, &layer_param(l, "mlp.linear_fc1.bias").grad, w.dfc1, ln2,
                       fc1.value);
-  // TODO(tp): all_reduce dln over tp (backward of copy_to_tp_region).
+  const Tensor& dln2 = tpp_.enter_backward(w.full_b, w.dln);
   Param& ln2w = layer_param(l, "pre_mlp_layernorm.weight");
-  be_.layernorm_backward(dres, ln2w.grad, layer_param(l, "pre_mlp_layernorm.bias").grad, w.dln, a.res1,
+  be_.layernorm_backward(dres, ln2w.grad, layer_param(l, "pre_mlp_layernorm.bias").grad, dln2, a.res1,
                          ln2w.value, a.ln2_mean, a.ln2_rstd);
 
   // ---- attention block: res1 = x + drop(proj(attn(qkv(ln1(x))))) ----
@@ -84,16 +103,18 @@ void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& 
     be_.dropout_backward(w.tmp, dres, p, dropout_key(seed, l, 0), counter);
     datt_out = &w.tmp;
   }
+  const Tensor& datt_full = tpp_.exit_backward(*datt_out, w.full_b);
   Param& proj = layer_param(l, "self_attention.linear_proj.weight");
   Param& qkv = layer_param(l, "self_attention.linear_qkv.weight");
   be_.matmul_backward(&w.datt, &proj.grad, &layer_param(l, "self_attention.linear_proj.bias").grad,
-                      *datt_out, a.att, proj.value);
+                      datt_full, a.att, proj.value);
   be_.attention_backward(w.dqkv, w.datt, a.qkv, a.att, a.lse, static_cast<int>(NH_tp));
-  be_.matmul_backward(&w.dln, &qkv.grad, &layer_param(l, "self_attention.linear_qkv.bias").grad, w.dqkv,
-                      a.ln1, qkv.value);
-  // TODO(tp): all_reduce dln over tp.
+  const Tensor& ln1 = tpp_.enter(a.ln1, w.full_a);
+  be_.matmul_backward(&w.full_b, &qkv.grad, &layer_param(l, "self_attention.linear_qkv.bias").grad, w.dqkv,
+                      ln1, qkv.value);
+  const Tensor& dln1 = tpp_.enter_backward(w.full_b, w.dln);
   Param& ln1w = layer_param(l, "input_layernorm.weight");
-  be_.layernorm_backward(dres, ln1w.grad, layer_param(l, "input_layernorm.bias").grad, w.dln, x,
+  be_.layernorm_backward(dres, ln1w.grad, layer_param(l, "input_layernorm.bias").grad, dln1, x,
                          ln1w.value, a.ln1_mean, a.ln1_rstd);
 }
 

@@ -11,9 +11,10 @@ namespace tripod::model {
 
 struct GptModel::Workspace {
   int64_t B = 0, T = 0;
-  Tensor dresidual;      // (N,C)
-  Tensor dln;            // (N,C)
-  Tensor tmp;            // (N,C) attention/MLP output before the residual add
+  Tensor dresidual;      // (N_sp,C)
+  Tensor dln;            // (N_sp,C)
+  Tensor tmp;            // (N_sp,C) attention/MLP output before the residual add
+  Tensor full_a, full_b; // (N,C) gathered LayerNorm outputs / partial sums of row-parallel linears
   Tensor dqkv;           // (N, 3*C_tp)
   Tensor datt;           // (N, C_tp)
   Tensor dfc1, dgelu;    // (N, F_tp)
@@ -27,10 +28,13 @@ struct GptModel::Workspace {
     B = b;
     T = t;
     const int64_t N = b * t, C = c.hidden_size, tp = s.tp_size;
+    const int64_t N_sp = (s.sequence_parallel && tp > 1) ? N / tp : N;
     auto f32 = [&](Shape sh) { return be.empty(sh, DType::F32); };
-    dresidual = f32({N, C});
-    dln = f32({N, C});
-    tmp = f32({N, C});
+    dresidual = f32({N_sp, C});
+    dln = f32({N_sp, C});
+    tmp = f32({N_sp, C});
+    full_a = f32({N, C});
+    full_b = f32({N, C});
     dqkv = f32({b, t, 3 * C / tp});
     datt = f32({b, t, C / tp});
     dfc1 = f32({N, c.ffn_hidden_size / tp});

@@ -38,6 +38,7 @@ struct TrainArgs {
   int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage
   bool sequence_parallel = false;    // --sequence-parallel
   bool use_distributed_optimizer = false;
+  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes
   // device / precision
   std::string device = "cpu";        // --device cpu|cuda
   bool bf16 = false, fp16 = false;   // --bf16, --fp16

@@ -32,23 +32,41 @@ void validate_args(const TrainArgs& a, int world_size) {
                     "the CPU backend computes in fp32 only");
 }
 
-Trainer::Trainer(const TrainArgs& args, backend::Backend& be) : args_(args), be_(be) { setup(nullptr); }
-
-Trainer::Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplits data)
+Trainer::Trainer(const TrainArgs& args, backend::Backend& be, const parallel::ProcessGroups* groups)
     : args_(args), be_(be) {
+  if (groups) groups_ = *groups;
+  setup(nullptr);
+}
+
+Trainer::Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplits data,
+                 const parallel::ProcessGroups* groups)
+    : args_(args), be_(be) {
+  if (groups) groups_ = *groups;
   setup(&data);
 }
 
 void Trainer::setup(data::DatasetSplits* given) {
-  if (args_.global_batch_size == 0) args_.global_batch_size = args_.micro_batch_size;
-  validate_args(args_, 1);
-  TRIPOD_CHECK_HINT(args_.tp == 1 && args_.pp == 1, "launch one rank per model-parallel rank, e.g. "
-                    "`tripod launch --nproc-per-node 4 train ...`",
-                    "--tensor-model-parallel-size {} x --pipeline-model-parallel-size {} needs that many ranks; "
-                    "this is a single-process run", args_.tp, args_.pp);
-  num_microbatches_ = args_.global_batch_size / args_.micro_batch_size;
+  const int world = groups_.world ? groups_.world->size() : 1;
+  dp_size_ = world / (args_.tp * args_.pp);
+  if (args_.global_batch_size == 0) args_.global_batch_size = args_.micro_batch_size * std::max(dp_size_, 1);
+  validate_args(args_, world);
+  const auto& L = groups_.layout;
+  TRIPOD_CHECK(!groups_.world || (L.tp == args_.tp && L.pp == args_.pp), "process groups built for {} but the "
+               "flags ask for tp {} pp {}", L.str(), args_.tp, args_.pp);
+  TRIPOD_CHECK_HINT(args_.pp == 1, "drop --pipeline-model-parallel-size for now",
+                    "pipeline parallelism is not wired into the trainer in this build yet");
+  TRIPOD_CHECK_HINT(!args_.use_distributed_optimizer, "drop --use-distributed-optimizer for now",
+                    "the distributed optimizer is not available in this build yet");
+  tp_rank_ = groups_.world ? L.tp_rank(groups_.global_rank) : 0;
+  dp_rank_ = groups_.world ? L.dp_rank(groups_.global_rank) : 0;
+  num_microbatches_ = args_.global_batch_size / (args_.micro_batch_size * dp_size_);
 
-  model_ = std::make_unique<model::GptModel>(args_.model, model::StageConfig{}, be_);
+  model::StageConfig stage;
+  stage.tp_size = args_.tp;
+  stage.tp_rank = tp_rank_;
+  stage.tp = groups_.tp.get();
+  stage.sequence_parallel = args_.sequence_parallel;
+  model_ = std::make_unique<model::GptModel>(args_.model, stage, be_);
   const auto& cfg = model_->config();
   model_->params().init(args_.seed, cfg.init_method_std, cfg.num_layers);
 
@@ -81,7 +99,7 @@ void Trainer::setup(data::DatasetSplits* given) {
   data_ = given ? std::move(*given) : data::build_gpt_datasets(dc);
   TRIPOD_CHECK(data_.train, "no training dataset");
 
-  metrics_ = std::make_unique<MetricsWriter>(args_.metrics_file);
+  metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.metrics_file : std::string());
   acts_ = model_->make_acts(args_.micro_batch_size, cfg.seq_length);
 }
 
@@ -113,14 +131,48 @@ static double sum_losses(backend::Backend& be, const Tensor& losses) {
   return s;
 }
 
+// Megatron's clip_grad_norm_fp32: every parameter counted once. Sharded
+// parameters count on every tp rank; replicated ones on tp rank 0 only
+// (param_is_not_tensor_parallel_duplicate); the squares are summed over the
+// model-parallel group. Gradients are already averaged over dp.
 double Trainer::global_grad_norm() {
   Tensor acc = be_.empty({1}, DType::F32);
   be_.zero(acc);
-  be_.sum_squares(acc, model_->params().grads());
+  if (tp_rank_ == 0 || args_.tp == 1) {
+    be_.sum_squares(acc, model_->params().grads());
+  } else {
+    for (const auto& p : model_->params().params())
+      if (p.spec.shard != model::ShardDim::None) be_.sum_squares(acc, p.grad);
+  }
+  if (groups_.mp && groups_.mp->size() > 1) groups_.mp->all_reduce(acc)->wait();
   Tensor h = Tensor::empty({1}, DType::F32);
   be_.copy(h, acc);
   be_.synchronize();
   return std::sqrt(static_cast<double>(h.data<float>()[0]));
+}
+
+// Data-parallel gradient reduction: the loss is already scaled by 1/dp, so
+// the SUM over dp is the average gradient (Megatron's DDP, fp32 grads).
+void Trainer::reduce_gradients() {
+  model_->reduce_sequence_parallel_grads();
+  if (groups_.dp && groups_.dp->size() > 1) groups_.dp->all_reduce(model_->params().grads())->wait();
+}
+
+double Trainer::reduce_loss(double local_sum) {
+  if (!groups_.dp || groups_.dp->size() == 1) return local_sum;
+  Tensor h = Tensor::empty({1}, DType::F64);
+  h.data<double>()[0] = local_sum;
+  Tensor d = be_.empty({1}, DType::F64);  // on the communicator's device
+  be_.copy(d, h);
+  groups_.dp->all_reduce(d)->wait();
+  be_.copy(h, d);
+  be_.synchronize();
+  return h.data<double>()[0];
+}
+
+bool Trainer::is_logger() const {
+  // Megatron prints from the last rank; with tp/dp that is the last pp stage.
+  return !groups_.world || groups_.global_rank == groups_.world->size() - 1;
 }
 
 void Trainer::check_finite(double loss, double grad_norm) {
@@ -147,20 +199,21 @@ void Trainer::check_finite(double loss, double grad_norm) {
 
 StepResult Trainer::train_step() {
   const int64_t B = args_.micro_batch_size, T = model_->config().seq_length;
-  const float dloss = 1.f / static_cast<float>(B * T * num_microbatches_);
+  const float dloss = 1.f / static_cast<float>(B * T * num_microbatches_ * dp_size_);
   const uint64_t dropout_seed = backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1));
   model_->params().zero_grad();
   double loss_sum = 0;
   for (int64_t m = 0; m < num_microbatches_; ++m) {
     // Megatron's pretraining sampler: micro-batch m of this iteration takes
     // samples consumed + m*B*dp + dp_rank*B + [0, B).
-    load_batch(*data_.train, consumed_samples_ + m * B, acts_);
+    load_batch(*data_.train, consumed_samples_ + (m * dp_size_ + dp_rank_) * B, acts_);
     model_->forward(acts_, true, dloss, dropout_seed);
     loss_sum += sum_losses(be_, acts_.losses);
     model_->backward(acts_, nullptr, dropout_seed);
   }
+  reduce_gradients();
   StepResult r;
-  r.lm_loss = loss_sum / static_cast<double>(B * T * num_microbatches_);
+  r.lm_loss = reduce_loss(loss_sum) / static_cast<double>(B * T * num_microbatches_ * dp_size_);
   r.grad_norm = global_grad_norm();
   check_finite(r.lm_loss, r.grad_norm);
   r.lr = schedule_.lr_for_iteration(iteration_ + 1);
@@ -181,24 +234,29 @@ double Trainer::evaluate() {
   // Megatron walks the validation set from the start at each evaluation.
   for (int64_t it = 0; it < args_.eval_iters; ++it)
     for (int64_t m = 0; m < num_microbatches_; ++m) {
-      load_batch(*data_.valid, (it * num_microbatches_ + m) * B, acts);
+      load_batch(*data_.valid, ((it * num_microbatches_ + m) * dp_size_ + dp_rank_) * B, acts);
       model_->forward(acts, false, 0.f, 0);
       total += sum_losses(be_, acts.losses);
       count += B * T;
     }
-  return total / static_cast<double>(count);
+  return reduce_loss(total) / static_cast<double>(count * dp_size_);
 }
 
 void Trainer::run() {
   const auto& cfg = model_->config();
+  const bool logger = is_logger();
+  if (logger) {
   log::info("{}", cfg.describe());
   log::info("data: {}", data_.train->describe());
-  log::info("layout: TP=1 PP=1 DP=1 on {}; micro-batch {}, global batch {} ({} micro-batches per iteration)",
-            be_.name(), args_.micro_batch_size, args_.global_batch_size, num_microbatches_);
+  log::info("layout: TP={} PP={} DP={}{} on {}; micro-batch {}, global batch {} ({} micro-batches per iteration)",
+            args_.tp, args_.pp, dp_size_, model_->sequence_parallel() ? " (sequence parallel)" : "", be_.name(),
+            args_.micro_batch_size, args_.global_batch_size, num_microbatches_);
+  }
   log::info("memory per rank: parameters {:.1f} MiB, gradients {:.1f} MiB, optimizer state {:.1f} MiB, "
             "activations per micro-batch {:.1f} MiB",
             model_->params().numel() * 4.0 / (1 << 20), model_->params().numel() * 4.0 / (1 << 20),
             model_->params().numel() * 8.0 / (1 << 20), acts_.bytes() / double(1 << 20));
+  (void)logger;
   const double flops_per_token = cfg.flops_per_token();
   double peak = args_.peak_tflops;
   if (peak == 0 && be_.device().type == DeviceType::CUDA) peak = 989.0;  // H100/H200 dense bf16
@@ -225,7 +283,7 @@ void Trainer::run() {
       m.tflops_per_gpu = m.tokens_per_sec * flops_per_token / 1e12;
       m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
       m.mem_peak_bytes = be_.peak_memory_bytes();
-      log::info("{}", format_log_line(m));
+      if (logger) log::info("{}", format_log_line(m));
       metrics_->write_train(m);
       loss_acc = 0;
       since_log = 0;
@@ -234,12 +292,39 @@ void Trainer::run() {
     if (args_.eval_interval > 0 && args_.eval_iters > 0 && data_.valid &&
         (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters)) {
       const double v = evaluate();
-      log::info(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E}", iteration_, v,
-                std::exp(std::min(v, 20.0)));
+      if (logger)
+        log::info(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E}", iteration_, v,
+                  std::exp(std::min(v, 20.0)));
       metrics_->write_eval(iteration_, v);
       timer.reset();
     }
   }
+}
+
+}  // namespace tripod::train
+
+namespace tripod::train {
+
+void Trainer::dump_weights(const std::string& dir) {
+  const std::string path = fmt::format("{}/rank{}.bin", dir, groups_.world ? groups_.global_rank : 0);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  TRIPOD_CHECK(f, "cannot write {}", path);
+  auto put_i64 = [&](int64_t v) { std::fwrite(&v, 8, 1, f); };
+  put_i64(static_cast<int64_t>(model_->params().params().size()));
+  for (const auto& p : model_->params().params()) {
+    put_i64(static_cast<int64_t>(p.spec.name.size()));
+    std::fwrite(p.spec.name.data(), 1, p.spec.name.size(), f);
+    put_i64(static_cast<int64_t>(p.spec.shard));
+    put_i64(args_.tp);
+    put_i64(tp_rank_);
+    put_i64(dp_rank_);
+    put_i64(static_cast<int64_t>(p.spec.global_shape.size()));
+    for (int64_t d : p.spec.global_shape) put_i64(d);
+    Tensor h = model_->params().value_to_host(p);
+    put_i64(h.numel());
+    std::fwrite(h.raw(), 4, static_cast<size_t>(h.numel()), f);
+  }
+  std::fclose(f);
 }
 
 }  // namespace tripod::train

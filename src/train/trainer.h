@@ -13,6 +13,7 @@
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "parallel/groups.h"
 #include "train/metrics.h"
 #include "train/train_args.h"
 
@@ -26,9 +27,11 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(const TrainArgs& args, backend::Backend& be);
+  // groups: this rank's process groups (null: a single process).
+  Trainer(const TrainArgs& args, backend::Backend& be, const parallel::ProcessGroups* groups = nullptr);
   // With datasets given by the caller (tests, tools) instead of --data-path/--mock-data.
-  Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplits data);
+  Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplits data,
+          const parallel::ProcessGroups* groups = nullptr);
   ~Trainer();
 
   // Runs --train-iters iterations with logging and evaluation.
@@ -42,11 +45,17 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   int64_t num_microbatches() const { return num_microbatches_; }
+  // Writes this rank's parameter shards (names, shard rule, tp coordinates,
+  // f32 values) to DIR/rank<global>.bin, for parity tests and debugging.
+  void dump_weights(const std::string& dir);
 
  private:
   void setup(data::DatasetSplits* data);
   void load_batch(const data::TokenDataset& ds, int64_t first_sample, model::MicroBatchActs& acts);
   double global_grad_norm();
+  void reduce_gradients();
+  double reduce_loss(double local_sum);
+  bool is_logger() const;
   void check_finite(double loss, double grad_norm);
 
   TrainArgs args_;
@@ -58,6 +67,8 @@ class Trainer {
   data::DatasetSplits data_;
   std::unique_ptr<MetricsWriter> metrics_;
   model::MicroBatchActs acts_;
+  parallel::ProcessGroups groups_;  // size-1 groups (null communicators) for a single process
+  int tp_rank_ = 0, dp_rank_ = 0, dp_size_ = 1;
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
 };
