@@ -188,14 +188,17 @@ std::string GPT2BPETokenizer::describe() const {
 
 void GPT2BPETokenizer::bpe(std::string_view piece, std::vector<int32_t>* out) const {
   const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
-  if (piece.size() <= 64)
-    bpe_short(p, piece.size(), out);
-  else
+  if (piece.size() <= 64) {
+    int32_t ids[64];
+    const size_t m = bpe_short(p, piece.size(), ids);
+    out->insert(out->end(), ids, ids + m);
+  } else {
     bpe_long(p, piece.size(), out);
+  }
 }
 
-void GPT2BPETokenizer::bpe_short(const unsigned char* p, size_t n, std::vector<int32_t>* out) const {
-  int32_t ids[64], ranks[64];  // ranks[i]: rank of the pair (ids[i], ids[i+1])
+size_t GPT2BPETokenizer::bpe_short(const unsigned char* p, size_t n, int32_t* ids) const {
+  int32_t ranks[64];  // ranks[i]: rank of the pair (ids[i], ids[i+1])
   size_t m = n;
   for (size_t i = 0; i < n; ++i) ids[i] = byte_id_[p[i]];
   for (size_t i = 0; i + 1 < m; ++i) ranks[i] = merges_->rank(ids[i], ids[i + 1]);
@@ -211,7 +214,7 @@ void GPT2BPETokenizer::bpe_short(const unsigned char* p, size_t n, std::vector<i
     if (best > 0) ranks[best - 1] = merges_->rank(ids[best - 1], ids[best]);
     if (best + 1 < m) ranks[best] = merges_->rank(ids[best], ids[best + 1]);
   }
-  out->insert(out->end(), ids, ids + m);
+  return m;
 }
 
 void GPT2BPETokenizer::bpe_long(const unsigned char* p, size_t n, std::vector<int32_t>* out) const {
@@ -265,18 +268,21 @@ void GPT2BPETokenizer::encode(std::string_view text, std::vector<int32_t>* out) 
 
 void GPT2BPETokenizer::encode_valid(std::string_view text, std::vector<int32_t>* out) const {
   thread_local PieceCache cache;
+  thread_local std::vector<int32_t> scratch;  // ids of this call; a piece of n bytes has <= n ids
   if (cache.owner != instance_) {
     cache.slots.assign(size_t{1} << PieceCache::kSlotBits, PieceCache::Slot{});
     cache.owner = instance_;
   }
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
+  if (scratch.size() < n + PieceCache::kMaxIds) scratch.resize(n + PieceCache::kMaxIds);
+  int32_t* dst = scratch.data();
   const unicode::ClassTable ct = unicode::class_table();
   for (size_t i = 0; i < n;) {
     const size_t j = gpt2_piece_end(s, n, i, ct);
     const size_t len = j - i;
     if (len == 1) {
-      out->push_back(byte_id_[s[i]]);
+      *dst++ = byte_id_[s[i]];
     } else if (len <= PieceCache::kMaxKey) {
       uint64_t w[3] = {0, 0, 0};
       std::memcpy(w, s + i, len);
@@ -286,23 +292,30 @@ void GPT2BPETokenizer::encode_valid(std::string_view text, std::vector<int32_t>*
       h *= 0xbf58476d1ce4e5b9ull;
       PieceCache::Slot& slot = cache.slots[h >> (64 - PieceCache::kSlotBits)];
       if (slot.len == len && slot.key[0] == w[0] && slot.key[1] == w[1] && slot.key[2] == w[2]) {
-        out->insert(out->end(), slot.ids, slot.ids + slot.nids);
+        // Copy all kMaxIds slots (fixed size, no branch); the scratch has room.
+        std::memcpy(dst, slot.ids, sizeof(slot.ids));
+        dst += slot.nids;
       } else {
-        const size_t before = out->size();
-        bpe_short(s + i, len, out);
-        const size_t nids = out->size() - before;
-        if (nids <= PieceCache::kMaxIds) {
+        const size_t m = bpe_short(s + i, len, dst);
+        if (m <= PieceCache::kMaxIds) {
           std::memcpy(slot.key, w, sizeof(w));
           slot.len = static_cast<uint8_t>(len);
-          slot.nids = static_cast<uint8_t>(nids);
-          std::memcpy(slot.ids, out->data() + before, nids * sizeof(int32_t));
+          slot.nids = static_cast<uint8_t>(m);
+          std::memcpy(slot.ids, dst, m * sizeof(int32_t));
         }
+        dst += m;
       }
+    } else if (len <= 64) {
+      dst += bpe_short(s + i, len, dst);
     } else {
-      bpe(text.substr(i, len), out);
+      std::vector<int32_t> ids;
+      bpe_long(s + i, len, &ids);
+      std::memcpy(dst, ids.data(), ids.size() * sizeof(int32_t));
+      dst += ids.size();
     }
     i = j;
   }
+  out->insert(out->end(), scratch.data(), dst);
 }
 
 std::string GPT2BPETokenizer::decode(std::span<const int32_t> ids) const {

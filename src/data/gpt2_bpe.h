@@ -40,7 +40,8 @@ class GPT2BPETokenizer final : public Tokenizer {
  private:
   struct MergeTable;
   void encode_valid(std::string_view text, std::vector<int32_t>* out) const;
-  void bpe_short(const unsigned char* p, size_t n, std::vector<int32_t>* out) const;
+  // Writes the ids of a piece of n <= 64 bytes to ids[0, return value).
+  size_t bpe_short(const unsigned char* p, size_t n, int32_t* ids) const;
   void bpe_long(const unsigned char* p, size_t n, std::vector<int32_t>* out) const;
 
   std::string vocab_file_;
