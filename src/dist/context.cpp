@@ -111,7 +111,12 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
   ctx->config_.local_addr = local_addr;
   ctx->endpoint_ = endpoint;
   ctx->server_ = std::move(server);
+  const auto t0 = std::chrono::steady_clock::now();
   ctx->start(info.rank, info.world_size, store, comm_device, timeout);
+  if (info.rank == 0)
+    log::info("distributed: {} ranks joined at {} (launcher {}, {} communicators) in {:.2f} s",
+              info.world_size, endpoint, info.launcher, comm_device == DeviceType::CPU ? "Gloo" : "NCCL",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return ctx;
 }
 

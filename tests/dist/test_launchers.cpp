@@ -52,3 +52,14 @@ TEST(Launchers, LaunchPrefixesOutputAndPassesExitCodes) {
   EXPECT_TRUE(contains(r.output, "tripod launch: rank ")) << r.output;
   EXPECT_TRUE(contains(r.output, "exited with code 1")) << r.output;
 }
+
+TEST(Launchers, FileStoreInsteadOfTcp) {
+  const std::string dir = temp_dir("filestore");
+  auto r = run_shell("TRIPOD_INIT_METHOD=file://" + dir + "/store " + tripod_bin() +
+                         " launch --nproc-per-node 4 bench comm --check --pipeline-model-parallel-size 2 "
+                         "--check-sizes 1 1000",
+                     60);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "joined at file://" + dir + "/store")) << r.output;
+  EXPECT_TRUE(contains(r.output, "comm check passed: world 4 = tp 1 x dp 2 x pp 2")) << r.output;
+}
