@@ -78,6 +78,23 @@ void add_layer_cases(std::vector<OpCase>& v) {
                  be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
                }});
 
+  // GPT-2 1.5B width: the backward's per-warp accumulators need > 48 KB of shared memory.
+  const int64_t Nw = 21, Cw = 1600;
+  v.push_back({"layernorm_backward_wide",
+               {acc("dinp", {Nw, Cw}), acc("dweight", {Cw}, Kind::F32), acc("dbias", {Cw}, Kind::F32),
+                in("dout", {Nw, Cw}), in("inp", {Nw, Cw}, Kind::Act, 2.0, 0.5),
+                in("weight", {Cw}, Kind::Act, 0.5, 1.0), in("mean", {Nw}, Kind::F32),
+                in("rstd", {Nw}, Kind::F32)},
+               [](Backend& be, Args& t) {
+                 be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+               },
+               [](Backend& be, Args& t) {
+                 Tensor y = be.empty(t[4].shape(), t[4].dtype());
+                 Tensor b = be.empty(t[5].shape(), t[5].dtype());
+                 be.zero(b);
+                 be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
+               }});
+
   // Matmul: one GPT-like aligned shape and one odd shape (unaligned rows).
   struct MM { const char* tag; int64_t n, c, oc; };
   for (MM s : {MM{"", 64, 96, 160}, MM{"_odd", 33, 40, 24}}) {

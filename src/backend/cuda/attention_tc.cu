@@ -62,6 +62,13 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int64_t stride, 
   }
 }
 
+// Column of a 64-wide per-warp row that lane (row r, half) visits at step jj
+// of its 32: rotated by r and, for the second half, by 16 more, so the 32
+// lanes of a step hit 32 different banks of the f32 rows (stride 68 words).
+__device__ __forceinline__ int stagger(int jj, int r, int half) {
+  return half * (kTile / 2) + ((jj + r + 16 * half) & (kTile / 2 - 1));
+}
+
 }  // namespace
 
 // ---- kernels ----
@@ -115,7 +122,7 @@ __global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float
     float s[kTile / 2], mt = -INFINITY;
 #pragma unroll
     for (int jj = 0; jj < kTile / 2; ++jj) {
-      int j = half * (kTile / 2) + jj, key = k0 + j;
+      int j = stagger(jj, r, half), key = k0 + j;
       s[jj] = (key <= i && key < T_) ? S[r * LDF + j] * sl2 : -INFINITY;
       mt = fmaxf(mt, s[jj]);
     }
@@ -127,12 +134,12 @@ __global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float
     for (int jj = 0; jj < kTile / 2; ++jj) {
       float p = exp2f(s[jj] - msafe);
       ls += p;
-      P[r * LDP + half * (kTile / 2) + jj] = from_f<T>(p);
+      P[r * LDP + stagger(jj, r, half)] = from_f<T>(p);
     }
     ls += __shfl_xor_sync(0xffffffffu, ls, 1);
     l = l * corr + ls;
     m = mnew;
-    for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) O[r * LDF + d] *= corr;
+    for (int dd = 0; dd < HS / 2; ++dd) O[r * LDF + half * (HS / 2) + ((dd + r + 16 * half) & (HS / 2 - 1))] *= corr;
     __syncwarp();
     FragA<T> pa[kTile / 16];
 #pragma unroll
@@ -231,7 +238,7 @@ __global__ void __launch_bounds__(128) attention_dkdv_backward_kernel_tc(
     __syncwarp();
 #pragma unroll 8
     for (int jj = 0; jj < kTile / 2; ++jj) {
-      int ii = half * (kTile / 2) + jj, qi = q0 + ii;
+      int ii = stagger(jj, r, half), qi = q0 + ii;
       bool valid = qi >= j && qi < T_ && j < T_;
       float p = valid ? exp2f(St[r * LDF + ii] * sl2 - Ls[ii]) : 0.f;
       Pt[r * LDP + ii] = from_f<T>(p);
@@ -330,7 +337,7 @@ __global__ void __launch_bounds__(128) attention_dq_backward_kernel_tc(
     __syncwarp();
 #pragma unroll 8
     for (int jj = 0; jj < kTile / 2; ++jj) {
-      int jc = half * (kTile / 2) + jj, key = k0 + jc;
+      int jc = stagger(jj, r, half), key = k0 + jc;
       bool valid = key <= i && i < T_;
       float p = valid ? exp2f(S[r * LDF + jc] * sl2 - l2) : 0.f;
       dS[r * LDP + jc] = from_f<T>(p * (dP[r * LDF + jc] - Di));

@@ -180,7 +180,7 @@ class CudaBackend final : public Backend {
     check_numel(dbias, C, "layernorm dbias");
     check_dtype(mean, DType::F32, "layernorm mean");
     check_dtype(rstd, DType::F32, "layernorm rstd");
-    float* scratch = scratch_floats(2 * size_t(cuda::colsum_chunks(N)) * C);
+    float* scratch = scratch_floats(2 * size_t(cuda::layernorm_backward_blocks(N)) * C);
     cuda::layernorm_backward(dinp.raw(), dweight.raw(), dbias.raw(), dweight.dtype(), dout.raw(),
                              inp.raw(), weight.raw(), mean.data<float>(), rstd.data<float>(), N, C,
                              inp.dtype(), scratch, stream_);

@@ -3,9 +3,7 @@
 //
 // Forward: one warp per row; mean, then variance around the mean (two
 // passes: more stable than E[x^2]-E[x]^2 in f32), then the normalised row.
-// Re-reads of the row hit L1/L2. Backward: one warp per row for dinp
-// (dinp += ...), and a separate deterministic column reduction for dweight,
-// dbias (see reduce.cuh), which re-reads dout and inp.
+// Re-reads of the row hit L1/L2. Backward: one fused pass (see the kernel).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/reduce.cuh"
@@ -42,57 +40,54 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   }
 }
 
-// dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat))
-template <typename T>
-__global__ void layernorm_backward_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
-                                          const float* mean, const float* rstd, int64_t N, int C) {
-  int lane = threadIdx.x % 32;
-  int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
-  if (row >= N) return;
-  const T* x = inp + row * C;
-  const T* dy = dout + row * C;
-  float m = mean[row], r = rstd[row];
-  float a = 0.f, b = 0.f;
-  for (int c = lane; c < C; c += 32) {
-    float g = to_f(weight[c]) * to_f(dy[c]);
-    a += g;
-    b += g * (to_f(x[c]) - m) * r;
-  }
-  a = warp_sum(a) / C;
-  b = warp_sum(b) / C;
-  T* dx = dinp + row * C;
-  for (int c = lane; c < C; c += 32) {
-    float g = to_f(weight[c]) * to_f(dy[c]);
-    float xhat = (to_f(x[c]) - m) * r;
-    dx[c] = from_f<T>(to_f(dx[c]) + (g - a - xhat * b) * r);
-  }
-}
+// dinp += rstd * (w*dout - mean(w*dout) - xhat * mean(w*dout*xhat)), one warp
+// per row; the same pass accumulates dweight (dout*xhat) and dbias (dout).
+// Each warp sums its rows into its own f32 slice of shared memory (each
+// column owned by one lane: no atomics), the block adds its slices in warp
+// order into one partial row, and colsum_finalize adds the partials in block
+// order: deterministic, and dout/inp are read from DRAM once.
+constexpr int kBwdWarps = 4;
 
-// Per-chunk partial sums of dout*xhat (dweight) and dout (dbias); same block
-// shape as bias_backward_kernel.
 template <typename T>
-__global__ void layernorm_params_backward_kernel(float* pw, float* pb, const T* dout,
-                                                 const T* inp, const float* mean,
-                                                 const float* rstd, int64_t N, int64_t C) {
-  __shared__ float accw[8][33], accb[8][33];
-  int64_t c = blockIdx.x * 32 + threadIdx.x;
-  float sw = 0.f, sb = 0.f;
-  if (c < C)
-    for (int64_t r = blockIdx.y * 8 + threadIdx.y; r < N; r += int64_t(gridDim.y) * 8) {
-      float dy = to_f(dout[r * C + c]);
-      sw += dy * (to_f(inp[r * C + c]) - mean[r]) * rstd[r];
-      sb += dy;
+__global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
+    T* dinp, float* partial, const T* dout, const T* inp, const T* weight, const float* mean,
+    const float* rstd, int64_t N, int C) {
+  extern __shared__ float acc[];  // (kBwdWarps, 2, C)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* aw = acc + warp * 2 * C;
+  float* ab = aw + C;
+  for (int c = lane; c < C; c += 32) aw[c] = ab[c] = 0.f;
+  for (int64_t row = blockIdx.x * int64_t(kBwdWarps) + warp; row < N;
+       row += int64_t(gridDim.x) * kBwdWarps) {
+    const T* x = inp + row * C;
+    const T* dy = dout + row * C;
+    const float m = mean[row], r = rstd[row];
+    float a = 0.f, b = 0.f;
+    for (int c = lane; c < C; c += 32) {
+      float g = to_f(weight[c]) * to_f(dy[c]);
+      a += g;
+      b += g * (to_f(x[c]) - m) * r;
     }
-  accw[threadIdx.y][threadIdx.x] = sw;
-  accb[threadIdx.y][threadIdx.x] = sb;
+    a = warp_sum(a) / C;
+    b = warp_sum(b) / C;
+    T* dx = dinp + row * C;
+    for (int c = lane; c < C; c += 32) {
+      float d = to_f(dy[c]), xhat = (to_f(x[c]) - m) * r;
+      float g = to_f(weight[c]) * d;
+      dx[c] = from_f<T>(to_f(dx[c]) + (g - a - xhat * b) * r);
+      aw[c] += d * xhat;
+      ab[c] += d;
+    }
+  }
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int i = 1; i < 8; ++i) {
-      sw += accw[i][threadIdx.x];
-      sb += accb[i][threadIdx.x];
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float sw = 0.f, sb = 0.f;
+    for (int w = 0; w < kBwdWarps; ++w) {
+      sw += acc[w * 2 * C + c];
+      sb += acc[w * 2 * C + C + c];
     }
-    pw[blockIdx.y * C + c] = sw;
-    pb[blockIdx.y * C + c] = sb;
+    partial[int64_t(blockIdx.x) * C + c] = sw;
+    partial[int64_t(gridDim.x + blockIdx.x) * C + c] = sb;
   }
 }
 
@@ -109,25 +104,27 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, con
   TRIPOD_LAUNCH_CHECK();
 }
 
+int layernorm_backward_blocks(int64_t N) {
+  int64_t p = ceil_div(N, 4 * kBwdWarps);  // at least 4 rows per warp
+  return static_cast<int>(p < 1 ? 1 : (p > 256 ? 256 : p));
+}
+
 void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
                         const void* inp, const void* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C, DType dt, float* scratch, cudaStream_t stream) {
   if (N == 0) return;
-  unsigned grid = static_cast<unsigned>(ceil_div(N, kWarpsPerBlock));
-  int P = colsum_chunks(N);
-  dim3 pgrid(static_cast<unsigned>(ceil_div(C, 32)), P), pblock(32, 8);
+  const int P = layernorm_backward_blocks(N);
+  const size_t smem = sizeof(float) * kBwdWarps * 2 * C;
   TRIPOD_DISPATCH_ACT(dt, T, {
-    layernorm_backward_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-        static_cast<T*>(dinp), static_cast<const T*>(dout), static_cast<const T*>(inp),
+    TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    layernorm_backward_kernel<T><<<P, 32 * kBwdWarps, smem, stream>>>(
+        static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
         static_cast<const T*>(weight), mean, rstd, N, static_cast<int>(C));
-    TRIPOD_LAUNCH_CHECK();
-    layernorm_params_backward_kernel<<<pgrid, pblock, 0, stream>>>(
-        scratch, scratch + P * C, static_cast<const T*>(dout), static_cast<const T*>(inp), mean,
-        rstd, N, C);
     TRIPOD_LAUNCH_CHECK();
   });
   colsum_finalize(dweight, grad_dt, scratch, P, C, stream);
-  colsum_finalize(dbias, grad_dt, scratch + P * C, P, C, stream);
+  colsum_finalize(dbias, grad_dt, scratch + int64_t(P) * C, P, C, stream);
 }
 
 }  // namespace tripod::backend::cuda

@@ -16,7 +16,9 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, con
                        const void* bias, float eps, int64_t N, int64_t C, DType dt,
                        cudaStream_t stream);
 
-// scratch: 2 * colsum_chunks(N) * C floats.
+// Blocks of the backward; scratch needs 2 * layernorm_backward_blocks(N) * C floats.
+int layernorm_backward_blocks(int64_t N);
+// C up to ~7000 (per-warp shared accumulators of 2*C floats, 4 warps).
 void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
                         const void* inp, const void* weight, const float* mean, const float* rstd,
                         int64_t N, int64_t C, DType dt, float* scratch, cudaStream_t stream);
