@@ -32,25 +32,40 @@ static int peer_or_fail(const PipeLink& link, int peer, const char* op, const ch
 void pp_communicate(const PipeLink& link, const Tensor* send_next, const Tensor* send_prev,
                     Tensor* recv_prev, Tensor* recv_next) {
   TRIPOD_CHECK(link.pp_group != nullptr, "pipeline p2p without a pp group");
-  dist::SendOptions act_send{kActivationTag, link.timeout}, grad_send{kGradientTag, link.timeout};
-  dist::RecvOptions act_recv{kActivationTag, link.timeout}, grad_recv{kGradientTag, link.timeout};
   auto& g = *link.pp_group;
-  // Posting order follows Megatron's batched p2p (prev side first); with
-  // async posting any order is deadlock-free, the waits come after.
+  const dist::SendOptions act_send{kActivationTag, link.timeout}, grad_send{kGradientTag, link.timeout};
+  const dist::RecvOptions act_recv{kActivationTag, link.timeout}, grad_recv{kGradientTag, link.timeout};
   std::vector<std::shared_ptr<dist::Work>> works;
   works.reserve(4);
-  if (send_prev)
-    works.push_back(g.send(*send_prev, peer_or_fail(link, prev_pp_rank(link), "send_backward", "previous"),
-                           grad_send));
-  if (recv_prev)
-    works.push_back(g.recv(*recv_prev, peer_or_fail(link, prev_pp_rank(link), "recv_forward", "previous"),
-                           act_recv));
-  if (send_next)
-    works.push_back(g.send(*send_next, peer_or_fail(link, next_pp_rank(link), "send_forward", "next"),
-                           act_send));
-  if (recv_next)
-    works.push_back(g.recv(*recv_next, peer_or_fail(link, next_pp_rank(link), "recv_backward", "next"),
-                           grad_recv));
+  auto post_send_next = [&] {
+    if (send_next)
+      works.push_back(g.send(*send_next, peer_or_fail(link, next_pp_rank(link), "send_forward", "next"),
+                             act_send));
+  };
+  auto post_recv_prev = [&] {
+    if (recv_prev)
+      works.push_back(g.recv(*recv_prev, peer_or_fail(link, prev_pp_rank(link), "recv_forward", "previous"),
+                             act_recv));
+  };
+  auto post_send_prev = [&] {
+    if (send_prev)
+      works.push_back(g.send(*send_prev, peer_or_fail(link, prev_pp_rank(link), "send_backward", "previous"),
+                             grad_send));
+  };
+  auto post_recv_next = [&] {
+    if (recv_next)
+      works.push_back(g.recv(*recv_next, peer_or_fail(link, next_pp_rank(link), "recv_backward", "next"),
+                             grad_recv));
+  };
+  // With truly async posting (Gloo, grouped NCCL) any order is deadlock-free.
+  // Megatron's even/odd order (_p2p_ops) additionally pairs each op with the
+  // neighbour's matching op first, which keeps a communicator that serialises
+  // p2p on one stream from deadlocking when pp_size is even.
+  if (g.rank() % 2 == 0) {
+    post_send_next(), post_recv_prev(), post_send_prev(), post_recv_next();
+  } else {
+    post_recv_prev(), post_send_next(), post_recv_next(), post_send_prev();
+  }
   for (auto& w : works) w->wait();
 }
 

@@ -112,10 +112,15 @@ class StageDriver final : public Recorder {
   }
   void communicate(MbChunk send_fwd, MbChunk send_bwd, MbChunk recv_fwd, MbChunk recv_bwd) override {
     // Megatron's is_pipeline_first_stage / is_pipeline_last_stage, per virtual stage.
-    const Tensor* send_next = send_fwd.some() && !last(send_fwd) ? &stage_.output_tensor(send_fwd.m, send_fwd.c) : nullptr;
-    const Tensor* send_prev = send_bwd.some() && !first(send_bwd) ? &stage_.input_grad(send_bwd.m, send_bwd.c) : nullptr;
-    Tensor* recv_prev = recv_fwd.some() && !first(recv_fwd) ? &stage_.input_tensor(recv_fwd.m, recv_fwd.c) : nullptr;
-    Tensor* recv_next = recv_bwd.some() && !last(recv_bwd) ? &stage_.output_grad(recv_bwd.m, recv_bwd.c) : nullptr;
+    auto& st = stage_;
+    const Tensor* send_next =
+        send_fwd.some() && !last(send_fwd) ? &st.output_tensor(send_fwd.m, send_fwd.c) : nullptr;
+    const Tensor* send_prev =
+        send_bwd.some() && !first(send_bwd) ? &st.input_grad(send_bwd.m, send_bwd.c) : nullptr;
+    Tensor* recv_prev =
+        recv_fwd.some() && !first(recv_fwd) ? &st.input_tensor(recv_fwd.m, recv_fwd.c) : nullptr;
+    Tensor* recv_next =
+        recv_bwd.some() && !last(recv_bwd) ? &st.output_grad(recv_bwd.m, recv_bwd.c) : nullptr;
     if (!send_next && !send_prev && !recv_prev && !recv_next) return;
     Timer t;
     pp_communicate(link_, send_next, send_prev, recv_prev, recv_next);

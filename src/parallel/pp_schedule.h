@@ -24,8 +24,16 @@
 //    output_tensor(m, c) (unless last virtual stage). Backward likewise with
 //    output_grad / input_grad. The tensors' shapes must match the peer's
 //    (known in advance: (micro_batch, T, C), or the sp shard of it).
-//  - When a p2p verb returns, the tensors it sent may be freed or reused, so
-//    the stage may drop (m, c)'s activations inside backward(m, c).
+//  - Buffer lifetimes (every p2p call is complete before the next
+//    forward/backward call that could depend on it, see NOTE [Pipeline p2p
+//    ordering] in p2p.h):
+//      input_tensor(m,c), output_grad(m,c): asked for (and filled) at most two
+//        compute steps before forward / backward(m,c): allocate on demand;
+//      output_tensor(m,c): read after forward(m,c), done before backward(m,c)
+//        starts (forward_only: before the next forward starts), so the stage
+//        may drop (m, c)'s activations inside backward(m, c);
+//      input_grad(m,c): read after backward(m,c), done before the next
+//        backward starts.
 //  - Errors: TRIPOD_CHECK failures on bad configs (naming the flags),
 //    TimeoutError from a p2p wait that ran past the pp group's timeout.
 //
@@ -53,10 +61,15 @@ class PipelineStage {
  public:
   virtual ~PipelineStage() = default;
   virtual int num_chunks() const = 0;
-  virtual Tensor& input_tensor(int m, int c) = 0;        // schedule recvs into it before forward(m,c) unless first virtual stage
-  virtual const Tensor& output_tensor(int m, int c) = 0;  // schedule sends it after forward(m,c) unless last virtual stage
-  virtual Tensor& output_grad(int m, int c) = 0;          // schedule recvs into it before backward(m,c) unless last virtual stage
-  virtual const Tensor& input_grad(int m, int c) = 0;     // schedule sends it after backward(m,c) unless first virtual stage
+  // The schedule recvs into it before forward(m,c), unless first virtual stage.
+  virtual Tensor& input_tensor(int m, int c) = 0;
+  // The schedule sends it after forward(m,c), unless last virtual stage.
+  virtual const Tensor& output_tensor(int m, int c) = 0;
+  // The schedule recvs into it before backward(m,c), unless last virtual stage
+  // (there the stage computes the loss gradient itself).
+  virtual Tensor& output_grad(int m, int c) = 0;
+  // The schedule sends it after backward(m,c), unless first virtual stage.
+  virtual const Tensor& input_grad(int m, int c) = 0;
   virtual void forward(int m, int c) = 0;
   virtual void backward(int m, int c) = 0;                // may free (m,c)'s activations afterwards
 };

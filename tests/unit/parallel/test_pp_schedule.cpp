@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "base/error.h"
 #include "dist/context.h"
@@ -90,17 +91,28 @@ Reference reference(const Toy& toy) {
 // This pp rank's chunks of the toy model.
 class ToyStage : public PipelineStage {
  public:
-  ToyStage(const Toy& toy, int pp_size, int pp_rank, int chunks, int sleep_fwd_us = 0)
-      : toy_(toy), P_(pp_size), r_(pp_rank), v_(chunks), da(size_t(chunks)), db(size_t(chunks)),
-        sleep_us_(sleep_fwd_us) {}
+  ToyStage(const Toy& toy, int pp_size, int pp_rank, int chunks, int sleep_fwd_us = 0,
+           bool forward_only = false)
+      : da(size_t(chunks)), db(size_t(chunks)), toy_(toy), P_(pp_size), r_(pp_rank), v_(chunks),
+        sleep_us_(sleep_fwd_us), forward_only_(forward_only) {}
 
   int num_chunks() const override { return v_; }
-  Tensor& input_tensor(int m, int c) override { return buf(m, c).input; }
+  Tensor& input_tensor(int m, int c) override {
+    asked_[{m, c, 'F'}] = steps_;
+    return buf(m, c).input;
+  }
   const Tensor& output_tensor(int m, int c) override { return buf(m, c).output; }
-  Tensor& output_grad(int m, int c) override { return buf(m, c).output_grad; }
+  Tensor& output_grad(int m, int c) override {
+    asked_[{m, c, 'B'}] = steps_;
+    return buf(m, c).output_grad;
+  }
   const Tensor& input_grad(int m, int c) override { return buf(m, c).input_grad; }
 
   void forward(int m, int c) override {
+    check_asked(m, c, 'F');
+    // Evaluation: the previous forward's output has been sent by now.
+    if (forward_only_ && last_fwd_.first >= 0) fill(buf(last_fwd_.first, last_fwd_.second).output, kNaN);
+    last_fwd_ = {m, c};
     Buffers& b = buf(m, c);
     const int s = c * P_ + r_;
     double* x = b.input.data<double>();
@@ -115,6 +127,10 @@ class ToyStage : public PipelineStage {
   }
 
   void backward(int m, int c) override {
+    check_asked(m, c, 'B');
+    // The previous backward's input grad has been sent by now.
+    if (last_bwd_.first >= 0) fill(buf(last_bwd_.first, last_bwd_.second).input_grad, kNaN);
+    last_bwd_ = {m, c};
     Buffers& b = buf(m, c);
     const int s = c * P_ + r_;
     const double* x = b.input.data<double>();
@@ -153,13 +169,23 @@ class ToyStage : public PipelineStage {
       }
     return it->second;
   }
+  // A receive buffer is asked for at most two compute steps before its use.
+  void check_asked(int m, int c, char kind) {
+    ++steps_;
+    auto it = asked_.find({m, c, kind});
+    if (it != asked_.end()) EXPECT_LE(steps_ - it->second, 2) << kind << m << "." << c;
+  }
   void sleep(int units) const {
     if (sleep_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(units * sleep_us_));
   }
   Toy toy_;
   int P_, r_, v_;
   int sleep_us_;
+  bool forward_only_;
   std::map<std::pair<int, int>, Buffers> bufs_;
+  std::map<std::tuple<int, int, char>, int> asked_;  // (m, c, F/B) -> steps_ when asked
+  int steps_ = 0;
+  std::pair<int, int> last_fwd_{-1, 0}, last_bwd_{-1, 0};
 };
 
 void expect_close(double got, double want, const std::string& what) {
@@ -172,7 +198,7 @@ void check_pipeline(int P, int M, int v, bool forward_only) {
   const Reference ref = reference(toy);
   std::vector<ScheduleStats> stats(static_cast<size_t>(P));
   run_ranks(P, 20s, [&](int rank, dist::DistContext& ctx) {
-    ToyStage stage(toy, P, rank, v);
+    ToyStage stage(toy, P, rank, v, 0, forward_only);
     const ScheduleConfig sc{P, rank, M, v, forward_only};
     stats[size_t(rank)] = run_pipeline_schedule(stage, *ctx.world(), sc);
     EXPECT_EQ(stats[size_t(rank)].steps, schedule_order(sc));

@@ -73,7 +73,8 @@ std::optional<std::vector<double>> simulate(int P, int M, int v, double tf, doub
   std::vector<size_t> pc(size_t(P), 0);
   std::vector<double> t(size_t(P), 0.0);
   std::vector<bool> posted(size_t(P), false);
-  std::vector<std::vector<size_t>> my_index(static_cast<size_t>(P));  // stream positions of the current call's ops
+  // Stream positions of each rank's current call's ops.
+  std::vector<std::vector<size_t>> my_index(static_cast<size_t>(P));
   size_t done = 0;
   while (done < size_t(P)) {
     bool progressed = false;
