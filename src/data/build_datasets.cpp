@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "data/dataset.h"
 #include "data/mock_dataset.h"
 
@@ -23,6 +24,7 @@ DatasetSplits build_gpt_datasets(const DataConfig& config) {
     if (config.test_samples > 0)
       s.test = std::make_unique<MockGPTDataset>(config.test_samples, config.seq_length,
                                                 config.vocab_size, config.seed + 2);
+    log::info("data: {}", s.train->describe());
     return s;
   }
   TRIPOD_CHECK_HINT(!config.data_path.empty(), "pass --data-path PREFIX or --mock-data --vocab-size N",

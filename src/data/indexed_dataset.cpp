@@ -130,6 +130,11 @@ MappedFile::~MappedFile() {
 // ---- IndexedDataset ----
 
 IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  for (const char* ext : {".bin", ".idx"}) {
+    const bool has_ext = prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ext) == 0;
+    TRIPOD_CHECK_HINT(!has_ext, fmt::format("use --data-path {}", prefix.substr(0, prefix.size() - 4)),
+                      "--data-path takes the prefix of the .bin/.idx pair, not a file name: {}", prefix);
+  }
   const std::string ip = idx_path(prefix), bp = bin_path(prefix);
   idx_ = std::make_unique<MappedFile>(ip);
   bin_ = std::make_unique<MappedFile>(bp);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "unit/data/test_util.h"
 
@@ -184,6 +185,46 @@ TEST_F(PreprocessCli, EveryJsonKeyGetsItsOwnDataset) {
   std::string bin;
   put<uint16_t>(&bin, 18435);
   EXPECT_EQ(read_bytes(dir_ / "k_title_document.bin"), bin);
+}
+
+// SentencePiece through the CLI: a model trained at test time on Chinese
+// text; the .bin must hold exactly spm_encode's ids (plus </s> = 2).
+TEST(PreprocessCliSentencePiece, BinHoldsSpmEncodeIds) {
+  if (env("TRIPOD_BIN").empty()) GTEST_SKIP() << "TRIPOD_BIN is not set (run through ctest)";
+  if (std::system("command -v spm_train >/dev/null && command -v spm_encode >/dev/null") != 0)
+    GTEST_SKIP() << "spm_train/spm_encode missing (apt-get install sentencepiece)";
+  TempDir dir;
+  {
+    std::ofstream f(dir / "zh.txt");
+    for (int rep = 0; rep < 30; ++rep)
+      f << "天地玄黄，宇宙洪荒。日月盈昃，辰宿列张。\n寒来暑往，秋收冬藏。闰余成岁，律吕调阳。\n"
+        << "云腾致雨，露结为霜。金生丽水，玉出昆冈。\n剑号巨阙，珠称夜光。果珍李柰，菜重芥姜。\n";
+  }
+  ASSERT_EQ(std::system(fmt::format("spm_train --input={} --model_prefix={} --vocab_size=70 "
+                                    "--character_coverage=1.0 --minloglevel=2 > /dev/null 2>&1",
+                                    dir / "zh.txt", dir / "zh").c_str()), 0);
+  std::ofstream(dir / "in.txt") << "天地玄黄，宇宙洪荒。\n金生丽水，玉出昆冈。\n";
+  const std::string cmd = fmt::format(
+      "{} preprocess --input {} --input-format text --output-prefix {} --tokenizer-type "
+      "SentencePieceTokenizer --tokenizer-model {} --append-eod --workers 2 > {} 2>&1",
+      env("TRIPOD_BIN"), dir / "in.txt", dir / "out", dir / "zh.model", dir / "log");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_bytes(dir / "log");
+  ASSERT_EQ(std::system(fmt::format("spm_encode --model={} --output_format=id < {} > {}",
+                                    dir / "zh.model", dir / "in.txt", dir / "ids").c_str()), 0);
+  std::string bin;
+  std::istringstream ids(read_bytes(dir / "ids"));
+  std::string line;
+  std::vector<int32_t> lengths;
+  while (std::getline(ids, line)) {
+    std::istringstream ls(line);
+    int32_t n = 0;
+    for (int x; ls >> x; ++n) put<uint16_t>(&bin, static_cast<uint16_t>(x));
+    put<uint16_t>(&bin, 2);
+    lengths.push_back(n + 1);
+  }
+  ASSERT_EQ(lengths.size(), 2u);
+  EXPECT_EQ(read_bytes(dir / "out_text_document.bin"), bin);
+  EXPECT_EQ(read_bytes(dir / "out_text_document.idx"), hand_idx(lengths));
 }
 
 }  // namespace

@@ -217,6 +217,37 @@ TEST(GPTDataset, IndexIsCachedAndRebuiltWhenDataChanges) {
   EXPECT_EQ(count_caches(), 1);
 }
 
+TEST(GPTDataset, ResumeFromConsumedSamplesSeesTheSameSamples) {
+  // A run that consumed N samples and a fresh process (indices from the cache)
+  // that starts at N read the same samples: get(k) is a pure function of k.
+  TempDir dir;
+  std::vector<int32_t> sizes(300);
+  for (int i = 0; i < 300; ++i) sizes[i] = 1 + (i * 7) % 11;
+  write_docs(dir / "d", numbered_docs(sizes), TokenDType::kInt32);
+  DataConfig c = config_for({dir / "d"}, 16, 200, 0);
+  DatasetSplits first = build_gpt_datasets(c);
+  std::vector<std::vector<int32_t>> seen;
+  for (int64_t k = 0; k < 200; ++k) {
+    seen.emplace_back(17);
+    first.train->get(k, seen.back().data());
+  }
+  DatasetSplits resumed = build_gpt_datasets(c);
+  std::vector<int32_t> x(17);
+  for (int64_t k = 120; k < 200; ++k) {
+    resumed.train->get(k, x.data());
+    ASSERT_EQ(x, seen[k]) << k;
+  }
+}
+
+TEST(GPTDataset, DataPathWithAnExtensionGetsAHint) {
+  try {
+    IndexedDataset d("/some/where/corpus_text_document.bin");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(e.hint().find("--data-path /some/where/corpus_text_document"), std::string::npos);
+  }
+}
+
 TEST(GPTDataset, VocabMismatchIsCaughtBeforeTraining) {
   TempDir dir;
   write_docs(dir / "d", {{1, 2, 600, 4, 5, 6}});
