@@ -2,14 +2,12 @@
 // train::Trainer. Flags only; the loop lives in train/.
 #include <CLI/CLI.hpp>
 
-#include <fstream>
-#include <nlohmann/json.hpp>
-
 #include "backend/ops.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/command.h"
 #include "cli/device.h"
+#include "data/tokenizer.h"
 #include "dist/context.h"
 #include "dist/rendezvous.h"
 #include "parallel/groups.h"
@@ -18,22 +16,20 @@
 namespace tripod::cli {
 namespace {
 
-int64_t vocab_size_from_file(const std::string& path) {
-  std::ifstream in(path);
-  TRIPOD_CHECK_HINT(in.good(), "check the --vocab-file path (GPT-2's is encoder.json / gpt2-vocab.json)",
-                    "cannot open --vocab-file '{}'", path);
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const std::exception& e) {
-    TRIPOD_FAIL("--vocab-file '{}' is not a JSON vocabulary: {}", path, e.what());
-  }
-  TRIPOD_CHECK_HINT(j.is_object() && !j.empty(), "pass GPT-2's encoder.json (a token -> id map)",
-                    "--vocab-file '{}' is not a JSON object of token ids", path);
-  return static_cast<int64_t>(j.size());
+// The vocabulary size from the tokenizer flags (Megatron builds the
+// tokenizer to learn it): loading the tokenizer also validates the files, so
+// a wrong vocab or merges file fails here, before any compute.
+int64_t vocab_size_from_tokenizer(const data::TokenizerConfig& tc) {
+  if (tc.type.empty() && tc.vocab_file.empty() && tc.tokenizer_model.empty()) return 0;
+  data::TokenizerConfig c = tc;
+  if (c.type.empty()) c.type = c.tokenizer_model.empty() ? "GPT2BPETokenizer" : "SentencePieceTokenizer";
+  if (c.type == "NullTokenizer") return 0;
+  auto tok = data::make_tokenizer(c);
+  log::info("tokenizer: {}", tok->describe());
+  return tok->vocab_size();
 }
 
-void add_train_flags(CLI::App& app, train::TrainArgs& a, std::string& vocab_file) {
+void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& tok) {
   // As argparse in Megatron: a repeated flag takes its last value, so a
   // launch script can override a default set earlier on the line.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -67,7 +63,10 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, std::string& vocab_file
   app.add_option("--data-path", a.data_path, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (Megatron .bin/.idx)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--split", a.split, "train,valid,test document shares")->capture_default_str();
-  app.add_option("--vocab-file", vocab_file, "GPT-2 vocab JSON (sets the vocab size)");
+  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer | SentencePieceTokenizer | NullTokenizer");
+  app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocab JSON (sets the vocab size)");
+  app.add_option("--merge-file", tok.merge_file, "GPT-2 merges file");
+  app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model (sets the vocab size)");
   app.add_option("--eval-interval", a.eval_interval)->capture_default_str();
   app.add_option("--eval-iters", a.eval_iters)->capture_default_str();
   app.add_option("--log-interval", a.log_interval)->capture_default_str();
@@ -84,7 +83,14 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, std::string& vocab_file
   app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
                  "timeout of every collective and store wait")->capture_default_str();
   app.add_option("--save", a.save, "checkpoint directory");
-  app.add_option("--load", a.load, "checkpoint directory to resume from");
+  app.add_option("--load", a.load, "checkpoint directory to resume from (any layout)");
+  app.add_option("--save-interval", a.save_interval, "save every N iterations (and at the end)");
+  app.add_option("--save-retain", a.save_retain, "keep only the last K checkpoints (0: all)");
+  app.add_flag("--finetune", a.finetune, "load weights only; start at iteration 0 with a fresh optimizer");
+  app.add_flag("--no-load-optim", a.no_load_optim, "do not load the optimizer state");
+  app.add_flag("--no-load-rng", a.no_load_rng, "do not load the RNG state");
+  app.add_flag("--exit-signal-handler", a.exit_signal_handler,
+               "on SIGTERM, save at the next iteration boundary and exit 0");
 }
 
 int run_train(int argc, char** argv) {
@@ -93,8 +99,9 @@ int run_train(int argc, char** argv) {
                "--seq-length 32 --mock-data --vocab-size 512 --micro-batch-size 4 --train-iters 50 --lr 1e-3"};
   app.get_formatter()->column_width(44);
   train::TrainArgs args;
-  std::string vocab_file, dump_weights;
-  add_train_flags(app, args, vocab_file);
+  std::string dump_weights;
+  data::TokenizerConfig tok;
+  add_train_flags(app, args, tok);
   app.add_option("--dump-weights", dump_weights,
                  "after training, write each rank's parameter shards to DIR/rank<N>.bin (parity checks)")
       ->group("");  // hidden: a testing aid
@@ -103,9 +110,12 @@ int run_train(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (!vocab_file.empty() && args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_file(vocab_file);
-  TRIPOD_CHECK_HINT(args.save.empty() && args.load.empty(), "drop --save/--load for now",
-                    "checkpointing (--save/--load) is not available in this build yet");
+  if (args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_tokenizer(tok);
+  if (args.exit_signal_handler) train::install_exit_signal_handler();
+  args.tokenizer_type = tok.type;
+  args.vocab_file = tok.vocab_file;
+  args.merge_file = tok.merge_file;
+  args.tokenizer_model = tok.tokenizer_model;
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const dist::RankInfo info = dist::resolve_rank_info();
   auto be = make_backend(args.device, info.local_rank);

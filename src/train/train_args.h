@@ -45,6 +45,13 @@ struct TrainArgs {
   double peak_tflops = 0;            // --peak-tflops for MFU (0: from the device)
   // outputs
   std::string save, load;            // --save, --load
+  int64_t save_interval = 0;         // --save-interval (0: only at the end when --save is given)
+  int save_retain = 0;               // --save-retain K: keep the last K checkpoints (0: all)
+  bool finetune = false;             // --finetune: load weights only, reset iteration and optimizer
+  bool no_load_optim = false;        // --no-load-optim
+  bool no_load_rng = false;          // --no-load-rng
+  bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM -> save at the next iteration, exit 0
+  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;  // recorded in checkpoints
 };
 
 }  // namespace tripod::train

@@ -1,7 +1,9 @@
 // Implementation of train/trainer.h (single process: TP = PP = DP = 1).
 #include "train/trainer.h"
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 
 #include "backend/philox.h"
 #include "base/error.h"
@@ -170,6 +172,34 @@ double Trainer::reduce_loss(double local_sum) {
   return h.data<double>()[0];
 }
 
+// NOTE [Exit signal]: ranks may see SIGTERM at different iterations, so the
+// flag is max-reduced over the world at every iteration boundary and all
+// ranks stop (and save) at the same one, as Megatron's DistributedSignalHandler.
+namespace {
+std::atomic<int> g_exit_signal{0};
+void on_exit_signal(int) { g_exit_signal.store(1); }
+}  // namespace
+
+void install_exit_signal_handler() {
+  std::signal(SIGTERM, on_exit_signal);
+  std::signal(SIGINT, on_exit_signal);
+}
+
+bool Trainer::exit_requested() {
+  Tensor h = Tensor::empty({1}, DType::I32);
+  h.data<int32_t>()[0] = g_exit_signal.load();
+  if (groups_.world && groups_.world->size() > 1) {
+    Tensor d = be_.empty({1}, DType::I32);
+    be_.copy(d, h);
+    dist::AllReduceOptions o;
+    o.op = dist::ReduceOp::Max;
+    groups_.world->all_reduce(d, o)->wait();
+    be_.copy(h, d);
+    be_.synchronize();
+  }
+  return h.data<int32_t>()[0] != 0;
+}
+
 bool Trainer::is_logger() const {
   // Megatron prints from the last rank; with tp/dp that is the last pp stage.
   return !groups_.world || groups_.global_rank == groups_.world->size() - 1;
@@ -247,7 +277,6 @@ void Trainer::run() {
   const bool logger = is_logger();
   if (logger) {
   log::info("{}", cfg.describe());
-  log::info("data: {}", data_.train->describe());
   log::info("layout: TP={} PP={} DP={}{} on {}; micro-batch {}, global batch {} ({} micro-batches per iteration)",
             args_.tp, args_.pp, dp_size_, model_->sequence_parallel() ? " (sequence parallel)" : "", be_.name(),
             args_.micro_batch_size, args_.global_batch_size, num_microbatches_);
@@ -266,6 +295,7 @@ void Trainer::run() {
   double loss_acc = 0;
   int64_t since_log = 0;
   Timer timer;
+  if (!args_.load.empty()) load_checkpoint();
   while (iteration_ < args_.train_iters) {
     StepResult r = train_step();
     loss_acc += r.lm_loss;
@@ -298,12 +328,32 @@ void Trainer::run() {
       metrics_->write_eval(iteration_, v);
       timer.reset();
     }
+    const bool interval = args_.save_interval > 0 && iteration_ % args_.save_interval == 0;
+    if (!args_.save.empty() && (interval || iteration_ == args_.train_iters)) {
+      save_checkpoint();
+      timer.reset();
+    }
+    if (args_.exit_signal_handler && exit_requested()) {
+      if (!args_.save.empty() && !interval && iteration_ != args_.train_iters) save_checkpoint();
+      if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
+      return;
+    }
   }
 }
 
 }  // namespace tripod::train
 
 namespace tripod::train {
+
+std::pair<Tensor, Tensor> Trainer::optimizer_state() {
+  return {optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+}
+
+void Trainer::set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps) {
+  be_.copy(optimizer_->exp_avg(), exp_avg);
+  be_.copy(optimizer_->exp_avg_sq(), exp_avg_sq);
+  optimizer_->set_steps(steps);
+}
 
 void Trainer::dump_weights(const std::string& dir) {
   const std::string path = fmt::format("{}/rank{}.bin", dir, groups_.world ? groups_.global_rank : 0);

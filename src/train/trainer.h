@@ -49,6 +49,21 @@ class Trainer {
   // f32 values) to DIR/rank<global>.bin, for parity tests and debugging.
   void dump_weights(const std::string& dir);
 
+  // ---- checkpoints (train/checkpointing.cpp) ----
+  // Collective over the world. Writes --save/iter_<N>/ atomically.
+  void save_checkpoint();
+  // Collective. Restores from --load (latest iteration), at any layout.
+  void load_checkpoint();
+  // Optimizer moments as flat f32 tensors on the backend device, aligned
+  // with model().params().values() (gathered over dp when the optimizer is
+  // distributed); set_optimizer_state is the inverse.
+  std::pair<Tensor, Tensor> optimizer_state();
+  void set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps);
+  const TrainArgs& args() const { return args_; }
+  const parallel::ProcessGroups& groups() const { return groups_; }
+  int tp_rank() const { return tp_rank_; }
+  int dp_rank() const { return dp_rank_; }
+
  private:
   void setup(data::DatasetSplits* data);
   void load_batch(const data::TokenDataset& ds, int64_t first_sample, model::MicroBatchActs& acts);
@@ -56,6 +71,7 @@ class Trainer {
   void reduce_gradients();
   double reduce_loss(double local_sum);
   bool is_logger() const;
+  bool exit_requested();
   void check_finite(double loss, double grad_norm);
 
   TrainArgs args_;
@@ -72,6 +88,10 @@ class Trainer {
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
 };
+
+// --exit-signal-handler: SIGTERM/SIGINT set a flag the loop checks at each
+// iteration boundary (see NOTE [Exit signal] in trainer.cpp).
+void install_exit_signal_handler();
 
 // Checks the layout- and batch-related flag combinations with errors that
 // name the flags (global batch % (micro x dp), ...). Called by Trainer.

@@ -20,13 +20,18 @@ template <typename T> void ce_row_max(stat_t<T>* row_max, const T* logits, int64
 }
 
 // sums (2,N): [0] sum exp(l - max), [1] target logit if local else 0
+// exp is evaluated in the statistics type (f32 for f32 logits: expf is
+// correctly rounded to 1 ulp and 4x cheaper than exp over 50k-wide rows);
+// the row sum accumulates in double.
 template <typename T>
 void ce_row_sums(stat_t<T>* sums, const T* logits, const stat_t<T>* row_max,
                  const int32_t* targets, int64_t N, int64_t V, int64_t vocab_start) {
+  using S = stat_t<T>;
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     double z = 0;
-    for (int64_t j = 0; j < V; ++j) z += std::exp(static_cast<double>(logits[i * V + j]) - row_max[i]);
+    const S m = row_max[i];
+    for (int64_t j = 0; j < V; ++j) z += std::exp(static_cast<S>(logits[i * V + j]) - m);
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
     sums[i] = static_cast<stat_t<T>>(z);
     sums[N + i] = (t >= 0 && t < V) ? static_cast<stat_t<T>>(logits[i * V + t]) : stat_t<T>(0);
@@ -37,14 +42,15 @@ void ce_row_sums(stat_t<T>* sums, const T* logits, const stat_t<T>* row_max,
 template <typename T>
 void ce_backward(T* dlogits, const T* logits, const stat_t<T>* row_max, const stat_t<T>* sums,
                  const int32_t* targets, int64_t N, int64_t V, int64_t vocab_start, float dloss) {
+  using S = stat_t<T>;
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
-    const double inv_z = 1.0 / sums[i];
+    const S scale = static_cast<S>(dloss / static_cast<double>(sums[i]));
+    const S m = row_max[i];
     const int64_t t = static_cast<int64_t>(targets[i]) - vocab_start;
-    for (int64_t j = 0; j < V; ++j) {
-      const double p = std::exp(static_cast<double>(logits[i * V + j]) - row_max[i]) * inv_z;
-      dlogits[i * V + j] = static_cast<T>(dloss * (p - (j == t ? 1.0 : 0.0)));
-    }
+    for (int64_t j = 0; j < V; ++j)
+      dlogits[i * V + j] = static_cast<T>(std::exp(static_cast<S>(logits[i * V + j]) - m) * scale);
+    if (t >= 0 && t < V) dlogits[i * V + t] = static_cast<T>(static_cast<S>(dlogits[i * V + t]) - static_cast<S>(dloss));
   }
 }
 
