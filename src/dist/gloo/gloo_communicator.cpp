@@ -31,6 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint8_t kReduceScatterSlot = 0x70;  // gloo's own prefixes are small
 constexpr uint8_t kP2PSlot = 0x71;
+constexpr size_t kBcubeMaxBytes = 256 << 10;
 
 // Gloo's rendezvous reads and writes through our Store.
 class GlooStoreAdapter : public gloo::rendezvous::Store {
@@ -190,6 +191,11 @@ class GlooCommunicator : public Communicator {
         ao.setOutput(static_cast<T*>(t.raw()), size_t(t.numel()));
       });
       ao.setReduceFunction(fn);
+      // Small messages are latency bound: bcube takes log2(n) steps where the
+      // ring takes 2(n-1), which matters most with many ranks per core. Gloo's
+      // bcube honours only the context's timeout, so a per-op timeout keeps the ring.
+      if (t.nbytes() <= kBcubeMaxBytes && to == sh.config.timeout)
+        ao.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
       ao.setTag(uint32_t(seq));
       ao.setTimeout(to);
       gloo::allreduce(ao);
