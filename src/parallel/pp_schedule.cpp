@@ -112,22 +112,31 @@ class StageDriver final : public Recorder {
   }
   void communicate(MbChunk send_fwd, MbChunk send_bwd, MbChunk recv_fwd, MbChunk recv_bwd) override {
     // Megatron's is_pipeline_first_stage / is_pipeline_last_stage, per virtual stage.
-    auto& st = stage_;
-    const Tensor* send_next =
-        send_fwd.some() && !last(send_fwd) ? &st.output_tensor(send_fwd.m, send_fwd.c) : nullptr;
-    const Tensor* send_prev =
-        send_bwd.some() && !first(send_bwd) ? &st.input_grad(send_bwd.m, send_bwd.c) : nullptr;
-    Tensor* recv_prev =
-        recv_fwd.some() && !first(recv_fwd) ? &st.input_tensor(recv_fwd.m, recv_fwd.c) : nullptr;
-    Tensor* recv_next =
-        recv_bwd.some() && !last(recv_bwd) ? &st.output_grad(recv_bwd.m, recv_bwd.c) : nullptr;
-    if (!send_next && !send_prev && !recv_prev && !recv_next) return;
+    // Handles are copied (same storage), so a stage may keep its buffers in a
+    // container that moves them when it grows.
+    Tensor send_next, send_prev, recv_prev, recv_next;
+    if (send_fwd.some() && !last(send_fwd))
+      send_next = checked(stage_.output_tensor(send_fwd.m, send_fwd.c), "output_tensor", send_fwd);
+    if (send_bwd.some() && !first(send_bwd))
+      send_prev = checked(stage_.input_grad(send_bwd.m, send_bwd.c), "input_grad", send_bwd);
+    if (recv_fwd.some() && !first(recv_fwd))
+      recv_prev = checked(stage_.input_tensor(recv_fwd.m, recv_fwd.c), "input_tensor", recv_fwd);
+    if (recv_bwd.some() && !last(recv_bwd))
+      recv_next = checked(stage_.output_grad(recv_bwd.m, recv_bwd.c), "output_grad", recv_bwd);
+    auto ptr = [](Tensor& t) { return t.defined() ? &t : nullptr; };
+    if (!send_next.defined() && !send_prev.defined() && !recv_prev.defined() && !recv_next.defined())
+      return;
     Timer t;
-    pp_communicate(link_, send_next, send_prev, recv_prev, recv_next);
+    pp_communicate(link_, ptr(send_next), ptr(send_prev), ptr(recv_prev), ptr(recv_next));
     stats.wait_seconds += t.seconds();
   }
 
  private:
+  Tensor checked(const Tensor& t, const char* what, MbChunk x) const {
+    TRIPOD_CHECK(t.defined(), "pipeline stage (pp rank {}) returned an empty {}({}, {})",
+                 cfg_.pp_rank, what, x.m, x.c);
+    return t;
+  }
   bool first(MbChunk x) const { return cfg_.pp_rank == 0 && x.c == 0; }
   bool last(MbChunk x) const { return cfg_.pp_rank == cfg_.pp_size - 1 && x.c == cfg_.num_chunks - 1; }
   PipelineStage& stage_;
