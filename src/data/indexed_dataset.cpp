@@ -250,7 +250,6 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
   fd_ = ::open(bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK_HINT(fd_ >= 0, "check that the folder of --output-prefix exists and is writable",
                     "cannot create {}: {}", bin_tmp_, std::strerror(errno));
-  buffer_.reserve(1 << 22);
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
@@ -264,33 +263,43 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
   TRIPOD_CHECK(!finished_, "add_document after finish() on {}", prefix_);
   TRIPOD_CHECK(count >= 0 && count <= INT32_MAX, "document of {} tokens", count);
   const int64_t esize = dtype_size(dtype_), max_id = dtype_max_id(dtype_);
-  const size_t at = buffer_.size();
-  buffer_.resize(at + static_cast<size_t>(count * esize));
-  uint8_t* dst = buffer_.data() + at;
-  for (int64_t i = 0; i < count; ++i) {
-    const int32_t t = tokens[i];
-    TRIPOD_CHECK(t >= 0 && t <= max_id, "token id {} does not fit the {} dataset {}", t,
-                 dtype_name(dtype_), prefix_);
-    if (esize == 2) {
-      const uint16_t v = static_cast<uint16_t>(t);
-      std::memcpy(dst + 2 * i, &v, 2);
-    } else if (esize == 4) {
-      std::memcpy(dst + 4 * i, &t, 4);
-    } else if (esize == 1) {
-      dst[i] = static_cast<uint8_t>(t);
-    } else {
-      const int64_t v = t;
-      std::memcpy(dst + 8 * i, &v, 8);
+  for (int64_t done = 0; done < count;) {
+    if (used_ + esize > kBufferBytes) flush_buffer();
+    const int64_t n = std::min(count - done, (kBufferBytes - used_) / esize);
+    uint8_t* dst = buffer_.get() + used_;
+    const int32_t* src = tokens + done;
+    int32_t lo = 0, hi = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      lo = std::min(lo, src[i]);
+      hi = std::max(hi, src[i]);
     }
+    TRIPOD_CHECK(lo >= 0 && hi <= max_id, "token id {} does not fit the {} dataset {}",
+                 lo < 0 ? lo : hi, dtype_name(dtype_), prefix_);
+    if (esize == 2) {
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t v = static_cast<uint16_t>(src[i]);
+        std::memcpy(dst + 2 * i, &v, 2);
+      }
+    } else if (esize == 4) {
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+    } else if (esize == 1) {
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>(src[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t v = src[i];
+        std::memcpy(dst + 8 * i, &v, 8);
+      }
+    }
+    used_ += n * esize;
+    done += n;
   }
   lengths_.push_back(static_cast<int32_t>(count));
   num_tokens_ += count;
-  if (buffer_.size() >= (1u << 22)) flush_buffer();
 }
 
 void IndexedDatasetWriter::flush_buffer() {
-  write_all(fd_, buffer_.data(), buffer_.size(), bin_tmp_);
-  buffer_.clear();
+  write_all(fd_, buffer_.get(), static_cast<size_t>(used_), bin_tmp_);
+  used_ = 0;
 }
 
 void IndexedDatasetWriter::finish() {

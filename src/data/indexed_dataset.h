@@ -115,7 +115,9 @@ class IndexedDatasetWriter {
   TokenDType dtype_;
   int fd_ = -1;
   std::vector<int32_t> lengths_;
-  std::vector<uint8_t> buffer_;  // pending .bin bytes, flushed in large writes
+  static constexpr int64_t kBufferBytes = 1 << 22;
+  std::unique_ptr<uint8_t[]> buffer_ = std::make_unique<uint8_t[]>(kBufferBytes);  // pending .bin bytes
+  int64_t used_ = 0;
   int64_t num_tokens_ = 0;
   bool finished_ = false;
 };

@@ -3,6 +3,7 @@
 #include "data/preprocess.h"
 
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -250,6 +251,111 @@ void validate(const PreprocessConfig& c) {
                     "plain text input has one document stream");
 }
 
+// The threads of NOTE [Preprocess pipeline]. next() hands out the results in
+// input order; the destructor stops and joins every thread (also on errors).
+class Pipeline {
+ public:
+  Pipeline(const PreprocessConfig& c, const Tokenizer& tok, RecordReader& reader)
+      : c_(c), tok_(tok), reader_(reader), max_in_flight_(2 * c.workers + 2) {
+    threads_.emplace_back([this] { read_loop(); });
+    for (int w = 0; w < c.workers; ++w) threads_.emplace_back([this] { work_loop(); });
+  }
+  ~Pipeline() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  // The next batch's result, or nullopt after the last one.
+  std::optional<Result> next() {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] {
+      return done_.count(next_) || (produced_ >= 0 && next_ >= produced_) || !reader_error_.empty();
+    });
+    TRIPOD_CHECK(reader_error_.empty(), "{}", reader_error_);
+    auto it = done_.find(next_);
+    if (it == done_.end()) return std::nullopt;
+    Result r = std::move(it->second);
+    done_.erase(it);
+    ++next_;
+    --in_flight_;
+    cv_.notify_all();
+    return r;
+  }
+
+ private:
+  void read_loop() {
+    try {
+      for (int64_t seq = 0;; ++seq) {
+        {
+          std::unique_lock lk(mu_);
+          cv_.wait(lk, [&] { return stop_ || in_flight_ < max_in_flight_; });
+          if (stop_) return;
+        }
+        auto b = reader_.next(seq);  // file I/O outside the lock
+        std::lock_guard lk(mu_);
+        if (!b) {
+          produced_ = seq;
+        } else {
+          ++in_flight_;
+          todo_.push_back(std::move(*b));
+        }
+        cv_.notify_all();
+        if (!b) return;
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard lk(mu_);
+      reader_error_ = e.what();
+      cv_.notify_all();
+    }
+  }
+
+  void work_loop() {
+    for (;;) {
+      Batch b;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !todo_.empty() || produced_ >= 0; });
+        if (stop_ || todo_.empty()) return;
+        b = std::move(todo_.front());
+        todo_.pop_front();
+      }
+      Result r;
+      try {
+        tokenize_batch(c_, tok_, b, &r);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+      std::lock_guard lk(mu_);
+      done_.emplace(b.seq, std::move(r));
+      cv_.notify_all();
+    }
+  }
+
+  const PreprocessConfig& c_;
+  const Tokenizer& tok_;
+  RecordReader& reader_;
+  const int64_t max_in_flight_;
+  // One mutex for all shared state: batches are ~1 MiB, contention is negligible.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> todo_;
+  std::map<int64_t, Result> done_;
+  int64_t in_flight_ = 0, next_ = 0;
+  int64_t produced_ = -1;  // number of batches, once the reader reached the end
+  bool stop_ = false;
+  std::string reader_error_;
+  std::vector<std::thread> threads_;
+};
+
+int64_t file_size(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+}
+
 }  // namespace
 
 std::string output_name(const std::string& output_prefix, const std::string& key) {
@@ -261,134 +367,44 @@ PreprocessStats preprocess(const PreprocessConfig& c) {
   const auto tok = make_tokenizer(c.tokenizer);
   if (c.append_eod) (void)tok->eod();  // fail now if the tokenizer has none
   const TokenDType dtype = dtype_for_vocab(tok->vocab_size());
-  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   PreprocessStats stats;
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto& key : c.json_keys) {
-    const std::string name = c.input_format == "jsonl" ? output_name(c.output_prefix, key)
-                                                       : output_name(c.output_prefix, "text");
+    const std::string name = output_name(c.output_prefix, c.input_format == "jsonl" ? key : "text");
     writers.push_back(std::make_unique<IndexedDatasetWriter>(name, dtype));
     stats.outputs.push_back(name);
   }
   RecordReader reader(c);
-  std::FILE* f = std::fopen(c.input.c_str(), "rb");
-  int64_t total = 0;
-  if (f) {
-    std::fseek(f, 0, SEEK_END);
-    total = std::ftell(f);
-    std::fclose(f);
-  }
   log::info("preprocess: {} -> {}_*_document.bin/.idx with {}, {} worker(s)", c.input,
             c.output_prefix, tok->describe(), c.workers);
-
-  // Shared state of the pipeline, under one mutex (batches are ~1 MiB, so
-  // contention is negligible).
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Batch> todo;
-  std::map<int64_t, Result> done;
-  int64_t in_flight = 0, produced = -1;  // produced: batch count once the reader ends
-  bool stop = false;
-  std::string reader_error;
-  const int64_t max_in_flight = 2 * c.workers + 2;
-
-  std::thread reader_thread([&] {
-    try {
-      for (int64_t seq = 0;; ++seq) {
-        {
-          std::unique_lock lk(mu);
-          cv.wait(lk, [&] { return stop || in_flight < max_in_flight; });
-          if (stop) return;
-        }
-        auto b = reader.next(seq);
-        std::lock_guard lk(mu);
-        if (!b) {
-          produced = seq;
-          cv.notify_all();
-          return;
-        }
-        ++in_flight;
-        todo.push_back(std::move(*b));
-        cv.notify_all();
-      }
-    } catch (const std::exception& e) {
-      std::lock_guard lk(mu);
-      reader_error = e.what();
-      stop = true;
-      cv.notify_all();
-    }
-  });
-  std::vector<std::thread> workers;
-  for (int w = 0; w < c.workers; ++w) {
-    workers.emplace_back([&] {
-      for (;;) {
-        Batch b;
-        {
-          std::unique_lock lk(mu);
-          cv.wait(lk, [&] { return stop || !todo.empty() || produced >= 0; });
-          if (stop || todo.empty()) return;
-          b = std::move(todo.front());
-          todo.pop_front();
-        }
-        Result r;
-        try {
-          tokenize_batch(c, *tok, b, &r);
-        } catch (const std::exception& e) {
-          r.error = e.what();
-        }
-        std::lock_guard lk(mu);
-        done.emplace(b.seq, std::move(r));
-        cv.notify_all();
-      }
-    });
-  }
-  auto shutdown = [&] {
-    {
-      std::lock_guard lk(mu);
-      stop = true;
-      cv.notify_all();
-    }
-    reader_thread.join();
-    for (auto& t : workers) t.join();
-  };
-
-  Progress progress(c, total);
+  Progress progress(c, file_size(c.input));
   Timer timer;
-  try {
-    for (int64_t seq = 0;; ++seq) {
-      Result r;
-      {
-        std::unique_lock lk(mu);
-        cv.wait(lk, [&] { return done.count(seq) || (produced >= 0 && seq >= produced) || !reader_error.empty(); });
-        TRIPOD_CHECK(reader_error.empty(), "{}", reader_error);
-        if (!done.count(seq)) break;  // all batches written
-        r = std::move(done[seq]);
-        done.erase(seq);
-        --in_flight;
-        cv.notify_all();
+  {
+    // Declared after the writers: on an error the threads stop first, then
+    // the writers' destructors remove the temporary files.
+    Pipeline pipeline(c, *tok, reader);
+    while (auto r = pipeline.next()) {
+      if (!r->error.empty()) {
+        progress.finish();
+        ::tripod::detail::check_failed(nullptr, __FILE__, __LINE__, r->error, r->hint);
       }
-      if (!r.error.empty()) ::tripod::detail::check_failed(nullptr, __FILE__, __LINE__, r.error, r.hint);
       for (size_t k = 0; k < writers.size(); ++k) {
         size_t at = 0;
-        for (int32_t len : r.lengths[k]) {
-          writers[k]->add_document(r.tokens[k].data() + at, len);
+        for (int32_t len : r->lengths[k]) {
+          writers[k]->add_document(r->tokens[k].data() + at, len);
           at += static_cast<size_t>(len);
         }
-        stats.documents += static_cast<int64_t>(r.lengths[k].size());
-        stats.tokens += static_cast<int64_t>(r.tokens[k].size());
+        stats.documents += static_cast<int64_t>(r->lengths[k].size());
+        stats.tokens += static_cast<int64_t>(r->tokens[k].size());
       }
-      stats.records += r.records;
-      stats.skipped_invalid += r.skipped_invalid;
-      stats.skipped_empty += r.skipped_empty;
-      stats.utf8_repaired += r.utf8_repaired;
-      stats.input_bytes += r.bytes;
+      stats.records += r->records;
+      stats.skipped_invalid += r->skipped_invalid;
+      stats.skipped_empty += r->skipped_empty;
+      stats.utf8_repaired += r->utf8_repaired;
+      stats.input_bytes += r->bytes;
       progress.update(stats);
     }
-  } catch (...) {
-    shutdown();
-    progress.finish();
-    throw;  // the writers' destructors remove the temporary files
   }
-  shutdown();
   for (auto& w : writers) w->finish();
   stats.seconds = timer.seconds();
   progress.update(stats, true);

@@ -99,6 +99,20 @@ TEST(IndexedDataset, ReadsBackEveryDocument) {
   }
 }
 
+TEST(IndexedDataset, DocumentsLargerThanTheWriteBuffer) {
+  TempDir dir;
+  std::vector<int32_t> big(3'000'000);  // 6 MB of uint16: crosses the 4 MiB buffer
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>((i * 7919) % 50257);
+  write_docs(dir / "b", {{1, 2}, big, {3}});
+  IndexedDataset d(dir / "b");
+  std::vector<int32_t> got(big.size());
+  d.read(1, 0, d.length(1), got.data());
+  EXPECT_EQ(got, big);
+  int32_t last;
+  d.read(2, 0, 1, &last);
+  EXPECT_EQ(last, 3);
+}
+
 TEST(IndexedDataset, WriterRejectsIdsTheDtypeCannotHold) {
   TempDir dir;
   IndexedDatasetWriter w(dir / "z", TokenDType::kUInt16);
