@@ -6,7 +6,8 @@
 // is reported with achieved TFLOP/s (matmul, attention) or GB/s (bytes each
 // call must read + write at least once).
 //
-//   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--out results.md]
+//   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--only SECTION] [--out results.md]
+// SECTION: matmul, attention, layernorm, gelu, ce, optimizer (default: all).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -59,12 +60,13 @@ void fill(backend::Backend& be, Tensor& t, float scale = 0.02f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model = "124m", out_path;
+  std::string model = "124m", out_path, only;
   int64_t B = 8;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) B = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
   }
   if (backend::cuda_device_count() == 0) {
     std::printf("kernels_bench: no CUDA device, nothing to time\n");
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
   if (model == "1.5b") C = 1600, NH = 25;
   const int64_t T = 1024, N = B * T, V = 50304, HS = C / NH;
   auto be = backend::make_cuda_backend(0);
+  auto want = [&](const char* section) { return only.empty() || only == section; };
   std::vector<Row> rows;
   auto add = [&](std::string op, DType dt, std::string shape, double us, double flops, double bytes) {
     rows.push_back({std::move(op), dtype_name(dt), std::move(shape), us,
@@ -89,7 +92,7 @@ int main(int argc, char** argv) {
               (long long)V);
 
   // Matmul ceiling through the same cuBLASLt path.
-  {
+  if (want("matmul")) {
     const int64_t S = 8192;
     Tensor a = be->empty({S, S}, DType::BF16), w = be->empty({S, S}, DType::BF16), o = be->empty({S, S}, DType::BF16);
     fill(*be, a, 1.f);
@@ -107,8 +110,8 @@ int main(int argc, char** argv) {
     };
     // Linear layers of one block and the LM head.
     struct Lin { const char* name; int64_t c, oc; bool bias; };
-    for (Lin l : {Lin{"qkv", C, 3 * C, true}, Lin{"attn_proj", C, C, true}, Lin{"fc", C, 4 * C, true},
-                  Lin{"fc_proj", 4 * C, C, true}, Lin{"lm_head", C, V, false}}) {
+    for (Lin l : want("matmul") ? std::vector<Lin>{Lin{"qkv", C, 3 * C, true}, Lin{"attn_proj", C, C, true}, Lin{"fc", C, 4 * C, true},
+                  Lin{"fc_proj", 4 * C, C, true}, Lin{"lm_head", C, V, false}} : std::vector<Lin>{}) {
       Tensor x = be->empty({N, l.c}, dt), w = be->empty({l.oc, l.c}, dt), b = be->empty({l.oc}, dt);
       Tensor y = be->empty({N, l.oc}, dt), dx = be->empty({N, l.c}, dt);
       Tensor dw = be->empty({l.oc, l.c}, DType::F32), db = be->empty({l.oc}, DType::F32);
@@ -122,7 +125,7 @@ int main(int argc, char** argv) {
       add(std::string("matmul_bwd_") + l.name, dt, shp({N, l.c, l.oc}), us, 2 * f, 0);
     }
     // Attention (causal): forward 2 matmuls of B*NH*T*T/2*HS MACs.
-    {
+    if (want("attention")) {
       Tensor qkv = be->empty({B, T, 3 * C}, dt), o = be->empty({B, T, C}, dt), dout = be->empty({B, T, C}, dt);
       Tensor lse = be->empty({B, NH, T}, DType::F32), dqkv = be->empty({B, T, 3 * C}, dt);
       fill(*be, qkv, 1.f);
@@ -134,7 +137,7 @@ int main(int argc, char** argv) {
       add("attention_bwd", dt, shp({B, T, NH, HS}), us, 2.5 * f, 0);
     }
     // Memory-bound ops: bytes = each input read once + each output written once.
-    {
+    if (want("layernorm")) {
       Tensor x = be->empty({N, C}, dt), y = be->empty({N, C}, dt), dx = be->empty({N, C}, dt);
       Tensor w = be->empty({C}, dt), b = be->empty({C}, dt), mean = be->empty({N}, DType::F32),
              rstd = be->empty({N}, DType::F32), dw = be->empty({C}, DType::F32), db = be->empty({C}, DType::F32);
@@ -150,7 +153,7 @@ int main(int argc, char** argv) {
       us = median_us(*be, [&] { be->add(y, x, dx); }, 20);
       add("residual_add", dt, shp({N, C}), us, 0, 3 * nc);
     }
-    {
+    if (want("gelu")) {
       Tensor x = be->empty({N, 4 * C}, dt), y = be->empty({N, 4 * C}, dt), dx = be->empty({N, 4 * C}, dt);
       fill(*be, x, 1.f);
       fill(*be, y, 1.f);
@@ -160,7 +163,7 @@ int main(int argc, char** argv) {
       us = median_us(*be, [&] { be->gelu_backward(dx, x, y); }, 20);
       add("gelu_bwd", dt, shp({N, 4 * C}), us, 0, 3 * nc);
     }
-    {
+    if (want("ce")) {
       Tensor logits = be->empty({N, V}, dt), dlogits = be->empty({N, V}, dt);
       Tensor mx = be->empty({N}, DType::F32), sums = be->empty({2, N}, DType::F32), loss = be->empty({N}, DType::F32);
       Tensor tg = be->empty({N}, DType::I32);
@@ -178,7 +181,7 @@ int main(int argc, char** argv) {
     }
   }
   // Optimizer over a GPT-2 124M-sized parameter vector (f32 state).
-  {
+  if (want("optimizer")) {
     const int64_t P = 124439808;
     Tensor p = be->empty({P}, DType::F32), g = be->empty({P}, DType::F32), m = be->empty({P}, DType::F32),
            v = be->empty({P}, DType::F32), acc = be->empty({1}, DType::F32);

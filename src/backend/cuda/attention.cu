@@ -21,6 +21,9 @@
 #include "backend/cuda/attention_tc.cuh"
 #include "backend/cuda/common.cuh"
 
+#include <cstdlib>
+#include <string>
+
 namespace tripod::backend::cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -254,6 +257,19 @@ __global__ void attention_dq_backward_kernel(T* dqkv, const T* dout, const T* qk
 
 // ---- launchers ----
 
+AttentionImpl attention_impl() {
+  static const AttentionImpl impl = [] {
+    const char* v = std::getenv("TRIPOD_CUDA_ATTENTION");
+    std::string s = v ? v : "auto";
+    if (s == "tc1") return AttentionImpl::kTc1;
+    if (s == "scalar") return AttentionImpl::kScalar;
+    if (s != "auto" && !s.empty())
+      fail("TRIPOD_CUDA_ATTENTION='" + s + "': expected auto, tc1 or scalar");
+    return AttentionImpl::kAuto;
+  }();
+  return impl;
+}
+
 template <typename A, int HS>
 void attention_forward_hs(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH,
                           cudaStream_t stream) {
@@ -299,7 +315,8 @@ void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_
                        int HS, DType dt, cudaStream_t stream) {
   if (B * T == 0) return;
   const void* ptrs[] = {out, qkv};
-  if (attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 2)) {
+  if (attention_impl() != AttentionImpl::kScalar &&
+      attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 2)) {
     attention_forward_tc(out, lse, qkv, B, T, NH, HS, dt, stream);
     return;
   }
@@ -317,8 +334,12 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
         scratch, static_cast<const A*>(dout), static_cast<const A*>(out), B, static_cast<int>(T), NH, HS);
     TRIPOD_LAUNCH_CHECK();
     const void* ptrs[] = {dqkv, dout, qkv, out};
-    if (attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 4)) {
-      attention_backward_tc(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
+    const AttentionImpl impl = attention_impl();
+    if (impl != AttentionImpl::kScalar && attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 4)) {
+      if (impl == AttentionImpl::kTc1)
+        attention_backward_tc(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
+      else
+        attention_backward_tc2(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
       return;
     }
     TRIPOD_DISPATCH_HS(HS, attention_backward_hs<A, kHS>(

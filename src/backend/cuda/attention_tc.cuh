@@ -21,4 +21,16 @@ void attention_backward_tc(void* dqkv, const void* dout, const void* qkv, const 
                            const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
                            cudaStream_t stream);
 
+// Second backward (attention_tc_bwd.cu): same contract, less shared memory.
+void attention_backward_tc2(void* dqkv, const void* dout, const void* qkv, const float* lse,
+                            const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
+                            cudaStream_t stream);
+
+// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (read once):
+// unset/"auto": tensor cores with the second backward where supported, else
+// CUDA cores; "tc1": the first tensor-core backward; "scalar": CUDA cores only
+// (f32 math everywhere). A knob for benchmarks and bisecting, not for users.
+enum class AttentionImpl { kAuto, kTc1, kScalar };
+AttentionImpl attention_impl();
+
 }  // namespace tripod::backend::cuda
