@@ -24,7 +24,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "backend/ops.h"
 #include "cli/command.h"
+#include "cli/device.h"
 #include "dist/context.h"
 #include "dist/rendezvous.h"
 #include "parallel/groups.h"
@@ -45,6 +47,7 @@ struct CommArgs {
   std::string ops = "all_reduce,all_gather,reduce_scatter,broadcast,sendrecv";
   std::string group = "world";
   double timeout_minutes = 10;
+  std::string device = "cpu";
   int fault_hang_rank = -1, fault_kill_rank = -1, fault_kill_after_ms = 300;
 };
 
@@ -54,94 +57,118 @@ double bus_factor(const std::string& op, int n) {
   return 1.0;
 }
 
-// One op on `bytes` of f32: returns a function that runs it once and the
-// number of wrong elements of its analytic check.
+// A buffer as the communicator sees it (`dev`: on the GPU for NCCL, the
+// host tensor itself for Gloo) and its host mirror for filling and checking.
+struct Buf {
+  Tensor host, dev;
+};
+
+class Buffers {
+ public:
+  explicit Buffers(backend::Backend* be) : be_(be) {}  // be: null on the CPU
+  Buf make(int64_t n) {
+    Buf b;
+    b.host = Tensor::empty({n}, DType::F32);
+    b.dev = be_ ? be_->empty({n}, DType::F32) : b.host;
+    return b;
+  }
+  void up(Buf& b) {
+    if (be_) be_->copy(b.dev, b.host), be_->synchronize();
+  }
+  void down(Buf& b) {
+    if (be_) be_->copy(b.host, b.dev), be_->synchronize();
+  }
+
+ private:
+  backend::Backend* be_;
+};
+
+// One op on `bytes` of f32: `run` runs it once; `wrong` checks the result
+// against its analytic value (number of wrong elements) and re-arms inputs.
 struct OpCase {
   std::function<void()> run;
   std::function<int64_t()> wrong;
 };
 
-OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, int me) {
+// Counts elements of b (after copying it to the host) that differ from want(i).
+template <typename Want>
+int64_t count_wrong(Buffers& bufs, Buf b, Want want) {
+  bufs.down(b);
+  int64_t w = 0;
+  const float* h = b.host.data<float>();
+  for (int64_t i = 0; i < b.host.numel(); ++i) w += h[i] != want(i);
+  return w;
+}
+
+template <typename Fill>
+void fill(Buffers& bufs, Buf& b, Fill value) {
+  float* h = b.host.data<float>();
+  for (int64_t i = 0; i < b.host.numel(); ++i) h[i] = value(i);
+  bufs.up(b);
+}
+
+OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, Buffers& bufs) {
   const int n = c.size(), gr = c.rank();
   const int64_t total = std::max<int64_t>(1, bytes / 4);
   const int64_t per = std::max<int64_t>(1, total / n);
-  auto f = [](const Tensor& t) { return t.data<float>(); };
   OpCase oc;
+  Buffers* B = &bufs;
   if (op == "all_reduce") {
-    Tensor t = Tensor::empty({total}, DType::F32);
-    auto init = [=] { for (int64_t i = 0; i < total; ++i) f(t)[i] = float(gr + 1); };
+    Buf t = bufs.make(total);
+    auto init = [=]() mutable { fill(*B, t, [&](int64_t) { return float(gr + 1); }); };
     init();
-    oc.run = [&c, t]() mutable { c.all_reduce(t)->wait(); };
-    oc.wrong = [=] {
-      int64_t w = 0;
-      for (int64_t i = 0; i < total; ++i) w += f(t)[i] != float(n * (n + 1) / 2);
+    oc.run = [&c, t]() mutable { c.all_reduce(t.dev)->wait(); };
+    oc.wrong = [=]() mutable {
+      int64_t w = count_wrong(*B, t, [&](int64_t) { return float(n * (n + 1) / 2); });
       init();
       return w;
     };
   } else if (op == "all_gather") {
-    Tensor in = Tensor::empty({per}, DType::F32), out = Tensor::empty({per * n}, DType::F32);
-    for (int64_t i = 0; i < per; ++i) f(in)[i] = float(gr);
-    oc.run = [&c, in, out]() mutable { c.all_gather(out, in)->wait(); };
-    oc.wrong = [=] {
-      int64_t w = 0;
-      for (int64_t i = 0; i < per * n; ++i) w += f(out)[i] != float(i / per);
-      return w;
-    };
+    Buf in = bufs.make(per), out = bufs.make(per * n);
+    fill(bufs, in, [&](int64_t) { return float(gr); });
+    oc.run = [&c, in, out]() mutable { c.all_gather(out.dev, in.dev)->wait(); };
+    oc.wrong = [=] { return count_wrong(*B, out, [&](int64_t i) { return float(i / per); }); };
   } else if (op == "reduce_scatter") {
-    Tensor in = Tensor::empty({per * n}, DType::F32), out = Tensor::empty({per}, DType::F32);
-    for (int64_t i = 0; i < per * n; ++i) f(in)[i] = float(i / per + gr);
-    oc.run = [&c, in, out]() mutable { c.reduce_scatter(out, in)->wait(); };
-    oc.wrong = [=] {  // sum over ranks r of (gr + r)
-      int64_t w = 0;
-      for (int64_t i = 0; i < per; ++i) w += f(out)[i] != float(n * gr + n * (n - 1) / 2);
-      return w;
-    };
+    Buf in = bufs.make(per * n), out = bufs.make(per);
+    fill(bufs, in, [&](int64_t i) { return float(i / per + gr); });
+    oc.run = [&c, in, out]() mutable { c.reduce_scatter(out.dev, in.dev)->wait(); };
+    // sum over ranks r of (gr + r)
+    oc.wrong = [=] { return count_wrong(*B, out, [&](int64_t) { return float(n * gr + n * (n - 1) / 2); }); };
   } else if (op == "broadcast") {
-    Tensor t = Tensor::empty({total}, DType::F32);
-    for (int64_t i = 0; i < total; ++i) f(t)[i] = gr == 0 ? 42.0f : 0.0f;
-    oc.run = [&c, t]() mutable { c.broadcast(t, {0})->wait(); };
-    oc.wrong = [=] {
-      int64_t w = 0;
-      for (int64_t i = 0; i < total; ++i) w += f(t)[i] != 42.0f;
-      return w;
-    };
+    Buf t = bufs.make(total);
+    fill(bufs, t, [&](int64_t) { return gr == 0 ? 42.0f : 0.0f; });
+    oc.run = [&c, t]() mutable { c.broadcast(t.dev, {0})->wait(); };
+    oc.wrong = [=] { return count_wrong(*B, t, [](int64_t) { return 42.0f; }); };
   } else if (op == "sendrecv") {
     TRIPOD_CHECK(n > 1, "sendrecv needs a group of 2 or more ranks");
-    Tensor s = Tensor::empty({total}, DType::F32), r = Tensor::empty({total}, DType::F32);
-    for (int64_t i = 0; i < total; ++i) f(s)[i] = float(gr);
+    Buf s = bufs.make(total), r = bufs.make(total);
+    fill(bufs, s, [&](int64_t) { return float(gr); });
     oc.run = [&c, s, r, n, gr]() mutable {
-      auto rw = c.recv(r, (gr + n - 1) % n);
-      auto sw = c.send(s, (gr + 1) % n);
-      sw->wait();
-      rw->wait();
+      // Even ranks send first, odd ranks receive first (as Megatron pairs
+      // p2p), so a communicator that serialises p2p cannot deadlock.
+      std::shared_ptr<dist::Work> a, b;
+      if (gr % 2 == 0) a = c.send(s.dev, (gr + 1) % n), b = c.recv(r.dev, (gr + n - 1) % n);
+      else a = c.recv(r.dev, (gr + n - 1) % n), b = c.send(s.dev, (gr + 1) % n);
+      a->wait();
+      b->wait();
     };
-    oc.wrong = [=] {
-      int64_t w = 0;
-      for (int64_t i = 0; i < total; ++i) w += f(r)[i] != float((gr + n - 1) % n);
-      return w;
-    };
+    oc.wrong = [=] { return count_wrong(*B, r, [&](int64_t) { return float((gr + n - 1) % n); }); };
   } else {
     TRIPOD_FAIL("--ops: unknown op '{}' (all_reduce, all_gather, reduce_scatter, broadcast, sendrecv)", op);
   }
-  (void)me;
   return oc;
 }
 
-int64_t all_sum(Communicator& world, double v, bool max) {
-  Tensor t = Tensor::empty({1}, DType::F64);
-  t.data<double>()[0] = v;
-  world.all_reduce(t, {max ? dist::ReduceOp::Max : dist::ReduceOp::Sum})->wait();
-  return int64_t(t.data<double>()[0]);
+// op over the world of one value per rank (through device buffers on GPUs).
+double world_reduce(Communicator& world, Buffers& bufs, double v, dist::ReduceOp op) {
+  Buf b = bufs.make(1);
+  fill(bufs, b, [&](int64_t) { return float(v); });
+  world.all_reduce(b.dev, {op})->wait();
+  bufs.down(b);
+  return b.host.data<float>()[0];
 }
 
-double all_max(Communicator& world, double v) {
-  Tensor t = Tensor::empty({1}, DType::F64);
-  t.data<double>()[0] = v;
-  world.all_reduce(t, {dist::ReduceOp::Max})->wait();
-  return t.data<double>()[0];
-}
-
-void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg) {
+void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bufs) {
   std::map<std::string, std::shared_ptr<Communicator>> by_name = {
       {"world", pg.world}, {"tp", pg.tp}, {"dp", pg.dp}, {"pp", pg.pp}, {"mp", pg.mp}};
   TRIPOD_CHECK(by_name.count(a.group), "--group must be world, tp, dp, pp or mp; got '{}'", a.group);
@@ -149,8 +176,8 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg) {
   Communicator& world = *pg.world;
   const bool root = pg.global_rank == 0;
   if (root) {
-    std::printf("# tripod bench comm: %s, group %s (size %d), f32, %d iters after %d warm-up\n",
-                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.iters, a.warmup);
+    std::printf("# tripod bench comm: %s, group %s (size %d), f32 on %s, %d iters after %d warm-up\n",
+                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.device.c_str(), a.iters, a.warmup);
     std::printf("# %12s %12s %-15s %12s %12s %12s %8s\n", "size(B)", "count", "op", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -160,22 +187,22 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg) {
   while (std::getline(ss, op, ',')) {
     if (op == "sendrecv" && c.size() == 1) continue;
     for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.step_factor) {
-      OpCase oc = make_case(op, c, bytes, pg.global_rank);
+      OpCase oc = make_case(op, c, bytes, bufs);
       oc.run();  // data check before timing
-      const int64_t wrong = all_sum(world, double(oc.wrong()), false);
+      const int64_t wrong = int64_t(world_reduce(world, bufs, double(oc.wrong()), dist::ReduceOp::Sum));
       total_wrong += wrong;
       for (int i = 0; i < a.warmup; ++i) oc.run();
       world.barrier();
       Timer timer;
       for (int i = 0; i < a.iters; ++i) oc.run();
-      const double t = all_max(world, timer.seconds() / a.iters);
+      const double t = world_reduce(world, bufs, timer.seconds() / a.iters, dist::ReduceOp::Max);
       const int64_t count = std::max<int64_t>(1, bytes / 4);
       const int64_t sized = op == "all_gather" || op == "reduce_scatter"
                                 ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
                                 : count * 4;
       const double algbw = double(sized) / t / 1e9;
       if (root)
-        std::printf("  %12lld %12lld %-15s %12.1f %12.3f %12.3f %8lld\n", (long long)sized,
+        std::printf("  %12lld %12lld %-15s %12.1f %12.4f %12.4f %8lld\n", (long long)sized,
                     (long long)(sized / 4), op.c_str(), t * 1e6, algbw, algbw * bus_factor(op, c.size()),
                     (long long)wrong);
     }
@@ -187,7 +214,12 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg) {
 int run_comm(const CommArgs& a) {
   const auto timeout = std::chrono::milliseconds(int64_t(a.timeout_minutes * 60e3));
   dist::RankInfo info = dist::resolve_rank_info();
-  auto ctx = dist::DistContext::init(info, DeviceType::CPU, timeout);
+  TRIPOD_CHECK_HINT(!a.check || a.device == "cpu", "run --check with --device cpu",
+                    "--check verifies the CPU communicators only");
+  // GPU runs: buffers live on this rank's GPU (LOCAL_RANK) and NCCL moves them.
+  std::unique_ptr<backend::Backend> be;
+  if (a.device != "cpu") be = make_backend(a.device, info.local_rank);
+  auto ctx = dist::DistContext::init(info, be ? be->device().type : DeviceType::CPU, timeout);
   const auto layout = parallel::Layout::make(ctx->world_size(), a.tp, a.pp);
   auto pg = parallel::make_process_groups(*ctx, layout);
   if (ctx->rank() == a.fault_hang_rank) {
@@ -212,7 +244,8 @@ int run_comm(const CommArgs& a) {
     std::fflush(stdout);
     return 0;
   }
-  run_bench(a, pg);
+  Buffers bufs(be.get());
+  run_bench(a, pg, bufs);
   return 0;
 }
 
@@ -233,6 +266,7 @@ int run_bench_cmd(int argc, char** argv) {
   comm->add_option("--warmup-iters", a.warmup)->capture_default_str();
   comm->add_option("--ops", a.ops, "comma-separated")->capture_default_str();
   comm->add_option("--group", a.group, "world | tp | dp | pp | mp")->capture_default_str();
+  comm->add_option("--device", a.device, "cpu (Gloo) or cuda (NCCL, one GPU per rank)")->capture_default_str();
   comm->add_option("--distributed-timeout-minutes", a.timeout_minutes, "every wait's timeout (fractions allowed)")
       ->capture_default_str();
   // Fault injection for the launcher tests; not shown in --help.

@@ -1,7 +1,10 @@
 // 8 CPU ranks through each launcher users have (tripod launch, torchrun,
 // mpirun): every collective on every group of a TP2 x PP2 x DP2 layout,
-// checked against analytic values by `tripod bench comm --check`.
+// checked against analytic values by `tripod bench comm --check`; the file
+// store in place of TCP; launch's prefixes and exit codes; bench comm's table.
 #include <gtest/gtest.h>
+
+#include <sstream>
 
 #include "proc_util.h"
 
@@ -62,4 +65,32 @@ TEST(Launchers, FileStoreInsteadOfTcp) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "joined at file://" + dir + "/store")) << r.output;
   EXPECT_TRUE(contains(r.output, "comm check passed: world 4 = tp 1 x dp 2 x pp 2")) << r.output;
+}
+
+// bench comm's table: the data check passes and the bandwidth columns follow
+// nccl-tests' definitions (algbw = size / time; busbw = algbw x factor).
+TEST(Launchers, BenchCommColumnsFollowNcclTestsDefinitions) {
+  auto r = run_shell(tripod_bin() + " launch --nproc-per-node 3 bench comm --min-bytes 1200000 "
+                     "--max-bytes 1200000 --iters 2 --warmup-iters 1", 120);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::string line;
+  int rows = 0;
+  const double n = 3;
+  while (std::getline(lines, line)) {
+    if (line.rfind("[rank 0]  ", 0) != 0) continue;
+    std::istringstream f(line.substr(9));
+    long long size = 0, count = 0, wrong = -1;
+    std::string op;
+    double us = 0, algbw = 0, busbw = 0;
+    if (!(f >> size >> count >> op >> us >> algbw >> busbw >> wrong)) continue;
+    ++rows;
+    EXPECT_EQ(wrong, 0) << line;
+    EXPECT_EQ(size, count * 4) << line;
+    EXPECT_NEAR(algbw, double(size) / (us * 1e3), 2e-4 + 0.01 * algbw) << line;
+    const double factor = op == "all_reduce" ? 2 * (n - 1) / n
+                          : (op == "all_gather" || op == "reduce_scatter") ? (n - 1) / n : 1.0;
+    EXPECT_NEAR(busbw, algbw * factor, 2e-4 + 0.01 * busbw) << line;
+  }
+  EXPECT_EQ(rows, 5) << r.output;  // one size x five ops
 }
