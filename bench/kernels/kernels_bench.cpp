@@ -7,7 +7,7 @@
 // call must read + write at least once).
 //
 //   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--only SECTION] [--out results.md]
-// SECTION: matmul, attention, layernorm, gelu, ce, optimizer (default: all).
+// SECTION: matmul, attention, layernorm, gelu, embedding, ce, optimizer (default: all).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -162,6 +162,24 @@ int main(int argc, char** argv) {
       add("gelu_fwd", dt, shp({N, 4 * C}), us, 0, 2 * nc);
       us = median_us(*be, [&] { be->gelu_backward(dx, x, y); }, 20);
       add("gelu_bwd", dt, shp({N, 4 * C}), us, 0, 3 * nc);
+    }
+    if (want("embedding")) {
+      Tensor tok = be->empty({B, T}, DType::I32), wte = be->empty({V, C}, dt), wpe = be->empty({T, C}, dt);
+      Tensor out = be->empty({B, T, C}, dt), dwte = be->empty({V, C}, DType::F32), dwpe = be->empty({T, C}, DType::F32);
+      {
+        Tensor h = Tensor::empty({B, T}, DType::I32);
+        for (int64_t i = 0; i < B * T; ++i) h.data<int32_t>()[i] = static_cast<int32_t>((i * 7919) % V);
+        be->copy(tok, h);
+      }
+      fill(*be, wte);
+      fill(*be, wpe);
+      be->zero(dwte);
+      be->zero(dwpe);
+      double nc = double(N) * C * es;
+      double us = median_us(*be, [&] { be->embedding_forward(out, tok, wte, &wpe, 0); }, 20);
+      add("embedding_fwd", dt, shp({N, C}), us, 0, 3 * nc);
+      us = median_us(*be, [&] { be->embedding_backward(&dwte, &dwpe, out, tok, 0); }, 20);
+      add("embedding_bwd (f32 grads)", dt, shp({N, C}), us, 0, nc + 8.0 * N * C);
     }
     if (want("ce")) {
       Tensor logits = be->empty({N, V}, dt), dlogits = be->empty({N, V}, dt);

@@ -67,20 +67,22 @@ void add_attention_cases(std::vector<OpCase>& v) {
                [](Backend& be, Args& t) { be.ce_backward(t[0], t[0], t[1], t[2], t[3], vs, 0.5f); },
                [stats](Backend& be, Args& t) { stats(be, t, 0, 1, 2, 3); }});
 
-  // AdamW on f32 state (v >= 0), with weight decay and a gradient scale.
-  const int64_t P = 3001;
-  v.push_back({"adamw_update",
-               {acc("param", {P}, Kind::F32), in("grad", {P}, Kind::F32, 0.1), acc("m", {P}, Kind::F32),
-                acc("v", {P}, Kind::F32, true)},
-               [](Backend& be, Args& t) {
-                 backend::AdamWStep s;
-                 s.lr = 1e-3f;
-                 s.weight_decay = 0.1f;
-                 s.step = 7;
-                 s.grad_scale = 0.5f;
-                 be.adamw_update(t[0], t[1], t[2], t[3], s);
-               },
-               {}, true});
+  // AdamW on f32 state (v >= 0), with weight decay and a gradient scale; an
+  // odd size (element loop) and a multiple of 4 (16-byte packs).
+  for (int64_t P : {int64_t(3001), int64_t(4096)}) {
+    v.push_back({P % 4 ? "adamw_update" : "adamw_update_packed",
+                 {acc("param", {P}, Kind::F32), in("grad", {P}, Kind::F32, 0.1), acc("m", {P}, Kind::F32),
+                  acc("v", {P}, Kind::F32, true)},
+                 [](Backend& be, Args& t) {
+                   backend::AdamWStep s;
+                   s.lr = 1e-3f;
+                   s.weight_decay = 0.1f;
+                   s.step = 7;
+                   s.grad_scale = 0.5f;
+                   be.adamw_update(t[0], t[1], t[2], t[3], s);
+                 },
+                 {}, true});
+  }
   v.push_back({"sum_squares", {acc("acc", {1}, Kind::F32, true), in("x", {5003})},
                [](Backend& be, Args& t) { be.sum_squares(t[0], t[1]); }});
 }
