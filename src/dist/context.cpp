@@ -102,7 +102,15 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
                       "TRIPOD_INIT_METHOD='{}' is not understood", init_method);
     if (info.rank == 0) server = std::make_unique<TcpStoreServer>(info.master_port, token);
     auto tcp = std::make_shared<TcpStore>(info.master_addr, info.master_port, token, info.rank, timeout);
+    // Gloo listens on the address this host used to reach the store: one
+    // that the store's host, hence usually every node, can reach.
     if (!is_loopback(info.master_addr)) local_addr = tcp->local_address();
+    if (auto a = env::get("TRIPOD_LOCAL_ADDR")) local_addr = *a;
+    else if (is_loopback(local_addr) && info.local_world_size < info.world_size)
+      log::warn("rank {}: this job spans nodes ({} of {} ranks here) but this rank's address is {} "
+                "(MASTER_ADDR {}); other nodes cannot reach it. Set TRIPOD_LOCAL_ADDR to this "
+                "node's address, or MASTER_ADDR to rank 0's routable address",
+                info.rank, info.local_world_size, info.world_size, local_addr, info.master_addr);
     endpoint = tcp->endpoint();
     store = tcp;
   }

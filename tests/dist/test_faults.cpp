@@ -108,3 +108,14 @@ TEST(Faults, SigtermToTheLauncherReachesEveryRank) {
   EXPECT_EQ(r.code, 128 + SIGTERM) << r.output;
   EXPECT_LT(r.seconds, 10.0);
 }
+
+TEST(Faults, RankKilledUnderMpirunEndsTheJobInSeconds) {
+  if (::access("/usr/bin/mpirun", X_OK) != 0) GTEST_SKIP() << "mpirun (openmpi-bin) not installed";
+  auto r = run_shell("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                     "OMPI_MCA_rmaps_base_oversubscribe=1 /usr/bin/mpirun -np 4 " + tripod_bin() +
+                     " bench comm --check --check-sizes 1500001 --fault-kill-rank 2 "
+                     "--fault-kill-after-ms 200 --distributed-timeout-minutes 10", 60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_LT(r.seconds, 20.0);
+}
