@@ -302,7 +302,7 @@ TEST(PipelineSchedule, MissingPeerTimesOut) {
 // the step's next collective instead) idles about (P-1)/m, or (P-1)/(v m),
 // of its compute time. p2p latency only adds to that.
 TEST(PipelineBubble, MeasuredNearTheory) {
-  const int P = 4, M = 8, unit_us = 10000;
+  const int P = 4, M = 8, unit_us = 20000;
   for (int v : {1, 2}) {
     const Toy toy{P * v, M};
     std::vector<double> measured(static_cast<size_t>(P));
@@ -316,7 +316,7 @@ TEST(PipelineBubble, MeasuredNearTheory) {
       std::printf("P=%d m=%d v=%d pp rank %d: measured bubble %.3f (theory for rank 0: %.3f)\n", P,
                   M, v, r, measured[size_t(r)], theory);
     EXPECT_GT(measured[0], 0.8 * theory);
-    // p2p latency and late wake-ups add to the bubble: +0.1 to +0.25 seen
+    // p2p latency and late wake-ups add to the bubble: +0.02 to +0.18 seen
     // on 2 loaded cores (about 30 p2p calls per rank, ~0.1 ms one way idle).
     EXPECT_LT(measured[0], theory + 0.3);
   }
