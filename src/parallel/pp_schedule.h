@@ -20,7 +20,8 @@
 //    group's rank.
 //  - The schedule calls forward(m, c) / backward(m, c) in schedule_order()
 //    order. Before forward(m, c) it has received input_tensor(m, c) (unless
-//    (m, c) is the first virtual stage); right after it sends
+//    (m, c) is the first virtual stage); after it, at the next p2p call
+//    (in the interleaved steady state that follows one backward), it sends
 //    output_tensor(m, c) (unless last virtual stage). Backward likewise with
 //    output_grad / input_grad. The tensors' shapes must match the peer's
 //    (known in advance: (micro_batch, T, C), or the sp shard of it).
