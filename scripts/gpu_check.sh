@@ -86,9 +86,9 @@ else
 fi
 
 note "---- tests (every op vs CPU f64) ----"
-"$BIN_CPU" > "$OUT/test_cpu.log" 2>&1; note "test_backend_ops_cpu rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cpu.log" | head -2 | tr '\n' ' ')"
+"$BIN_CPU" > "$OUT/test_cpu.log" 2>&1; note "test_backend_ops_cpu rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test_cpu.log" | tr '\n' ' ')"
 "$BIN_GPU" > "$OUT/test_gpu.log" 2>&1; rc=$?
-note "test_backend_ops_gpu rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED)' "$OUT/test_gpu.log" | head -3 | tr '\n' ' ')"
+note "test_backend_ops_gpu rc=$rc $(grep -E '^\[  PASSED|^\[  SKIPPED \] [0-9]|^\[  FAILED  \] [0-9]' "$OUT/test_gpu.log" | tr '\n' ' ')"
 grep -E '^\[  FAILED  \] All' "$OUT/test_gpu.log" | tee -a "$summary"
 # Worst NMSE per dtype (lines: "  name  OK nmse=...").
 awk '/^\[cuda/ {dt=$(NF-1); sub("]","",dt)} /nmse=/ {split($0,a,"nmse="); split(a[2],b," "); v=b[1]+0; if (v>worst[dt]) worst[dt]=v}
@@ -98,7 +98,7 @@ awk '/^\[cuda/ {dt=$(NF-1); sub("]","",dt)} /nmse=/ {split($0,a,"nmse="); split(
 # backward and the CUDA-core kernels, so every variant stays checked.
 for impl in tc1 scalar; do
   TRIPOD_CUDA_ATTENTION=$impl "$BIN_GPU" --gtest_filter='*attention*' > "$OUT/test_gpu_attention_$impl.log" 2>&1
-  note "attention tests with TRIPOD_CUDA_ATTENTION=$impl rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu_attention_$impl.log" | head -2 | tr '\n' ' ')"
+  note "attention tests with TRIPOD_CUDA_ATTENTION=$impl rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test_gpu_attention_$impl.log" | tr '\n' ' ')"
 done
 
 note "---- kernel timings ----"
@@ -111,4 +111,9 @@ for m in $models; do
     TRIPOD_CUDA_ATTENTION=$impl timeout 120 "$BIN_BENCH" --model "$m" --only attention 2>&1 | grep attention_ | tee -a "$summary"
   done
 done
+# At most 8 files come back from some GPU hosts: keep summary.txt and the
+# default test log loose, pack the rest.
+(cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.txt --exclude=test_gpu.log \
+   $(ls | grep -vE '^(logs.tar.gz|summary.txt|test_gpu.log)$') && \
+   ls | grep -vE '^(logs.tar.gz|summary.txt|test_gpu.log)$' | xargs rm -f)
 tail -60 "$summary"
