@@ -215,18 +215,23 @@ void DistContext::join_world() {
                     "rank {} and rank 0 disagree on the world size ({} vs {})", rank_, mine, first);
 }
 
-std::shared_ptr<Communicator> DistContext::make_comm(const GroupSpec& spec, const std::string& prefix) {
-  auto ns = std::make_shared<PrefixStore>(prefix, store_);
-  if (device_ == DeviceType::CPU) return make_gloo_communicator(spec, ns, config_);
+std::shared_ptr<Communicator> make_device_communicator(DeviceType device, const GroupSpec& spec,
+                                                       std::shared_ptr<Store> store,
+                                                       const CommConfig& config) {
+  if (device == DeviceType::CPU) return make_gloo_communicator(spec, std::move(store), config);
   CommFactory f;
   {
     std::lock_guard<std::mutex> lock(registry().mu);
-    auto it = registry().factories.find(device_);
+    auto it = registry().factories.find(device);
     TRIPOD_CHECK_HINT(it != registry().factories.end(), "rebuild with -DTRIPOD_CUDA=ON (NCCL)",
                       "this tripod build has no GPU communicator");
     f = it->second;
   }
-  return f(spec, ns, config_);
+  return f(spec, std::move(store), config);
+}
+
+std::shared_ptr<Communicator> DistContext::make_comm(const GroupSpec& spec, const std::string& prefix) {
+  return make_device_communicator(device_, spec, std::make_shared<PrefixStore>(prefix, store_), config_);
 }
 
 std::shared_ptr<Communicator> DistContext::new_group(const std::vector<std::vector<int>>& groups,

@@ -65,6 +65,11 @@ using CommFactory = std::function<std::shared_ptr<Communicator>(
 // The NCCL library registers itself for DeviceType::CUDA (dist/nccl/).
 bool register_comm_factory(DeviceType device, CommFactory factory);
 bool has_comm_factory(DeviceType device);
+// The registered communicator for `device` over `spec`'s members (all of them
+// call it); tests use it to build a device communicator of any size directly.
+std::shared_ptr<Communicator> make_device_communicator(DeviceType device, const GroupSpec& spec,
+                                                       std::shared_ptr<Store> store,
+                                                       const CommConfig& config);
 // Copies within a device, for size-1 groups of device tensors (registered by dist/nccl/).
 bool register_device_copy(DeviceType device, DeviceCopy copy);
 

@@ -83,3 +83,39 @@ TEST(Nccl, CollectivesAndTimeout) {
   for (auto& t : ts) t.join();
   for (int r = 0; r < n; ++r) EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
 }
+
+// One GPU is enough for the mechanics: a one-rank NCCL communicator made
+// through the factory runs the non-blocking init, enqueue, settle, event
+// wait and finalize paths with exact results.
+TEST(Nccl, OneRankCommunicatorOnOneGpu) {
+  if (gpus() < 1) GTEST_SKIP() << "needs a GPU";
+  auto store = std::make_shared<dist::HashStore>(30s);
+  dist::GroupSpec spec;
+  spec.name = "solo";
+  spec.global_ranks = {0};
+  dist::CommConfig cfg;
+  cfg.timeout = 20s;
+  cfg.recorder = std::make_shared<dist::FlightRecorder>();
+  auto c = dist::make_device_communicator(DeviceType::CUDA, spec, store, cfg);
+  ASSERT_EQ(c->size(), 1);
+  Tensor t = on_gpu(0, std::vector<float>(4097, 3.0f));
+  c->all_reduce(t)->wait();
+  c->all_reduce(t, {dist::ReduceOp::Max})->wait();
+  EXPECT_EQ(to_host(t)[4096], 3.0f);
+  Tensor out = on_gpu(0, std::vector<float>(4097, 0.0f));
+  c->all_gather(out, t)->wait();
+  EXPECT_EQ(to_host(out)[17], 3.0f);
+  Tensor small = on_gpu(0, std::vector<float>(4097, 0.0f));
+  c->reduce_scatter(small, out)->wait();
+  EXPECT_EQ(to_host(small)[4096], 3.0f);
+  c->broadcast(t, {0})->wait();
+  c->barrier();
+  auto w = c->all_reduce(t);
+  w->wait();
+  EXPECT_TRUE(w->is_completed());
+  auto entries = cfg.recorder->entries();
+  ASSERT_EQ(entries.size(), 7u);  // 5 ops, barrier, the last all_reduce
+  for (const auto& e : entries) EXPECT_EQ(e.state, dist::OpState::Completed) << e.op;
+  Tensor host = Tensor::zeros({4}, DType::F32);
+  EXPECT_THROW(c->all_reduce(host), Error);  // host tensors are refused by name
+}
