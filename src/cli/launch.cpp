@@ -219,6 +219,13 @@ int run_launch(int argc, char** argv) {
   LaunchArgs a;
   CLI::App app{"Start N local ranks of `tripod SUBCOMMAND ARGS...` (one node of a job)", "tripod launch"};
   app.prefix_command();
+  app.footer(
+      "\nEverything after the options is the command each rank runs (tripod's own subcommand):\n"
+      "  tripod launch --nproc-per-node 8 train --tensor-model-parallel-size 2 ...\n"
+      "Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and\n"
+      "TRIPOD_JOB_TOKEN (export one TRIPOD_JOB_TOKEN on every node of a multi-node job).\n"
+      "Output lines are prefixed [rank N]; when a rank fails the others are stopped and the\n"
+      "launcher exits with its code. See docs/distributed.md.");
   app.add_option("--nproc-per-node,--nproc_per_node", a.nproc, "ranks to start on this node")->required();
   app.add_option("--nnodes", a.nnodes, "nodes in the job")->capture_default_str();
   app.add_option("--node-rank,--node_rank", a.node_rank, "this node's index, 0..nnodes-1")->capture_default_str();
@@ -234,6 +241,7 @@ int run_launch(int argc, char** argv) {
     return app.exit(e);
   }
   a.command = app.remaining();
+  if (!a.command.empty() && a.command.front() == "--") a.command.erase(a.command.begin());
   TRIPOD_CHECK_HINT(!a.command.empty(), "e.g. tripod launch --nproc-per-node 8 train --tensor-model-parallel-size 2 ...",
                     "tripod launch: no subcommand to run");
   TRIPOD_CHECK(a.nproc >= 1, "--nproc-per-node must be >= 1, got {}", a.nproc);
