@@ -1,15 +1,184 @@
-// Checkpoint save/load of the trainer's state (see ckpt/).
+// Checkpoint save/load of the trainer's state, on top of ckpt/ (format,
+// atomic commit, resharding: see docs/checkpoints.md).
+//
+// What a checkpoint holds, and why that is enough for an exact resume:
+//   weights + AdamW moments + optimizer step count  (tensors, per tp shard)
+//   iteration, consumed_samples                     (the data position: the
+//       sampler is a pure function of consumed_samples)
+//   seed                                             (dropout and every other
+//       random draw is a pure function of (seed, iteration, sample index), so
+//       the RNG state is the seed plus the iteration)
+//   loss-scaler state                                (1.0: fp32 master weights, no scaling yet)
+// The learning rate is a function of the iteration, so it is not stored.
+#include <filesystem>
+
 #include "base/error.h"
+#include "base/log.h"
+#include "base/timer.h"
+#include "ckpt/atomic_io.h"
+#include "ckpt/reshard.h"
+#include "ckpt/sharded_checkpoint.h"
 #include "train/trainer.h"
 
 namespace tripod::train {
+namespace {
+
+using json = nlohmann::json;
+
+bool is_rank0(const parallel::ProcessGroups& g) { return !g.world || g.global_rank == 0; }
+
+// Every rank learns whether all ranks succeeded (a max-reduce of a failure
+// flag), so a failed write on one rank fails the save everywhere instead of
+// leaving the others in the next barrier until the timeout.
+bool all_ok(const parallel::ProcessGroups& g, backend::Backend& be, bool ok) {
+  if (!g.world || g.world->size() == 1) return ok;
+  Tensor h = Tensor::empty({1}, DType::I32);
+  h.data<int32_t>()[0] = ok ? 0 : 1;
+  Tensor d = be.empty({1}, DType::I32);
+  be.copy(d, h);
+  dist::AllReduceOptions o;
+  o.op = dist::ReduceOp::Max;
+  g.world->all_reduce(d, o)->wait();
+  be.copy(h, d);
+  be.synchronize();
+  return h.data<int32_t>()[0] == 0;
+}
+
+// Runs `step` on this rank, then agrees with every rank on success.
+template <typename F>
+void collective_step(const parallel::ProcessGroups& g, backend::Backend& be, const char* what, F&& step) {
+  std::exception_ptr err;
+  try {
+    step();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  const bool ok = all_ok(g, be, !err);
+  if (err) std::rethrow_exception(err);
+  TRIPOD_CHECK(ok, "checkpoint {} failed on another rank (see its log)", what);
+}
+
+Tensor to_host(backend::Backend& be, const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), DType::F32);
+  be.copy(h, t);
+  be.synchronize();
+  return h;
+}
+
+// Model arguments that fix the tensors' shapes must match; the layout may change.
+void check_model_args(const model::GptConfig& now, const model::GptConfig& saved, const std::string& where) {
+  auto same = [&](const char* flag, int64_t a, int64_t b) {
+    TRIPOD_CHECK_HINT(a == b, fmt::format("pass {} {} (as saved), or load another checkpoint", flag, b),
+                      "{} {} contradicts the checkpoint {} ({} {})", flag, a, where, flag, b);
+  };
+  same("--num-layers", now.num_layers, saved.num_layers);
+  same("--hidden-size", now.hidden_size, saved.hidden_size);
+  same("--num-attention-heads", now.num_attention_heads, saved.num_attention_heads);
+  same("--ffn-hidden-size", now.ffn_hidden_size, saved.ffn_hidden_size);
+  same("--max-position-embeddings", now.max_position_embeddings, saved.max_position_embeddings);
+  same("--vocab-size (from the tokenizer)", now.vocab_size, saved.vocab_size);
+}
+
+}  // namespace
 
 void Trainer::save_checkpoint() {
-  TRIPOD_FAIL("--save: checkpointing is not available in this build yet");
+  namespace fs = std::filesystem;
+  Timer timer;
+  const std::string& dir = args_.save;
+  const bool rank0 = is_rank0(groups_);
+  ckpt::reset_fault_points();
+  const std::string tmp = ckpt::tmp_dir_for(dir, iteration_);
+  collective_step(groups_, be_, "prepare", [&] { if (rank0) ckpt::prepare_save(dir, iteration_); });
+  // Every model chunk's shards go into this rank's one file (the names are global).
+  std::vector<std::pair<Tensor, Tensor>> moments;
+  for (size_t c = 0; c < chunks_.size(); ++c)
+    moments.push_back(optimizer_state(static_cast<int>(c)));  // collective with the distributed optimizer
+  collective_step(groups_, be_, "write", [&] {
+    if (dp_rank_ != 0) return;  // dp replicas hold the same shards
+    std::vector<ckpt::ShardTensor> tensors;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);
+      auto& store = chunks_[c].model->params();
+      for (const auto& p : store.params()) {
+        const auto& s = p.spec;
+        tensors.push_back({"model." + s.name, s.global_shape, s.shard, store.value_to_host(p)});
+        Tensor mc = Tensor::empty(p.shape, DType::F32), vc = Tensor::empty(p.shape, DType::F32);
+        std::copy_n(m.data<float>() + p.offset, mc.numel(), mc.data<float>());
+        std::copy_n(v.data<float>() + p.offset, vc.numel(), vc.data<float>());
+        tensors.push_back({"optim.exp_avg." + s.name, s.global_shape, s.shard, mc});
+        tensors.push_back({"optim.exp_avg_sq." + s.name, s.global_shape, s.shard, vc});
+      }
+    }
+    ckpt::write_rank_file(tmp, tp_rank_, args_.tp, pp_rank_, tensors);
+  });
+  collective_step(groups_, be_, "commit", [&] {
+    if (!rank0) return;
+    json meta;
+    meta["consumed_samples"] = consumed_samples_;
+    meta["model"] = ckpt::config_to_json(model().config());
+    meta["layout"] = {{"tp", args_.tp}, {"pp", args_.pp}, {"dp", dp_size_},
+                      {"sequence_parallel", args_.sequence_parallel},
+                      {"use_distributed_optimizer", args_.use_distributed_optimizer},
+                      {"virtual_pipeline_size", vpp_}, {"padded_vocab_size", model().padded_vocab()}};
+    meta["optimizer"] = {{"saved", true}, {"type", "adamw"}, {"steps", chunks_.front().optimizer->steps()},
+                         {"beta1", args_.adam_beta1}, {"beta2", args_.adam_beta2}, {"eps", args_.adam_eps},
+                         {"weight_decay", args_.weight_decay}};
+    meta["rng"] = {{"seed", args_.seed}, {"iteration", iteration_}};
+    meta["loss_scaler"] = {{"scale", 1.0}, {"growth_tracker", 0}};
+    // Absolute paths, so that `tripod generate` finds the files from any directory.
+    auto abs = [](const std::string& f) { return f.empty() ? f : fs::absolute(f).string(); };
+    meta["tokenizer"] = {{"tokenizer_type", args_.tokenizer_type}, {"vocab_file", abs(args_.vocab_file)},
+                         {"merge_file", abs(args_.merge_file)}, {"tokenizer_model", abs(args_.tokenizer_model)}};
+    meta["training"] = {{"micro_batch_size", args_.micro_batch_size},
+                        {"global_batch_size", args_.global_batch_size},
+                        {"train_iters", args_.train_iters}, {"lr", args_.lr}, {"min_lr", args_.min_lr}};
+    ckpt::commit_save(dir, iteration_, meta, args_.save_retain);
+  });
+  if (rank0)
+    log::info("saved checkpoint at iteration {} to {} ({:.2f} s)", iteration_,
+              (fs::path(dir) / ckpt::iter_dir_name(iteration_)).string(), timer.seconds());
 }
 
 void Trainer::load_checkpoint() {
-  TRIPOD_FAIL("--load: checkpointing is not available in this build yet");
+  Timer timer;
+  const auto reader = ckpt::CheckpointReader::open(args_.load);
+  const json& meta = reader.metadata();
+  const std::string where = reader.path();
+  model::GptConfig saved = reader.config();
+  saved.finalize();
+  check_model_args(model().config(), saved, where);
+  const auto& cfg = model().config();
+  for (auto& c : chunks_) ckpt::load_params(reader, c.model->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
+  const bool has_optim = meta.contains("optimizer") && meta["optimizer"].value("saved", false);
+  if (args_.finetune) {
+    iteration_ = 0;
+    consumed_samples_ = 0;
+  } else {
+    iteration_ = reader.iteration();
+    consumed_samples_ = meta.value("consumed_samples", int64_t{0});
+    if (!args_.no_load_rng) {
+      const uint64_t seed = meta.contains("rng") ? meta["rng"].value("seed", uint64_t{0}) : 0;
+      TRIPOD_CHECK_HINT(seed == args_.seed, fmt::format("pass --seed {} to continue the same random streams, or "
+                        "--no-load-rng to continue with --seed {}", seed, args_.seed),
+                        "--seed {} contradicts the checkpoint {} (seed {})", args_.seed, where, seed);
+    }
+    if (!args_.no_load_optim) {
+      TRIPOD_CHECK_HINT(has_optim, "pass --finetune or --no-load-optim to start a fresh optimizer",
+                        "{} holds no optimizer state (imported or weights-only)", where);
+      const int64_t steps = meta["optimizer"].value("steps", int64_t{0});
+      for (size_t c = 0; c < chunks_.size(); ++c) {
+        auto [cur_m, cur_v] = optimizer_state(static_cast<int>(c));
+        Tensor m = Tensor::empty({cur_m.numel()}, DType::F32), v = Tensor::empty({cur_v.numel()}, DType::F32);
+        ckpt::load_optimizer_moments(reader, chunks_[c].model->params(), m, v);
+        set_optimizer_state(m, v, steps, static_cast<int>(c));
+      }
+    }
+  }
+  if (is_logger())
+    log::info("loaded checkpoint {} (iteration {}, saved at {}) at tp {} pp {} dp {}{}{} ({:.2f} s)", where,
+              reader.iteration(), meta.contains("layout") ? meta["layout"].dump() : "?", args_.tp, args_.pp,
+              dp_size_, args_.finetune ? ", --finetune: weights only, iteration 0" : "",
+              args_.no_load_optim && !args_.finetune ? ", --no-load-optim" : "", timer.seconds());
 }
 
 }  // namespace tripod::train

@@ -1,0 +1,38 @@
+// File operations for checkpoints: durable writes (fsync of the file and of
+// its directory), renames, and the failure-injection points the atomic
+// commit is tested with.
+//
+// NOTE [Failure injection]
+// Every file operation of a save (create+write+fsync of a file, a rename, a
+// directory fsync, a removal) first calls fault_point(). With the
+// environment variable TRIPOD_CKPT_FAIL_AT=n set, the n-th call since
+// reset_fault_points() throws a tripod::Error, as a crash at that point
+// would stop the save. tests/unit/ckpt/test_atomic_commit.cpp runs a save
+// with every n from 1 to the number of operations and checks that the
+// previous checkpoint still loads after each one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tripod::ckpt {
+
+void reset_fault_points();
+// Number of fault points passed since the last reset.
+int64_t fault_points_passed();
+// Counts one operation; throws when it is the TRIPOD_CKPT_FAIL_AT-th.
+void fault_point(const std::string& what);
+
+// Writes `bytes` to `path` (truncating), then fsyncs it. One fault point.
+void write_file_synced(const std::string& path, const void* bytes, size_t n);
+void write_text_synced(const std::string& path, const std::string& text);
+// fsync of a directory, so that renames and creations in it are durable.
+void fsync_dir(const std::string& dir);
+// rename(2) (atomic within one file system). One fault point.
+void rename_path(const std::string& from, const std::string& to);
+// Writes `text` to `path` atomically: path.tmp.<pid>, fsync, rename, fsync dir.
+void write_text_atomic(const std::string& path, const std::string& text);
+// Whole file as a string; Error naming the file when it cannot be read.
+std::string read_text(const std::string& path);
+
+}  // namespace tripod::ckpt

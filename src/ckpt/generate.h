@@ -1,0 +1,37 @@
+// Text generation from a checkpoint (`tripod generate`): the model at tp 1
+// on one process, weights resharded from any saved layout, autoregressive
+// sampling with greedy / temperature / top-k / top-p.
+//
+// Determinism: the draw at step i is uniform01(mix64(seed, 0x5EED), i) from
+// the counter-based generator in backend/philox.h, so the same checkpoint,
+// prompt and seed give the same text on every machine and thread count.
+//
+// Relates to: cli/generate.cpp, ckpt/reshard.h, model/gpt_model.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt_model.h"
+
+namespace tripod::ckpt {
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 64;  // --max-new-tokens
+  float temperature = 1.0f;     // --temperature
+  int64_t top_k = 0;            // --top-k (0: off)
+  float top_p = 1.0f;           // --top-p (1: off)
+  bool greedy = false;          // --greedy: argmax (temperature, top-k, top-p ignored)
+  uint64_t seed = 1234;         // --seed
+  int32_t stop_token = -1;      // end-of-document id (-1: never stop early)
+};
+
+// Index of the next token from the logits (V) of the last position.
+// `step` selects the random draw (see the determinism note above).
+int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& o, int64_t step);
+
+// Appends up to max_new_tokens ids to `ids` (which holds the prompt).
+// The context is the last max_position_embeddings tokens.
+void generate(model::GptModel& model, std::vector<int32_t>& ids, const SamplingOptions& o);
+
+}  // namespace tripod::ckpt

@@ -1,0 +1,313 @@
+// Implementation of ckpt/sharded_checkpoint.h.
+//
+// NOTE [Atomic commit]
+// A checkpoint becomes visible in one rename: every rank writes (and fsyncs)
+// its file inside iter_XXXXXXX.tmp/, then rank 0 writes metadata.json into
+// it (fsync), renames the directory to iter_XXXXXXX (fsync of the parent),
+// and only then replaces latest_checkpointed_iteration.txt through a
+// temporary file and a second rename. A crash before the first rename leaves
+// a .tmp directory nobody reads; a crash between the two renames leaves a
+// complete new checkpoint that the marker does not name yet. Either way the
+// marker names a complete checkpoint. Old checkpoints are deleted only
+// after the marker moved. Re-saving an iteration that already exists moves
+// the old directory aside first (iter_X.old), then removes it.
+#include "ckpt/sharded_checkpoint.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "ckpt/atomic_io.h"
+
+namespace tripod::ckpt {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string iter_dir_name(int64_t it) { return fmt::format("iter_{:07d}", it); }
+std::string rank_file_name(int tp_rank, int pp_rank) {
+  return fmt::format("model_rank_{}_{}.safetensors", tp_rank, pp_rank);
+}
+
+const char* shard_name(model::ShardDim s) {
+  switch (s) {
+    case model::ShardDim::None: return "None";
+    case model::ShardDim::Rows: return "Rows";
+    case model::ShardDim::Cols: return "Cols";
+    case model::ShardDim::QkvRows: return "QkvRows";
+  }
+  return "?";
+}
+
+model::ShardDim shard_from_name(const std::string& s, const std::string& file) {
+  for (auto d : {model::ShardDim::None, model::ShardDim::Rows, model::ShardDim::Cols, model::ShardDim::QkvRows})
+    if (s == shard_name(d)) return d;
+  TRIPOD_FAIL("{}: unknown shard rule '{}'", file, s);
+}
+
+json config_to_json(const model::GptConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"ffn_hidden_size", c.ffn_hidden_size},
+          {"seq_length", c.seq_length},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"vocab_size", c.vocab_size},
+          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
+          {"init_method_std", c.init_method_std},
+          {"layernorm_epsilon", c.layernorm_epsilon},
+          {"hidden_dropout", c.hidden_dropout},
+          {"attention_dropout", c.attention_dropout}};
+}
+
+model::GptConfig config_from_json(const json& j, const std::string& file) {
+  model::GptConfig c;
+  try {
+    c.num_layers = j.at("num_layers").get<int64_t>();
+    c.hidden_size = j.at("hidden_size").get<int64_t>();
+    c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
+    c.ffn_hidden_size = j.at("ffn_hidden_size").get<int64_t>();
+    c.seq_length = j.at("seq_length").get<int64_t>();
+    c.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
+    c.vocab_size = j.at("vocab_size").get<int64_t>();
+    c.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int64_t>();
+    c.init_method_std = j.at("init_method_std").get<float>();
+    c.layernorm_epsilon = j.at("layernorm_epsilon").get<float>();
+    c.hidden_dropout = j.at("hidden_dropout").get<float>();
+    c.attention_dropout = j.at("attention_dropout").get<float>();
+  } catch (const json::exception& e) {
+    TRIPOD_FAIL("{}: model arguments are incomplete or malformed: {}", file, e.what());
+  }
+  return c;
+}
+
+int64_t read_latest_iteration(const std::string& dir) {
+  const std::string marker = (fs::path(dir) / kLatestFile).string();
+  if (!fs::exists(marker)) return -1;
+  std::string s = read_text(marker);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  TRIPOD_CHECK(!s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), ::isdigit),
+               "{}: expected an iteration number, found '{}' (corrupt marker)", marker, s.substr(0, 40));
+  return std::stoll(s);
+}
+
+std::string tmp_dir_for(const std::string& save_dir, int64_t it) {
+  return (fs::path(save_dir) / (iter_dir_name(it) + ".tmp")).string();
+}
+
+std::string prepare_save(const std::string& save_dir, int64_t it) {
+  const std::string tmp = tmp_dir_for(save_dir, it);
+  fs::create_directories(save_dir);
+  if (fs::exists(tmp)) {
+    fault_point("remove stale " + tmp);
+    fs::remove_all(tmp);
+  }
+  fault_point("mkdir " + tmp);
+  fs::create_directories(tmp);
+  return tmp;
+}
+
+void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
+                     const std::vector<ShardTensor>& tensors) {
+  json index = json::object();
+  std::vector<std::pair<std::string, Tensor>> items;
+  for (const auto& t : tensors) {
+    index[t.name] = {{"global_shape", t.global_shape}, {"shard", shard_name(t.shard)}};
+    items.emplace_back(t.name, t.local);
+  }
+  std::map<std::string, std::string> meta{{"format", "tripod"},
+                                          {"tp_rank", std::to_string(tp_rank)},
+                                          {"tp_size", std::to_string(tp_size)},
+                                          {"pp_rank", std::to_string(pp_rank)},
+                                          {"tensors", index.dump()}};
+  write_safetensors((fs::path(tmp_dir) / rank_file_name(tp_rank, pp_rank)).string(), items, meta);
+}
+
+// Index of the tensors in the rank files of `dir`: name -> info.
+static json index_rank_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  TRIPOD_CHECK(!files.empty(), "{}: no rank files were written", dir);
+  json tensors = json::object();
+  for (const auto& name : files) {
+    const std::string path = (fs::path(dir) / name).string();
+    auto f = SafetensorsFile::open(path);
+    const auto& m = f.metadata();
+    TRIPOD_CHECK(m.count("tp_rank") && m.count("tp_size") && m.count("tensors"), "{}: not a tripod rank file", path);
+    const int tp_rank = std::stoi(m.at("tp_rank")), tp_size = std::stoi(m.at("tp_size"));
+    const json idx = json::parse(m.at("tensors"));
+    for (auto it = idx.begin(); it != idx.end(); ++it) {
+      json& t = tensors[it.key()];
+      if (t.is_null()) {
+        t = {{"global_shape", (*it)["global_shape"]}, {"shard", (*it)["shard"]}, {"dtype", "F32"},
+             {"tp_size", tp_size}, {"files", json::array()}};
+        for (int r = 0; r < tp_size; ++r) t["files"].push_back(nullptr);
+      }
+      // The tied word embedding is on the first and the last pp stage: keep the first copy.
+      if (t["files"][static_cast<size_t>(tp_rank)].is_null()) t["files"][static_cast<size_t>(tp_rank)] = name;
+    }
+  }
+  return tensors;
+}
+
+static std::string dump_with_checksum(json meta) {
+  meta.erase("crc32");
+  const std::string body = meta.dump();
+  meta["crc32"] = fmt::format("{:08x}", crc32(body.data(), body.size()));
+  return meta.dump(1) + "\n";
+}
+
+json read_metadata(const std::string& path) {
+  TRIPOD_CHECK_HINT(fs::exists(path), "the checkpoint was not committed; load an earlier iteration",
+                    "{} is missing", path);
+  json j = json::parse(read_text(path), nullptr, false);
+  TRIPOD_CHECK(!j.is_discarded() && j.is_object() && j.contains("crc32") && j["crc32"].is_string(),
+               "{}: not valid checkpoint metadata (corrupt file)", path);
+  const std::string stored = j["crc32"].get<std::string>();
+  j.erase("crc32");
+  const std::string body = j.dump();
+  const std::string got = fmt::format("{:08x}", crc32(body.data(), body.size()));
+  TRIPOD_CHECK(got == stored, "{}: checksum mismatch (stored {}, computed {}): the file is corrupt", path, stored, got);
+  TRIPOD_CHECK(j.value("format_version", 0) == kFormatVersion, "{}: checkpoint format version {} (this tripod "
+               "reads {})", path, j.value("format_version", 0), kFormatVersion);
+  return j;
+}
+
+static void remove_old_checkpoints(const std::string& save_dir, int64_t current, int retain) {
+  std::vector<int64_t> iters;
+  for (const auto& e : fs::directory_iterator(save_dir)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("iter_", 0) != 0) continue;
+    if (n.size() > 4 && n.substr(n.size() - 4) == ".tmp" && n != iter_dir_name(current) + ".tmp") {
+      fault_point("remove stale " + n);
+      fs::remove_all(e.path());  // a save that died earlier
+      continue;
+    }
+    const std::string digits = n.substr(5);
+    if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit)) iters.push_back(std::stoll(digits));
+  }
+  if (retain <= 0) return;
+  std::sort(iters.begin(), iters.end());
+  const int64_t drop = static_cast<int64_t>(iters.size()) - retain;
+  for (int64_t i = 0; i < drop; ++i) {
+    if (iters[static_cast<size_t>(i)] == current) continue;
+    fault_point("remove " + iter_dir_name(iters[static_cast<size_t>(i)]));
+    fs::remove_all(fs::path(save_dir) / iter_dir_name(iters[static_cast<size_t>(i)]));
+  }
+}
+
+void commit_save(const std::string& save_dir, int64_t it, json meta, int retain) {
+  const std::string tmp = tmp_dir_for(save_dir, it);
+  const std::string final_dir = (fs::path(save_dir) / iter_dir_name(it)).string();
+  meta["format_version"] = kFormatVersion;
+  meta["iteration"] = it;
+  meta["tensors"] = index_rank_files(tmp);
+  write_text_synced((fs::path(tmp) / kMetadataFile).string(), dump_with_checksum(meta));
+  fsync_dir(tmp);
+  std::string old;
+  if (fs::exists(final_dir)) {
+    old = final_dir + ".old";
+    fs::remove_all(old);
+    rename_path(final_dir, old);
+  }
+  rename_path(tmp, final_dir);
+  fsync_dir(save_dir);
+  write_text_atomic((fs::path(save_dir) / kLatestFile).string(), std::to_string(it) + "\n");
+  if (!old.empty()) {
+    fault_point("remove " + old);
+    fs::remove_all(old);
+  }
+  remove_old_checkpoints(save_dir, it, retain);
+}
+
+// ---- reader ----
+
+CheckpointReader CheckpointReader::open(const std::string& dir, int64_t iteration) {
+  CheckpointReader r;
+  if (iteration < 0) {
+    TRIPOD_CHECK_HINT(fs::is_directory(dir), "pass an existing checkpoint directory to --load",
+                      "--load {}: no such directory", dir);
+    iteration = read_latest_iteration(dir);
+    TRIPOD_CHECK_HINT(iteration >= 0, "train with --save DIR first, or drop --load",
+                      "--load {}: no {} in it (not a checkpoint directory)", dir, kLatestFile);
+  }
+  r.iteration_ = iteration;
+  r.path_ = (fs::path(dir) / iter_dir_name(iteration)).string();
+  r.meta_ = read_metadata((fs::path(r.path_) / kMetadataFile).string());
+  const std::string where = (fs::path(r.path_) / kMetadataFile).string();
+  TRIPOD_CHECK(r.meta_.value("iteration", int64_t{-1}) == iteration, "{}: records iteration {}, expected {}", where,
+               r.meta_.value("iteration", int64_t{-1}), iteration);
+  TRIPOD_CHECK(r.meta_.contains("tensors") && r.meta_["tensors"].is_object(), "{}: no tensor index", where);
+  try {
+    for (auto itr = r.meta_["tensors"].begin(); itr != r.meta_["tensors"].end(); ++itr) {
+      TensorInfo t;
+      t.name = itr.key();
+      t.global_shape = (*itr).at("global_shape").get<Shape>();
+      t.shard = shard_from_name((*itr).at("shard").get<std::string>(), where);
+      t.tp_size = (*itr).at("tp_size").get<int>();
+      const auto& files = (*itr).at("files");
+      TRIPOD_CHECK(t.tp_size >= 1 && files.is_array() && files.size() == static_cast<size_t>(t.tp_size),
+                   "{}: tensor {} lists {} slices for tp size {}", where, t.name, files.size(), t.tp_size);
+      for (const auto& f : files) {
+        TRIPOD_CHECK(f.is_string(), "{}: tensor {} is missing a tp slice (a rank file was not written)", where,
+                     t.name);
+        const std::string fname = f.get<std::string>();
+        TRIPOD_CHECK(fname.find('/') == std::string::npos && fname.find("..") == std::string::npos,
+                     "{}: tensor {} names file '{}' outside the checkpoint", where, t.name, fname);
+        t.slice_files.push_back(fname);
+      }
+      r.tensors_[t.name] = std::move(t);
+    }
+  } catch (const json::exception& e) {
+    TRIPOD_FAIL("{}: malformed tensor index: {}", where, e.what());
+  }
+  return r;
+}
+
+model::GptConfig CheckpointReader::config() const {
+  const std::string where = (fs::path(path_) / kMetadataFile).string();
+  TRIPOD_CHECK(meta_.contains("model"), "{}: no model arguments", where);
+  return config_from_json(meta_["model"], where);
+}
+
+const TensorInfo& CheckpointReader::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  TRIPOD_CHECK(it != tensors_.end(), "{}: the checkpoint has no tensor {}", path_, name);
+  return it->second;
+}
+
+std::vector<std::string> CheckpointReader::tensor_names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, t] : tensors_) out.push_back(n);
+  return out;
+}
+
+const SafetensorsFile& CheckpointReader::file(const std::string& name) const {
+  auto it = files_.find(name);
+  if (it == files_.end())
+    it = files_.emplace(name, std::make_shared<SafetensorsFile>(
+                                  SafetensorsFile::open((fs::path(path_) / name).string()))).first;
+  return *it->second;
+}
+
+Tensor CheckpointReader::read_full(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  Tensor full = Tensor::zeros(t.global_shape, DType::F32);
+  model::ParamSpec spec{name, t.global_shape, t.shard};
+  const Shape local = model::local_shape(spec, t.tp_size);
+  for (int r = 0; r < t.tp_size; ++r) {
+    const SafetensorsFile& f = file(t.slice_files[static_cast<size_t>(r)]);
+    const StEntry* e = f.find(name);
+    TRIPOD_CHECK(e, "{}: has no tensor {} (metadata says it does)", f.path(), name);
+    TRIPOD_CHECK(e->dtype == DType::F32 && e->shape == local, "{}: tensor {} is {} {}, expected F32 {} (tp slice {} "
+                 "of {})", f.path(), name, st_dtype_name(e->dtype), shape_str(e->shape), shape_str(local), r,
+                 t.tp_size);
+    model::place_shard(full, f.read(name), t.shard, t.tp_size, r);
+  }
+  return full;
+}
+
+}  // namespace tripod::ckpt

@@ -1,0 +1,109 @@
+// Sharded checkpoints: Megatron's directory names, one safetensors file per
+// model-parallel rank, one metadata.json, and an atomic commit.
+//
+//   DIR/latest_checkpointed_iteration.txt      "100"
+//   DIR/iter_0000100/metadata.json             written last, by rank 0
+//   DIR/iter_0000100/model_rank_<tp>_<pp>.safetensors
+//       model.<param>, optim.exp_avg.<param>, optim.exp_avg_sq.<param>:
+//       this tp rank's shard (f32) of every parameter its pp stage holds.
+//
+// Save protocol (see NOTE [Atomic commit] in sharded_checkpoint.cpp):
+//   rank 0: prepare_save()         -> DIR/iter_0000100.tmp/ (empty)
+//   barrier
+//   dp rank 0 of each (tp, pp): write_rank_file()
+//   barrier
+//   rank 0: commit_save()          -> metadata.json, rename, latest marker, retain
+// Load: CheckpointReader assembles any parameter's full tensor from the tp
+// slices that exist, so a checkpoint loads at any layout (ckpt/reshard.h).
+//
+// Relates to: train/checkpointing.cpp (the Trainer's use), docs/checkpoints.md.
+// Reference: Megatron-LM megatron/training/checkpointing.py (names only).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "model/gpt_config.h"
+#include "model/param_table.h"
+
+namespace tripod::ckpt {
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
+constexpr const char* kMetadataFile = "metadata.json";
+
+std::string iter_dir_name(int64_t iteration);          // "iter_0000100"
+std::string rank_file_name(int tp_rank, int pp_rank);  // "model_rank_1_0.safetensors"
+const char* shard_name(model::ShardDim s);             // "None", "Rows", "Cols", "QkvRows"
+model::ShardDim shard_from_name(const std::string& s, const std::string& file);
+
+nlohmann::json config_to_json(const model::GptConfig& c);
+model::GptConfig config_from_json(const nlohmann::json& j, const std::string& file);
+
+// The iteration in DIR/latest_checkpointed_iteration.txt, or -1 when DIR has
+// no checkpoint. A malformed marker is an Error naming it.
+int64_t read_latest_iteration(const std::string& dir);
+
+// One tensor a rank writes: its tp shard plus what the metadata needs.
+struct ShardTensor {
+  std::string name;   // e.g. model.decoder.layers.0.mlp.linear_fc1.weight
+  Shape global_shape;
+  model::ShardDim shard = model::ShardDim::None;
+  Tensor local;       // host f32, this tp rank's shard
+};
+
+// Rank 0, before the first barrier: removes a stale temporary directory of
+// this iteration and creates it empty. Returns its path.
+std::string prepare_save(const std::string& save_dir, int64_t iteration);
+std::string tmp_dir_for(const std::string& save_dir, int64_t iteration);
+// Every dp-rank-0 rank: its shards into tmp_dir/model_rank_<tp>_<pp>.safetensors.
+void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
+                     const std::vector<ShardTensor>& tensors);
+// Rank 0, after every rank_file is written: indexes the files, writes
+// metadata.json (`meta` plus the tensor index and a checksum), renames the
+// directory into place, updates the latest marker and keeps the last
+// `retain` checkpoints (0: all).
+void commit_save(const std::string& save_dir, int64_t iteration, nlohmann::json meta, int retain);
+
+struct TensorInfo {
+  std::string name;
+  Shape global_shape;
+  model::ShardDim shard = model::ShardDim::None;
+  int tp_size = 1;
+  std::vector<std::string> slice_files;  // [tp_rank] -> file name in the iteration directory
+};
+
+// A committed checkpoint, opened for reading. Every file it touches is
+// validated (see ckpt/safetensors.h); metadata.json carries a CRC of itself.
+class CheckpointReader {
+ public:
+  // iteration -1: the latest. Errors name the directory and the fix.
+  static CheckpointReader open(const std::string& dir, int64_t iteration = -1);
+  const nlohmann::json& metadata() const { return meta_; }
+  int64_t iteration() const { return iteration_; }
+  const std::string& path() const { return path_; }
+  model::GptConfig config() const;
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
+  std::vector<std::string> tensor_names() const;
+  // The full tensor (its saved global shape, f32), assembled from the tp slices.
+  Tensor read_full(const std::string& name) const;
+
+ private:
+  const SafetensorsFile& file(const std::string& name) const;
+  std::string path_;
+  int64_t iteration_ = 0;
+  nlohmann::json meta_;
+  std::map<std::string, TensorInfo> tensors_;
+  mutable std::map<std::string, std::shared_ptr<SafetensorsFile>> files_;
+};
+
+// Reads and validates DIR/iter_X/metadata.json (checksum included).
+nlohmann::json read_metadata(const std::string& path);
+
+}  // namespace tripod::ckpt

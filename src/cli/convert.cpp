@@ -1,0 +1,63 @@
+// `tripod convert`: Hugging Face GPT-2 export and import (ckpt/hf_gpt2.h).
+//   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
+//   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
+// Flags only; the conversion lives in ckpt/.
+#include <CLI/CLI.hpp>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "ckpt/hf_gpt2.h"
+#include "cli/command.h"
+
+namespace tripod::cli {
+namespace {
+
+int run_convert(int argc, char** argv) {
+  CLI::App app{"Convert checkpoints to and from Hugging Face GPT-2 (model.safetensors + config.json).\n"
+               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
+               "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F]\n"
+               "then:   tripod train --load CKPT --finetune ..."};
+  std::string load, save, export_dir, import_dir;
+  int64_t iteration = -1;
+  nlohmann::json tok = {{"tokenizer_type", "GPT2BPETokenizer"}, {"vocab_file", ""}, {"merge_file", ""},
+                        {"tokenizer_model", ""}};
+  std::string vocab, merges, tok_type = "GPT2BPETokenizer";
+  app.add_option("--load", load, "tripod checkpoint directory to export");
+  app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
+  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face GPT-2 files");
+  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 folder to import");
+  app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf)");
+  app.add_option("--tokenizer-type", tok_type, "recorded in the imported checkpoint")->capture_default_str();
+  app.add_option("--vocab-file", vocab, "GPT-2 vocab JSON, recorded in the imported checkpoint");
+  app.add_option("--merge-file", merges, "GPT-2 merges file, recorded in the imported checkpoint");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const bool exporting = !export_dir.empty(), importing = !import_dir.empty();
+  TRIPOD_CHECK_HINT(exporting != importing, "pass --load DIR --export-hf OUT, or --import-hf IN --save DIR",
+                    "tripod convert needs exactly one of --export-hf and --import-hf");
+  if (exporting) {
+    TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
+    const auto reader = ckpt::CheckpointReader::open(load, iteration);
+    ckpt::export_hf_gpt2(reader, export_dir);
+    log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
+              export_dir);
+  } else {
+    TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
+    tok["tokenizer_type"] = tok_type;
+    tok["vocab_file"] = vocab;
+    tok["merge_file"] = merges;
+    const auto cfg = ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
+    log::info("imported {} ({}) into {} at iteration 0; fine-tune with tripod train --load {} --finetune",
+              import_dir, cfg.describe(), save, save);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TRIPOD_REGISTER_COMMAND(convert, "convert", "export/import Hugging Face GPT-2 checkpoints", run_convert);
+
+}  // namespace tripod::cli

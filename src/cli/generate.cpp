@@ -1,0 +1,89 @@
+// `tripod generate`: sample text from a checkpoint saved at any layout, on
+// one CPU process (ckpt/generate.h). Flags only.
+//   tripod generate --load DIR --prompt "In the beginning" --max-new-tokens 40 --seed 1
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "backend/ops.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "ckpt/generate.h"
+#include "ckpt/reshard.h"
+#include "cli/command.h"
+#include "data/tokenizer.h"
+
+namespace tripod::cli {
+namespace {
+
+int run_generate(int argc, char** argv) {
+  CLI::App app{"Generate text from a checkpoint (any saved layout; runs at tp 1 on the CPU).\n"
+               "Example: tripod generate --load ckpt --prompt \"In the beginning\" --max-new-tokens 40 --top-k 40"};
+  std::string load, prompt;
+  int64_t iteration = -1;
+  ckpt::SamplingOptions o;
+  data::TokenizerConfig tc;
+  bool ignore_eos = false;
+  app.add_option("--load", load, "checkpoint directory")->required();
+  app.add_option("--iteration", iteration, "iteration to load (default: the latest)");
+  app.add_option("--prompt", prompt, "text to continue")->required();
+  app.add_option("--max-new-tokens", o.max_new_tokens)->capture_default_str();
+  app.add_option("--temperature", o.temperature)->capture_default_str();
+  app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
+  app.add_flag("--greedy", o.greedy, "always take the most likely token");
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_flag("--ignore-eos", ignore_eos, "do not stop at the end-of-document token");
+  app.add_option("--tokenizer-type", tc.type, "default: the checkpoint's");
+  app.add_option("--vocab-file", tc.vocab_file, "default: the checkpoint's");
+  app.add_option("--merge-file", tc.merge_file, "default: the checkpoint's");
+  app.add_option("--tokenizer-model", tc.tokenizer_model, "default: the checkpoint's");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  TRIPOD_CHECK_HINT(o.temperature > 0 || o.greedy, "use --temperature > 0, or --greedy", "--temperature is {}",
+                    o.temperature);
+  TRIPOD_CHECK_HINT(o.top_p > 0 && o.top_p <= 1, "use --top-p in (0, 1]", "--top-p is {}", o.top_p);
+  const auto reader = ckpt::CheckpointReader::open(load, iteration);
+  const auto& meta = reader.metadata();
+  if (meta.contains("tokenizer")) {  // flags override what the checkpoint recorded
+    const auto& t = meta["tokenizer"];
+    if (tc.type.empty()) tc.type = t.value("tokenizer_type", "");
+    if (tc.vocab_file.empty()) tc.vocab_file = t.value("vocab_file", "");
+    if (tc.merge_file.empty()) tc.merge_file = t.value("merge_file", "");
+    if (tc.tokenizer_model.empty()) tc.tokenizer_model = t.value("tokenizer_model", "");
+  }
+  if (tc.type.empty()) tc.type = tc.tokenizer_model.empty() ? "GPT2BPETokenizer" : "SentencePieceTokenizer";
+  TRIPOD_CHECK_HINT(!tc.vocab_file.empty() || !tc.tokenizer_model.empty(),
+                    "pass --vocab-file and --merge-file (or --tokenizer-model)",
+                    "{} records no tokenizer files", reader.path());
+  const auto tok = data::make_tokenizer(tc);
+  model::GptConfig cfg = reader.config();
+  TRIPOD_CHECK_HINT(tok->vocab_size() == cfg.vocab_size, "pass the tokenizer files the model was trained with",
+                    "the tokenizer has {} tokens but the checkpoint's vocabulary is {}", tok->vocab_size(),
+                    cfg.vocab_size);
+  auto be = backend::make_cpu_backend();
+  model::GptModel m(cfg, model::StageConfig{}, *be);
+  ckpt::load_params(reader, m.params(), 0, m.config().init_method_std, m.config().num_layers);
+  o.stop_token = ignore_eos ? -1 : tok->eod();
+  std::vector<int32_t> ids;
+  tok->encode(prompt, &ids);
+  TRIPOD_CHECK_HINT(!ids.empty(), "pass a non-empty --prompt", "the prompt encodes to no tokens");
+  const size_t n_prompt = ids.size();
+  ckpt::generate(m, ids, o);
+  std::vector<int32_t> gen(ids.begin() + static_cast<std::ptrdiff_t>(n_prompt), ids.end());
+  if (!gen.empty() && gen.back() == o.stop_token) gen.pop_back();
+  const std::string text = prompt + tok->decode(gen);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+}  // namespace
+
+TRIPOD_REGISTER_COMMAND(generate, "generate", "sample text from a checkpoint (greedy, top-k, top-p)", run_generate);
+
+}  // namespace tripod::cli
