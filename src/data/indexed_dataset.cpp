@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "base/error.h"
 
@@ -244,7 +245,8 @@ std::string IndexedDataset::identity() const {
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype) {
   TRIPOD_CHECK(dtype_max_id(dtype) > 0, "cannot write tokens as {}", dtype_name(dtype));
-  const std::string tag = fmt::format(".tmp-{}", static_cast<int>(::getpid()));
+  std::random_device rd;
+  const std::string tag = fmt::format(".tmp-{}-{:08x}", static_cast<int>(::getpid()), rd());
   bin_tmp_ = bin_path(prefix_) + tag;
   idx_tmp_ = idx_path(prefix_) + tag;
   fd_ = ::open(bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -343,11 +345,19 @@ void IndexedDatasetWriter::finish() {
 }
 
 void write_file_atomic(const std::string& path, const void* data, int64_t size) {
-  const std::string tmp = fmt::format("{}.tmp-{}", path, static_cast<int>(::getpid()));
+  // pid alone can collide between hosts sharing a file system.
+  std::random_device rd;
+  const std::string tmp = fmt::format("{}.tmp-{}-{:08x}", path, static_cast<int>(::getpid()), rd());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
   try {
     write_all(fd, data, static_cast<size_t>(size), tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  try {
     fsync_and_close(fd, tmp);
   } catch (...) {
     ::unlink(tmp.c_str());

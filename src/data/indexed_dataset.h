@@ -90,7 +90,7 @@ class IndexedDataset {
   const int64_t* doc_indices_ = nullptr;
 };
 
-// Writer. Tokens go to "<prefix>.bin.tmp-<pid>" as they arrive; finish()
+// Writer. Tokens go to "<prefix>.bin.tmp-<pid>-<random>" as they arrive; finish()
 // writes the index, fsyncs both and renames them into place (removing any
 // old .idx first), so an interrupted run never leaves a pair that looks
 // valid. Memory: 4 bytes per document (the lengths), independent of tokens.
