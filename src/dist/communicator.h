@@ -11,6 +11,12 @@
 //  - One tensor per call, contiguous, on the device the implementation
 //    serves (Gloo: host; NCCL: this process's GPU).
 //  - timeout == 0 means the communicator's default (--distributed-timeout-minutes).
+//  - send/recv: both may be in flight at once (post both, then wait). Gloo
+//    matches them by tag; NCCL by order between the two peers (tags
+//    ignored), so pair them as Megatron does (even ranks send first).
+//    For p2p, is_completed() may stay false until wait() has been called.
+//  - Implementations: dist/gloo/ (host tensors), dist/nccl/ (GPU tensors),
+//    LocalCommunicator (groups of one rank). See docs/distributed.md.
 //
 // Usage:
 //   AllReduceOptions o; o.op = ReduceOp::Sum;
