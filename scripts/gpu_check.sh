@@ -27,7 +27,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-TARGETS=(test_backend_ops_gpu test_backend_ops_cpu kernels_bench)
+TARGETS=(test_backend_ops_gpu test_backend_ops_cpu test_cuda_runtime kernels_bench)
 bin_path() {  # where a target's binary lies in a build dir
   case "$1" in
     kernels_bench) echo "$2/bench/kernels/kernels_bench" ;;
@@ -73,9 +73,10 @@ if [[ $mode == build ]]; then
   BIN_GPU=$(bin_path test_backend_ops_gpu "$build_dir")
   BIN_CPU=$(bin_path test_backend_ops_cpu "$build_dir")
   BIN_BENCH=$(bin_path kernels_bench "$build_dir")
+  BIN_RT=$(bin_path test_cuda_runtime "$build_dir")
 else
   note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt; uncommitted: $(wc -l < "$dir/DIRTY" 2>/dev/null) files)"
-  BIN_GPU="$dir/bin/test_backend_ops_gpu"; BIN_CPU="$dir/bin/test_backend_ops_cpu"; BIN_BENCH="$dir/bin/kernels_bench"
+  BIN_GPU="$dir/bin/test_backend_ops_gpu"; BIN_CPU="$dir/bin/test_backend_ops_cpu"; BIN_BENCH="$dir/bin/kernels_bench"; BIN_RT="$dir/bin/test_cuda_runtime"
   export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
   # Find any CUDA library the host keeps elsewhere (e.g. in Python wheels).
   for miss in $(ldd "$BIN_GPU" | awk '/not found/ {print $1}'); do
@@ -87,6 +88,7 @@ fi
 
 note "---- tests (every op vs CPU f64) ----"
 "$BIN_CPU" > "$OUT/test_cpu.log" 2>&1; note "test_backend_ops_cpu rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test_cpu.log" | tr '\n' ' ')"
+"$BIN_RT" > "$OUT/test_runtime.log" 2>&1; note "test_cuda_runtime rc=$? $(grep -E '^\[  PASSED|^\[  SKIPPED \] [0-9]|^\[  FAILED  \] [0-9]' "$OUT/test_runtime.log" | tr '\n' ' ')"
 "$BIN_GPU" > "$OUT/test_gpu.log" 2>&1; rc=$?
 note "test_backend_ops_gpu rc=$rc $(grep -E '^\[  PASSED|^\[  SKIPPED \] [0-9]|^\[  FAILED  \] [0-9]' "$OUT/test_gpu.log" | tr '\n' ' ')"
 grep -E '^\[  FAILED  \] All' "$OUT/test_gpu.log" | tee -a "$summary"
