@@ -49,6 +49,8 @@ if [[ $mode == stage ]]; then
   done
   git rev-parse HEAD > "$dir/COMMIT"
   git status --porcelain -- src/backend tests/backend_ops bench/kernels | head -20 > "$dir/DIRTY"
+  # Compressed, so the carried folder stays far below a 64 MiB transfer limit.
+  tar czf "$dir/stage.tgz" -C "$dir" bin lib && rm -rf "$dir/bin" "$dir/lib"
   du -sh "$dir"
   exit 0
 fi
@@ -76,8 +78,13 @@ if [[ $mode == build ]]; then
   BIN_RT=$(bin_path test_cuda_runtime "$build_dir")
 else
   note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt; uncommitted: $(wc -l < "$dir/DIRTY" 2>/dev/null) files)"
+  if [[ -f "$dir/stage.tgz" ]]; then
+    mkdir -p /tmp/tripod_stage && tar xzf "$dir/stage.tgz" -C /tmp/tripod_stage
+    cp "$dir/COMMIT" "$dir/DIRTY" /tmp/tripod_stage/ 2>/dev/null; dir=/tmp/tripod_stage
+  fi
   BIN_GPU="$dir/bin/test_backend_ops_gpu"; BIN_CPU="$dir/bin/test_backend_ops_cpu"; BIN_BENCH="$dir/bin/kernels_bench"; BIN_RT="$dir/bin/test_cuda_runtime"
-  export LD_LIBRARY_PATH="$PWD/$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+  [[ $dir == /* ]] || dir="$PWD/$dir"
+  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
   # Find any CUDA library the host keeps elsewhere (e.g. in Python wheels).
   for miss in $(ldd "$BIN_GPU" | awk '/not found/ {print $1}'); do
     found=$(find /usr /opt -name "$miss" 2>/dev/null | head -1)
