@@ -73,7 +73,10 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_option("--metrics-file", a.metrics_file, "append one JSON object per logged iteration");
   app.add_option("--tensor-model-parallel-size", a.tp)->capture_default_str();
   app.add_option("--pipeline-model-parallel-size", a.pp)->capture_default_str();
-  app.add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_stage);
+  app.add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_stage,
+                 "interleaved 1F1B: layers per virtual stage");
+  app.add_option("--virtual-pipeline-model-parallel-size", a.virtual_pipeline_size,
+                 "interleaved 1F1B: virtual stages per pipeline rank");
   app.add_flag("--sequence-parallel", a.sequence_parallel);
   app.add_flag("--use-distributed-optimizer", a.use_distributed_optimizer);
   app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();

@@ -74,7 +74,8 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                       (final_norm && stage_.post_process);
     if (keep) mine.push_back(std::move(s));
   }
-  params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_);
+  params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_,
+                                         stage_.param_buffer_pad);
   ws_ = std::make_unique<Workspace>();
 }
 
@@ -131,6 +132,7 @@ size_t MicroBatchActs::bytes() const {
 
 void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
+  training_ = with_grad;
   if (stage_.pre_process) {
     const Param& wte = params_->get("embedding.word_embeddings.weight");
     const Param& wpe = params_->get("embedding.position_embeddings.weight");
@@ -149,7 +151,7 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
       Tensor& reduced = tpp_.exit(ws_->full_b, acts.input);
       if (reduced.raw() != acts.input.raw()) be_.copy(acts.input, reduced);
     }
-    if (config_.hidden_dropout > 0)
+    if (config_.hidden_dropout > 0 && training_)
       be_.dropout_forward(acts.input, acts.input, config_.hidden_dropout,
                           backend::mix64(dropout_seed, 0xE3B0), dropout_counter(acts));
   }

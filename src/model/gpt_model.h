@@ -33,6 +33,7 @@ struct StageConfig {
   int tp_size = 1, tp_rank = 0;
   dist::Communicator* tp = nullptr;  // the tensor-parallel group (null: tp size 1)
   bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
+  int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
 };
 
 // Shapes: N = B*T; N_sp = N / tp with sequence parallelism, else N. The
@@ -115,6 +116,7 @@ class GptModel {
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Workspace> ws_;
   TpPoints tpp_;
+  bool training_ = false;  // dropout only while training (forward with grad)
 };
 
 }  // namespace tripod::model

@@ -104,7 +104,8 @@ Tensor init_full(const ParamSpec& spec, uint64_t seed, float std, int64_t num_la
   return t;
 }
 
-ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be)
+ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be,
+                       int64_t pad_multiple)
     : tp_size_(tp_size), tp_rank_(tp_rank), be_(be) {
   for (auto& spec : specs) {
     Param p;
@@ -115,8 +116,9 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
     index_[p.spec.name] = params_.size();
     params_.push_back(std::move(p));
   }
-  values_ = be.empty({numel_}, DType::F32);
-  grads_ = be.empty({numel_}, DType::F32);
+  const int64_t padded = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
+  values_ = be.empty({padded}, DType::F32);
+  grads_ = be.empty({padded}, DType::F32);
   be.zero(values_);
   be.zero(grads_);
   for (auto& p : params_) {

@@ -55,14 +55,18 @@ struct Param {
 
 class ParamStore {
  public:
-  ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be);
+  // pad_multiple: the flat buffers are zero-padded to a multiple of it (the
+  // dp size with the distributed optimizer, so they split evenly).
+  ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be,
+             int64_t pad_multiple = 1);
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
   Param& get(const std::string& name);
   const Param* find(const std::string& name) const;
-  Tensor& values() { return values_; }  // (numel) f32
-  Tensor& grads() { return grads_; }    // (numel) f32
-  int64_t numel() const { return numel_; }
+  Tensor& values() { return values_; }  // (padded_numel) f32
+  Tensor& grads() { return grads_; }    // (padded_numel) f32
+  int64_t numel() const { return numel_; }  // parameters held (without padding)
+  int64_t padded_numel() const { return values_.numel(); }
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
 

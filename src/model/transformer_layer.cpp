@@ -35,7 +35,7 @@ uint64_t GptModel::dropout_counter(const MicroBatchActs& mb) const {
 void GptModel::layer_forward(int64_t l, const Tensor& x, LayerActs& a, const MicroBatchActs& mb,
                              uint64_t seed) {
   const int64_t NH_tp = config_.num_attention_heads / stage_.tp_size;
-  const float eps = config_.layernorm_epsilon, p = config_.hidden_dropout;
+  const float eps = config_.layernorm_epsilon, p = training_ ? config_.hidden_dropout : 0.f;
   const uint64_t counter = dropout_counter(mb);
   Workspace& w = *ws_;
 

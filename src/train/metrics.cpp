@@ -24,7 +24,9 @@ std::string format_log_line(const IterationMetrics& m) {
       "iterations: {:>3} | tokens/s: {:.0f} | TFLOP/s/GPU: {:.2f} | MFU: {} | mem peak: {:.1f} MiB",
       fmt::localtime(now), m.iteration, m.train_iters, m.consumed_samples, m.elapsed_ms, m.lr,
       m.global_batch_size, m.lm_loss, m.loss_scale, m.grad_norm, m.skipped_iters, m.nan_iters,
-      m.tokens_per_sec, m.tflops_per_gpu, mfu, static_cast<double>(m.mem_peak_bytes) / (1 << 20));
+      m.tokens_per_sec, m.tflops_per_gpu, mfu, static_cast<double>(m.mem_peak_bytes) / (1 << 20)) +
+         (m.pp_bubble ? fmt::format(" | pp bubble: {:.3f} (theory {:.3f})", *m.pp_bubble, m.pp_bubble_theory.value_or(0))
+                      : std::string());
 }
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
@@ -58,6 +60,8 @@ void MetricsWriter::write_train(const IterationMetrics& m) {
                       {"tflops_per_gpu", m.tflops_per_gpu},
                       {"mem_peak_bytes", m.mem_peak_bytes}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
+  if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
   write_line(file_, j);
 }
 

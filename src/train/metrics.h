@@ -20,6 +20,8 @@ struct IterationMetrics {
   double elapsed_ms = 0, tokens_per_sec = 0, tflops_per_gpu = 0;
   std::optional<double> mfu;  // fraction of peak; empty when no peak is known
   uint64_t mem_peak_bytes = 0;
+  // Pipeline parallelism: measured bubble (p2p wait / compute) and theory.
+  std::optional<double> pp_bubble, pp_bubble_theory;
 };
 
 std::string format_log_line(const IterationMetrics& m);

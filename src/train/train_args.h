@@ -36,6 +36,7 @@ struct TrainArgs {
   // layout
   int tp = 1, pp = 1;                // --tensor-model-parallel-size, --pipeline-model-parallel-size
   int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage
+  int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;    // --sequence-parallel
   bool use_distributed_optimizer = false;
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes

@@ -1,7 +1,13 @@
 // The training loop (Megatron's pretrain()/train_step()):
-//   for each iteration: micro-batches (forward, backward, grads accumulate)
-//   -> global grad norm -> clip -> AdamW at the scheduled lr -> log -> eval.
+//   for each iteration: the pipeline schedule runs every micro-batch through
+//   this rank's model chunks (forward, backward, grads accumulate in fp32)
+//   -> tied-embedding and sequence-parallel grad reductions -> data-parallel
+//   reduction (all-reduce, or reduce-scatter with the distributed optimizer)
+//   -> global grad norm over every parameter once -> clip -> AdamW at the
+//   scheduled lr (on this rank's shard with the distributed optimizer, then
+//   all-gather) -> log -> eval -> save.
 // The loss of an iteration is the mean over every token of the global batch.
+// With TP = PP = DP = 1 every step is a no-op or a plain loop.
 #pragma once
 
 #include <cstdint>
@@ -10,19 +16,31 @@
 
 #include "backend/ops.h"
 #include "data/dataset.h"
+#include "dist/context.h"
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
 #include "train/metrics.h"
+#include "train/pipeline_stage.h"
 #include "train/train_args.h"
 
 namespace tripod::train {
 
 struct StepResult {
-  double lm_loss = 0;    // mean token loss of the global batch
+  double lm_loss = 0;    // mean token loss of the global batch (valid on the last pp stage)
   double grad_norm = 0;  // before clipping
   double lr = 0;
+  parallel::ScheduleStats schedule;
+};
+
+// One model chunk (virtual pipeline stage) of this rank with its optimizer.
+struct Chunk {
+  std::unique_ptr<model::GptModel> model;
+  std::unique_ptr<optim::AdamW> optimizer;  // over [shard_begin, shard_end) of the flat buffers
+  std::vector<optim::Segment> segments;     // relative to shard_begin
+  int64_t shard_begin = 0, shard_end = 0;   // the whole buffer unless the optimizer is distributed
+  Tensor grad_shard, value_shard;           // distributed optimizer: (shard) reduce-scatter / all-gather buffers
 };
 
 class Trainer {
@@ -34,17 +52,23 @@ class Trainer {
           const parallel::ProcessGroups* groups = nullptr);
   ~Trainer();
 
-  // Runs --train-iters iterations with logging and evaluation.
+  // Runs --train-iters iterations with logging, evaluation and saving.
   void run();
-  // One iteration (exposed for tests): returns loss, grad norm, lr.
+  // One iteration (exposed for tests).
   StepResult train_step();
   // Mean loss over --eval-iters global batches of the validation split.
   double evaluate();
 
-  model::GptModel& model() { return *model_; }
+  // This rank's model chunks (one unless interleaved); model() is the first.
+  std::vector<Chunk>& chunks() { return chunks_; }
+  model::GptModel& model() { return *chunks_.front().model; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   int64_t num_microbatches() const { return num_microbatches_; }
+  void set_progress(int64_t iteration, int64_t consumed_samples) {
+    iteration_ = iteration;
+    consumed_samples_ = consumed_samples;
+  }
   // Writes this rank's parameter shards (names, shard rule, tp coordinates,
   // f32 values) to DIR/rank<global>.bin, for parity tests and debugging.
   void dump_weights(const std::string& dir);
@@ -54,39 +78,46 @@ class Trainer {
   void save_checkpoint();
   // Collective. Restores from --load (latest iteration), at any layout.
   void load_checkpoint();
-  // Optimizer moments as flat f32 tensors on the backend device, aligned
-  // with model().params().values() (gathered over dp when the optimizer is
-  // distributed); set_optimizer_state is the inverse.
-  std::pair<Tensor, Tensor> optimizer_state();
-  void set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps);
+  // Optimizer moments of a chunk as flat f32 tensors on the backend device,
+  // aligned with chunks()[c].model->params().values() (gathered over dp when
+  // the optimizer is distributed); set_optimizer_state is the inverse.
+  std::pair<Tensor, Tensor> optimizer_state(int chunk = 0);
+  void set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps, int chunk = 0);
   const TrainArgs& args() const { return args_; }
   const parallel::ProcessGroups& groups() const { return groups_; }
   int tp_rank() const { return tp_rank_; }
   int dp_rank() const { return dp_rank_; }
+  int pp_rank() const { return pp_rank_; }
 
  private:
   void setup(data::DatasetSplits* data);
-  void load_batch(const data::TokenDataset& ds, int64_t first_sample, model::MicroBatchActs& acts);
-  double global_grad_norm();
+  void build_chunks();
+  void fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets);
   void reduce_gradients();
+  double global_grad_norm();
+  void optimizer_step(double lr, float clip);
   double reduce_loss(double local_sum);
+  void check_finite(double loss, double grad_norm);
   bool is_logger() const;
   bool exit_requested();
-  void check_finite(double loss, double grad_norm);
+  void log_startup();
+  void log_memory(const StepResult& first_step);
+  parallel::ScheduleConfig schedule_config(bool forward_only) const;
 
   TrainArgs args_;
   backend::Backend& be_;
-  std::unique_ptr<model::GptModel> model_;
-  std::unique_ptr<optim::AdamW> optimizer_;
-  std::vector<optim::Segment> segments_;
+  std::unique_ptr<dist::DistContext> own_ctx_;  // when no groups were given
+  parallel::ProcessGroups groups_;
+  std::vector<Chunk> chunks_;
+  std::unique_ptr<GptPipelineStage> stage_;
   optim::LrSchedule schedule_;
   data::DatasetSplits data_;
   std::unique_ptr<MetricsWriter> metrics_;
-  model::MicroBatchActs acts_;
-  parallel::ProcessGroups groups_;  // size-1 groups (null communicators) for a single process
-  int tp_rank_ = 0, dp_rank_ = 0, dp_size_ = 1;
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
+  int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0, dp_size_ = 1, vpp_ = 1;
+  int64_t batch_base_ = 0;               // first sample of the current global batch
+  const data::TokenDataset* batch_ds_ = nullptr;
 };
 
 // --exit-signal-handler: SIGTERM/SIGINT set a flag the loop checks at each
@@ -96,5 +127,7 @@ void install_exit_signal_handler();
 // Checks the layout- and batch-related flag combinations with errors that
 // name the flags (global batch % (micro x dp), ...). Called by Trainer.
 void validate_args(const TrainArgs& args, int world_size);
+// Virtual pipeline stages per pp rank from the flags (1 = no interleaving).
+int virtual_pipeline_size(const TrainArgs& args);
 
 }  // namespace tripod::train

@@ -37,7 +37,7 @@ std::string g_name, g_flags;
 int g_nproc = 1;
 
 const char* kModel =
-    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data --vocab-size 500 "
+    "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data --vocab-size 500 "
     "--micro-batch-size 2 --global-batch-size 16 --train-iters 20 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 3 "
     "--lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 --adam-eps 1e-6 --hidden-dropout 0.1 --seed 7 --log-interval 1 "
     "--eval-interval 0";

@@ -1,0 +1,99 @@
+// Implementation of train/pipeline_stage.h.
+#include "train/pipeline_stage.h"
+
+#include "base/error.h"
+
+namespace tripod::train {
+
+GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T, BatchFn batch)
+    : chunks_(std::move(chunks)), B_(B), T_(T), batch_(std::move(batch)), free_(chunks_.size()),
+      slot_bytes_(chunks_.size(), 0) {}
+
+void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed) {
+  with_grad_ = with_grad;
+  dloss_ = dloss;
+  seed_ = dropout_seed;
+  loss_sum_ = 0;
+  loss_tokens_ = 0;
+  max_live_ = 0;
+  if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
+  pending_release_ = {-1, -1};
+  while (!live_.empty()) release(live_.begin()->first.first, live_.begin()->first.second);
+}
+
+GptPipelineStage::Slot& GptPipelineStage::slot(int m, int c) {
+  auto key = std::make_pair(m, c);
+  auto it = live_.find(key);
+  if (it != live_.end()) return *it->second;
+  std::unique_ptr<Slot> s;
+  auto& pool = free_[static_cast<size_t>(c)];
+  if (!pool.empty()) {
+    s = std::move(pool.back());
+    pool.pop_back();
+  } else {
+    s = std::make_unique<Slot>();
+    s->acts = chunks_[static_cast<size_t>(c)]->make_acts(B_, T_);
+    slot_bytes_[static_cast<size_t>(c)] = s->acts.bytes();
+  }
+  Slot& ref = *s;
+  live_.emplace(key, std::move(s));
+  max_live_ = std::max(max_live_, live_.size());
+  return ref;
+}
+
+void GptPipelineStage::release(int m, int c) {
+  auto it = live_.find({m, c});
+  if (it == live_.end()) return;
+  free_[static_cast<size_t>(c)].push_back(std::move(it->second));
+  live_.erase(it);
+}
+
+Tensor& GptPipelineStage::output_grad(int m, int c) {
+  Slot& s = slot(m, c);
+  if (!s.output_grad.defined())
+    s.output_grad = chunks_[static_cast<size_t>(c)]->backend().empty(s.acts.output().shape(), DType::F32);
+  return s.output_grad;
+}
+
+void GptPipelineStage::forward(int m, int c) {
+  if (!with_grad_ && pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
+  model::GptModel& model = *chunks_[static_cast<size_t>(c)];
+  model::MicroBatchActs& a = acts(m, c);
+  if (model.stage().pre_process || model.stage().post_process) {
+    Tensor tokens = Tensor::empty({B_, T_}, DType::I32), targets = Tensor::empty({B_, T_}, DType::I32);
+    batch_(m, tokens, targets, a.sample_offset);
+    if (model.stage().pre_process) model.backend().copy(a.tokens, tokens);
+    if (model.stage().post_process) model.backend().copy(a.targets, targets);
+  } else {
+    // Middle chunks need the offset only (dropout keys).
+    Tensor none;
+    batch_(m, none, none, a.sample_offset);
+  }
+  model.forward(a, with_grad_, dloss_, seed_);
+  if (model.stage().post_process) {
+    Tensor h = Tensor::empty({a.losses.numel()}, DType::F32);
+    model.backend().copy(h, a.losses);
+    model.backend().synchronize();
+    for (int64_t i = 0; i < h.numel(); ++i) loss_sum_ += h.data<float>()[i];
+    loss_tokens_ += h.numel();
+  }
+  if (!with_grad_) pending_release_ = {m, c};  // output sent before the next forward
+}
+
+void GptPipelineStage::backward(int m, int c) {
+  // The previous backward's input_grad has been sent by now (see the
+  // buffer-lifetime contract in parallel/pp_schedule.h).
+  if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
+  model::GptModel& model = *chunks_[static_cast<size_t>(c)];
+  Slot& s = slot(m, c);
+  model.backward(s.acts, model.stage().post_process ? nullptr : &s.output_grad, seed_);
+  pending_release_ = {m, c};
+}
+
+size_t GptPipelineStage::activation_bytes_per_microbatch() const {
+  size_t n = 0;
+  for (size_t b : slot_bytes_) n += b;
+  return n;
+}
+
+}  // namespace tripod::train

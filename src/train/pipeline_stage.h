@@ -1,0 +1,68 @@
+// GptPipelineStage: the parallel::PipelineStage the schedules drive, around
+// this rank's model chunks (one per virtual pipeline stage). It owns the
+// activations of the (micro-batch, chunk) pairs in flight, loads each
+// micro-batch's tokens/targets where a chunk needs them, and adds up the
+// loss on the chunk that computes it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "model/gpt_model.h"
+#include "parallel/pp_schedule.h"
+
+namespace tripod::train {
+
+class GptPipelineStage final : public parallel::PipelineStage {
+ public:
+  // Fills tokens and targets (B, T) on the host for micro-batch m.
+  using BatchFn = std::function<void(int m, Tensor& tokens, Tensor& targets, int64_t& sample_offset)>;
+
+  GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T, BatchFn batch);
+
+  // Per iteration (or evaluation pass): gradient scale of each token's loss
+  // (0 with forward-only) and the dropout seed.
+  void begin(bool with_grad, float dloss, uint64_t dropout_seed);
+  double loss_sum() const { return loss_sum_; }    // over the last stage's tokens
+  int64_t loss_tokens() const { return loss_tokens_; }
+  size_t live_sets() const { return live_.size(); }
+  size_t max_live_sets() const { return max_live_; }
+  // Activation bytes of one micro-batch summed over chunks (known once each
+  // chunk has run a micro-batch).
+  size_t activation_bytes_per_microbatch() const;
+
+  int num_chunks() const override { return static_cast<int>(chunks_.size()); }
+  Tensor& input_tensor(int m, int c) override { return acts(m, c).input; }
+  const Tensor& output_tensor(int m, int c) override { return acts(m, c).output(); }
+  Tensor& output_grad(int m, int c) override;
+  const Tensor& input_grad(int m, int c) override { return acts(m, c).grad_input; }
+  void forward(int m, int c) override;
+  void backward(int m, int c) override;
+
+ private:
+  struct Slot {
+    model::MicroBatchActs acts;
+    Tensor output_grad;  // (N_sp, C), non-last chunks
+  };
+  model::MicroBatchActs& acts(int m, int c) { return slot(m, c).acts; }
+  Slot& slot(int m, int c);
+  void release(int m, int c);
+
+  std::vector<model::GptModel*> chunks_;
+  int64_t B_, T_;
+  BatchFn batch_;
+  bool with_grad_ = false;
+  float dloss_ = 0;
+  uint64_t seed_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_tokens_ = 0;
+  std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
+  std::vector<std::vector<std::unique_ptr<Slot>>> free_;  // per chunk: recycled buffers
+  std::pair<int, int> pending_release_{-1, -1};
+  size_t max_live_ = 0;
+  std::vector<size_t> slot_bytes_;
+};
+
+}  // namespace tripod::train

@@ -1,0 +1,203 @@
+// One training iteration's reductions and optimizer step (train/trainer.h):
+// grads of the tied embedding over the embedding group, sequence-parallel
+// LayerNorm grads over tp, data-parallel averaging (all-reduce, or
+// reduce-scatter with the distributed optimizer), the global grad norm, and
+// AdamW (on this rank's shard, then all-gather, with the distributed
+// optimizer: Megatron's DistributedOptimizer / ZeRO-1).
+#include <cmath>
+
+#include "backend/philox.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "train/trainer.h"
+
+namespace tripod::train {
+namespace {
+const char* kWordEmbeddings = "embedding.word_embeddings.weight";
+}
+
+StepResult Trainer::train_step() {
+  const int64_t B = args_.micro_batch_size, T = model().config().seq_length;
+  const int64_t tokens = B * T * num_microbatches_ * dp_size_;  // in the global batch
+  for (auto& c : chunks_) c.model->params().zero_grad();
+  batch_ds_ = data_.train.get();
+  batch_base_ = consumed_samples_;
+  stage_->begin(true, 1.f / static_cast<float>(tokens), backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)));
+  StepResult r;
+  r.schedule = parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(false));
+  reduce_gradients();
+  r.lm_loss = reduce_loss(stage_->loss_sum()) / static_cast<double>(tokens);
+  r.grad_norm = global_grad_norm();
+  check_finite(r.lm_loss, r.grad_norm);
+  r.lr = schedule_.lr_for_iteration(iteration_ + 1);
+  optimizer_step(r.lr, optim::clip_coefficient(r.grad_norm, args_.clip_grad));
+  ++iteration_;
+  consumed_samples_ += args_.global_batch_size;
+  return r;
+}
+
+void Trainer::reduce_gradients() {
+  for (auto& c : chunks_) c.model->reduce_sequence_parallel_grads();
+  // The output layer of the last stage is tied to the first stage's word
+  // embedding: both copies get the sum of their gradients (Megatron's
+  // embedding group), so they stay equal after identical updates.
+  if (args_.pp > 1 && groups_.embd) {
+    for (auto& c : chunks_) {
+      const auto& st = c.model->stage();
+      if (st.pre_process || st.post_process) groups_.embd->all_reduce(c.model->params().get(kWordEmbeddings).grad)->wait();
+    }
+  }
+  if (dp_size_ == 1) return;
+  // The loss is already scaled by 1/dp: the sum over dp is the average.
+  for (auto& c : chunks_) {
+    if (args_.use_distributed_optimizer)
+      groups_.dp->reduce_scatter(c.grad_shard, c.model->params().grads())->wait();
+    else
+      groups_.dp->all_reduce(c.model->params().grads())->wait();
+  }
+}
+
+// Megatron's clip_grad_norm_fp32: every parameter counted once. Sharded
+// parameters count on every tp rank, replicated ones on tp rank 0 only
+// (param_is_not_tensor_parallel_duplicate), the last stage's copy of the tied
+// embedding not at all; summed over the model-parallel group, and over dp
+// too when each dp rank holds a different shard (distributed optimizer).
+double Trainer::global_grad_norm() {
+  Tensor acc = be_.empty({1}, DType::F32);
+  be_.zero(acc);
+  for (auto& c : chunks_) {
+    const auto& st = c.model->stage();
+    for (const auto& p : c.model->params().params()) {
+      if (tp_rank_ != 0 && p.spec.shard == model::ShardDim::None) continue;
+      if (args_.pp > 1 && st.post_process && !st.pre_process && p.spec.name == kWordEmbeddings) continue;
+      if (!args_.use_distributed_optimizer) {
+        be_.sum_squares(acc, p.grad);
+        continue;
+      }
+      const int64_t lo = std::max(p.offset, c.shard_begin);
+      const int64_t hi = std::min(p.offset + shape_numel(p.shape), c.shard_end);
+      if (lo < hi) be_.sum_squares(acc, c.grad_shard.flat(lo - c.shard_begin, {hi - lo}));
+    }
+  }
+  auto& group = args_.use_distributed_optimizer ? groups_.world : groups_.mp;
+  if (group->size() > 1) group->all_reduce(acc)->wait();
+  Tensor h = Tensor::empty({1}, DType::F32);
+  be_.copy(h, acc);
+  be_.synchronize();
+  return std::sqrt(static_cast<double>(h.data<float>()[0]));
+}
+
+void Trainer::optimizer_step(double lr, float clip) {
+  for (auto& c : chunks_) {
+    auto& params = c.model->params();
+    if (!args_.use_distributed_optimizer) {
+      c.optimizer->step(params.values(), params.grads(), c.segments, lr, clip);
+      continue;
+    }
+    // Step the fp32 master shard, then all-gather the updated parameters.
+    Tensor mine = params.values().flat(c.shard_begin, {c.shard_end - c.shard_begin});
+    c.optimizer->step(mine, c.grad_shard, c.segments, lr, clip);
+    be_.copy(c.value_shard, mine);
+    groups_.dp->all_gather(params.values(), c.value_shard)->wait();
+  }
+}
+
+double Trainer::reduce_loss(double local_sum) {
+  if (dp_size_ == 1) return local_sum;
+  Tensor h = Tensor::empty({1}, DType::F64);
+  h.data<double>()[0] = local_sum;
+  Tensor d = be_.empty({1}, DType::F64);  // on the communicator's device
+  be_.copy(d, h);
+  groups_.dp->all_reduce(d)->wait();
+  be_.copy(h, d);
+  be_.synchronize();
+  return h.data<double>()[0];
+}
+
+void Trainer::check_finite(double loss, double grad_norm) {
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) return;
+  // Name the first parameter (in forward order) whose gradient is not finite.
+  std::string first_bad = "none on this rank";
+  for (auto& c : chunks_)
+    for (const auto& p : c.model->params().params()) {
+      Tensor acc = be_.empty({1}, DType::F32);
+      be_.zero(acc);
+      be_.sum_squares(acc, p.grad);
+      Tensor h = Tensor::empty({1}, DType::F32);
+      be_.copy(h, acc);
+      be_.synchronize();
+      if (first_bad == "none on this rank" && !std::isfinite(h.data<float>()[0])) first_bad = p.spec.name;
+    }
+  TRIPOD_CHECK_HINT(false, "lower --lr, raise --lr-warmup-iters, check --clip-grad, or check the data",
+                    "non-finite {} at iteration {}: lm loss {}, grad norm {}; first parameter with a "
+                    "non-finite gradient: {}", std::isfinite(loss) ? "grad norm" : "loss", iteration_ + 1,
+                    loss, grad_norm, first_bad);
+}
+
+std::pair<Tensor, Tensor> Trainer::optimizer_state(int chunk) {
+  Chunk& c = chunks_.at(static_cast<size_t>(chunk));
+  if (!args_.use_distributed_optimizer) return {c.optimizer->exp_avg(), c.optimizer->exp_avg_sq()};
+  const int64_t total = c.model->params().padded_numel();
+  Tensor m = be_.empty({total}, DType::F32), v = be_.empty({total}, DType::F32);
+  groups_.dp->all_gather(m, c.optimizer->exp_avg())->wait();
+  groups_.dp->all_gather(v, c.optimizer->exp_avg_sq())->wait();
+  return {m, v};
+}
+
+void Trainer::set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps, int chunk) {
+  Chunk& c = chunks_.at(static_cast<size_t>(chunk));
+  const int64_t len = c.shard_end - c.shard_begin;
+  Tensor& m = c.optimizer->exp_avg();
+  Tensor& v = c.optimizer->exp_avg_sq();
+  be_.copy(m, exp_avg.flat(c.shard_begin, {len}));
+  be_.copy(v, exp_avg_sq.flat(c.shard_begin, {len}));
+  c.optimizer->set_steps(steps);
+}
+
+// Per-rank memory after the first iteration, next to Megatron's
+// distributed-optimizer formula (bytes per parameter with bf16 params and
+// fp32 grads: 18 replicated, 6 + 12 / dp sharded). tripod's CPU path keeps
+// fp32 params and grads: 16 replicated, 8 + 8 / dp sharded.
+void Trainer::log_memory(const StepResult& first) {
+  int64_t n = 0, opt = 0;
+  for (auto& c : chunks_) {
+    n += c.model->params().numel();
+    opt += 2 * (c.shard_end - c.shard_begin);
+  }
+  const double mib = 1.0 / (1 << 20);
+  const size_t act = stage_->activation_bytes_per_microbatch();
+  log::info("memory on rank {} (tp {} pp {} dp {}): {} params; parameters {:.1f} MiB, gradients {:.1f} MiB, "
+            "optimizer state {:.1f} MiB ({:.1f} bytes/param), activations {:.1f} MiB per micro-batch x {} live = "
+            "{:.1f} MiB; allocator peak {:.1f} MiB",
+            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, n * 4.0 * mib, n * 4.0 * mib, opt * 4.0 * mib,
+            8.0 + 4.0 * static_cast<double>(opt) / static_cast<double>(std::max<int64_t>(n, 1)), act * mib,
+            first.schedule.max_live_microbatches, act * mib * first.schedule.max_live_microbatches,
+            be_.peak_memory_bytes() * mib);
+}
+
+void Trainer::dump_weights(const std::string& dir) {
+  const std::string path = fmt::format("{}/rank{}.bin", dir, groups_.global_rank);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  TRIPOD_CHECK(f, "cannot write {}", path);
+  auto put_i64 = [&](int64_t v) { std::fwrite(&v, 8, 1, f); };
+  int64_t count = 0;
+  for (auto& c : chunks_) count += static_cast<int64_t>(c.model->params().params().size());
+  put_i64(count);
+  for (auto& c : chunks_)
+    for (const auto& p : c.model->params().params()) {
+      put_i64(static_cast<int64_t>(p.spec.name.size()));
+      std::fwrite(p.spec.name.data(), 1, p.spec.name.size(), f);
+      put_i64(static_cast<int64_t>(p.spec.shard));
+      put_i64(args_.tp);
+      put_i64(tp_rank_);
+      put_i64(dp_rank_);
+      put_i64(static_cast<int64_t>(p.spec.global_shape.size()));
+      for (int64_t d : p.spec.global_shape) put_i64(d);
+      Tensor h = c.model->params().value_to_host(p);
+      put_i64(h.numel());
+      std::fwrite(h.raw(), 4, static_cast<size_t>(h.numel()), f);
+    }
+  std::fclose(f);
+}
+
+}  // namespace tripod::train
