@@ -131,6 +131,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                "{}: header length {} is invalid for a file of {} bytes (truncated or corrupt)", path, n, f.file_size_);
   std::string h(n, '\0');
   read_at(fd.fd, path, h.data(), n, 8);
+  f.header_crc_ = crc32(h.data(), h.size(), crc32(len_bytes, 8));
   json header = json::parse(h, nullptr, /*allow_exceptions=*/false);
   TRIPOD_CHECK(!header.is_discarded() && header.is_object(), "{}: the header is not valid JSON (corrupt file)", path);
   f.data_start_ = 8 + n;

@@ -55,6 +55,10 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::vector<StEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  uint64_t file_size() const { return file_size_; }
+  // CRC-32 of the first 8 + N bytes (length and header): metadata.json
+  // records it, so a flipped bit in a header is caught too.
+  uint32_t header_crc() const { return header_crc_; }
   const StEntry* find(const std::string& name) const;
   bool contains(const std::string& name) const { return find(name) != nullptr; }
   // The tensor in its stored dtype (host).
@@ -65,6 +69,7 @@ class SafetensorsFile {
  private:
   std::string path_;
   uint64_t data_start_ = 0, file_size_ = 0;
+  uint32_t header_crc_ = 0;
   std::vector<StEntry> entries_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

@@ -125,7 +125,8 @@ void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int p
 }
 
 // Index of the tensors in the rank files of `dir`: name -> info.
-static json index_rank_files(const std::string& dir) {
+// Also records each file's size and header CRC in `files`.
+static json index_rank_files(const std::string& dir, json& file_info) {
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".safetensors") files.push_back(e.path().filename().string());
@@ -135,6 +136,7 @@ static json index_rank_files(const std::string& dir) {
   for (const auto& name : files) {
     const std::string path = (fs::path(dir) / name).string();
     auto f = SafetensorsFile::open(path);
+    file_info[name] = {{"bytes", f.file_size()}, {"header_crc32", fmt::format("{:08x}", f.header_crc())}};
     const auto& m = f.metadata();
     TRIPOD_CHECK(m.count("tp_rank") && m.count("tp_size") && m.count("tensors"), "{}: not a tripod rank file", path);
     const int tp_rank = std::stoi(m.at("tp_rank")), tp_size = std::stoi(m.at("tp_size"));
@@ -204,7 +206,9 @@ void commit_save(const std::string& save_dir, int64_t it, json meta, int retain)
   const std::string final_dir = (fs::path(save_dir) / iter_dir_name(it)).string();
   meta["format_version"] = kFormatVersion;
   meta["iteration"] = it;
-  meta["tensors"] = index_rank_files(tmp);
+  json files = json::object();
+  meta["tensors"] = index_rank_files(tmp, files);
+  meta["files"] = files;
   write_text_synced((fs::path(tmp) / kMetadataFile).string(), dump_with_checksum(meta));
   fsync_dir(tmp);
   std::string old;
@@ -287,10 +291,20 @@ std::vector<std::string> CheckpointReader::tensor_names() const {
 
 const SafetensorsFile& CheckpointReader::file(const std::string& name) const {
   auto it = files_.find(name);
-  if (it == files_.end())
-    it = files_.emplace(name, std::make_shared<SafetensorsFile>(
-                                  SafetensorsFile::open((fs::path(path_) / name).string()))).first;
-  return *it->second;
+  if (it != files_.end()) return *it->second;
+  const std::string path = (fs::path(path_) / name).string();
+  TRIPOD_CHECK(meta_.contains("files") && meta_["files"].contains(name), "{}: {} is not listed in {}", path_, name,
+               kMetadataFile);
+  const json& want = meta_["files"][name];
+  TRIPOD_CHECK(fs::exists(path), "{} is missing (the checkpoint is incomplete)", path);
+  const uint64_t bytes = fs::file_size(path);
+  TRIPOD_CHECK(want.value("bytes", uint64_t{0}) == bytes, "{}: {} bytes, but {} records {} (truncated or "
+               "corrupt)", path, bytes, kMetadataFile, want.value("bytes", uint64_t{0}));
+  auto f = std::make_shared<SafetensorsFile>(SafetensorsFile::open(path));
+  const std::string crc = fmt::format("{:08x}", f->header_crc());
+  TRIPOD_CHECK(want.value("header_crc32", "") == crc, "{}: header checksum {} does not match {} in {} (corrupt "
+               "file)", path, crc, want.value("header_crc32", ""), kMetadataFile);
+  return *files_.emplace(name, std::move(f)).first->second;
 }
 
 Tensor CheckpointReader::read_full(const std::string& name) const {

@@ -1,0 +1,244 @@
+// Sharded checkpoints without the trainer: a tiny GPT's parameter table
+// saved at tp 2 and loaded at tp 1, 2 and 4 (values and optimizer moments
+// against the layout-independent init, padded vocabulary included); the
+// atomic commit under an injected failure at every file operation; and
+// corrupt metadata, headers, markers and missing files.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.h"
+#include "ckpt/atomic_io.h"
+#include "ckpt/reshard.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "model/gpt_model.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace tripod;
+using namespace tripod::ckpt;
+
+constexpr uint64_t kSeed = 11, kMomentSeed = 99;
+
+model::GptConfig tiny() {
+  model::GptConfig c;
+  c.num_layers = 1;
+  c.hidden_size = 8;
+  c.num_attention_heads = 2;
+  c.seq_length = 4;
+  c.vocab_size = 20;
+  c.make_vocab_size_divisible_by = 4;  // Vp: 20 at tp 1, 24 at tp 2, 32 at tp 4
+  c.finalize();
+  return c;
+}
+
+std::vector<model::ParamSpec> specs(int tp) {
+  const auto c = tiny();
+  return model::GptModel::all_param_specs(c, c.padded_vocab_size(tp));
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("tripod_ck_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+// A save at tp 2: values init_full(spec, kSeed + iteration), both moments init_full(spec, kMomentSeed).
+void save_tp2(const fs::path& dir, int64_t iteration, int retain = 0) {
+  auto be = backend::make_cpu_backend();
+  reset_fault_points();
+  const std::string tmp = prepare_save(dir.string(), iteration);
+  for (int r = 0; r < 2; ++r) {
+    model::ParamStore store(specs(2), 2, r, *be);
+    store.init(kSeed + static_cast<uint64_t>(iteration), 0.02f, 1);
+    std::vector<ShardTensor> t;
+    for (const auto& p : store.params()) {
+      t.push_back({"model." + p.spec.name, p.spec.global_shape, p.spec.shard, store.value_to_host(p)});
+      Tensor m = model::take_shard(model::init_full(p.spec, kMomentSeed, 1.f, 1), p.spec.shard, 2, r);
+      t.push_back({"optim.exp_avg." + p.spec.name, p.spec.global_shape, p.spec.shard, m});
+      t.push_back({"optim.exp_avg_sq." + p.spec.name, p.spec.global_shape, p.spec.shard, m});
+    }
+    write_rank_file(tmp, r, 2, 0, t);
+  }
+  nlohmann::json meta;
+  meta["model"] = config_to_json(tiny());
+  meta["consumed_samples"] = 8 * iteration;
+  commit_save(dir.string(), iteration, meta, retain);
+}
+
+// Loads `dir` at tp and checks every value against init_full at the new
+// padded vocab (the init is per element index, so the saved rows and the
+// new padding rows both equal it) and the moments (padding rows zero).
+void check_load(const fs::path& dir, int tp, int64_t iteration) {
+  auto be = backend::make_cpu_backend();
+  const auto reader = CheckpointReader::open(dir.string());
+  ASSERT_EQ(reader.iteration(), iteration);
+  EXPECT_EQ(reader.metadata()["consumed_samples"].get<int64_t>(), 8 * iteration);
+  const int64_t vp_saved = tiny().padded_vocab_size(2);
+  for (int r = 0; r < tp; ++r) {
+    model::ParamStore store(specs(tp), tp, r, *be);
+    load_params(reader, store, kSeed + static_cast<uint64_t>(iteration), 0.02f, 1);
+    Tensor m = Tensor::empty({store.numel()}, DType::F32), v = Tensor::empty({store.numel()}, DType::F32);
+    load_optimizer_moments(reader, store, m, v);
+    for (const auto& p : store.params()) {
+      Tensor want = model::take_shard(model::init_full(p.spec, kSeed + static_cast<uint64_t>(iteration), 0.02f, 1),
+                                      p.spec.shard, tp, r);
+      Tensor got = store.value_to_host(p);
+      ASSERT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << p.spec.name << " tp " << tp << " rank " << r;
+      Tensor mf = model::init_full(p.spec, kMomentSeed, 1.f, 1);
+      if (p.spec.name == "embedding.word_embeddings.weight")  // rows past the saved Vp are zero
+        for (int64_t i = vp_saved * 8; i < mf.numel(); ++i) mf.data<float>()[i] = 0.f;
+      Tensor mw = model::take_shard(mf, p.spec.shard, tp, r);
+      ASSERT_EQ(std::memcmp(m.data<float>() + p.offset, mw.raw(), mw.nbytes()), 0) << p.spec.name;
+      ASSERT_EQ(std::memcmp(v.data<float>() + p.offset, mw.raw(), mw.nbytes()), 0) << p.spec.name;
+    }
+  }
+}
+
+TEST(Checkpoint, LayoutAndNames) {
+  const fs::path d = fresh_dir("names");
+  save_tp2(d, 100);
+  EXPECT_TRUE(fs::exists(d / "iter_0000100" / "metadata.json"));
+  EXPECT_TRUE(fs::exists(d / "iter_0000100" / "model_rank_0_0.safetensors"));
+  EXPECT_TRUE(fs::exists(d / "iter_0000100" / "model_rank_1_0.safetensors"));
+  EXPECT_FALSE(fs::exists(d / "iter_0000100.tmp"));
+  EXPECT_EQ(read_latest_iteration(d.string()), 100);
+  const auto reader = CheckpointReader::open(d.string());
+  const auto& qkv = reader.info("model.decoder.layers.0.self_attention.linear_qkv.weight");
+  EXPECT_EQ(qkv.tp_size, 2);
+  EXPECT_EQ(qkv.shard, model::ShardDim::QkvRows);
+  EXPECT_EQ(qkv.global_shape, (Shape{24, 8}));
+  EXPECT_EQ(qkv.slice_files, (std::vector<std::string>{"model_rank_0_0.safetensors", "model_rank_1_0.safetensors"}));
+  EXPECT_EQ(reader.info("model.embedding.word_embeddings.weight").global_shape, (Shape{24, 8}));
+  fs::remove_all(d);
+}
+
+TEST(Checkpoint, ReshardOnLoadAtTp1Tp2Tp4) {
+  const fs::path d = fresh_dir("reshard");
+  save_tp2(d, 3);
+  for (int tp : {1, 2, 4}) check_load(d, tp, 3);
+  fs::remove_all(d);
+}
+
+TEST(Checkpoint, FitRowsOnlyForTheVocabulary) {
+  Tensor a = Tensor::zeros({4, 2}, DType::F32);
+  EXPECT_THROW(fit_rows(a, {6, 2}, nullptr, "decoder.layers.0.mlp.linear_fc1.weight"), Error);
+  EXPECT_THROW(fit_rows(a, {4, 3}, nullptr, "embedding.word_embeddings.weight"), Error);
+  for (int i = 0; i < 8; ++i) a.data<float>()[i] = static_cast<float>(i + 1);
+  Tensor b = fit_rows(a, {3, 2}, nullptr, "embedding.word_embeddings.weight");
+  EXPECT_EQ(b.data<float>()[5], 6.f);
+  Tensor c = fit_rows(a, {5, 2}, nullptr, "embedding.word_embeddings.weight");
+  EXPECT_EQ(c.data<float>()[7], 8.f);
+  EXPECT_EQ(c.data<float>()[9], 0.f);
+}
+
+// See NOTE [Failure injection] in ckpt/atomic_io.h.
+TEST(Checkpoint, FailureAtEveryFileOperationKeepsTheLastCheckpoint) {
+  const fs::path probe = fresh_dir("probe");
+  save_tp2(probe, 1, 1);
+  save_tp2(probe, 2, 1);
+  const int64_t ops = fault_points_passed();
+  ASSERT_GE(ops, 8);
+  for (int64_t n = 1; n <= ops; ++n) {
+    const fs::path d = fresh_dir("fail");
+    save_tp2(d, 1, 1);
+    ::setenv("TRIPOD_CKPT_FAIL_AT", std::to_string(n).c_str(), 1);
+    EXPECT_THROW(save_tp2(d, 2, 1), Error) << "operation " << n;
+    ::unsetenv("TRIPOD_CKPT_FAIL_AT");
+    // The marker names a complete checkpoint: 1, or 2 when only the clean-up failed.
+    const int64_t latest = read_latest_iteration(d.string());
+    ASSERT_TRUE(latest == 1 || latest == 2) << "operation " << n;
+    check_load(d, 1, latest);
+    save_tp2(d, 2, 1);  // the next save recovers from the debris
+    check_load(d, 2, 2);
+    EXPECT_FALSE(fs::exists(d / "iter_0000001")) << "--save-retain 1, operation " << n;
+    fs::remove_all(d);
+  }
+  fs::remove_all(probe);
+}
+
+TEST(Checkpoint, RetainKeepsTheLastK) {
+  const fs::path d = fresh_dir("retain");
+  for (int it = 1; it <= 4; ++it) save_tp2(d, it, 2);
+  EXPECT_FALSE(fs::exists(d / "iter_0000001"));
+  EXPECT_FALSE(fs::exists(d / "iter_0000002"));
+  EXPECT_TRUE(fs::exists(d / "iter_0000003"));
+  EXPECT_TRUE(fs::exists(d / "iter_0000004"));
+  save_tp2(d, 4, 2);  // re-saving an existing iteration replaces it
+  check_load(d, 2, 4);
+  fs::remove_all(d);
+}
+
+void flip(const fs::path& p, size_t offset) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x04);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+// Opening the checkpoint and reading every tensor must throw, naming `what`.
+void expect_load_error(const fs::path& d, const std::string& what) {
+  try {
+    const auto reader = CheckpointReader::open(d.string());
+    for (const auto& n : reader.tensor_names()) reader.read_full(n);
+    ADD_FAILURE() << "no error; expected one naming " << what;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, CorruptFilesAreClearErrors) {
+  const fs::path d = fresh_dir("corrupt");
+  save_tp2(d, 5);
+  const fs::path it = d / "iter_0000005", rank1 = it / "model_rank_1_0.safetensors", meta = it / "metadata.json";
+  const std::string good_meta = read_text(meta.string()), good_rank = read_text(rank1.string());
+  auto put = [](const fs::path& p, const std::string& s) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc).write(s.data(), static_cast<std::streamsize>(s.size()));
+  };
+  auto restore = [&] {
+    put(meta, good_meta);
+    put(rank1, good_rank);
+  };
+  // Every byte of metadata.json and of the rank file's length + header.
+  uint64_t n = 0;
+  std::memcpy(&n, good_rank.data(), 8);
+  for (size_t i = 0; i < good_meta.size(); i += 37) {
+    flip(meta, i);
+    expect_load_error(d, "metadata.json");
+    restore();
+  }
+  for (size_t i = 0; i < 8 + n; i += 23) {
+    flip(rank1, i);
+    expect_load_error(d, "model_rank_1_0.safetensors");
+    restore();
+  }
+  for (size_t i = 8 + n; i < good_rank.size(); i += 97) {  // data bytes: per-tensor CRC
+    flip(rank1, i);
+    expect_load_error(d, "model_rank_1_0.safetensors");
+    restore();
+  }
+  for (size_t len : {size_t{0}, size_t{7}, size_t{8 + n / 2}, good_rank.size() - 1}) {  // truncation
+    put(rank1, good_rank.substr(0, len));
+    expect_load_error(d, "model_rank_1_0.safetensors");
+    restore();
+  }
+  fs::remove(rank1);
+  expect_load_error(d, "model_rank_1_0.safetensors");
+  restore();
+  write_text_synced((d / kLatestFile).string(), "12x\n");
+  expect_load_error(d, kLatestFile);
+  write_text_synced((d / kLatestFile).string(), "6\n");
+  expect_load_error(d, "iter_0000006");
+  write_text_synced((d / kLatestFile).string(), "5\n");
+  check_load(d, 4, 5);
+  fs::remove_all(d);
+}
+
+}  // namespace
