@@ -125,7 +125,9 @@ std::string diagnose_missing(Shared& sh, uint64_t seq, const std::string& op, Mi
   try {
     const std::string key = fmt::format("timeout/{}/", seq);
     sh.store->set_str(key + std::to_string(sh.spec.group_rank), op);
-    const auto until = Clock::now() + std::clamp(timeout / 2, Millis{200}, Millis{3000});
+    // Members started this collective up to a few seconds apart (a loaded
+    // host, a group still connecting), so give them as long to report.
+    const auto until = Clock::now() + std::clamp(timeout, Millis{200}, Millis{5000});
     std::vector<int> missing;
     for (;;) {
       missing.clear();
