@@ -137,4 +137,10 @@ class Backend {
 
 std::unique_ptr<Backend> make_cpu_backend();
 
+// CPU threads (OpenMP and OpenBLAS) per process: OMP_NUM_THREADS when set,
+// else the cores divided among the ranks on this node (as torchrun does), so
+// 8 ranks on 2 cores do not spin 16 threads against each other. Returns the
+// number chosen.
+int configure_cpu_threads(int local_world_size);
+
 }  // namespace tripod::backend

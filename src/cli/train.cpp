@@ -82,6 +82,17 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app.add_flag("--bf16", a.bf16, "bf16 compute, fp32 master weights (cuda)");
   app.add_flag("--fp16", a.fp16, "fp16 compute with loss scaling (cuda)");
+  app.add_option("--loss-scale", a.loss_scale, "fp16: static loss scale (default: dynamic)");
+  app.add_option("--initial-loss-scale", a.initial_loss_scale, "fp16: first dynamic loss scale")->capture_default_str();
+  app.add_option("--min-loss-scale", a.min_loss_scale, "fp16: lowest dynamic loss scale")->capture_default_str();
+  app.add_option("--loss-scale-window", a.loss_scale_window, "fp16: clean iterations before the scale doubles")
+      ->capture_default_str();
+  app.add_option("--hysteresis", a.hysteresis, "fp16: overflows tolerated before the scale halves")
+      ->capture_default_str();
+  app.add_flag("--recompute-activations", a.recompute_activations,
+               "selective recompute: the attention core is recomputed in backward");
+  app.add_option("--recompute-granularity", a.recompute_granularity,
+                 "full (rerun each layer's forward in backward) | selective");
   app.add_option("--peak-tflops", a.peak_tflops, "peak TFLOP/s for MFU (default: 989 on cuda, none on cpu)");
   app.add_option("--distributed-timeout-minutes", a.distributed_timeout_minutes,
                  "timeout of every collective and store wait")->capture_default_str();
@@ -108,6 +119,9 @@ int run_train(int argc, char** argv) {
   app.add_option("--dump-weights", dump_weights,
                  "after training, write each rank's parameter shards to DIR/rank<N>.bin (parity checks)")
       ->group("");  // hidden: a testing aid
+  app.add_option("--inject-grad-overflow-at", args.inject_grad_overflow_at,
+                 "make the gradients of iteration N non-finite (checks the fp16 skip and the NaN stop)")
+      ->group("");  // hidden: a testing aid
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -121,6 +135,7 @@ int run_train(int argc, char** argv) {
   args.tokenizer_model = tok.tokenizer_model;
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const dist::RankInfo info = dist::resolve_rank_info();
+  backend::configure_cpu_threads(info.local_world_size);
   auto be = make_backend(args.device, info.local_rank);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
   auto ctx = dist::DistContext::init(info, be->device().type, timeout);

@@ -14,7 +14,8 @@
 // parity runs use --adam-eps 1e-6 so the comparison measures the layouts'
 // arithmetic, not Adam's amplification of noise.
 //
-// usage: test_parity NAME NPROC "LAYOUT FLAGS"
+// usage: test_parity NAME NPROC "LAYOUT FLAGS" [tripod|torchrun|mpirun]
+// (the launcher of the layout run: the same `tripod train` under each)
 #include <gtest/gtest.h>
 
 #include <array>
@@ -33,7 +34,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-std::string g_name, g_flags;
+std::string g_name, g_flags, g_launcher = "tripod";
 int g_nproc = 1;
 
 const char* kModel =
@@ -119,8 +120,17 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   const std::string ref_cmd = std::string(bin) + " train " + kModel + " --metrics-file " + (dir / "ref.jsonl").string() +
                               " --dump-weights " + (dir / "ref").string() + " > " + (dir / "ref.log").string() + " 2>&1";
   ASSERT_EQ(sh(ref_cmd), 0) << "reference run failed; see " << dir / "ref.log";
-  const std::string run_cmd = std::string(bin) + " launch --nproc-per-node " + std::to_string(g_nproc) + " train " +
-                              kModel + " " + g_flags + " --metrics-file " + (dir / "run.jsonl").string() +
+  const std::string n = std::to_string(g_nproc);
+  std::string launch = std::string(bin) + " launch --nproc-per-node " + n;
+  if (g_launcher == "torchrun") {
+    if (sh("command -v torchrun > /dev/null") != 0) GTEST_SKIP() << "torchrun not installed (python3-torch)";
+    // Non-zero --redirects/--tee work around torchrun's crash on Python 3.11.
+    launch = "torchrun --standalone --nproc_per_node " + n + " --redirects 1 --tee 1 --no_python " + bin;
+  } else if (g_launcher == "mpirun") {
+    if (sh("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
+    launch = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " + n + " " + bin;
+  }
+  const std::string run_cmd = launch + " train " + kModel + " " + g_flags + " --metrics-file " + (dir / "run.jsonl").string() +
                               " --dump-weights " + (dir / "run").string() + " > " + (dir / "run.log").string() + " 2>&1";
   ASSERT_EQ(sh(run_cmd), 0) << "layout run failed; see " << dir / "run.log";
 
@@ -154,5 +164,6 @@ int main(int argc, char** argv) {
   g_name = argv[1];
   g_nproc = std::atoi(argv[2]);
   g_flags = argc > 3 ? argv[3] : "";
+  if (argc > 4) g_launcher = argv[4];
   return RUN_ALL_TESTS();
 }
