@@ -1,0 +1,101 @@
+// Activation bytes per rank against Korthikanti et al. 2022 ("Reducing
+// Activation Recomputation in Large Transformer Models", eq. 2-4): per layer
+//   no parallelism     sbh (34 + 5as/h)
+//   tensor parallel    sbh (10 + 24/t + 5as/(ht))
+//   + sequence par.    sbh (34/t + 5as/(ht))
+// The 5as/h term is the attention score/softmax/dropout-mask storage, which a
+// flash-style attention (tripod's, on both backends) never keeps, so the
+// comparison uses the formulas without it: the ratio act(t) / act(1) of the
+// model's own count must follow the formula's ratio within 10%.
+//
+// tripod also counts exactly: each stored (N = s b rows) buffer of a layer
+// in fp32 is listed in model::MicroBatchActs; the test checks that count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "base/error.h"
+#include "model/gpt_model.h"
+
+namespace tripod {
+namespace {
+
+// A tp group of a given size that must never be used for communication:
+// building a model and its activation buffers needs none.
+class SizeOnlyGroup final : public dist::Communicator {
+ public:
+  explicit SizeOnlyGroup(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  std::shared_ptr<dist::Work> all_reduce(Tensor&, const dist::AllReduceOptions&) override { return fail(); }
+  std::shared_ptr<dist::Work> all_gather(Tensor&, const Tensor&, const dist::AllGatherOptions&) override { return fail(); }
+  std::shared_ptr<dist::Work> reduce_scatter(Tensor&, const Tensor&, const dist::ReduceScatterOptions&) override {
+    return fail();
+  }
+  std::shared_ptr<dist::Work> broadcast(Tensor&, const dist::BroadcastOptions&) override { return fail(); }
+  std::shared_ptr<dist::Work> send(const Tensor&, int, const dist::SendOptions&) override { return fail(); }
+  std::shared_ptr<dist::Work> recv(Tensor&, int, const dist::RecvOptions&) override { return fail(); }
+  void barrier(const dist::BarrierOptions&) override { fail(); }
+  void abort() noexcept override {}
+
+ private:
+  std::shared_ptr<dist::Work> fail() { TRIPOD_FAIL("SizeOnlyGroup: no communication in this test"); }
+  int size_;
+  std::string name_ = "tp";
+};
+
+size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const model::GptConfig& cfg) {
+  auto be = backend::make_cpu_backend();
+  SizeOnlyGroup group(tp);
+  model::StageConfig st;
+  st.tp_size = tp;
+  st.tp = tp > 1 ? &group : nullptr;
+  st.sequence_parallel = sp;
+  st.pre_process = false;   // transformer layers only, as the paper's per-layer formula
+  st.post_process = false;
+  model::GptModel m(cfg, st, *be);
+  auto acts = m.make_acts(B, T);
+  // The stage's input buffer is not part of any layer.
+  return (acts.bytes() - acts.input.nbytes()) / static_cast<size_t>(cfg.num_layers);
+}
+
+model::GptConfig config() {
+  model::GptConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 256;
+  c.num_attention_heads = 8;
+  c.seq_length = 64;
+  c.vocab_size = 1000;
+  c.finalize();
+  return c;
+}
+
+TEST(ActivationMemory, ExactCountPerLayer) {
+  const auto c = config();
+  const int64_t B = 2, T = c.seq_length, N = B * T, C = c.hidden_size, NH = c.num_attention_heads;
+  for (int tp : {1, 2, 4})
+    for (bool sp : {false, true}) {
+      const int64_t rows = (sp && tp > 1) ? N / tp : N;  // residual-stream rows held
+      // ln1, res1, ln2, out (rows x C) + 4 LayerNorm stats (rows) + qkv 3C/t, att C/t,
+      // fc1 and gelu 4C/t each (N rows) + lse (N x NH/t), all fp32.
+      const int64_t floats = 4 * rows * C + 4 * rows + N * (3 * C + C + 8 * C) / tp + N * NH / tp;
+      EXPECT_EQ(layer_bytes(tp, sp, B, T, c), static_cast<size_t>(floats * 4)) << "tp " << tp << " sp " << sp;
+    }
+}
+
+TEST(ActivationMemory, DropsAsKorthikantiPredicts) {
+  const auto c = config();
+  const double base = static_cast<double>(layer_bytes(1, false, 2, c.seq_length, c));
+  for (int t : {2, 4}) {
+    const double tp_ratio = static_cast<double>(layer_bytes(t, false, 2, c.seq_length, c)) / base;
+    const double sp_ratio = static_cast<double>(layer_bytes(t, true, 2, c.seq_length, c)) / base;
+    const double tp_formula = (10.0 + 24.0 / t) / 34.0;
+    const double sp_formula = (34.0 / t) / 34.0;
+    EXPECT_NEAR(tp_ratio, tp_formula, 0.10 * tp_formula) << "tensor parallel t=" << t;
+    EXPECT_NEAR(sp_ratio, sp_formula, 0.10 * sp_formula) << "sequence parallel t=" << t;
+  }
+}
+
+}  // namespace
+}  // namespace tripod
