@@ -1,0 +1,168 @@
+// Memory model of a layout. See plan/memory_model.h for the formulas and
+// their sources; docs/plan.md for the derivations.
+#include "plan/memory_model.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace tripod::plan {
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+Recompute recompute_from_string(const std::string& s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  TRIPOD_FAIL("unknown recompute granularity '{}': use none, selective or full", s);
+}
+
+// ---- model ----
+
+int64_t ModelSpec::padded_vocab(int tp) const {
+  const int64_t multiple = make_vocab_size_divisible_by * tp;
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+int64_t ModelSpec::num_parameters(int64_t vocab) const {
+  const int64_t C = hidden_size, F = ffn();
+  const int64_t per_layer = 4 * C + 3 * C * C + 3 * C + C * C + C + 2 * F * C + F + C;
+  return vocab * C + max_positions() * C + num_layers * per_layer + 2 * C;
+}
+
+double ModelSpec::flops_per_token() const {
+  return 6.0 * double(num_parameters(vocab_size)) + 6.0 * double(num_layers * seq_length * hidden_size);
+}
+
+void ModelSpec::validate() const {
+  TRIPOD_CHECK(num_layers > 0, "--num-layers must be > 0 (got {})", num_layers);
+  TRIPOD_CHECK(hidden_size > 0, "--hidden-size must be > 0 (got {})", hidden_size);
+  TRIPOD_CHECK(num_attention_heads > 0 && hidden_size % num_attention_heads == 0,
+               "--hidden-size {} must be a multiple of --num-attention-heads {}", hidden_size,
+               num_attention_heads);
+  TRIPOD_CHECK(seq_length > 0, "--seq-length must be > 0 (got {})", seq_length);
+  TRIPOD_CHECK(vocab_size > 0, "--vocab-size must be > 0 (got {})", vocab_size);
+  TRIPOD_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be > 0");
+  TRIPOD_CHECK(max_positions() >= seq_length, "--max-position-embeddings {} < --seq-length {}",
+               max_positions(), seq_length);
+}
+
+std::string Layout::str() const {
+  std::string s = fmt::format("tp{} pp{} dp{}", tp, pp, dp);
+  if (vpp > 1) s += fmt::format(" vpp{}", vpp);
+  s += fmt::format(" mbs{}", micro_batch);
+  if (sp()) s += " sp";
+  if (distributed_optimizer) s += " dist-opt";
+  if (recompute != Recompute::kNone) s += " recompute=" + to_string(recompute);
+  return s;
+}
+
+// ---- parameters and optimizer state ----
+
+double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int dp) {
+  // Half precision: 2 (bf16/fp16 param) + 4 (fp32 grad) + 4 (fp32 master) + 8 (Adam m, v).
+  // fp32: 4 (param = master) + 4 (grad) + 8 (Adam). The distributed optimizer
+  // shards what only the optimizer touches (master + m + v) over dp.
+  const bool half = p != Precision::kFp32;
+  const double kept = half ? 6.0 : 8.0, sharded = half ? 12.0 : 8.0;
+  return kept + sharded / (distributed_optimizer ? dp : 1);
+}
+
+int64_t params_on_stage(const ModelSpec& m, int tp, int pp, int stage) {
+  const int64_t C = m.hidden_size, F = m.ffn(), Vp = m.padded_vocab(tp);
+  // Column-parallel qkv / fc1 (weights and biases split), row-parallel
+  // proj / fc2 (weights split, biases replicated), LayerNorms replicated.
+  const int64_t layer_sharded = (3 * C * C + 3 * C + C * C + F * C + F + C * F) / tp;
+  const int64_t layer_replicated = C + C + 4 * C;
+  const int64_t layers = (m.num_layers + pp - 1) / pp;
+  int64_t n = layers * (layer_sharded + layer_replicated);
+  if (stage == 0) n += Vp * C / tp + m.max_positions() * C;
+  if (stage == pp - 1) {
+    n += 2 * C;                       // final LayerNorm
+    if (pp > 1) n += Vp * C / tp;     // copy of the word embedding for the tied output layer
+  }
+  return n;
+}
+
+// ---- activations ----
+
+double paper_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, Recompute r) {
+  const double s = double(m.seq_length), h = double(m.hidden_size), a = double(m.num_attention_heads);
+  const double f = double(m.ffn()) / h, t = tp, sbh = s * double(b) * h;
+  if (r == Recompute::kFull) return 2.0 * sbh / (sp && tp > 1 ? t : 1.0);
+  const double attn_scores = r == Recompute::kSelective ? 0.0 : 5.0 * a * s * s * double(b) / t;
+  if (tp == 1) return sbh * (18.0 + 4.0 * f) + attn_scores;
+  if (sp) return sbh * (18.0 + 4.0 * f) / t + attn_scores;
+  return sbh * (10.0 + (8.0 + 4.0 * f) / t) + attn_scores;
+}
+
+double tripod_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp) {
+  const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
+  const double h = double(m.hidden_size), a = double(m.num_attention_heads), F = double(m.ffn());
+  return 4.0 * (4.0 * Nsp * h + 4.0 * Nsp + N * (3.0 * h + h + a + 2.0 * F) / tp);
+}
+
+double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process) {
+  const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N, h = double(m.hidden_size);
+  double n = Nsp * h;                                       // stage input
+  if (post_process) n += Nsp * h + 2.0 * Nsp + N + Nsp * h;  // lnf (+ mean, rstd), losses, dlnf
+  return 4.0 * n;
+}
+
+// Warm-up micro-batches of pipeline rank r plus the one in its steady state
+// (Megatron's schedules.py): 1F1B min(P - r, m); interleaved, in model
+// chunks of L/(P v) layers, min(m v, 2(P - 1 - r) + (v - 1) P + 1).
+static double inflight_on_rank(int pp, int vpp, int64_t m, int rank) {
+  if (pp == 1) return 1.0;
+  if (vpp <= 1) return double(std::min<int64_t>(pp - rank, m));
+  const int64_t chunks = std::min<int64_t>(m * vpp, 2 * (pp - 1 - rank) + int64_t(vpp - 1) * pp + 1);
+  return double(chunks) / vpp;
+}
+
+double inflight_microbatches(int pp, int vpp, int64_t m) { return inflight_on_rank(pp, vpp, m, 0); }
+
+static double stage_activations(const ModelSpec& m, const Layout& l, int stage) {
+  const double layers = double((m.num_layers + l.pp - 1) / l.pp);
+  const double inflight = inflight_on_rank(l.pp, l.vpp, l.num_microbatches(), stage);
+  const double s = double(m.seq_length), h = double(m.hidden_size), b = double(l.micro_batch);
+  const double sp_div = l.sp() ? l.tp : 1.0;
+  double bytes = inflight * layers * paper_layer_activation_bytes(m, l.micro_batch, l.tp, l.sp(), l.recompute);
+  // Full recompute rebuilds one layer's activations at a time in backward.
+  if (l.recompute == Recompute::kFull)
+    bytes += paper_layer_activation_bytes(m, l.micro_batch, l.tp, l.sp(), Recompute::kNone);
+  if (stage == 0) bytes += inflight * s * b * h / sp_div;  // embedding dropout mask (1 byte)
+  if (stage == l.pp - 1) {
+    // One micro-batch in the loss head: final-norm input, output-layer input,
+    // fp32 logits for the cross entropy (the paper's 4sbv/t).
+    bytes += 2.0 * s * b * h / sp_div + 2.0 * s * b * h + 4.0 * s * b * double(m.padded_vocab(l.tp)) / l.tp;
+  }
+  // The paper counts 16-bit activations; fp32 training keeps twice as many bytes.
+  if (m.precision == Precision::kFp32) bytes *= 2.0;
+  return bytes;
+}
+
+MemoryBreakdown estimate_memory(const ModelSpec& m, const Layout& l, const MemoryOptions& o) {
+  MemoryBreakdown best;
+  for (int stage : {0, l.pp - 1}) {
+    MemoryBreakdown mb;
+    mb.stage = stage;
+    mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
+    mb.bytes_per_param = model_state_bytes_per_param(m.precision, l.distributed_optimizer, l.dp);
+    mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param;
+    mb.activations = stage_activations(m, l, stage);
+    mb.workspace = o.workspace_fixed_gib * double(1ll << 30) + o.fragmentation * mb.activations;
+    if (stage == 0 || mb.total() > best.total()) best = mb;
+  }
+  return best;
+}
+
+}  // namespace tripod::plan

@@ -1,0 +1,165 @@
+// Layout search. See plan/search.h for the rules and the order.
+#include "plan/search.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace tripod::plan {
+namespace {
+
+constexpr double kGiB = double(1ll << 30);
+
+std::vector<int> divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+bool is_plain_dp(const Layout& l) { return l.tp == 1 && l.pp == 1; }
+
+void add_reasons(const ModelSpec& m, const Machine& mc, Candidate& c) {
+  const Layout& l = c.layout;
+  auto& r = c.reasons;
+  const double gpu = mc.gpu_memory_gb * kGiB;
+  if (is_plain_dp(l)) r.push_back("fits without model parallelism: plain DP is fastest (no TP all-reduces, no bubble)");
+  if (l.tp > 1)
+    r.push_back(c.time.tp_crosses_nodes
+                    ? fmt::format("TP{} spans nodes: 4 all-reduces per layer over the {:.0f} GB/s inter-node link",
+                                  l.tp, mc.inter_node_bw_gbs)
+                    : fmt::format("TP{} kept inside a node (NVLink, {:.0f} GB/s)", l.tp, mc.intra_node_bw_gbs));
+  if (l.pp > 1)
+    r.push_back(fmt::format("PP{}{}: bubble (P-1)/(v m) = {}/({}x{}) = {:.1f}% of compute", l.pp,
+                            l.vpp > 1 ? fmt::format(" interleaved x{}", l.vpp) : "", l.pp - 1, l.vpp,
+                            l.num_microbatches(),
+                            100.0 * (l.pp - 1) / (double(l.vpp) * double(l.num_microbatches()))));
+  if (l.sp()) r.push_back(fmt::format("sequence parallel: LayerNorm/dropout activations / {}", l.tp));
+  if (l.distributed_optimizer)
+    r.push_back(fmt::format("distributed optimizer: {:.2f} instead of {:.0f} bytes/param", c.mem.bytes_per_param,
+                            model_state_bytes_per_param(m.precision, false, l.dp)));
+  if (l.recompute == Recompute::kSelective) r.push_back("selective recompute: attention scores not stored (+ ~2LTC FLOPs)");
+  if (l.recompute == Recompute::kFull) r.push_back("full recompute: only layer inputs stored (+33% compute)");
+  if (l.dp > 1 && c.time.dp_crosses_nodes) r.push_back("DP gradient sync crosses nodes");
+  r.push_back(fmt::format("grad accumulation {} = {} / ({} x {})", l.num_microbatches(), l.global_batch,
+                          l.micro_batch, l.dp));
+  r.push_back(fmt::format("{:.1f} of {:.0f} GiB ({:.0f}%)", c.mem.total() / kGiB, mc.gpu_memory_gb,
+                          100.0 * c.mem.total() / gpu));
+}
+
+// Every layout of the search space (before the rules).
+std::vector<Layout> enumerate(const ModelSpec& m, const Machine& mc, const SearchOptions& o) {
+  std::vector<Layout> out;
+  const int world = mc.world();
+  const std::vector<int> tps = o.tp > 0 ? std::vector<int>{o.tp} : divisors(world);
+  for (int tp : tps) {
+    const std::vector<int> pps = o.pp > 0 ? std::vector<int>{o.pp} : divisors(std::max(1, world / tp));
+    for (int pp : pps) {
+      if (world % (tp * pp) != 0) continue;
+      const int dp = world / (tp * pp);
+      std::vector<int64_t> mbs;
+      if (o.micro_batch > 0) mbs = {o.micro_batch};
+      else
+        for (int64_t b = 1; b <= o.global_batch / dp; b *= 2) mbs.push_back(b);
+      std::vector<bool> sps = {false};
+      if (tp > 1 && o.sequence_parallel == Choice::kOn) sps = {true};
+      if (tp > 1 && o.sequence_parallel == Choice::kSearch) sps = {false, true};
+      std::vector<bool> dos = {o.distributed_optimizer == Choice::kOn};
+      if (dp > 1 && o.distributed_optimizer == Choice::kSearch) dos = {false, true};
+      std::vector<int> vpps = pp > 1 ? o.vpp : std::vector<int>{1};
+      for (int vpp : vpps)
+        for (int64_t mb : mbs)
+          for (bool sp : sps)
+            for (bool dopt : dos)
+              for (Recompute rc : o.recompute) {
+                Layout l;
+                l.tp = tp, l.pp = pp, l.dp = dp, l.vpp = vpp, l.micro_batch = mb;
+                l.global_batch = o.global_batch, l.sequence_parallel = sp;
+                l.distributed_optimizer = dopt, l.recompute = rc;
+                out.push_back(l);
+              }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const Layout& l, bool allow_tp_across_nodes) {
+  const int world = mc.world();
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.micro_batch < 1)
+    return "sizes must be >= 1";
+  if (int64_t(l.tp) * l.pp * l.dp != world)
+    return fmt::format("TP x PP x DP = {} x {} x {} != {} GPUs", l.tp, l.pp, l.dp, world);
+  if (!allow_tp_across_nodes && group_crosses_nodes(l.tp, mc.gpus_per_node))
+    return fmt::format("TP {} does not divide the {} GPUs of a node (TP would cross nodes)", l.tp, mc.gpus_per_node);
+  if (m.num_attention_heads % l.tp != 0)
+    return fmt::format("heads {} % TP {} != 0", m.num_attention_heads, l.tp);
+  if (m.ffn() % l.tp != 0) return fmt::format("ffn {} % TP {} != 0", m.ffn(), l.tp);
+  if (l.sp() && m.seq_length % l.tp != 0)
+    return fmt::format("sequence parallel: seq {} % TP {} != 0", m.seq_length, l.tp);
+  if (m.num_layers % (int64_t(l.pp) * l.vpp) != 0)
+    return fmt::format("layers {} % (PP {} x vpp {}) != 0", m.num_layers, l.pp, l.vpp);
+  if (l.global_batch % (l.micro_batch * l.dp) != 0)
+    return fmt::format("global batch {} % (micro {} x DP {}) != 0", l.global_batch, l.micro_batch, l.dp);
+  if (l.vpp > 1 && l.pp < 2) return "virtual pipeline needs PP >= 2";
+  if (l.vpp > 1 && l.num_microbatches() % l.pp != 0)
+    return fmt::format("interleaved schedule: micro-batches {} % PP {} != 0", l.num_microbatches(), l.pp);
+  return "";
+}
+
+Candidate evaluate(const ModelSpec& m, const Machine& mc, const Layout& l, const MemoryOptions& o) {
+  Candidate c;
+  c.layout = l;
+  c.mem = estimate_memory(m, l, o);
+  c.time = estimate_time(m, l, mc);
+  const double tokens = double(l.global_batch) * double(m.seq_length);
+  c.tokens_per_second = tokens / c.time.total();
+  c.mfu = m.flops_per_token() * tokens / (c.time.total() * mc.peak_tflops * 1e12 * mc.world());
+  c.fits = c.mem.total() <= mc.gpu_memory_gb * kGiB;
+  add_reasons(m, mc, c);
+  return c;
+}
+
+PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptions& o) {
+  m.validate();
+  TRIPOD_CHECK(mc.nnodes >= 1 && mc.gpus_per_node >= 1, "--nnodes and --gpus-per-node must be >= 1");
+  TRIPOD_CHECK(o.global_batch >= 1, "--global-batch-size must be >= 1");
+  PlanResult res;
+  for (const Layout& l : enumerate(m, mc, o)) {
+    if (!layout_rule_violation(m, mc, l, o.allow_tp_across_nodes).empty()) continue;
+    ++res.valid_layouts;
+    Candidate c = evaluate(m, mc, l, o.memory);
+    if (!res.smallest || c.mem.total() < res.smallest->mem.total()) res.smallest = c;
+    if (!c.fits) {
+      ++res.too_big;
+      continue;
+    }
+    res.plain_dp_fits |= is_plain_dp(l);
+    res.fits.push_back(std::move(c));
+  }
+  const bool dp_first = res.plain_dp_fits;
+  std::stable_sort(res.fits.begin(), res.fits.end(), [&](const Candidate& a, const Candidate& b) {
+    if (dp_first && is_plain_dp(a.layout) != is_plain_dp(b.layout)) return is_plain_dp(a.layout);
+    if (a.time.total() != b.time.total()) return a.time.total() < b.time.total();
+    return a.mem.total() < b.mem.total();
+  });
+  if (res.plain_dp_fits)
+    res.notes.push_back("the model fits one GPU: plain DP beats TP/PP (listed first)");
+  else if (!res.fits.empty())
+    res.notes.push_back("the model does not fit one GPU with plain DP: model parallelism (TP/PP) needed");
+  if (res.fits.empty() && res.smallest)
+    res.notes.push_back(fmt::format(
+        "no layout fits {:.0f} GiB; the smallest ({}) needs {:.1f} GiB: add GPUs, lower --seq-length, or use "
+        "GPUs with more memory",
+        mc.gpu_memory_gb, res.smallest->layout.str(), res.smallest->mem.total() / kGiB));
+  if (res.valid_layouts == 0)
+    res.notes.push_back("no layout obeys the rules (heads % TP, layers % (PP x vpp), global % (micro x DP)); "
+                        "check --global-batch-size and --num-layers");
+  return res;
+}
+
+}  // namespace tripod::plan

@@ -1,0 +1,72 @@
+// Search over parallel layouts: every TP x PP x DP (x micro-batch, virtual
+// pipeline, recompute, sequence parallel, distributed optimizer) that obeys
+// the layout rules, kept when its predicted memory fits one GPU, ordered
+// best first with the reasons spelled out. Backs `tripod plan`; the trainer
+// can call plan_layouts() to suggest a layout after an out-of-memory error.
+//
+// Rules (mission step 5, and what the trainer itself checks):
+//   DP = world / (TP x PP); TP divides the GPUs of a node (kept on NVLink)
+//   unless allow_tp_across_nodes; heads % TP == 0; ffn % TP == 0;
+//   seq % TP == 0 with SP; layers % (PP x vpp) == 0; vpp > 1 needs PP >= 2
+//   and micro-batches % PP == 0 (tripod's and Megatron's interleaved
+//   schedule); global % (micro x DP) == 0.
+// Order: when some plain-DP layout (TP = PP = 1) fits, plain DP comes first
+// (no TP all-reduces, no bubble); then by predicted step time, then memory.
+//
+// Usage:
+//   plan::SearchOptions o; o.global_batch = 512;
+//   auto r = plan::plan_layouts(model, machine, o);
+//   for (auto& c : r.fits) fmt::print("{} {}\n", c.layout.str(), c.mem.total());
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/memory_model.h"
+#include "plan/time_model.h"
+
+namespace tripod::plan {
+
+enum class Choice { kSearch, kOn, kOff };
+
+struct SearchOptions {
+  int64_t global_batch = 512;
+  int64_t micro_batch = 0;  // 0: search 1, 2, 4, ... that divide global / DP
+  int tp = 0, pp = 0;       // 0: search
+  std::vector<int> vpp = {1, 2, 4};
+  std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)
+  Choice distributed_optimizer = Choice::kSearch;
+  bool allow_tp_across_nodes = false;
+  MemoryOptions memory;
+};
+
+struct Candidate {
+  Layout layout;
+  MemoryBreakdown mem;
+  TimeBreakdown time;
+  double tokens_per_second = 0;
+  double mfu = 0;  // model FLOPs / (step time x peak x world)
+  bool fits = false;
+  std::vector<std::string> reasons;
+};
+
+struct PlanResult {
+  std::vector<Candidate> fits;  // best first
+  int64_t valid_layouts = 0;    // obeyed the rules
+  int64_t too_big = 0;          // obeyed the rules but did not fit
+  bool plain_dp_fits = false;
+  std::optional<Candidate> smallest;  // least memory of all valid layouts (when nothing fits)
+  std::vector<std::string> notes;     // whole-plan remarks ("model fits one GPU: ...")
+};
+
+// Empty when `l` obeys every rule for this model and machine, else why not.
+std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const Layout& l,
+                                  bool allow_tp_across_nodes);
+
+Candidate evaluate(const ModelSpec& m, const Machine& mc, const Layout& l, const MemoryOptions& o = {});
+
+PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptions& o);
+
+}  // namespace tripod::plan

@@ -1,0 +1,59 @@
+// Time model of a layout: predicted seconds per training step, split into
+// compute, TP communication, pipeline bubble, PP point-to-point and DP
+// gradient synchronisation. Deliberately simple (no overlap of
+// communication with compute), so the ranking is explainable; the absolute
+// numbers are estimates, the order is what `tripod plan` relies on.
+//
+// References:
+//  - FLOPs per token 6N + 6LTC (Kaplan et al. 2020; PaLM appendix B), x 4/3
+//    for full recompute (one more forward), + 2LTC for selective (the
+//    attention core's forward again).
+//  - Megatron-LM (Shoeybi et al. 2019): 2 all-reduces of (s, b, h) per layer
+//    in forward and 2 in backward under TP; with SP all-gather +
+//    reduce-scatter of the same total volume (Korthikanti et al. 2022).
+//  - Narayanan et al. 2021: bubble fraction (P - 1) / (v m).
+//  - nccl-tests doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n x S bytes per
+//    rank, all-gather / reduce-scatter (n-1)/n x S; "bandwidth" below is bus
+//    bandwidth in that sense.
+#pragma once
+
+#include <string>
+
+#include "plan/memory_model.h"
+
+namespace tripod::plan {
+
+struct Machine {
+  int nnodes = 1;
+  int gpus_per_node = 8;
+  double gpu_memory_gb = 80;        // GiB per GPU
+  double peak_tflops = 989;         // dense bf16/fp16 TFLOP/s per GPU (H100 SXM)
+  double intra_node_bw_gbs = 300;   // bus bandwidth inside a node (NVLink), GB/s
+  double inter_node_bw_gbs = 40;    // bus bandwidth per GPU across nodes (IB/RoCE), GB/s
+  double intra_node_latency_us = 10;  // per collective
+  double inter_node_latency_us = 25;
+  double assumed_mfu = 0.45;        // fraction of peak the matmuls reach
+  int world() const { return nnodes * gpus_per_node; }
+};
+
+struct TimeBreakdown {
+  double compute = 0;   // s: FLOPs / (peak x MFU), incl. recompute
+  double tp_comm = 0;   // s: TP all-reduces (or SP gather/scatter)
+  double bubble = 0;    // s: pipeline fill and drain
+  double pp_comm = 0;   // s: activations sent between stages
+  double dp_comm = 0;   // s: gradient all-reduce (or reduce-scatter + all-gather)
+  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
+  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm; }
+};
+
+// Which groups leave a node, with Megatron's rank order (tp fastest, then
+// dp, then pp: "tp-dp-pp"): a tp group is ranks [k tp, (k+1) tp), a dp group
+// a stride-tp run over tp x dp consecutive ranks.
+bool group_crosses_nodes(int span, int gpus_per_node);
+
+// Seconds to all-reduce `bytes` over n ranks at bus bandwidth `bw_gbs`.
+double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us);
+
+TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& machine);
+
+}  // namespace tripod::plan

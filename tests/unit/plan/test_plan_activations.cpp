@@ -1,0 +1,83 @@
+// tripod's own activation formula (plan/memory_model.h,
+// tripod_layer_activation_bytes) against what the model really allocates:
+// model::MicroBatchActs::bytes() for stages with and without the embedding
+// and the loss head, at tp 1 and tp 2 with and without sequence parallel.
+// Also the parameter count of plan::ModelSpec against model::GptConfig.
+#include <gtest/gtest.h>
+
+#include "backend/ops.h"
+#include "dist/local_communicator.h"
+#include "model/gpt_model.h"
+#include "plan/memory_model.h"
+
+namespace tripod::plan {
+namespace {
+
+// make_acts() only needs the tp group's size: a group that reports `n`
+// members and is never used for communication here.
+class SizedGroup : public dist::LocalCommunicator {
+ public:
+  explicit SizedGroup(int n) : LocalCommunicator("tp"), n_(n) {}
+  int size() const override { return n_; }
+
+ private:
+  int n_;
+};
+
+struct Case {
+  int tp;
+  bool sp, pre, post;
+  int64_t B;
+};
+
+TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
+  model::GptConfig cfg;
+  cfg.num_layers = 3, cfg.hidden_size = 64, cfg.num_attention_heads = 4, cfg.ffn_hidden_size = 192;
+  cfg.seq_length = 32, cfg.vocab_size = 100;
+  cfg.finalize();
+  ModelSpec m;
+  m.num_layers = 3, m.hidden_size = 64, m.num_attention_heads = 4, m.ffn_hidden_size = 192;
+  m.seq_length = 32, m.vocab_size = 100;
+  auto be = backend::make_cpu_backend();
+  for (const Case& c : {Case{1, false, true, true, 2}, Case{1, false, false, true, 3}, Case{1, false, true, false, 1},
+                        Case{2, false, true, true, 2}, Case{2, true, true, true, 2}, Case{2, true, false, false, 4},
+                        Case{4, true, false, true, 1}}) {
+    SCOPED_TRACE(testing::Message() << "tp " << c.tp << " sp " << c.sp << " pre " << c.pre << " post " << c.post
+                                    << " B " << c.B);
+    SizedGroup group(c.tp);
+    model::StageConfig st;
+    st.first_layer = 0, st.num_local_layers = cfg.num_layers, st.pre_process = c.pre, st.post_process = c.post;
+    st.tp_size = c.tp, st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
+    model::GptModel model(cfg, st, *be);
+    const model::MicroBatchActs acts = model.make_acts(c.B, cfg.seq_length);
+    const double want = 3 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp) +
+                        tripod_stage_extra_activation_bytes(m, c.B, c.tp, c.sp, c.post);
+    EXPECT_DOUBLE_EQ(double(acts.bytes()), want);
+  }
+}
+
+TEST(PlanActivations, HandCountOneLayer) {
+  // B 2, T 32, C 64, NH 4, F 256, tp 1 (fp32 floats):
+  // ln1, res1, ln2, out: 4 x 64 x 64; means/rstds: 4 x 64; qkv 64 x 192; att 64 x 64;
+  // lse 2 x 4 x 32; fc1, gelu: 2 x 64 x 256  -> 16384 + 256 + 12288 + 4096 + 256 + 32768 = 66048 floats.
+  ModelSpec m;
+  m.num_layers = 1, m.hidden_size = 64, m.num_attention_heads = 4, m.seq_length = 32, m.vocab_size = 100;
+  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false), 4.0 * 66048);
+}
+
+TEST(PlanActivations, ParameterCountMatchesModel) {
+  model::GptConfig cfg;
+  cfg.num_layers = 48, cfg.hidden_size = 1600, cfg.num_attention_heads = 25, cfg.seq_length = 1024;
+  cfg.vocab_size = 50257;
+  cfg.finalize();
+  ModelSpec m;
+  m.num_layers = 48, m.hidden_size = 1600, m.num_attention_heads = 25, m.seq_length = 1024;
+  for (int tp : {1, 2, 8}) {
+    EXPECT_EQ(m.padded_vocab(tp), cfg.padded_vocab_size(tp));
+    EXPECT_EQ(m.num_parameters(m.padded_vocab(tp)), cfg.num_parameters(cfg.padded_vocab_size(tp)));
+  }
+  EXPECT_DOUBLE_EQ(m.flops_per_token(), cfg.flops_per_token());
+}
+
+}  // namespace
+}  // namespace tripod::plan

@@ -1,0 +1,121 @@
+// Memory and time model of tripod plan against hand-computed values for
+// GPT-2 124M and 1.5B (every number below is worked out in the comment next
+// to it from the formulas of docs/plan.md, not from the code under test).
+#include <gtest/gtest.h>
+
+#include "plan/memory_model.h"
+#include "plan/time_model.h"
+
+namespace tripod::plan {
+namespace {
+
+ModelSpec gpt2_124m() {
+  ModelSpec m;  // 12 layers, 768 hidden, 12 heads, seq 1024, vocab 50257 -> 50304 at tp1
+  return m;
+}
+
+ModelSpec gpt2_1558m() {
+  ModelSpec m;
+  m.num_layers = 48, m.hidden_size = 1600, m.num_attention_heads = 25, m.seq_length = 1024;
+  return m;
+}
+
+TEST(PlanMemory, ParameterCountsGpt2) {
+  // 124M: per layer 4C + 3C^2 + 3C + C^2 + C + 2FC + F + C = 7,087,872 (C 768, F 3072);
+  // x 12 + 50304 x 768 + 1024 x 768 + 2 x 768 = 124,475,904 (llm.c prints the same).
+  EXPECT_EQ(gpt2_124m().padded_vocab(1), 50304);
+  EXPECT_EQ(gpt2_124m().num_parameters(50304), 124475904);
+  EXPECT_EQ(params_on_stage(gpt2_124m(), 1, 1, 0), 124475904);
+  // 1.5B at tp 2: vocab padded to a multiple of 256 -> 50432.
+  EXPECT_EQ(gpt2_1558m().padded_vocab(2), 50432);
+  // tp2 pp2, stage 0: 24 layers x (30,731,200 / 2 sharded + 6 x 1600 replicated) = 369,004,800,
+  // + 50432 x 1600 / 2 + 1024 x 1600 = 410,988,800.
+  EXPECT_EQ(params_on_stage(gpt2_1558m(), 2, 2, 0), 410988800);
+  // last stage: layers + final LN 3200 + its copy of the word embedding 40,345,600.
+  EXPECT_EQ(params_on_stage(gpt2_1558m(), 2, 2, 1), 409353600);
+}
+
+TEST(PlanMemory, BytesPerParamAsMegatronDoc) {
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kBf16, false, 8), 18.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kBf16, true, 8), 6.0 + 12.0 / 8);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kFp16, true, 4), 9.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kFp32, false, 4), 16.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kFp32, true, 4), 10.0);
+}
+
+TEST(PlanMemory, PaperFormulasAtFourH) {
+  // With F = 4h the generalised formula is the paper's: s b h (34 + 5as/h) etc.
+  const ModelSpec m = gpt2_124m();
+  const double sbh = 1024.0 * 4 * 768, a = 12, s = 1024, h = 768;
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 1, false, Recompute::kNone), sbh * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, false, Recompute::kNone),
+                   sbh * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::kNone), sbh * (34.0 / 4 + 5 * a * s / (h * 4)));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::kSelective), sbh * 34.0 / 4);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::kFull), 2 * sbh / 4);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, false, Recompute::kFull), 2 * sbh);
+}
+
+TEST(PlanMemory, InflightMicrobatches) {
+  EXPECT_DOUBLE_EQ(inflight_microbatches(1, 1, 32), 1.0);
+  EXPECT_DOUBLE_EQ(inflight_microbatches(4, 1, 8), 4.0);  // 1F1B: P
+  EXPECT_DOUBLE_EQ(inflight_microbatches(4, 1, 2), 2.0);  // fewer micro-batches than stages
+  // Interleaved, P 4, v 2, many micro-batches: P (1 + (P-1)/(P v)) = 4 x 11/8 = 5.5.
+  EXPECT_DOUBLE_EQ(inflight_microbatches(4, 2, 64), 5.5);
+}
+
+TEST(PlanMemory, Gpt2_124mPlainDp) {
+  Layout l;
+  l.dp = 8, l.micro_batch = 4, l.global_batch = 32;
+  const MemoryBreakdown mb = estimate_memory(gpt2_124m(), l);
+  EXPECT_EQ(mb.stage, 0);
+  EXPECT_DOUBLE_EQ(mb.model_states, 124475904.0 * 18);  // 2,240,566,272
+  // 12 layers x sbh (34 + 80) with sbh = 1024 x 4 x 768 = 3,145,728, + embedding
+  // dropout mask sbh, + loss head 2sbh + 2sbh + 4 s b Vp = 5,143,265,280.
+  EXPECT_DOUBLE_EQ(mb.activations, 5143265280.0);
+  EXPECT_DOUBLE_EQ(mb.workspace, 2.0 * (1 << 30) + 0.1 * 5143265280.0);
+  l.distributed_optimizer = true;
+  EXPECT_DOUBLE_EQ(estimate_memory(gpt2_124m(), l).model_states, 124475904.0 * 7.5);
+}
+
+TEST(PlanMemory, Gpt2_1558mTp2Pp2Sp) {
+  Layout l;
+  l.tp = 2, l.pp = 2, l.dp = 2, l.micro_batch = 1, l.global_batch = 64, l.sequence_parallel = true;
+  const MemoryBreakdown mb = estimate_memory(gpt2_1558m(), l);
+  EXPECT_EQ(mb.stage, 0);  // first stage: 2 micro-batches in flight + the embedding
+  EXPECT_EQ(mb.params_per_gpu, 410988800);
+  EXPECT_DOUBLE_EQ(mb.model_states, 7397798400.0);
+  // per layer sbh 34/2 + 5 a s^2 b / 2 = 27,852,800 + 65,536,000 = 93,388,800;
+  // in flight min(P=2, m=32) = 2, 24 layers, + embedding mask sbh/2 = 819,200 x 2.
+  EXPECT_DOUBLE_EQ(mb.activations, 4484300800.0);
+  EXPECT_DOUBLE_EQ(mb.total(), 14478012928.0);
+}
+
+TEST(PlanTime, BubbleAndCommFormulas) {
+  const ModelSpec m = gpt2_1558m();
+  Machine mc;  // 1 x 8
+  Layout l;
+  l.tp = 1, l.pp = 4, l.dp = 2, l.micro_batch = 1, l.global_batch = 16;  // m = 8
+  TimeBreakdown t = estimate_time(m, l, mc);
+  EXPECT_NEAR(t.bubble / (t.compute + t.tp_comm), 3.0 / 8, 1e-12);  // (P-1)/m
+  l.vpp = 2;
+  t = estimate_time(m, l, mc);
+  EXPECT_NEAR(t.bubble / (t.compute + t.tp_comm), 3.0 / 16, 1e-12);  // (P-1)/(v m)
+  // DP: fp32 grads of stage 0, 2 (n-1)/n S / bw + latency.
+  const double S = 4.0 * double(params_on_stage(m, 1, 4, 0));
+  EXPECT_NEAR(t.dp_comm, 2.0 * 1 / 2 * S / 300e9 + 10e-6, 1e-12);
+  EXPECT_DOUBLE_EQ(all_reduce_seconds(1e9, 8, 100, 0), 2.0 * 7 / 8 * 1e9 / 100e9);
+  // Compute: 6N + 6LTC FLOPs per token at MFU 0.45 on 989 TFLOP/s, over 8 GPUs.
+  const double flops = (6.0 * double(m.num_parameters(50257)) + 6.0 * 48 * 1024 * 1600) * 16 * 1024;
+  EXPECT_NEAR(t.compute, flops / 8 / (989e12 * 0.45), 1e-9);
+}
+
+TEST(PlanTime, GroupsLeavingANode) {
+  EXPECT_FALSE(group_crosses_nodes(8, 8));
+  EXPECT_FALSE(group_crosses_nodes(4, 8));
+  EXPECT_TRUE(group_crosses_nodes(16, 8));
+  EXPECT_TRUE(group_crosses_nodes(3, 8));  // 3 does not tile a node of 8
+}
+
+}  // namespace
+}  // namespace tripod::plan

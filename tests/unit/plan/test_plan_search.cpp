@@ -1,0 +1,132 @@
+// Layout search of tripod plan: the rules (an invalid layout is never
+// listed, TP never spans nodes by default), plain DP first for a model that
+// fits one GPU, TP/PP for a 13B-class model on 8 x 80 GB.
+#include <gtest/gtest.h>
+
+#include "plan/search.h"
+
+namespace tripod::plan {
+namespace {
+
+ModelSpec gpt_13b() {
+  ModelSpec m;
+  m.num_layers = 40, m.hidden_size = 5120, m.num_attention_heads = 40, m.seq_length = 2048;
+  return m;
+}
+
+// The rules, written out again independently of layout_rule_violation().
+void expect_obeys_rules(const ModelSpec& m, const Machine& mc, const Layout& l) {
+  SCOPED_TRACE(l.str());
+  EXPECT_EQ(l.tp * l.pp * l.dp, mc.world());
+  EXPECT_LE(l.tp, mc.gpus_per_node);
+  EXPECT_EQ(mc.gpus_per_node % l.tp, 0);
+  EXPECT_EQ(m.num_attention_heads % l.tp, 0);
+  EXPECT_EQ(m.num_layers % (l.pp * l.vpp), 0);
+  EXPECT_EQ(l.global_batch % (l.micro_batch * l.dp), 0);
+  if (l.vpp > 1) EXPECT_EQ(l.num_microbatches() % l.pp, 0);
+}
+
+TEST(PlanSearch, SmallModelPlainDpFirst) {
+  ModelSpec m;  // GPT-2 124M
+  Machine mc;   // 1 x 8 x 80 GiB
+  SearchOptions o;
+  o.global_batch = 256;
+  const PlanResult r = plan_layouts(m, mc, o);
+  ASSERT_FALSE(r.fits.empty());
+  EXPECT_TRUE(r.plain_dp_fits);
+  EXPECT_EQ(r.fits[0].layout.tp, 1);
+  EXPECT_EQ(r.fits[0].layout.pp, 1);
+  EXPECT_EQ(r.fits[0].layout.dp, 8);
+  EXPECT_NE(r.fits[0].reasons[0].find("plain DP"), std::string::npos);
+  // All plain-DP layouts precede every model-parallel one.
+  bool seen_mp = false;
+  for (const auto& c : r.fits) {
+    const bool mp = c.layout.tp * c.layout.pp > 1;
+    EXPECT_FALSE(seen_mp && !mp) << c.layout.str();
+    seen_mp |= mp;
+    expect_obeys_rules(m, mc, c.layout);
+    EXPECT_TRUE(c.fits);
+    EXPECT_LE(c.mem.total(), 80.0 * (1 << 30));
+  }
+}
+
+TEST(PlanSearch, Model13bOn8x80NeedsModelParallel) {
+  const ModelSpec m = gpt_13b();  // ~12.9 B params: 18 B/param = 232 GB, 7.5 = 97 GB
+  Machine mc;
+  SearchOptions o;
+  o.global_batch = 512;
+  const PlanResult r = plan_layouts(m, mc, o);
+  ASSERT_GE(r.fits.size(), 3u);
+  EXPECT_FALSE(r.plain_dp_fits);
+  for (size_t i = 0; i < r.fits.size(); ++i) {
+    EXPECT_GT(r.fits[i].layout.tp * r.fits[i].layout.pp, 1) << r.fits[i].layout.str();
+    expect_obeys_rules(m, mc, r.fits[i].layout);
+  }
+  // Best first: predicted step time never decreases down the list.
+  for (size_t i = 1; i < r.fits.size(); ++i)
+    EXPECT_LE(r.fits[i - 1].time.total(), r.fits[i].time.total());
+}
+
+TEST(PlanSearch, TpNeverSpansNodesByDefault) {
+  const ModelSpec m = gpt_13b();
+  Machine mc;
+  mc.nnodes = 4, mc.gpus_per_node = 4, mc.gpu_memory_gb = 40;
+  SearchOptions o;
+  o.global_batch = 256;
+  PlanResult r = plan_layouts(m, mc, o);
+  ASSERT_FALSE(r.fits.empty());
+  int max_tp = 0;
+  for (const auto& c : r.fits) {
+    expect_obeys_rules(m, mc, c.layout);
+    EXPECT_FALSE(c.time.tp_crosses_nodes);
+    max_tp = std::max(max_tp, c.layout.tp);
+  }
+  EXPECT_LE(max_tp, 4);
+  o.allow_tp_across_nodes = true;
+  r = plan_layouts(m, mc, o);
+  bool any_cross = false;
+  for (const auto& c : r.fits) any_cross |= c.layout.tp > 4;
+  EXPECT_TRUE(any_cross);
+}
+
+TEST(PlanSearch, RuleViolationsNamed) {
+  const ModelSpec m = gpt_13b();  // 40 heads, 40 layers
+  Machine mc;                     // 8 GPUs
+  Layout l;
+  l.tp = 8, l.pp = 1, l.dp = 1, l.micro_batch = 1, l.global_batch = 8;
+  EXPECT_EQ(layout_rule_violation(m, mc, l, false), "");
+  l.tp = 3, l.dp = 1;  // 3 x 1 x 1 != 8
+  EXPECT_NE(layout_rule_violation(m, mc, l, false).find("!= 8 GPUs"), std::string::npos);
+  ModelSpec m12 = m;
+  m12.num_attention_heads = 12, m12.hidden_size = 12 * 432;
+  l.tp = 8, l.dp = 1;
+  EXPECT_NE(layout_rule_violation(m12, mc, l, false).find("heads 12 % TP 8"), std::string::npos);
+  l.tp = 1, l.pp = 8;
+  l.vpp = 1;  // 40 % 8 == 0 fine; vpp 2: 40 % 16 != 0
+  EXPECT_EQ(layout_rule_violation(m, mc, l, false), "");
+  l.vpp = 2;
+  EXPECT_NE(layout_rule_violation(m, mc, l, false).find("layers 40"), std::string::npos);
+  l.vpp = 1, l.pp = 1, l.dp = 8, l.micro_batch = 3, l.global_batch = 64;
+  EXPECT_NE(layout_rule_violation(m, mc, l, false).find("global batch 64"), std::string::npos);
+  Machine two;
+  two.nnodes = 2, two.gpus_per_node = 8;
+  l.tp = 16, l.dp = 1, l.micro_batch = 1;
+  EXPECT_NE(layout_rule_violation(m, two, l, false).find("cross nodes"),
+            std::string::npos);
+}
+
+TEST(PlanSearch, NothingFitsSaysWhy) {
+  const ModelSpec m = gpt_13b();
+  Machine mc;
+  mc.gpus_per_node = 1, mc.gpu_memory_gb = 24;
+  SearchOptions o;
+  o.global_batch = 8;
+  const PlanResult r = plan_layouts(m, mc, o);
+  EXPECT_TRUE(r.fits.empty());
+  ASSERT_TRUE(r.smallest.has_value());
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.back().find("no layout fits"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tripod::plan
