@@ -310,29 +310,45 @@ void IndexedDatasetWriter::finish() {
   fsync_and_close(fd_, bin_tmp_);
   fd_ = -1;
 
-  const uint64_t s = lengths_.size(), d = s + 1;
-  std::vector<uint8_t> idx(static_cast<size_t>(kHeaderBytes + 12 * s + 8 * d));
-  uint8_t* p = idx.data();
-  std::memcpy(p, kMagic, 9);
-  const uint64_t version = 1;
-  std::memcpy(p + 9, &version, 8);
-  p[17] = static_cast<uint8_t>(dtype_);
-  std::memcpy(p + 18, &s, 8);
-  std::memcpy(p + 26, &d, 8);
-  std::memcpy(p + kHeaderBytes, lengths_.data(), 4 * s);
-  int64_t ptr = 0;
-  const int64_t esize = dtype_size(dtype_);
-  for (uint64_t i = 0; i < s; ++i) {
-    std::memcpy(p + kHeaderBytes + 4 * s + 8 * i, &ptr, 8);
-    ptr += int64_t{lengths_[i]} * esize;
-  }
-  for (uint64_t i = 0; i < d; ++i) {
-    const int64_t v = static_cast<int64_t>(i);
-    std::memcpy(p + kHeaderBytes + 12 * s + 8 * i, &v, 8);
-  }
+  // The index is streamed through the 4 MiB buffer, so finishing needs no
+  // memory beyond the lengths (S can be billions).
   int fd = ::open(idx_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", idx_tmp_, std::strerror(errno));
-  write_all(fd, idx.data(), idx.size(), idx_tmp_);
+  used_ = 0;
+  auto emit = [&](const void* data, size_t size) {
+    if (used_ + static_cast<int64_t>(size) > kBufferBytes) {
+      write_all(fd, buffer_.get(), static_cast<size_t>(used_), idx_tmp_);
+      used_ = 0;
+    }
+    std::memcpy(buffer_.get() + used_, data, size);
+    used_ += static_cast<int64_t>(size);
+  };
+  try {
+    const uint64_t s = lengths_.size(), d = s + 1, version = 1;
+    const uint8_t code = static_cast<uint8_t>(dtype_);
+    emit(kMagic, 9);
+    emit(&version, 8);
+    emit(&code, 1);
+    emit(&s, 8);
+    emit(&d, 8);
+    constexpr size_t kChunk = 1 << 16;
+    for (size_t i = 0; i < s; i += kChunk)
+      emit(lengths_.data() + i, 4 * std::min<size_t>(kChunk, s - i));
+    int64_t ptr = 0;
+    const int64_t esize = dtype_size(dtype_);
+    for (uint64_t i = 0; i < s; ++i) {
+      emit(&ptr, 8);
+      ptr += int64_t{lengths_[i]} * esize;
+    }
+    for (uint64_t i = 0; i < d; ++i) {
+      const int64_t v = static_cast<int64_t>(i);
+      emit(&v, 8);
+    }
+    write_all(fd, buffer_.get(), static_cast<size_t>(used_), idx_tmp_);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   fsync_and_close(fd, idx_tmp_);
   // Old .idx goes first: a crash between the renames leaves a .bin alone,
   // which the reader rejects, never a new .bin with a stale .idx.
