@@ -156,8 +156,8 @@ void Trainer::load_checkpoint() {
   } else {
     iteration_ = reader.iteration();
     consumed_samples_ = meta.value("consumed_samples", int64_t{0});
-    if (!args_.no_load_rng) {
-      const uint64_t seed = meta.contains("rng") ? meta["rng"].value("seed", uint64_t{0}) : 0;
+    if (!args_.no_load_rng && meta.contains("rng")) {  // imported checkpoints have no RNG state
+      const uint64_t seed = meta["rng"].value("seed", uint64_t{0});
       TRIPOD_CHECK_HINT(seed == args_.seed, fmt::format("pass --seed {} to continue the same random streams, or "
                         "--no-load-rng to continue with --seed {}", seed, args_.seed),
                         "--seed {} contradicts the checkpoint {} (seed {})", args_.seed, where, seed);
