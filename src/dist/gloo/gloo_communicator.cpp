@@ -23,6 +23,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "dist/gloo/reduce_ops.h"
+#include "dist/missing_ranks.h"
 
 namespace tripod::dist {
 
@@ -118,32 +119,6 @@ class GlooWork : public Work {
   bool done_ = false;
   std::exception_ptr error_;
 };
-
-// On a timeout, every member that timed out in this collective says so in
-// the store; members that do not within a short window never reached it.
-std::string diagnose_missing(Shared& sh, uint64_t seq, const std::string& op, Millis timeout) {
-  try {
-    const std::string key = fmt::format("timeout/{}/", seq);
-    sh.store->set_str(key + std::to_string(sh.spec.group_rank), op);
-    // Members started this collective up to a few seconds apart (a loaded
-    // host, a group still connecting), so give them as long to report.
-    const auto until = Clock::now() + std::clamp(timeout, Millis{200}, Millis{5000});
-    std::vector<int> missing;
-    for (;;) {
-      missing.clear();
-      for (int g = 0; g < int(sh.spec.global_ranks.size()); ++g)
-        if (!sh.store->check({key + std::to_string(g)})) missing.push_back(sh.spec.global_ranks[g]);
-      if (missing.empty() || Clock::now() > until) break;
-      std::this_thread::sleep_for(Millis{50});
-    }
-    if (missing.empty()) return "every member of the group reached this collective";
-    return fmt::format("global rank(s) [{}] of group {} never reached {} #{} (stuck earlier, "
-                       "in another group's collective, or dead)",
-                       ranks_str(missing), sh.spec.name, op, seq);
-  } catch (const std::exception& e) {
-    return std::string("(could not ask the store which ranks are missing: ") + e.what() + ")";
-  }
-}
 
 class GlooCommunicator : public Communicator {
  public:
@@ -326,7 +301,7 @@ class GlooCommunicator : public Communicator {
                                dynamic_cast<const TimeoutError*>(&e) != nullptr;
         if (timed_out) {
           const double waited = elapsed();
-          const std::string missing = diagnose_missing(*sh, seq, op_name, to);
+          const std::string missing = name_missing_ranks(*sh->store, sh->spec, seq, op_name, to);
           log::error("{}: timed out after {:.1f} s. {}. Recent collectives of this rank:\n{}", what,
                      waited, missing, rec ? rec->dump() : std::string("(no recorder)"));
           work->finish(std::make_exception_ptr(TimeoutError(

@@ -25,11 +25,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "dist/context.h"
+#include "dist/missing_ranks.h"
 #include "dist/nccl/nccl_check.h"
 
 namespace tripod::dist::nccl {
@@ -104,9 +106,9 @@ class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclComm> comm, cudaEvent_t done, Clock::time_point t0, Millis timeout,
            std::string what, std::shared_ptr<std::atomic<void*>> compute, FlightRecorder* rec,
-           uint64_t id)
+           uint64_t id, std::function<std::string()> diagnose)
       : comm_(std::move(comm)), done_(done), t0_(t0), timeout_(timeout), what_(std::move(what)),
-        compute_(std::move(compute)), rec_(rec), id_(id) {}
+        compute_(std::move(compute)), rec_(rec), id_(id), diagnose_(std::move(diagnose)) {}
   ~NcclWork() override {
     if (done_) cudaEventDestroy(done_);
   }
@@ -140,9 +142,10 @@ class NcclWork : public Work {
     if (rec_) rec_->finished(id_, false);
     comm_->abort();  // see NOTE [NCCL timeouts]
     if (timeout) {
-      log::error("{}: timed out after {:.1f} s; communicator aborted. Recent collectives of this rank:\n{}",
-                 what_, el, rec_ ? rec_->dump() : std::string());
-      throw TimeoutError(fmt::format("{} timed out after {:.1f} s (communicator aborted)", what_, el),
+      const std::string missing = diagnose_ ? diagnose_() : std::string();
+      log::error("{}: timed out after {:.1f} s; communicator aborted. {}. Recent collectives of this rank:\n{}",
+                 what_, el, missing, rec_ ? rec_->dump() : std::string());
+      throw TimeoutError(fmt::format("{} timed out after {:.1f} s (communicator aborted); {}", what_, el, missing),
                          "a member of the group never reached this collective; see the flight "
                          "recorder of each rank, or raise --distributed-timeout-minutes");
     }
@@ -158,13 +161,14 @@ class NcclWork : public Work {
   std::shared_ptr<std::atomic<void*>> compute_;
   FlightRecorder* rec_;
   uint64_t id_;
+  std::function<std::string()> diagnose_;
   bool finished_ = false;
 };
 
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(const GroupSpec& spec, std::shared_ptr<Store> store, const CommConfig& config)
-      : spec_(spec), config_(config), where_(fmt::format("global rank {}, group {}", spec.global_rank,
+      : spec_(spec), config_(config), store_(store), where_(fmt::format("global rank {}, group {}", spec.global_rank,
                                                          spec.describe())) {
     TRIPOD_NCCL_CUDA_CHECK(cudaSetDevice(config.local_rank), where_);
     ncclUniqueId id;
@@ -307,11 +311,16 @@ class NcclCommunicator : public Communicator {
     cudaEvent_t done;
     TRIPOD_NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
     TRIPOD_NCCL_CUDA_CHECK(cudaEventRecord(done, stream_), what);
-    return std::make_shared<NcclWork>(comm_, done, t0, to, std::move(what), config_.device_stream, rec, id);
+    auto diagnose = [store = store_, spec = spec_, seq, op = std::string(op), to] {
+      return name_missing_ranks(*store, spec, seq, op, to);
+    };
+    return std::make_shared<NcclWork>(comm_, done, t0, to, std::move(what), config_.device_stream, rec, id,
+                                      std::move(diagnose));
   }
 
   GroupSpec spec_;
   CommConfig config_;
+  std::shared_ptr<Store> store_;  // the group's namespace, for naming missing ranks
   std::string where_;
   std::shared_ptr<NcclComm> comm_;
   cudaStream_t stream_ = nullptr;
