@@ -136,6 +136,92 @@ class RecordReader {
   int64_t line_ = 0;
 };
 
+// SAX handler that keeps only the string values of the wanted top-level keys
+// (no DOM: a JSONL line is parsed without allocating its other values).
+// nlohmann-json still validates the whole line.
+class KeyGrabber final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  KeyGrabber(const std::vector<std::string>& keys, std::vector<std::string>* values)
+      : keys_(keys), values_(values), state_(keys.size(), kMissing) {
+    values_->assign(keys.size(), {});
+  }
+  bool null() override { return scalar(); }
+  bool boolean(bool) override { return scalar(); }
+  bool number_integer(number_integer_t) override { return scalar(); }
+  bool number_unsigned(number_unsigned_t) override { return scalar(); }
+  bool number_float(number_float_t, const string_t&) override { return scalar(); }
+  bool binary(binary_t&) override { return scalar(); }
+  bool string(string_t& v) override {
+    if (depth_ == 1 && pending_ >= 0) {
+      (*values_)[pending_] = std::move(v);  // a repeated key: the last one wins, as in the DOM
+      state_[pending_] = kString;
+      pending_ = -1;
+      return true;
+    }
+    return scalar();
+  }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) top_is_object_ = true;
+    value_start();
+    ++depth_;
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (depth_ == 1) {
+      pending_ = -1;
+      for (size_t i = 0; i < keys_.size(); ++i)
+        if (keys_[i] == k) pending_ = static_cast<int>(i);
+    }
+    return true;
+  }
+  bool end_object() override { --depth_; return true; }
+  bool start_array(std::size_t) override { value_start(); ++depth_; return true; }
+  bool end_array() override { --depth_; return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& e) override {
+    error_ = fmt::format("malformed JSON: {}", e.what());
+    return false;
+  }
+  // "" when every key holds a string, else what is wrong with the line.
+  std::string problem() const {
+    if (!error_.empty()) return error_;
+    if (!top_is_object_) return "the line is not a JSON object";
+    for (size_t i = 0; i < keys_.size(); ++i) {
+      if (state_[i] == kMissing) return fmt::format("missing key '{}'", keys_[i]);
+      if (state_[i] == kOther) return fmt::format("key '{}' is not a string", keys_[i]);
+    }
+    return {};
+  }
+
+ private:
+  enum State : uint8_t { kMissing, kString, kOther };
+  // A non-string value (scalar or container) of a wanted key at depth 1.
+  void value_start() {
+    if (depth_ == 1 && pending_ >= 0) state_[pending_] = kOther;
+    if (depth_ == 1) pending_ = -1;
+  }
+  bool scalar() {
+    value_start();
+    return true;
+  }
+  const std::vector<std::string>& keys_;
+  std::vector<std::string>* values_;
+  std::vector<State> state_;
+  int depth_ = 0, pending_ = -1;
+  bool top_is_object_ = false;
+  std::string error_;
+};
+
+std::string extract_keys(std::string_view line, const std::vector<std::string>& keys,
+                         std::vector<std::string>* values) {
+  KeyGrabber grabber(keys, values);
+  try {
+    nlohmann::json::sax_parse(line, &grabber);
+  } catch (const nlohmann::json::exception& e) {
+    return fmt::format("malformed JSON: {}", e.what());
+  }
+  return grabber.problem();
+}
+
 void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch& b, Result* r) {
   const size_t nkeys = c.json_keys.size();
   r->tokens.assign(nkeys, {});
@@ -159,19 +245,7 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
         ++r->skipped_empty;  // blank line
         continue;
       }
-      std::string problem;
-      try {
-        const auto obj = nlohmann::json::parse(rec);
-        if (!obj.is_object()) problem = "the line is not a JSON object";
-        for (size_t k = 0; k < nkeys && problem.empty(); ++k) {
-          auto it = obj.find(c.json_keys[k]);
-          if (it == obj.end()) problem = fmt::format("missing key '{}'", c.json_keys[k]);
-          else if (!it->is_string()) problem = fmt::format("key '{}' is not a string", c.json_keys[k]);
-          else parsed.push_back(it->get<std::string>());
-        }
-      } catch (const nlohmann::json::exception& e) {
-        problem = fmt::format("malformed JSON: {}", e.what());
-      }
+      std::string problem = extract_keys(rec, c.json_keys, &parsed);
       if (!problem.empty()) {
         if (c.skip_invalid) {
           ++r->skipped_invalid;

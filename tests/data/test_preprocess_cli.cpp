@@ -146,9 +146,21 @@ TEST_F(PreprocessCli, MalformedLineStopsWithFileLineAndLeavesNothing) {
                        &log), 0) << log;
   EXPECT_NE(log.find("1 documents, 1 tokens; skipped 0 empty, 2 invalid"), std::string::npos) << log;
 
-  std::ofstream(in) << R"({"text": "fine"})" "\n" << R"({"body": "x"})" "\n";
+  std::ofstream(in) << R"({"text": "fine"})" "\n" << R"({"body": "x", "n": {"text": "nested"}})" "\n";
   EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "o2"), &log), 0);
   EXPECT_NE(log.find(in + ":2: missing key 'text'"), std::string::npos) << log;
+  std::ofstream(in) << R"({"text": ["a"]})" "\n";
+  EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "o3"), &log), 0);
+  EXPECT_NE(log.find(in + ":1: key 'text' is not a string"), std::string::npos) << log;
+  std::ofstream(in) << R"(["text", "x"])" "\n";
+  EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "o4"), &log), 0);
+  EXPECT_NE(log.find(in + ":1: the line is not a JSON object"), std::string::npos) << log;
+  // A repeated key: the last value counts (as nlohmann-json's and Python's parsers do).
+  std::ofstream(in) << R"({"text": 1, "x": {"text": 2}, "text": "Hello world"})" "\n";
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "o5"), &log), 0) << log;
+  std::string bin;
+  for (uint16_t t : {15496, 995}) put<uint16_t>(&bin, t);
+  EXPECT_EQ(read_bytes(dir_ / "o5_text_document.bin"), bin);
 }
 
 TEST_F(PreprocessCli, IllFormedUtf8IsRepairedAndCounted) {
