@@ -5,6 +5,9 @@
 //   reshard_tp2_dp2    save at TP2 x DP2 after 4 iterations; load at TP1 (1 rank),
 //                      TP4 (4 ranks), DP2 (2 ranks): iterations 5..8 match the
 //                      uninterrupted TP2 x DP2 run within 1e-5 relative
+//   resume_tp2_pp2_dp2 the same at TP2 x PP2 x DP2 with the distributed optimizer (8 ranks)
+//   reshard_tp2_pp2_dp2 save there; load at TP1 x PP1 x DP1, TP4 x PP1 x DP2 and
+//                      TP1 x PP4 x DP2, within 1e-5 relative
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 // The first half runs with --train-iters 4 and --lr-decay-iters 8, so its
 // learning rates are those of the 8-iteration run.
@@ -21,7 +24,7 @@ namespace {
 using namespace ckpt_test;
 
 const std::string kModel =
-    "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data --vocab-size 500 "
+    "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data --vocab-size 500 "
     "--micro-batch-size 2 --global-batch-size 8 --lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 2 "
     "--lr-decay-iters 8 --clip-grad 1.0 --weight-decay 0.1 --adam-eps 1e-6 --hidden-dropout 0.1 --seed 7 "
     "--log-interval 1 --eval-interval 0";
@@ -60,16 +63,21 @@ TEST(Resume, OneRankBitExact) { resume_case("resume1", 1, ""); }
 
 TEST(Resume, Tp2Dp2BitExact) { resume_case("resume_tp2dp2", 4, "--tensor-model-parallel-size 2"); }
 
-TEST(Reshard, SaveTp2Dp2LoadTp1Tp4Dp2) {
-  Scratch s("reshard");
-  const std::string tp2 = "--tensor-model-parallel-size 2";
-  run(s, "straight", 4, tp2 + " --train-iters 8");
-  run(s, "first", 4, tp2 + " --train-iters 4 --save " + (s / "ck").string());
+struct Target {
+  const char* name;
+  int nproc;
+  const char* flags;
+};
+
+// Saves at `layout` after 4 iterations, loads at each target and continues
+// to 8: within 1e-5 of the uninterrupted run at `layout`.
+void reshard_case(const std::string& tag, int nproc, const std::string& layout, const std::vector<Target>& targets) {
+  Scratch s(tag);
+  run(s, "straight", nproc, layout + " --train-iters 8");
+  run(s, "first", nproc, layout + " --train-iters 4 --save " + (s / "ck").string());
   const auto full = losses(s / "straight.jsonl");
   ASSERT_EQ(full.size(), 8u);
-  struct Target { const char* name; int nproc; const char* flags; };
-  for (const Target& t : {Target{"tp1", 1, ""}, Target{"tp4", 4, "--tensor-model-parallel-size 4"},
-                          Target{"dp2", 2, ""}}) {
+  for (const Target& t : targets) {
     run(s, t.name, t.nproc, std::string(t.flags) + " --train-iters 8 --load " + (s / "ck").string());
     const auto got = losses(s / (std::string(t.name) + ".jsonl"));
     ASSERT_EQ(got.size(), 4u) << t.name;
@@ -79,7 +87,23 @@ TEST(Reshard, SaveTp2Dp2LoadTp1Tp4Dp2) {
           << t.name << " iteration " << got[i].first;
     }
   }
-  if (!HasFailure()) fs::remove_all(s.dir);
+  if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
+}
+
+const std::string kTp2Pp2 = "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer";
+
+TEST(Resume, Tp2Pp2Dp2DistOptBitExact) { resume_case("resume_tp2pp2dp2", 8, kTp2Pp2); }
+
+TEST(Reshard, SaveTp2Dp2LoadTp1Tp4Dp2) {
+  reshard_case("reshard", 4, "--tensor-model-parallel-size 2",
+               {{"tp1", 1, ""}, {"tp4", 4, "--tensor-model-parallel-size 4"}, {"dp2", 2, ""}});
+}
+
+TEST(Reshard, SaveTp2Pp2Dp2LoadTp1Tp4Dp2Pp4Dp2) {
+  reshard_case("reshard_pp", 8, kTp2Pp2,
+               {{"tp1_pp1_dp1", 1, ""},
+                {"tp4_pp1_dp2", 8, "--tensor-model-parallel-size 4"},
+                {"tp1_pp4_dp2", 8, "--pipeline-model-parallel-size 4 --use-distributed-optimizer"}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {
