@@ -10,7 +10,9 @@
 //       the RNG state is the seed plus the iteration)
 //   loss-scaler state                                (1.0: fp32 master weights, no scaling yet)
 // The learning rate is a function of the iteration, so it is not stored.
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -55,7 +57,12 @@ void collective_step(const parallel::ProcessGroups& g, backend::Backend& be, con
   }
   const bool ok = all_ok(g, be, !err);
   if (err) std::rethrow_exception(err);
-  TRIPOD_CHECK(ok, "checkpoint {} failed on another rank (see its log)", what);
+  if (!ok) {
+    // Let the failing rank report first: launchers stop the job at the first
+    // rank that exits, and its message is the one that says what went wrong.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    TRIPOD_FAIL("checkpoint {} failed on another rank (see its log)", what);
+  }
 }
 
 Tensor to_host(backend::Backend& be, const Tensor& t) {

@@ -41,7 +41,7 @@ TEST(Generate, KjvCheckpointSamplesDeterministically) {
                "--output-prefix " + (s / "kjv").string() + " --tokenizer-type GPT2BPETokenizer" + tok +
                " --append-eod --workers 1 --no-progress > " + log + " 2>&1"), 0) << slurp(log);
   ASSERT_EQ(sh(bin + " train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 " +
-               "--micro-batch-size 4 --global-batch-size 4 --train-iters 40 --lr 3e-3 --lr-warmup-iters 4 " +
+               "--micro-batch-size 4 --global-batch-size 4 --train-iters 30 --lr 3e-3 --lr-warmup-iters 4 " +
                "--data-path " + (s / "kjv_text_document").string() + " --split 98,2,0" + tok +
                " --log-interval 10 --eval-interval 0 --save " + (s / "ck").string() + " > " + log + " 2>&1"), 0)
       << slurp(log);
@@ -54,12 +54,11 @@ TEST(Generate, KjvCheckpointSamplesDeterministically) {
   const std::string a = gen("--seed 1 --top-k 50 --top-p 0.95 --temperature 0.9");
   const std::string b = gen("--seed 1 --top-k 50 --top-p 0.95 --temperature 0.9");
   const std::string c = gen("--seed 2 --top-k 50 --top-p 0.95 --temperature 0.9");
-  const std::string g1 = gen("--greedy"), g2 = gen("--greedy"), k1 = gen("--top-k 1 --seed 9");
+  const std::string g1 = gen("--greedy"), k1 = gen("--top-k 1 --seed 9");
   std::printf("seed 1: %sseed 2: %sgreedy: %s", a.c_str(), c.c_str(), g1.c_str());
   EXPECT_EQ(a, b) << "same seed, different text";
   EXPECT_NE(a, c) << "different seeds gave the same 24 tokens";
-  EXPECT_EQ(g1, g2);
-  EXPECT_EQ(g1, k1) << "greedy differs from top-k 1";
+  EXPECT_EQ(g1, k1) << "greedy differs from top-k 1 (another process, another code path)";
   for (const auto* t : {&a, &c, &g1}) {
     EXPECT_TRUE(valid_utf8(*t)) << *t;
     EXPECT_EQ(t->rfind("And God said", 0), 0u) << *t;

@@ -127,4 +127,42 @@ TEST(Load, ContradictingArgumentsNameBothValues) {
   if (!HasFailure()) fs::remove_all(s.dir);
 }
 
+// A save killed at its n-th file operation (TRIPOD_CKPT_FAIL_AT, see NOTE
+// [Failure injection] in ckpt/atomic_io.h), through `tripod train`: the run
+// fails, and --load resumes from the previous checkpoint (or the new one when
+// only the clean-up failed) with the losses of the uninterrupted run.
+void failure_case(const std::string& tag, int nproc, const std::string& layout, const std::vector<int>& points) {
+  Scratch s(tag);
+  run(s, "straight", nproc, layout + " --train-iters 6");
+  const auto full = losses(s / "straight.jsonl");
+  ASSERT_EQ(full.size(), 6u);
+  run(s, "first", nproc, layout + " --train-iters 2 --save " + (s / "base").string());
+  for (int n : points) {
+    const std::string ck = (s / ("ck" + std::to_string(n))).string();
+    fs::copy(s / "base", ck, fs::copy_options::recursive);
+    const std::string cmd = "TRIPOD_CKPT_FAIL_AT=" + std::to_string(n) + " " +
+                            train_cmd(nproc, layout + " --train-iters 4 --load " + ck + " --save " + ck +
+                                             " --save-retain 1") + " > " + (s / "fail.log").string() + " 2>&1";
+    const int rc = sh(cmd);
+    if (rc == 0) break;  // n is past the last operation of a save: all points covered
+    EXPECT_NE(slurp(s / "fail.log").find("injected checkpoint failure"), std::string::npos) << slurp(s / "fail.log");
+    fs::remove(s / "resumed.jsonl");
+    run(s, "resumed", nproc, layout + " --train-iters 6 --load " + ck);
+    const auto got = losses(s / "resumed.jsonl");
+    ASSERT_TRUE(got.size() == 4u || got.size() == 2u) << "operation " << n;
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], full[6 - got.size() + i]) << "operation " << n << ", resumed iteration " << got[i].first;
+    fs::remove_all(ck);
+  }
+  if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
+}
+
+TEST(SaveFailure, EveryFileOperationOneRank) {
+  std::vector<int> all;
+  for (int n = 1; n <= 14; ++n) all.push_back(n);
+  failure_case("fail1", 1, "", all);
+}
+
+TEST(SaveFailure, Tp2Dp2) { failure_case("fail_tp2dp2", 4, "--tensor-model-parallel-size 2", {1, 3}); }
+
 }  // namespace
