@@ -157,6 +157,27 @@ void failure_case(const std::string& tag, int nproc, const std::string& layout, 
   if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
 }
 
+// --exit-signal-handler: SIGTERM mid-run saves at the next iteration
+// boundary and exits 0; the checkpoint resumes where the run stopped.
+TEST(Signal, SigtermSavesAndExitsZero) {
+  Scratch s("signal");
+  const std::string metrics = (s / "run.jsonl").string(), ck = (s / "ck").string();
+  const std::string cmd = train_cmd(1, "--train-iters 100000 --exit-signal-handler --save " + ck + " --metrics-file " +
+                                           metrics) + " > " + (s / "run.log").string() + " 2>&1 & echo $! > " +
+                          (s / "pid").string() + "; wait $!";
+  // The shell waits for the trainer; a second shell sends SIGTERM after 3 logged iterations.
+  const std::string killer = "for i in $(seq 600); do [ $(cat " + metrics +
+                             " 2>/dev/null | grep -c lm_loss) -ge 3 ] && break; sleep 0.05; done; kill -TERM $(cat " +
+                             (s / "pid").string() + ")";
+  const std::string both = "(" + killer + ") & " + cmd;
+  ASSERT_EQ(sh("bash -c '" + both + "'"), 0) << slurp(s / "run.log");
+  const auto got = losses(metrics);
+  ASSERT_GE(got.size(), 3u);
+  EXPECT_NE(slurp(s / "run.log").find("SIGTERM received"), std::string::npos) << slurp(s / "run.log");
+  EXPECT_EQ(slurp(s / "ck" / "latest_checkpointed_iteration.txt"), std::to_string(got.back().first) + "\n");
+  if (!HasFailure()) fs::remove_all(s.dir);
+}
+
 TEST(SaveFailure, EveryFileOperationOneRank) {
   std::vector<int> all;
   for (int n = 1; n <= 14; ++n) all.push_back(n);
