@@ -59,7 +59,7 @@ std::optional<std::string> run_tool(const std::string& cmd) {
 // The directory itself or its nearest existing parent (--save may not exist yet).
 fs::path existing_dir(const std::string& path) {
   std::error_code ec;
-  fs::path p = fs::absolute(path.empty() ? "." : path, ec);
+  fs::path p = fs::absolute(path.empty() ? "." : path, ec).lexically_normal();
   while (!p.empty() && !fs::exists(p, ec)) p = p.parent_path();
   return p.empty() ? fs::path("/") : p;
 }

@@ -141,10 +141,16 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
     res.plain_dp_fits |= is_plain_dp(l);
     res.fits.push_back(std::move(c));
   }
+  // Step times within 1% of each other are estimates of the same thing: among
+  // them prefer fewer moving parts (no interleaving, less recompute), then
+  // more memory headroom. Buckets keep the order transitive.
+  auto bucket = [](const Candidate& c) { return int64_t(std::floor(std::log(c.time.total()) / std::log(1.01))); };
+  auto complexity = [](const Layout& l) { return int(l.vpp > 1) + int(l.recompute); };
   const bool dp_first = res.plain_dp_fits;
   std::stable_sort(res.fits.begin(), res.fits.end(), [&](const Candidate& a, const Candidate& b) {
     if (dp_first && is_plain_dp(a.layout) != is_plain_dp(b.layout)) return is_plain_dp(a.layout);
-    if (a.time.total() != b.time.total()) return a.time.total() < b.time.total();
+    if (bucket(a) != bucket(b)) return bucket(a) < bucket(b);
+    if (complexity(a.layout) != complexity(b.layout)) return complexity(a.layout) < complexity(b.layout);
     return a.mem.total() < b.mem.total();
   });
   if (res.plain_dp_fits)

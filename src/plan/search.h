@@ -11,7 +11,9 @@
 //   and micro-batches % PP == 0 (tripod's and Megatron's interleaved
 //   schedule); global % (micro x DP) == 0.
 // Order: when some plain-DP layout (TP = PP = 1) fits, plain DP comes first
-// (no TP all-reduces, no bubble); then by predicted step time, then memory.
+// (no TP all-reduces, no bubble); then by predicted step time (times within
+// 1% count as equal), then fewer moving parts (no vpp, less recompute), then
+// less memory.
 //
 // Usage:
 //   plan::SearchOptions o; o.global_batch = 512;

@@ -62,9 +62,10 @@ TEST(PlanSearch, Model13bOn8x80NeedsModelParallel) {
     EXPECT_GT(r.fits[i].layout.tp * r.fits[i].layout.pp, 1) << r.fits[i].layout.str();
     expect_obeys_rules(m, mc, r.fits[i].layout);
   }
-  // Best first: predicted step time never decreases down the list.
+  // Best first: no layout is more than 1% faster than the one above it (times
+  // within 1% count as equal and are ordered by simplicity, then memory).
   for (size_t i = 1; i < r.fits.size(); ++i)
-    EXPECT_LE(r.fits[i - 1].time.total(), r.fits[i].time.total());
+    EXPECT_LE(r.fits[i - 1].time.total(), r.fits[i].time.total() * 1.01);
 }
 
 TEST(PlanSearch, TpNeverSpansNodesByDefault) {

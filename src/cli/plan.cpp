@@ -1,0 +1,224 @@
+// `tripod plan`: list the TP x PP x DP layouts (with micro-batch, virtual
+// pipeline, recompute, sequence parallel, distributed optimizer) that fit
+// the GPUs, best first, with predicted memory per GPU and step time, and why.
+// Flags only; the models and the search are plan/search.h. docs/plan.md.
+//   tripod plan --num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048
+//               --global-batch-size 512 --bf16 --nnodes 1 --gpus-per-node 8
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+#include "base/error.h"
+#include "cli/command.h"
+#include "plan/search.h"
+
+namespace tripod::cli {
+namespace {
+
+constexpr double kGiB = double(1ll << 30);
+
+nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by the caller
+  const auto& l = c.layout;
+  return {{"tensor_model_parallel_size", l.tp},
+          {"pipeline_model_parallel_size", l.pp},
+          {"data_parallel_size", l.dp},
+          {"virtual_pipeline_size", l.vpp},
+          {"micro_batch_size", l.micro_batch},
+          {"global_batch_size", l.global_batch},
+          {"num_microbatches", l.num_microbatches()},
+          {"sequence_parallel", l.sp()},
+          {"use_distributed_optimizer", l.distributed_optimizer},
+          {"recompute", plan::to_string(l.recompute)},
+          {"memory_gib",
+           {{"total", c.mem.total() / kGiB},
+            {"model_states", c.mem.model_states / kGiB},
+            {"activations", c.mem.activations / kGiB},
+            {"workspace", c.mem.workspace / kGiB},
+            {"params_per_gpu", c.mem.params_per_gpu},
+            {"bytes_per_param", c.mem.bytes_per_param},
+            {"busiest_stage", c.mem.stage}}},
+          {"time_s",
+           {{"step", c.time.total()},
+            {"compute", c.time.compute},
+            {"tp_comm", c.time.tp_comm},
+            {"bubble", c.time.bubble},
+            {"pp_comm", c.time.pp_comm},
+            {"dp_comm", c.time.dp_comm}}},
+          {"tokens_per_second", c.tokens_per_second},
+          {"mfu", c.mfu},
+          {"reasons", c.reasons}};
+}
+
+std::string flags_for(const plan::ModelSpec& m, const plan::Layout& l) {
+  std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
+  if (l.vpp > 1)
+    s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
+  s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
+  if (l.sp()) s += " --sequence-parallel";
+  if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.recompute != plan::Recompute::kNone) s += " --recompute-granularity " + plan::to_string(l.recompute);
+  return s;
+}
+
+void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::PlanResult& r, int top) {
+  std::printf("# model: %lld layers, hidden %lld, %lld heads, ffn %lld, seq %lld, vocab %lld (padded at tp1: %lld), "
+              "%.3g B params\n",
+              (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,
+              (long long)m.ffn(), (long long)m.seq_length, (long long)m.vocab_size, (long long)m.padded_vocab(1),
+              double(m.num_parameters(m.padded_vocab(1))) / 1e9);
+  std::printf("# machine: %d node(s) x %d GPUs, %.0f GiB, %.0f TFLOP/s peak at MFU %.2f, links %.0f GB/s intra, "
+              "%.0f GB/s inter\n",
+              mc.nnodes, mc.gpus_per_node, mc.gpu_memory_gb, mc.peak_tflops, mc.assumed_mfu, mc.intra_node_bw_gbs,
+              mc.inter_node_bw_gbs);
+  std::printf("# %lld layouts obey the rules, %zu fit, %lld do not fit\n", (long long)r.valid_layouts, r.fits.size(),
+              (long long)r.too_big);
+  for (const auto& n : r.notes) std::printf("# %s\n", n.c_str());
+  if (r.fits.empty()) return;
+  std::printf("\n%3s %3s %3s %4s %3s %4s %4s %2s %2s %-9s %8s %8s %8s %9s %11s %5s\n", "#", "TP", "PP", "DP", "VPP",
+              "MBS", "GA", "SP", "DO", "recompute", "mem GiB", "states", "acts", "step s", "tokens/s", "MFU");
+  const int n = std::min<int>(top, int(r.fits.size()));
+  for (int i = 0; i < n; ++i) {
+    const auto& c = r.fits[i];
+    const auto& l = c.layout;
+    std::printf("%3d %3d %3d %4d %3d %4lld %4lld %2s %2s %-9s %8.1f %8.1f %8.1f %9.3f %11.0f %5.2f\n", i + 1, l.tp,
+                l.pp, l.dp, l.vpp, (long long)l.micro_batch, (long long)l.num_microbatches(), l.sp() ? "y" : "-",
+                l.distributed_optimizer ? "y" : "-", plan::to_string(l.recompute).c_str(), c.mem.total() / kGiB,
+                c.mem.model_states / kGiB, c.mem.activations / kGiB, c.time.total(), c.tokens_per_second, c.mfu);
+  }
+  std::printf("\nwhy (top %d):\n", std::min(n, 3));
+  for (int i = 0; i < std::min(n, 3); ++i) {
+    const auto& c = r.fits[i];
+    std::printf("%d. %s\n", i + 1, flags_for(m, c.layout).c_str());
+    for (const auto& why : c.reasons) std::printf("     - %s\n", why.c_str());
+    std::printf("     - step %.3f s = compute %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f\n", c.time.total(),
+                c.time.compute, c.time.tp_comm, c.time.bubble, c.time.pp_comm, c.time.dp_comm);
+  }
+}
+
+std::vector<plan::Recompute> parse_recompute_list(const std::string& s) {
+  std::vector<plan::Recompute> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(plan::recompute_from_string(item));
+  TRIPOD_CHECK(!out.empty(), "--recompute-search needs at least one of none, selective, full");
+  return out;
+}
+
+int run_plan(int argc, char** argv) {
+  CLI::App app{"Choose a parallel layout: the TP x PP x DP layouts that fit, best first, with memory, step time and "
+               "why.\nExample: tripod plan --num-layers 40 --hidden-size 5120 --num-attention-heads 40 "
+               "--seq-length 2048 --global-batch-size 512 --bf16 --gpus-per-node 8"};
+  plan::ModelSpec m;
+  plan::Machine mc;
+  plan::SearchOptions o;
+  bool bf16 = false, fp16 = false, fp32 = false, json = false, sp_flag = false, no_sp = false, dopt = false,
+       no_dopt = false, recompute_activations = false;
+  std::string granularity, recompute_search = "none,selective,full", vpp_list = "1,2,4";
+  int layers_per_virtual_stage = 0, top = 10;
+  app.add_option("--num-layers", m.num_layers)->required();
+  app.add_option("--hidden-size", m.hidden_size)->required();
+  app.add_option("--num-attention-heads", m.num_attention_heads)->required();
+  app.add_option("--ffn-hidden-size", m.ffn_hidden_size, "default 4 x hidden");
+  app.add_option("--seq-length", m.seq_length)->required();
+  app.add_option("--max-position-embeddings", m.max_position_embeddings, "default --seq-length");
+  app.add_option("--vocab-size", m.vocab_size, "tokenizer vocabulary")->capture_default_str();
+  app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, "padded to this x TP")
+      ->capture_default_str();
+  app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");
+  app.add_option("--global-batch-size", o.global_batch)->capture_default_str();
+  app.add_flag("--bf16", bf16, "bf16 params, fp32 grads and optimizer (the default)");
+  app.add_flag("--fp16", fp16, "fp16 params, fp32 grads and optimizer");
+  app.add_flag("--fp32", fp32, "fp32 training");
+  app.add_option("--nnodes", mc.nnodes)->capture_default_str();
+  app.add_option("--gpus-per-node", mc.gpus_per_node)->capture_default_str();
+  app.add_option("--gpu-memory-gb", mc.gpu_memory_gb, "GiB per GPU")->capture_default_str();
+  app.add_option("--gpu-peak-tflops", mc.peak_tflops, "dense 16-bit TFLOP/s per GPU")->capture_default_str();
+  app.add_option("--assumed-mfu", mc.assumed_mfu, "fraction of peak the matmuls reach")->capture_default_str();
+  app.add_option("--intra-node-bandwidth-gbs", mc.intra_node_bw_gbs, "NVLink bus bandwidth, GB/s")
+      ->capture_default_str();
+  app.add_option("--inter-node-bandwidth-gbs", mc.inter_node_bw_gbs, "per-GPU bus bandwidth across nodes, GB/s")
+      ->capture_default_str();
+  app.add_option("--tensor-model-parallel-size", o.tp, "fix TP (default: search)");
+  app.add_option("--pipeline-model-parallel-size", o.pp, "fix PP (default: search)");
+  app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage, "fix vpp (needs a fixed PP)");
+  app.add_option("--virtual-pipeline-search", vpp_list, "vpp values to try when PP > 1")->capture_default_str();
+  app.add_flag("--sequence-parallel", sp_flag, "force SP on (default: on whenever TP > 1)");
+  app.add_flag("--no-sequence-parallel", no_sp, "never use SP");
+  app.add_flag("--use-distributed-optimizer", dopt, "force the distributed optimizer (default: try both)");
+  app.add_flag("--no-distributed-optimizer", no_dopt, "never use it");
+  app.add_flag("--recompute-activations", recompute_activations, "force selective recompute");
+  app.add_option("--recompute-granularity", granularity, "force: none, selective or full");
+  app.add_option("--recompute-search", recompute_search, "granularities to try")->capture_default_str();
+  app.add_flag("--allow-tp-across-nodes", o.allow_tp_across_nodes, "also list TP groups that span nodes");
+  app.add_option("--workspace-gb", o.memory.workspace_fixed_gib, "fixed GiB per GPU for CUDA context and buffers")
+      ->capture_default_str();
+  app.add_option("--top", top, "rows to show")->capture_default_str();
+  app.add_flag("--json", json, "print JSON instead of the table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  TRIPOD_CHECK_HINT(int(bf16) + int(fp16) + int(fp32) <= 1, "pass one of --bf16, --fp16, --fp32",
+                    "more than one precision flag given");
+  m.precision = fp16 ? plan::Precision::kFp16 : fp32 ? plan::Precision::kFp32 : plan::Precision::kBf16;
+  o.sequence_parallel = no_sp ? plan::Choice::kOff : plan::Choice::kOn;
+  TRIPOD_CHECK(!(sp_flag && no_sp), "--sequence-parallel and --no-sequence-parallel both given");
+  TRIPOD_CHECK(!(dopt && no_dopt), "--use-distributed-optimizer and --no-distributed-optimizer both given");
+  o.distributed_optimizer = dopt ? plan::Choice::kOn : no_dopt ? plan::Choice::kOff : plan::Choice::kSearch;
+  if (recompute_activations) granularity = granularity.empty() ? "selective" : granularity;
+  o.recompute = granularity.empty() ? parse_recompute_list(recompute_search)
+                                    : std::vector<plan::Recompute>{plan::recompute_from_string(granularity)};
+  o.vpp.clear();
+  if (layers_per_virtual_stage > 0) {
+    TRIPOD_CHECK_HINT(o.pp > 0, "also pass --pipeline-model-parallel-size",
+                      "--num-layers-per-virtual-pipeline-stage needs a fixed pipeline size");
+    const int64_t per_rank = m.num_layers / o.pp;
+    TRIPOD_CHECK(per_rank % layers_per_virtual_stage == 0,
+                 "--num-layers-per-virtual-pipeline-stage {} does not divide the {} layers per pipeline rank",
+                 layers_per_virtual_stage, per_rank);
+    o.vpp = {int(per_rank / layers_per_virtual_stage)};
+  } else {
+    std::stringstream ss(vpp_list);
+    std::string item;
+    while (std::getline(ss, item, ',')) o.vpp.push_back(std::stoi(item));
+  }
+  TRIPOD_CHECK(mc.gpu_memory_gb > 0 && mc.peak_tflops > 0 && mc.assumed_mfu > 0 && mc.assumed_mfu <= 1,
+               "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
+  TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
+
+  const plan::PlanResult r = plan::plan_layouts(m, mc, o);
+  if (json) {
+    nlohmann::json j;
+    j["model"] = {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
+                  {"num_attention_heads", m.num_attention_heads}, {"ffn_hidden_size", m.ffn()},
+                  {"seq_length", m.seq_length}, {"vocab_size", m.vocab_size},
+                  {"num_parameters", m.num_parameters(m.padded_vocab(1))}};
+    j["machine"] = {{"nnodes", mc.nnodes}, {"gpus_per_node", mc.gpus_per_node}, {"gpu_memory_gb", mc.gpu_memory_gb},
+                    {"peak_tflops", mc.peak_tflops}, {"assumed_mfu", mc.assumed_mfu},
+                    {"intra_node_bandwidth_gbs", mc.intra_node_bw_gbs},
+                    {"inter_node_bandwidth_gbs", mc.inter_node_bw_gbs}};
+    j["valid_layouts"] = r.valid_layouts;
+    j["too_big"] = r.too_big;
+    j["plain_dp_fits"] = r.plain_dp_fits;
+    j["notes"] = r.notes;
+    j["layouts"] = nlohmann::json::array();
+    for (int i = 0; i < std::min<int>(top, int(r.fits.size())); ++i) {
+      nlohmann::json c = to_json(r.fits[i]);
+      c["megatron_flags"] = flags_for(m, r.fits[i].layout);
+      j["layouts"].push_back(c);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    print_table(m, mc, r, top);
+  }
+  return r.fits.empty() ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace tripod::cli
+
+TRIPOD_REGISTER_COMMAND(plan, "plan", "choose a TP x PP x DP layout: what fits, best first, predicted memory and time",
+                        tripod::cli::run_plan);
