@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/ops.h"
+#include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/command.h"
@@ -122,8 +123,16 @@ int run_train(int argc, char** argv) {
   app.add_option("--inject-grad-overflow-at", args.inject_grad_overflow_at,
                  "make the gradients of iteration N non-finite (checks the fp16 skip and the NaN stop)")
       ->group("");  // hidden: a testing aid
+  std::string config_file;
+  app.add_option("--config", config_file,
+                 "flag file: flags one or more per line, ${ENV} and ${ENV:-default} substituted; "
+                 "later command-line flags override it");
+  // --config FILE is expanded in place before parsing (base/config.h).
+  std::vector<std::string> words = config::expand_config_args(argc, argv);
+  std::vector<char*> expanded;
+  for (auto& w : words) expanded.push_back(w.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(expanded.size()), expanded.data());
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }

@@ -43,6 +43,16 @@ struct TrainArgs {
   // device / precision
   std::string device = "cpu";        // --device cpu|cuda
   bool bf16 = false, fp16 = false;   // --bf16, --fp16
+  // fp16 loss scaling (see train/loss_scaler.h)
+  double loss_scale = 0;                       // --loss-scale (0: dynamic)
+  double initial_loss_scale = 4294967296.0;    // --initial-loss-scale
+  double min_loss_scale = 1.0;                 // --min-loss-scale
+  int64_t loss_scale_window = 1000;            // --loss-scale-window
+  int hysteresis = 2;                          // --hysteresis
+  // activation recomputation (model/gpt_model.h, Recompute)
+  bool recompute_activations = false;          // --recompute-activations (= selective)
+  std::string recompute_granularity;           // --recompute-granularity full|selective
+  int64_t inject_grad_overflow_at = 0;         // testing aid: poison the grads of this iteration (1-based)
   double peak_tflops = 0;            // --peak-tflops for MFU (0: from the device)
   // outputs
   std::string save, load;            // --save, --load
