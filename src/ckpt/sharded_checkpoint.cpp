@@ -25,6 +25,10 @@ namespace tripod::ckpt {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+static bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+}
+
 std::string iter_dir_name(int64_t it) { return fmt::format("iter_{:07d}", it); }
 std::string rank_file_name(int tp_rank, int pp_rank) {
   return fmt::format("model_rank_{}_{}.safetensors", tp_rank, pp_rank);
@@ -87,7 +91,7 @@ int64_t read_latest_iteration(const std::string& dir) {
   if (!fs::exists(marker)) return -1;
   std::string s = read_text(marker);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  TRIPOD_CHECK(!s.empty() && s.size() <= 18 && std::all_of(s.begin(), s.end(), ::isdigit),
+  TRIPOD_CHECK(s.size() <= 18 && all_digits(s),
                "{}: expected an iteration number, found '{}' (corrupt marker)", marker, s.substr(0, 40));
   return std::stoll(s);
 }
@@ -189,7 +193,7 @@ static void remove_old_checkpoints(const std::string& save_dir, int64_t current,
       continue;
     }
     const std::string digits = n.substr(5);
-    if (!digits.empty() && std::all_of(digits.begin(), digits.end(), ::isdigit)) iters.push_back(std::stoll(digits));
+    if (digits.size() <= 18 && all_digits(digits)) iters.push_back(std::stoll(digits));
   }
   if (retain <= 0) return;
   std::sort(iters.begin(), iters.end());
