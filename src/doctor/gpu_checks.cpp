@@ -116,7 +116,24 @@ bool is_nvlink(const std::string& link) {
          std::all_of(link.begin() + 2, link.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-std::optional<Topology> parse_topology(const std::string& text) {
+// nvidia-smi underlines the header with ANSI escapes even into a pipe
+// ("\x1b[4mGPU0\tCPU Affinity...\x1b[0m"): drop CSI sequences first.
+static std::string strip_ansi(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\x1b' && i + 1 < s.size() && s[i + 1] == '[') {
+      i += 2;
+      while (i < s.size() && !(s[i] >= '@' && s[i] <= '~')) ++i;  // up to the final byte
+      continue;
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+std::optional<Topology> parse_topology(const std::string& raw) {
+  const std::string text = strip_ansi(raw);
   std::istringstream in(text);
   std::string line;
   int n = -1;

@@ -213,6 +213,13 @@ TEST(DoctorGpu, Topology) {
   EXPECT_EQ(tp4.status, Status::kWarn);
   EXPECT_NE(tp4.finding.find("TP 4 groups would cross PCIe (4 pairs)"), std::string::npos);
 
+  // One H200 as nvidia-smi prints it into a pipe: the header is underlined
+  // with ANSI escapes.
+  const auto one = parse_topology(
+      "\t\x1b[4mGPU0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\nGPU0\t X \t0-15\t0\t\tN/A\n\nLegend:\n");
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->num_gpus, 1);
+  EXPECT_EQ(one->link[0][0], "X");
   EXPECT_FALSE(parse_topology("No devices were found\n").has_value());
   EXPECT_EQ(check_topology(std::string("No devices were found\n"), 0).status, Status::kWarn);
   EXPECT_EQ(check_topology(std::nullopt, 2).status, Status::kInfo);
