@@ -18,6 +18,12 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
   return 2.0 * (n - 1) / n * bytes / (bw_gbs * 1e9) + latency_us * 1e-6;
 }
 
+double matmul_efficiency(const ModelSpec& m, const Layout& l) {
+  const double rows = double(l.micro_batch * m.seq_length);      // M of every GEMM
+  const double cols = double(m.hidden_size) / l.tp;              // the TP-sharded width
+  return rows / (rows + 256.0) * cols / (cols + 128.0);
+}
+
 TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& mc) {
   TimeBreakdown t;
   const double s = double(m.seq_length), h = double(m.hidden_size), L = double(m.num_layers);
@@ -35,7 +41,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& 
   if (l.recompute == Recompute::kFull) flops_token *= 4.0 / 3.0;
   if (l.recompute == Recompute::kSelective) flops_token += 2.0 * L * s * h;
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
-  const double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu);
+  const double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l));
 
   // ---- TP: 4 all-reduces of (s, b, h) per layer per micro-batch (2 fwd, 2 bwd),
   // 6 with full recompute (the forward runs twice) ----

@@ -32,7 +32,7 @@ struct Machine {
   double inter_node_bw_gbs = 40;    // bus bandwidth per GPU across nodes (IB/RoCE), GB/s
   double intra_node_latency_us = 10;  // per collective
   double inter_node_latency_us = 25;
-  double assumed_mfu = 0.45;        // fraction of peak the matmuls reach
+  double assumed_mfu = 0.45;        // fraction of peak large matmuls reach (see matmul_efficiency)
   int world() const { return nnodes * gpus_per_node; }
 };
 
@@ -53,6 +53,13 @@ bool group_crosses_nodes(int span, int gpus_per_node);
 
 // Seconds to all-reduce `bytes` over n ranks at bus bandwidth `bw_gbs`.
 double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us);
+
+// Fraction of --assumed-mfu that a layout's GEMMs reach: smaller matmuls
+// run further from peak. A saturating guess, not a measurement:
+// M/(M + 256) for the M = b s rows of a micro-batch, times n/(n + 128) for
+// the n = h/t columns a TP rank keeps (half speed at 256 rows or 128 columns).
+// It is what makes a larger micro-batch and a smaller TP win when memory allows.
+double matmul_efficiency(const ModelSpec& m, const Layout& l);
 
 TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& machine);
 
