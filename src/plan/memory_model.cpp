@@ -105,17 +105,23 @@ double paper_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool 
   return sbh * (10.0 + (8.0 + 4.0 * f) / t) + attn_scores;
 }
 
-double tripod_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp) {
+double tripod_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, int act_bytes, Recompute r) {
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
   const double h = double(m.hidden_size), a = double(m.num_attention_heads), F = double(m.ffn());
-  return 4.0 * (4.0 * Nsp * h + 4.0 * Nsp + N * (3.0 * h + h + a + 2.0 * F) / tp);
+  const double act = act_bytes;
+  if (r == Recompute::kFull) return act * Nsp * h;  // out only
+  double bytes = act * (4.0 * Nsp * h + N * (3.0 * h + 2.0 * F) / tp) + 4.0 * (4.0 * Nsp);
+  if (r == Recompute::kNone) bytes += act * N * h / tp + 4.0 * N * a / tp;  // att, lse
+  return bytes;
 }
 
-double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process) {
+double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process,
+                                           int act_bytes) {
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N, h = double(m.hidden_size);
-  double n = Nsp * h;                                       // stage input
-  if (post_process) n += Nsp * h + 2.0 * Nsp + N + Nsp * h;  // lnf (+ mean, rstd), losses, dlnf
-  return 4.0 * n;
+  const double act = act_bytes;
+  double n = act * Nsp * h;                                          // stage input
+  if (post_process) n += act * Nsp * h + 4.0 * (2.0 * Nsp + N) + act * Nsp * h;  // lnf (+ mean, rstd), losses, dlnf
+  return n;
 }
 
 // Warm-up micro-batches of pipeline rank r plus the one in its steady state

@@ -102,19 +102,21 @@ double paper_layer_activation_bytes(const ModelSpec& m, int64_t micro_batch, int
                                     Recompute r);
 
 // tripod's own per-layer activation bytes (model::MicroBatchActs, what the
-// CPU and CUDA backends keep for backward): fp32, flash-style attention
-// (no T x T buffers; the softmax log-sum-exp (b, a/t, s) instead), no
-// dropout masks (regenerated from the Philox counter). With N = b s and
-// N_sp = N/t under SP, else N:
-//   4 * [ 4 N_sp h  (ln1, res1, ln2, out)  + 4 N_sp (ln1/ln2 mean, rstd)
-//       + N (3h + h + a + 2F) / t  (qkv, att, lse, fc1, gelu) ]
-// tripod has no recompute yet, so this is the "none" case.
-double tripod_layer_activation_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp);
+// CPU and CUDA backends keep for backward): flash-style attention (no T x T
+// buffers; the softmax log-sum-exp (b, a/t, s) instead), no dropout masks
+// (regenerated from the Philox counter). Activations in the compute dtype
+// (act_bytes: 4 for fp32, 2 for bf16/fp16), statistics in fp32. With
+// N = b s and N_sp = N/t under SP, else N:
+//   act * [ 4 N_sp h  (ln1, res1, ln2, out) + N (3h + h + 2F) / t  (qkv, att, fc1, gelu) ]
+//   + 4 * [ 4 N_sp  (ln1/ln2 mean, rstd) + N a / t  (lse) ]
+// Selective recompute drops att and lse; full keeps only out (act N_sp h).
+double tripod_layer_activation_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp,
+                                     int act_bytes = 4, Recompute r = Recompute::kNone);
 // Bytes of one micro-batch outside the layers, as MicroBatchActs::bytes()
 // counts: the stage input (N_sp, h) and, on the last stage, the final norm
-// (N_sp h + 2 N_sp), the per-token losses (N) and d lnf (N_sp h); all fp32.
+// (N_sp h act + 2 N_sp fp32), the per-token losses (N fp32) and d lnf (N_sp h act).
 double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp,
-                                           bool post_process);
+                                           bool post_process, int act_bytes = 4);
 
 // Micro-batches whose activations the first pipeline stage holds at its
 // peak, in units of (layers per stage) x micro-batch: 1F1B min(P, m);

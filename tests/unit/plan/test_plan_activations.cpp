@@ -63,6 +63,12 @@ TEST(PlanActivations, HandCountOneLayer) {
   ModelSpec m;
   m.num_layers = 1, m.hidden_size = 64, m.num_attention_heads = 4, m.seq_length = 32, m.vocab_size = 100;
   EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false), 4.0 * 66048);
+  // bf16 activations, f32 statistics (256 + 256 floats of means/rstd and lse):
+  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 2), 2.0 * (66048 - 512) + 4.0 * 512);
+  // selective: no att (64 x 64) and no lse (256); full: only out (64 x 64).
+  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 4, Recompute::kSelective),
+                   4.0 * (66048 - 4096 - 256));
+  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 2, Recompute::kFull), 2.0 * 4096);
 }
 
 TEST(PlanActivations, ParameterCountMatchesModel) {
