@@ -91,6 +91,23 @@ TEST(PlanMemory, Gpt2_1558mTp2Pp2Sp) {
   EXPECT_DOUBLE_EQ(mb.total(), 14478012928.0);
 }
 
+TEST(PlanMemory, RecomputeInterleavingAndDistOptOrder) {
+  const ModelSpec m = gpt2_1558m();
+  Layout l;
+  l.tp = 2, l.pp = 4, l.dp = 1, l.micro_batch = 2, l.global_batch = 64, l.sequence_parallel = true;
+  auto acts = [&](Recompute r, int vpp) {
+    Layout x = l;
+    x.recompute = r, x.vpp = vpp;
+    return estimate_memory(m, x).activations;
+  };
+  EXPECT_GT(acts(Recompute::kNone, 1), acts(Recompute::kSelective, 1));
+  EXPECT_GT(acts(Recompute::kSelective, 1), acts(Recompute::kFull, 1));
+  // Interleaving x2 at P 4: the first stage holds 1 + 3/8 times the layer activations.
+  const double layers_1f1b = 4 * 12 * paper_layer_activation_bytes(m, 2, 2, true, Recompute::kNone);
+  EXPECT_NEAR(acts(Recompute::kNone, 2) - acts(Recompute::kNone, 1), layers_1f1b * 3.0 / 8 +
+                  1.5 * 1024.0 * 2 * 1600 / 2, 1.0);  // + the extra embedding masks in flight
+}
+
 TEST(PlanTime, BubbleAndCommFormulas) {
   const ModelSpec m = gpt2_1558m();
   Machine mc;  // 1 x 8
