@@ -75,7 +75,7 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
     if (keep) mine.push_back(std::move(s));
   }
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_,
-                                         stage_.param_buffer_pad);
+                                         stage_.param_buffer_pad, stage_.compute_dtype);
   ws_ = std::make_unique<Workspace>();
 }
 
@@ -93,31 +93,50 @@ Param& GptModel::layer_param(int64_t l, const char* suffix) {
 MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
   const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size, Ns = local_rows(B, T);
   const int64_t C_tp = C / tp, F_tp = config_.ffn_hidden_size / tp, NH_tp = config_.num_attention_heads / tp;
+  auto act = [&](Shape s) { return be_.empty(s, stage_.compute_dtype); };
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
   MicroBatchActs a;
   a.B = B;
   a.T = T;
   a.tokens = be_.empty({B, T}, DType::I32);
-  a.input = f32({Ns, C});
+  a.input = act({Ns, C});
   for (int64_t l = 0; l < stage_.num_local_layers; ++l) {
     LayerActs la;
-    la.ln1 = f32({Ns, C}); la.ln1_mean = f32({Ns}); la.ln1_rstd = f32({Ns});
-    la.qkv = f32({B, T, 3 * C_tp});
-    la.att = f32({B, T, C_tp}); la.lse = f32({B, NH_tp, T});
-    la.res1 = f32({Ns, C});
-    la.ln2 = f32({Ns, C}); la.ln2_mean = f32({Ns}); la.ln2_rstd = f32({Ns});
-    la.fc1 = f32({N, F_tp}); la.gelu = f32({N, F_tp});
-    la.out = f32({Ns, C});
+    la.out = act({Ns, C});
+    if (stage_.recompute != Recompute::Full) {
+      la.ln1 = act({Ns, C}); la.ln1_mean = f32({Ns}); la.ln1_rstd = f32({Ns});
+      la.qkv = act({B, T, 3 * C_tp});
+      if (stage_.recompute == Recompute::None) { la.att = act({B, T, C_tp}); la.lse = f32({B, NH_tp, T}); }
+      la.res1 = act({Ns, C});
+      la.ln2 = act({Ns, C}); la.ln2_mean = f32({Ns}); la.ln2_rstd = f32({Ns});
+      la.fc1 = act({N, F_tp}); la.gelu = act({N, F_tp});
+    }
     a.layers.push_back(std::move(la));
   }
   if (stage_.post_process) {
     a.targets = be_.empty({B, T}, DType::I32);
-    a.lnf = f32({Ns, C}); a.lnf_mean = f32({Ns}); a.lnf_rstd = f32({Ns});
+    a.lnf = act({Ns, C}); a.lnf_mean = f32({Ns}); a.lnf_rstd = f32({Ns});
     a.losses = f32({N});
-    a.dlnf = f32({Ns, C});
+    a.dlnf = act({Ns, C});
   }
-  if (!stage_.pre_process) a.grad_input = f32({Ns, C});
+  if (!stage_.pre_process) a.grad_input = act({Ns, C});
   return a;
+}
+
+LayerActs GptModel::working_acts(const LayerActs& stored, bool for_backward) const {
+  if (stage_.recompute == Recompute::None) return stored;
+  LayerActs w;
+  if (stage_.recompute == Recompute::Selective) {
+    w = stored;
+    w.att = ws_->recomputed.att;
+    w.lse = ws_->recomputed.lse;
+    return w;
+  }
+  w = ws_->recomputed;
+  // The first forward writes the stored output (the next layer's input);
+  // the recomputation in backward writes the workspace copy.
+  if (!for_backward) w.out = stored.out;
+  return w;
 }
 
 size_t MicroBatchActs::bytes() const {
@@ -126,7 +145,7 @@ size_t MicroBatchActs::bytes() const {
   for (const auto& l : layers)
     for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.att, &l.lse, &l.res1, &l.ln2,
                             &l.ln2_mean, &l.ln2_rstd, &l.fc1, &l.gelu, &l.out})
-      n += t->nbytes();
+      if (t->defined()) n += t->nbytes();
   return n;
 }
 
@@ -141,13 +160,13 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
     // elsewhere), then the tp group sums (reduce_from_tp_region, or
     // reduce_scatter_to_sp_region). Positions are added on tp rank 0 only so
     // the sum holds them once, exactly.
-    const Tensor* wpe_here = stage_.tp_rank == 0 ? &wpe.value : nullptr;
+    const Tensor* wpe_here = stage_.tp_rank == 0 ? &wpe.compute : nullptr;
     if (!tpp_.active()) {
       Tensor x = acts.input.view({acts.B, acts.T, config_.hidden_size});
-      be_.embedding_forward(x, acts.tokens, wte.value, wpe_here, vocab_start);
+      be_.embedding_forward(x, acts.tokens, wte.compute, wpe_here, vocab_start);
     } else {
       Tensor x = ws_->full_b.view({acts.B, acts.T, config_.hidden_size});
-      be_.embedding_forward(x, acts.tokens, wte.value, wpe_here, vocab_start);
+      be_.embedding_forward(x, acts.tokens, wte.compute, wpe_here, vocab_start);
       Tensor& reduced = tpp_.exit(ws_->full_b, acts.input);
       if (reduced.raw() != acts.input.raw()) be_.copy(acts.input, reduced);
     }
@@ -157,7 +176,8 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
   }
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
-    layer_forward(stage_.first_layer + i, *x, acts.layers[i], acts, dropout_seed);
+    LayerActs w = working_acts(acts.layers[i], false);
+    layer_forward(stage_.first_layer + i, *x, w, acts, dropout_seed);
     x = &acts.layers[i].out;
   }
   if (stage_.post_process) head_forward_backward(acts, with_grad, dloss);
@@ -173,11 +193,11 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
   const Param& lnb = params_->get("decoder.final_layernorm.bias");
   const Param& wte = params_->get("embedding.word_embeddings.weight");
   const Tensor& x = acts.output();
-  be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnw.value, lnb.value,
+  be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnw.compute, lnb.compute,
                         config_.layernorm_epsilon);
   const Tensor& lnf = tpp_.enter(acts.lnf, ws_->full_a);  // (N, C)
   Tensor& logits = ws_->logits;  // (N, V_tp)
-  be_.matmul_forward(logits, lnf, wte.value, nullptr);
+  be_.matmul_forward(logits, lnf, wte.compute, nullptr);
   const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
   Tensor targets = acts.targets.view({acts.B * acts.T});
   // Vocab-parallel cross-entropy: the full logits are never gathered.
@@ -193,7 +213,7 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
   if (!with_grad) return;
   be_.ce_backward(logits, logits, ws_->row_max, ws_->ce_sums, targets, vocab_start, dloss);
   Param& wte_m = params_->get("embedding.word_embeddings.weight");
-  be_.matmul_backward(&ws_->full_b, &wte_m.grad, nullptr, logits, lnf, wte.value);
+  be_.matmul_backward(&ws_->full_b, &wte_m.grad, nullptr, logits, lnf, wte.compute);
   const Tensor& dlnf = tpp_.enter_backward(ws_->full_b, acts.dlnf);
   if (dlnf.raw() != acts.dlnf.raw()) be_.copy(acts.dlnf, dlnf);
 }
@@ -211,7 +231,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     Param& lnw = params_->get("decoder.final_layernorm.weight");
     Param& lnb = params_->get("decoder.final_layernorm.bias");
     be_.zero(dres);
-    be_.layernorm_backward(dres, lnw.grad, lnb.grad, acts.dlnf, acts.output(), lnw.value,
+    be_.layernorm_backward(dres, lnw.grad, lnb.grad, acts.dlnf, acts.output(), lnw.compute,
                            acts.lnf_mean, acts.lnf_rstd);
   } else {
     TRIPOD_CHECK(grad_output && grad_output->numel() == dres.numel(),
@@ -220,7 +240,15 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   }
   for (int64_t i = stage_.num_local_layers - 1; i >= 0; --i) {
     const Tensor& x = i == 0 ? acts.input : acts.layers[i - 1].out;
-    layer_backward(stage_.first_layer + i, x, acts.layers[i], dres, acts, dropout_seed);
+    const int64_t l = stage_.first_layer + i;
+    LayerActs w = working_acts(acts.layers[i], true);
+    if (stage_.recompute == Recompute::Full) {
+      training_ = true;  // dropout as in the first forward
+      layer_forward(l, x, w, acts, dropout_seed);
+    } else if (stage_.recompute == Recompute::Selective) {
+      be_.attention_forward(w.att, w.lse, w.qkv, static_cast<int>(config_.num_attention_heads / stage_.tp_size));
+    }
+    layer_backward(l, x, w, dres, acts, dropout_seed);
   }
   if (stage_.pre_process) {
     if (config_.hidden_dropout > 0)

@@ -25,6 +25,18 @@
 
 namespace tripod::model {
 
+// Activation recomputation (Megatron's --recompute-granularity):
+//   Selective  the attention core's output and log-sum-exp are not kept per
+//              micro-batch; backward recomputes them from the stored qkv
+//              (--recompute-activations).
+//   Full       only each layer's output (the next layer's input) is kept;
+//              backward reruns the layer's forward from its input first
+//              (--recompute-granularity full, every layer: Megatron's
+//              uniform method with --recompute-num-layers 1).
+// Dropout masks come from counters (backend/philox.h), so a recomputed
+// forward is bit-identical to the first one.
+enum class Recompute { None, Selective, Full };
+
 struct StageConfig {
   int64_t first_layer = 0;
   int64_t num_local_layers = -1;  // -1: all layers
@@ -34,11 +46,17 @@ struct StageConfig {
   dist::Communicator* tp = nullptr;  // the tensor-parallel group (null: tp size 1)
   bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
   int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
+  // Dtype of the weights used for compute and of the activations (--bf16,
+  // --fp16). Master weights, gradients and statistics stay f32.
+  DType compute_dtype = DType::F32;
+  Recompute recompute = Recompute::None;
 };
 
 // Shapes: N = B*T; N_sp = N / tp with sequence parallelism, else N. The
 // residual stream and LayerNorm outputs are (N_sp, C); everything between a
-// column- and a row-parallel linear is (N, *_tp).
+// column- and a row-parallel linear is (N, *_tp). Activations are in the
+// compute dtype, statistics (mean, rstd, lse, losses) in f32. Under
+// recompute the tensors that are not kept stay undefined (see Recompute).
 struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor qkv;                      // (N, 3*C_tp)
@@ -103,6 +121,9 @@ class GptModel {
  private:
   struct Workspace;
   void layer_forward(int64_t l, const Tensor& x, LayerActs& a, const MicroBatchActs& mb, uint64_t seed);
+  // The buffers layer forward/backward work on: the stored ones, with the
+  // workspace standing in for what recompute does not keep (handles only).
+  LayerActs working_acts(const LayerActs& stored, bool for_backward) const;
   void layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& dresidual,
                       const MicroBatchActs& mb, uint64_t seed);
   void head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss);

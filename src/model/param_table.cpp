@@ -105,8 +105,10 @@ Tensor init_full(const ParamSpec& spec, uint64_t seed, float std, int64_t num_la
 }
 
 ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be,
-                       int64_t pad_multiple)
-    : tp_size_(tp_size), tp_rank_(tp_rank), be_(be) {
+                       int64_t pad_multiple, DType compute_dtype)
+    : compute_dtype_(compute_dtype), tp_size_(tp_size), tp_rank_(tp_rank), be_(be) {
+  TRIPOD_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
+               "parameter compute dtype must be f32, bf16 or f16");
   for (auto& spec : specs) {
     Param p;
     p.shape = local_shape(spec, tp_size);
@@ -121,10 +123,20 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
   grads_ = be.empty({padded}, DType::F32);
   be.zero(values_);
   be.zero(grads_);
+  compute_values_ = values_;
+  if (compute_dtype != DType::F32) {
+    compute_values_ = be.empty({padded}, compute_dtype);
+    be.zero(compute_values_);
+  }
   for (auto& p : params_) {
     p.value = values_.flat(p.offset, p.shape);
     p.grad = grads_.flat(p.offset, p.shape);
+    p.compute = compute_values_.flat(p.offset, p.shape);
   }
+}
+
+void ParamStore::sync_compute() {
+  if (compute_dtype_ != DType::F32) be_.cast(compute_values_, values_);
 }
 
 Param& ParamStore::get(const std::string& name) {
@@ -162,6 +174,7 @@ void ParamStore::set_from_full(Param& p, const Tensor& full) {
   check_shape(full, p.spec.global_shape, p.spec.name.c_str());
   Tensor part = take_shard(full, p.spec.shard, tp_size_, tp_rank_);
   be_.copy(p.value, part);
+  if (compute_dtype_ != DType::F32) be_.cast(p.compute, p.value);
   be_.synchronize();
 }
 

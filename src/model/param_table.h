@@ -2,7 +2,10 @@
 // ranks shard it, how it is initialised, and whether it is decayed. Plus the
 // ParamStore that holds this rank's shards of the values and gradients in
 // one flat f32 buffer each (so DP buckets, the distributed optimizer and the
-// global norm work on contiguous ranges).
+// global norm work on contiguous ranges). With a bf16/f16 compute dtype it
+// also holds a flat compute copy of the values (Megatron's mixed precision:
+// fp32 master weights, half-precision weights for the forward/backward),
+// refreshed by sync_compute() after every change of the master weights.
 //
 // NOTE [Layout-independent init]
 // Element i of parameter `name` is drawn from a counter-based normal stream
@@ -50,6 +53,8 @@ struct Param {
   Shape shape;   // local (this tp rank's) shape
   Tensor value;  // f32 master weight, a view into ParamStore::values()
   Tensor grad;   // f32 gradient, a view into ParamStore::grads()
+  Tensor compute;  // the weight the model computes with: `value` itself in f32,
+                   // else a view into ParamStore::compute_values()
   int64_t offset = 0;  // element offset in the flat buffers
 };
 
@@ -57,14 +62,19 @@ class ParamStore {
  public:
   // pad_multiple: the flat buffers are zero-padded to a multiple of it (the
   // dp size with the distributed optimizer, so they split evenly).
+  // compute_dtype: f32 (compute on the master weights) or bf16/f16 (a cast copy).
   ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be,
-             int64_t pad_multiple = 1);
+             int64_t pad_multiple = 1, DType compute_dtype = DType::F32);
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
   Param& get(const std::string& name);
   const Param* find(const std::string& name) const;
   Tensor& values() { return values_; }  // (padded_numel) f32
   Tensor& grads() { return grads_; }    // (padded_numel) f32
+  DType compute_dtype() const { return compute_dtype_; }
+  // Copies the master weights into the compute copy (cast; no-op in f32).
+  // Call after every update of values(): optimizer step, load, init.
+  void sync_compute();
   int64_t numel() const { return numel_; }  // parameters held (without padding)
   int64_t padded_numel() const { return values_.numel(); }
   int tp_size() const { return tp_size_; }
@@ -82,6 +92,8 @@ class ParamStore {
   std::vector<Param> params_;
   std::unordered_map<std::string, size_t> index_;
   Tensor values_, grads_;
+  Tensor compute_values_;  // (padded_numel) compute dtype; values_ itself in f32
+  DType compute_dtype_ = DType::F32;
   int64_t numel_ = 0;
   int tp_size_, tp_rank_;
   backend::Backend& be_;

@@ -40,29 +40,29 @@ void GptModel::layer_forward(int64_t l, const Tensor& x, LayerActs& a, const Mic
   Workspace& w = *ws_;
 
   // ---- attention block ----
-  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, layer_param(l, "input_layernorm.weight").value,
-                        layer_param(l, "input_layernorm.bias").value, eps);
+  be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, layer_param(l, "input_layernorm.weight").compute,
+                        layer_param(l, "input_layernorm.bias").compute, eps);
   const Tensor& ln1 = tpp_.enter(a.ln1, w.full_a);  // (N, C)
-  be_.matmul_forward(a.qkv, ln1, layer_param(l, "self_attention.linear_qkv.weight").value,
-                     &layer_param(l, "self_attention.linear_qkv.bias").value);
+  be_.matmul_forward(a.qkv, ln1, layer_param(l, "self_attention.linear_qkv.weight").compute,
+                     &layer_param(l, "self_attention.linear_qkv.bias").compute);
   be_.attention_forward(a.att, a.lse, a.qkv, static_cast<int>(NH_tp));
-  be_.matmul_forward(w.full_b, a.att, layer_param(l, "self_attention.linear_proj.weight").value, nullptr);
+  be_.matmul_forward(w.full_b, a.att, layer_param(l, "self_attention.linear_proj.weight").compute, nullptr);
   Tensor& attn_out = tpp_.exit(w.full_b, w.tmp);  // (N_sp, C)
-  be_.add_bias(attn_out, layer_param(l, "self_attention.linear_proj.bias").value);
+  be_.add_bias(attn_out, layer_param(l, "self_attention.linear_proj.bias").compute);
   if (p > 0) be_.dropout_forward(attn_out, attn_out, p, dropout_key(seed, l, 0), counter);
   be_.add(a.res1, x, attn_out);
 
   // ---- MLP block ----
   be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1,
-                        layer_param(l, "pre_mlp_layernorm.weight").value,
-                        layer_param(l, "pre_mlp_layernorm.bias").value, eps);
+                        layer_param(l, "pre_mlp_layernorm.weight").compute,
+                        layer_param(l, "pre_mlp_layernorm.bias").compute, eps);
   const Tensor& ln2 = tpp_.enter(a.ln2, w.full_a);
-  be_.matmul_forward(a.fc1, ln2, layer_param(l, "mlp.linear_fc1.weight").value,
-                     &layer_param(l, "mlp.linear_fc1.bias").value);
+  be_.matmul_forward(a.fc1, ln2, layer_param(l, "mlp.linear_fc1.weight").compute,
+                     &layer_param(l, "mlp.linear_fc1.bias").compute);
   be_.gelu_forward(a.gelu, a.fc1);
-  be_.matmul_forward(w.full_b, a.gelu, layer_param(l, "mlp.linear_fc2.weight").value, nullptr);
+  be_.matmul_forward(w.full_b, a.gelu, layer_param(l, "mlp.linear_fc2.weight").compute, nullptr);
   Tensor& mlp_out = tpp_.exit(w.full_b, w.tmp);
-  be_.add_bias(mlp_out, layer_param(l, "mlp.linear_fc2.bias").value);
+  be_.add_bias(mlp_out, layer_param(l, "mlp.linear_fc2.bias").compute);
   if (p > 0) be_.dropout_forward(mlp_out, mlp_out, p, dropout_key(seed, l, 1), counter);
   be_.add(a.out, a.res1, mlp_out);
 }
@@ -87,15 +87,15 @@ void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& 
   Param& fc2 = layer_param(l, "mlp.linear_fc2.weight");
   Param& fc1 = layer_param(l, "mlp.linear_fc1.weight");
   be_.matmul_backward(&w.dgelu, &fc2.grad, &layer_param(l, "mlp.linear_fc2.bias").grad, dmlp_full, a.gelu,
-                      fc2.value);
+                      fc2.compute);
   be_.gelu_backward(w.dfc1, a.fc1, w.dgelu);
   const Tensor& ln2 = tpp_.enter(a.ln2, w.full_a);  // re-gathered under SP
   be_.matmul_backward(&w.full_b, &fc1.grad, &layer_param(l, "mlp.linear_fc1.bias").grad, w.dfc1, ln2,
-                      fc1.value);
+                      fc1.compute);
   const Tensor& dln2 = tpp_.enter_backward(w.full_b, w.dln);
   Param& ln2w = layer_param(l, "pre_mlp_layernorm.weight");
   be_.layernorm_backward(dres, ln2w.grad, layer_param(l, "pre_mlp_layernorm.bias").grad, dln2, a.res1,
-                         ln2w.value, a.ln2_mean, a.ln2_rstd);
+                         ln2w.compute, a.ln2_mean, a.ln2_rstd);
 
   // ---- attention block: res1 = x + drop(proj(attn(qkv(ln1(x))))) ----
   const Tensor* datt_out = &dres;
@@ -107,15 +107,15 @@ void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& 
   Param& proj = layer_param(l, "self_attention.linear_proj.weight");
   Param& qkv = layer_param(l, "self_attention.linear_qkv.weight");
   be_.matmul_backward(&w.datt, &proj.grad, &layer_param(l, "self_attention.linear_proj.bias").grad,
-                      datt_full, a.att, proj.value);
+                      datt_full, a.att, proj.compute);
   be_.attention_backward(w.dqkv, w.datt, a.qkv, a.att, a.lse, static_cast<int>(NH_tp));
   const Tensor& ln1 = tpp_.enter(a.ln1, w.full_a);
   be_.matmul_backward(&w.full_b, &qkv.grad, &layer_param(l, "self_attention.linear_qkv.bias").grad, w.dqkv,
-                      ln1, qkv.value);
+                      ln1, qkv.compute);
   const Tensor& dln1 = tpp_.enter_backward(w.full_b, w.dln);
   Param& ln1w = layer_param(l, "input_layernorm.weight");
   be_.layernorm_backward(dres, ln1w.grad, layer_param(l, "input_layernorm.bias").grad, dln1, x,
-                         ln1w.value, a.ln1_mean, a.ln1_rstd);
+                         ln1w.compute, a.ln1_mean, a.ln1_rstd);
 }
 
 }  // namespace tripod::model

@@ -21,6 +21,9 @@ struct GptModel::Workspace {
   Tensor logits;         // (N, V_tp), last stage only; reused for dlogits
   Tensor row_max;        // (N)
   Tensor ce_sums;        // (2, N)
+  // Recompute: the activations of the layer being recomputed (full: all but
+  // `out`; selective: att and lse only). Shapes as LayerActs.
+  LayerActs recomputed;
 
   void ensure(backend::Backend& be, int64_t b, int64_t t, const GptConfig& c, const StageConfig& s,
               int64_t padded_vocab) {
@@ -29,20 +32,36 @@ struct GptModel::Workspace {
     T = t;
     const int64_t N = b * t, C = c.hidden_size, tp = s.tp_size;
     const int64_t N_sp = (s.sequence_parallel && tp > 1) ? N / tp : N;
+    auto act = [&](Shape sh) { return be.empty(sh, s.compute_dtype); };
     auto f32 = [&](Shape sh) { return be.empty(sh, DType::F32); };
-    dresidual = f32({N_sp, C});
-    dln = f32({N_sp, C});
-    tmp = f32({N_sp, C});
-    full_a = f32({N, C});
-    full_b = f32({N, C});
-    dqkv = f32({b, t, 3 * C / tp});
-    datt = f32({b, t, C / tp});
-    dfc1 = f32({N, c.ffn_hidden_size / tp});
-    dgelu = f32({N, c.ffn_hidden_size / tp});
+    dresidual = act({N_sp, C});
+    dln = act({N_sp, C});
+    tmp = act({N_sp, C});
+    full_a = act({N, C});
+    full_b = act({N, C});
+    dqkv = act({b, t, 3 * C / tp});
+    datt = act({b, t, C / tp});
+    dfc1 = act({N, c.ffn_hidden_size / tp});
+    dgelu = act({N, c.ffn_hidden_size / tp});
     if (s.post_process) {
-      logits = f32({N, padded_vocab / tp});
+      logits = act({N, padded_vocab / tp});
       row_max = f32({N});
       ce_sums = f32({2, N});
+    }
+    recomputed = LayerActs{};
+    const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, NH_tp = c.num_attention_heads / tp;
+    if (s.recompute != Recompute::None) {
+      recomputed.att = act({b, t, C_tp});
+      recomputed.lse = f32({b, NH_tp, t});
+    }
+    if (s.recompute == Recompute::Full) {
+      LayerActs& r = recomputed;
+      r.ln1 = act({N_sp, C}); r.ln1_mean = f32({N_sp}); r.ln1_rstd = f32({N_sp});
+      r.qkv = act({b, t, 3 * C_tp});
+      r.res1 = act({N_sp, C});
+      r.ln2 = act({N_sp, C}); r.ln2_mean = f32({N_sp}); r.ln2_rstd = f32({N_sp});
+      r.fc1 = act({N, F_tp}); r.gelu = act({N, F_tp});
+      r.out = act({N_sp, C});
     }
   }
 };
