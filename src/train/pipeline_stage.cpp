@@ -15,6 +15,7 @@ void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed)
   seed_ = dropout_seed;
   loss_sum_ = 0;
   loss_tokens_ = 0;
+  losses_pending_ = 0;
   max_live_ = 0;
   if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
   pending_release_ = {-1, -1};
@@ -51,7 +52,7 @@ void GptPipelineStage::release(int m, int c) {
 Tensor& GptPipelineStage::output_grad(int m, int c) {
   Slot& s = slot(m, c);
   if (!s.output_grad.defined())
-    s.output_grad = chunks_[static_cast<size_t>(c)]->backend().empty(s.acts.output().shape(), DType::F32);
+    s.output_grad = chunks_[static_cast<size_t>(c)]->backend().empty(s.acts.output().shape(), s.acts.output().dtype());
   return s.output_grad;
 }
 
@@ -71,11 +72,10 @@ void GptPipelineStage::forward(int m, int c) {
   }
   model.forward(a, with_grad_, dloss_, seed_);
   if (model.stage().post_process) {
-    Tensor h = Tensor::empty({a.losses.numel()}, DType::F32);
-    model.backend().copy(h, a.losses);
-    model.backend().synchronize();
-    for (int64_t i = 0; i < h.numel(); ++i) loss_sum_ += h.data<float>()[i];
-    loss_tokens_ += h.numel();
+    // Device-side copy; summed on the host in loss_sum(), in this order.
+    if (losses_pending_ == loss_parts_.size()) loss_parts_.push_back(model.backend().empty(a.losses.shape(), DType::F32));
+    model.backend().copy(loss_parts_[losses_pending_++], a.losses);
+    loss_tokens_ += a.losses.numel();
   }
   if (!with_grad_) pending_release_ = {m, c};  // output sent before the next forward
 }
@@ -88,6 +88,21 @@ void GptPipelineStage::backward(int m, int c) {
   Slot& s = slot(m, c);
   model.backward(s.acts, model.stage().post_process ? nullptr : &s.output_grad, seed_);
   pending_release_ = {m, c};
+}
+
+double GptPipelineStage::loss_sum() {
+  if (losses_pending_ == 0) return loss_sum_;
+  backend::Backend& be = chunks_.back()->backend();
+  std::vector<Tensor> host;
+  for (size_t k = 0; k < losses_pending_; ++k) {
+    host.push_back(Tensor::empty(loss_parts_[k].shape(), DType::F32));
+    be.copy(host.back(), loss_parts_[k]);
+  }
+  be.synchronize();
+  for (const Tensor& h : host)
+    for (int64_t i = 0; i < h.numel(); ++i) loss_sum_ += h.data<float>()[i];
+  losses_pending_ = 0;
+  return loss_sum_;
 }
 
 size_t GptPipelineStage::activation_bytes_per_microbatch() const {

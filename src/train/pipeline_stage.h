@@ -25,7 +25,10 @@ class GptPipelineStage final : public parallel::PipelineStage {
   // Per iteration (or evaluation pass): gradient scale of each token's loss
   // (0 with forward-only) and the dropout seed.
   void begin(bool with_grad, float dloss, uint64_t dropout_seed);
-  double loss_sum() const { return loss_sum_; }    // over the last stage's tokens
+  // Sum of the token losses over the last stage's micro-batches since
+  // begin(). The per-micro-batch losses stay on the device until this is
+  // called (one host synchronisation per iteration, not per micro-batch).
+  double loss_sum();
   int64_t loss_tokens() const { return loss_tokens_; }
   size_t live_sets() const { return live_.size(); }
   size_t max_live_sets() const { return max_live_; }
@@ -58,6 +61,8 @@ class GptPipelineStage final : public parallel::PipelineStage {
   uint64_t seed_ = 0;
   double loss_sum_ = 0;
   int64_t loss_tokens_ = 0;
+  std::vector<Tensor> loss_parts_;  // (N) f32 device copies of each micro-batch's losses, reused
+  size_t losses_pending_ = 0;       // entries of loss_parts_ filled since the last loss_sum()
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::vector<std::unique_ptr<Slot>>> free_;  // per chunk: recycled buffers
   std::pair<int, int> pending_release_{-1, -1};

@@ -5,9 +5,12 @@
 // AdamW (on this rank's shard, then all-gather, with the distributed
 // optimizer: Megatron's DistributedOptimizer / ZeRO-1).
 #include <cmath>
+#include <limits>
 
 #include "backend/philox.h"
+#include "base/env.h"
 #include "base/error.h"
+#include "base/timer.h"
 #include "base/log.h"
 #include "train/trainer.h"
 
@@ -16,24 +19,87 @@ namespace {
 const char* kWordEmbeddings = "embedding.word_embeddings.weight";
 }
 
+// TRIPOD_STEP_TIMING=1: synchronise between the phases of an iteration and
+// log where the time goes (forward+backward schedule, reductions + grad
+// norm, optimizer + compute-copy cast). Costs the overlap it measures.
+namespace {
+bool step_timing() {
+  static const bool on = env::get_int_or("TRIPOD_STEP_TIMING", 0) != 0;
+  return on;
+}
+}  // namespace
+
 StepResult Trainer::train_step() {
+  const bool timing = step_timing();
+  Timer phase;
+  double t_sched = 0, t_norm = 0;
   const int64_t B = args_.micro_batch_size, T = model().config().seq_length;
   const int64_t tokens = B * T * num_microbatches_ * dp_size_;  // in the global batch
   for (auto& c : chunks_) c.model->params().zero_grad();
   batch_ds_ = data_.train.get();
   batch_base_ = consumed_samples_;
-  stage_->begin(true, 1.f / static_cast<float>(tokens), backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)));
   StepResult r;
+  // fp16: the loss gradient carries the loss scale, so every gradient is
+  // scaled by it; the norm and the optimizer divide it out again.
+  r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  stage_->begin(true, static_cast<float>(r.loss_scale / static_cast<double>(tokens)),
+                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)));
   r.schedule = parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(false));
+  if (timing) {
+    be_.synchronize();
+    t_sched = phase.millis();
+    phase.reset();
+  }
   reduce_gradients();
+  if (args_.inject_grad_overflow_at == iteration_ + 1) inject_grad_overflow();
   r.lm_loss = reduce_loss(stage_->loss_sum()) / static_cast<double>(tokens);
-  r.grad_norm = global_grad_norm();
-  check_finite(r.lm_loss, r.grad_norm);
-  r.lr = schedule_.lr_for_iteration(iteration_ + 1);
-  optimizer_step(r.lr, optim::clip_coefficient(r.grad_norm, args_.clip_grad));
+  r.grad_norm = global_grad_norm() / r.loss_scale;
+  // As Megatron, the lr schedule advances with successful updates only, so
+  // fp16 steps skipped at the start do not eat the warmup. (The count of
+  // skipped steps is not saved in checkpoints: a resumed run schedules by
+  // iteration.)
+  r.lr = schedule_.lr_for_iteration(iteration_ + 1 - skipped_updates_);
+  if (scaler_) {
+    // Megatron's fp16 optimizer: an overflow anywhere skips the whole step
+    // (the norm is summed over the model-parallel group, so every rank agrees).
+    r.skipped = !std::isfinite(r.grad_norm);
+    scaler_->update(r.skipped);
+    if (r.skipped) ++skipped_updates_;
+  } else {
+    check_finite(r.lm_loss, r.grad_norm);
+  }
+  if (timing) {
+    t_norm = phase.millis();  // the norm's host read already synchronised
+    phase.reset();
+  }
+  if (!r.skipped) {
+    const double clip = optim::clip_coefficient(r.grad_norm, args_.clip_grad);
+    optimizer_step(r.lr, static_cast<float>(clip / r.loss_scale));
+  }
+  if (timing) {
+    be_.synchronize();
+    log::info("step timing, iteration {}: forward+backward {:.2f} ms ({} micro-batches), loss read + "
+              "reductions + grad norm {:.2f} ms, optimizer + weight cast {:.2f} ms", iteration_ + 1, t_sched,
+              num_microbatches_, t_norm, phase.millis());
+  }
   ++iteration_;
   consumed_samples_ += args_.global_batch_size;
   return r;
+}
+
+// Testing aid (--inject-grad-overflow-at): makes one gradient infinite, as an
+// fp16 overflow in the backward would.
+void Trainer::inject_grad_overflow() {
+  auto& params = chunks_.front().model->params();
+  model::Param* target = nullptr;
+  for (auto& p : params.params())
+    if (p.spec.layer >= 0) { target = &p; break; }
+  if (!target) target = &params.params().front();
+  be_.scale(target->grad, std::numeric_limits<float>::infinity());
+}
+
+void Trainer::sync_compute_weights() {
+  for (auto& c : chunks_) c.model->params().sync_compute();
 }
 
 void Trainer::reduce_gradients() {
@@ -100,6 +166,7 @@ void Trainer::optimizer_step(double lr, float clip) {
     be_.copy(c.value_shard, mine);
     groups_.dp->all_gather(params.values(), c.value_shard)->wait();
   }
+  sync_compute_weights();  // bf16/fp16 compute copies from the updated fp32 masters
 }
 
 double Trainer::reduce_loss(double local_sum) {

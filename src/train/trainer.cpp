@@ -36,6 +36,13 @@ void validate_args(const TrainArgs& a, int world_size) {
                     "--bf16 and --fp16 are mutually exclusive");
   TRIPOD_CHECK_HINT(a.device == "cuda" || (!a.bf16 && !a.fp16), "drop --bf16/--fp16, or run with --device cuda",
                     "the CPU backend computes in fp32 only");
+  TRIPOD_CHECK_HINT(a.recompute_granularity.empty() || a.recompute_granularity == "full" ||
+                        a.recompute_granularity == "selective",
+                    "use --recompute-granularity full or selective", "unknown --recompute-granularity '{}'",
+                    a.recompute_granularity);
+  TRIPOD_CHECK_HINT(a.fp16 || a.loss_scale == 0,
+                    "loss scaling applies to --fp16 only; drop --loss-scale", "--loss-scale {} without --fp16",
+                    a.loss_scale);
   virtual_pipeline_size(a);
 }
 
@@ -117,6 +124,16 @@ void Trainer::setup(data::DatasetSplits* given) {
   data_ = given ? std::move(*given) : data::build_gpt_datasets(dc);
   TRIPOD_CHECK(data_.train, "no training dataset");
   metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.metrics_file : std::string());
+  if (args_.fp16) {
+    LossScalerConfig lc;
+    lc.initial_scale = args_.initial_loss_scale;
+    lc.min_scale = args_.min_loss_scale;
+    lc.window = args_.loss_scale_window;
+    lc.hysteresis = args_.hysteresis;
+    lc.static_scale = args_.loss_scale;
+    if (lc.static_scale > 0) lc.min_scale = std::min(lc.min_scale, lc.static_scale);
+    scaler_ = std::make_unique<LossScaler>(lc);
+  }
 
   std::vector<model::GptModel*> models;
   for (auto& c : chunks_) models.push_back(c.model.get());
@@ -144,6 +161,11 @@ void Trainer::build_chunks() {
     st.tp = groups_.tp.get();
     st.sequence_parallel = args_.sequence_parallel;
     st.param_buffer_pad = args_.use_distributed_optimizer ? dp_size_ : 1;
+    st.compute_dtype = args_.bf16 ? DType::BF16 : args_.fp16 ? DType::F16 : DType::F32;
+    st.recompute = args_.recompute_granularity == "full" ? model::Recompute::Full
+                   : (args_.recompute_activations || args_.recompute_granularity == "selective")
+                       ? model::Recompute::Selective
+                       : model::Recompute::None;
     Chunk ch;
     ch.model = std::make_unique<model::GptModel>(args_.model, st, be_);
     auto& params = ch.model->params();
@@ -264,13 +286,18 @@ void Trainer::run() {
   m.train_iters = args_.train_iters;
   m.global_batch_size = args_.global_batch_size;
   double loss_acc = 0, compute_s = 0, wait_s = 0;
-  int64_t since_log = 0;
-  if (!args_.load.empty()) load_checkpoint();
+  int64_t since_log = 0, skipped = 0;
+  if (!args_.load.empty()) {
+    load_checkpoint();
+    sync_compute_weights();
+  }
   const int64_t start_iteration = iteration_;
   Timer timer;
   while (iteration_ < args_.train_iters) {
     StepResult r = train_step();
-    loss_acc += r.lm_loss;
+    // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
+    if (!r.skipped) loss_acc += r.lm_loss;
+    skipped += r.skipped ? 1 : 0;
     compute_s += r.schedule.compute_seconds;
     wait_s += r.schedule.wait_seconds;
     ++since_log;
@@ -280,9 +307,11 @@ void Trainer::run() {
       const double secs = timer.seconds() / static_cast<double>(since_log);
       m.iteration = iteration_;
       m.consumed_samples = consumed_samples_;
-      m.lm_loss = loss_acc / static_cast<double>(since_log);
+      m.lm_loss = since_log > skipped ? loss_acc / static_cast<double>(since_log - skipped) : r.lm_loss;
       m.lr = r.lr;
       m.grad_norm = r.grad_norm;
+      m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+      m.skipped_iters = skipped;
       m.elapsed_ms = secs * 1e3;
       m.tokens_per_sec = static_cast<double>(args_.global_batch_size * cfg.seq_length) / secs;
       m.tflops_per_gpu = m.tokens_per_sec * flops_per_token / 1e12 / groups_.world->size();
@@ -295,7 +324,7 @@ void Trainer::run() {
       if (logger) log::info("{}", format_log_line(m));
       metrics_->write_train(m);
       loss_acc = compute_s = wait_s = 0;
-      since_log = 0;
+      since_log = skipped = 0;
       timer.reset();
     }
     if (args_.eval_interval > 0 && args_.eval_iters > 0 && data_.valid &&

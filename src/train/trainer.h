@@ -21,6 +21,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
+#include "train/loss_scaler.h"
 #include "train/metrics.h"
 #include "train/pipeline_stage.h"
 #include "train/train_args.h"
@@ -29,7 +30,9 @@ namespace tripod::train {
 
 struct StepResult {
   double lm_loss = 0;    // mean token loss of the global batch (valid on the last pp stage)
-  double grad_norm = 0;  // before clipping
+  double grad_norm = 0;  // before clipping (of the unscaled gradients under fp16)
+  double loss_scale = 1;  // the scale this iteration ran with (1 unless --fp16)
+  bool skipped = false;   // fp16 overflow: no optimizer step
   double lr = 0;
   parallel::ScheduleStats schedule;
 };
@@ -98,6 +101,8 @@ class Trainer {
   void optimizer_step(double lr, float clip);
   double reduce_loss(double local_sum);
   void check_finite(double loss, double grad_norm);
+  void inject_grad_overflow();
+  void sync_compute_weights();
   bool is_logger() const;
   bool exit_requested();
   void log_startup();
@@ -113,6 +118,8 @@ class Trainer {
   optim::LrSchedule schedule_;
   data::DatasetSplits data_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<LossScaler> scaler_;   // --fp16 only
+  int64_t skipped_updates_ = 0;          // fp16 overflow steps since start (lr schedule)
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
   int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0, dp_size_ = 1, vpp_ = 1;
