@@ -11,44 +11,55 @@
 #                                           instead of building (for GPU hosts that lack
 #                                           the build dependencies)
 # Options: --build-dir DIR (default build-gpu, or build-cuda with --stage),
-#          --models "124m 350m 1.5b" (bench shapes; default 124m).
+#          --models "124m 350m 1.5b" (bench shapes and training-speed models; default 124m),
+#          --checks "ops bench train speed" (which parts to run; default all four),
+#          --data DIR (KJV Megatron data kjv_text_document.{bin,idx} for the
+#          bf16/fp16 curves; make it with scripts/quickstart.sh's step 2).
+# The train part: 50 fp32 iterations on GPU against the CPU run (metrics within
+# 1e-4), bf16 and fp16 loss curves against fp32 over 200 iterations on KJV, a
+# forced fp16 overflow; speed: tokens/s and MFU of bf16 training per model.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-mode=build; dir=""; build_dir=""; models="124m"
+mode=build; dir=""; build_dir=""; models="124m"; checks="ops bench train speed"; data_dir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --stage) mode=stage; dir="$2"; shift 2 ;;
     --prebuilt) mode=prebuilt; dir="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --checks) checks="$2"; shift 2 ;;
+    --data) data_dir="$2"; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 
-TARGETS=(test_backend_ops_gpu test_backend_ops_cpu test_cuda_runtime kernels_bench)
+TARGETS=(test_backend_ops_gpu test_backend_ops_cpu test_cuda_runtime kernels_bench tripod)
 bin_path() {  # where a target's binary lies in a build dir
   case "$1" in
     kernels_bench) echo "$2/bench/kernels/kernels_bench" ;;
+    tripod) echo "$2/tripod" ;;
     *) echo "$2/tests/backend_ops/$1" ;;
   esac
 }
 
 if [[ $mode == stage ]]; then
   build_dir=${build_dir:-build-cuda}
-  cmake --build "$build_dir" --target "${TARGETS[@]}" -j2 || exit 1
+  # STAGE_TARGETS="tripod" stages a subset (e.g. for --checks "train speed").
+  read -ra stage_targets <<< "${STAGE_TARGETS:-${TARGETS[*]}}"
+  cmake --build "$build_dir" --target "${stage_targets[@]}" -j2 || exit 1
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib"
-  for t in "${TARGETS[@]}"; do cp "$(bin_path "$t" "$build_dir")" "$dir/bin/"; done
+  for t in "${stage_targets[@]}"; do cp "$(bin_path "$t" "$build_dir")" "$dir/bin/"; done
   strip --strip-unneeded "$dir"/bin/*
   # Shared libraries from the distribution that a CUDA image may lack; the
   # CUDA libraries themselves (cuBLAS, cuBLASLt) are taken from the GPU host.
-  for lib in $(ldd "$dir/bin/test_backend_ops_gpu" | awk '/=>/ {print $3}' |
-               grep -E 'libopenblas|libgfortran|libquadmath|libfmt|libgomp'); do
+  for lib in $(for b in "$dir"/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u |
+               grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so|/libcuda\.so|libcudart|libcublas|libnccl|libcudnn|libnvrtc|libnvJitLink'); do
     cp -L "$lib" "$dir/lib/"
   done
   git rev-parse HEAD > "$dir/COMMIT"
-  git status --porcelain -- src/backend tests/backend_ops bench/kernels | head -20 > "$dir/DIRTY"
+  git status --porcelain -- src/backend tests/backend_ops bench/kernels src/model src/train src/cli | head -20 > "$dir/DIRTY"
   # Compressed, so the carried folder stays far below a 64 MiB transfer limit.
   tar czf "$dir/stage.tgz" -C "$dir" bin lib && rm -rf "$dir/bin" "$dir/lib"
   du -sh "$dir"
@@ -76,6 +87,7 @@ if [[ $mode == build ]]; then
   BIN_CPU=$(bin_path test_backend_ops_cpu "$build_dir")
   BIN_BENCH=$(bin_path kernels_bench "$build_dir")
   BIN_RT=$(bin_path test_cuda_runtime "$build_dir")
+  BIN_TRIPOD=$(bin_path tripod "$build_dir")
 else
   note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt; uncommitted: $(wc -l < "$dir/DIRTY" 2>/dev/null) files)"
   if [[ -f "$dir/stage.tgz" ]]; then
@@ -83,16 +95,19 @@ else
     cp "$dir/COMMIT" "$dir/DIRTY" /tmp/tripod_stage/ 2>/dev/null; dir=/tmp/tripod_stage
   fi
   BIN_GPU="$dir/bin/test_backend_ops_gpu"; BIN_CPU="$dir/bin/test_backend_ops_cpu"; BIN_BENCH="$dir/bin/kernels_bench"; BIN_RT="$dir/bin/test_cuda_runtime"
+  BIN_TRIPOD="$dir/bin/tripod"
   [[ $dir == /* ]] || dir="$PWD/$dir"
   export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
   # Find any CUDA library the host keeps elsewhere (e.g. in Python wheels).
-  for miss in $(ldd "$BIN_GPU" | awk '/not found/ {print $1}'); do
+  for miss in $(for b in "$BIN_GPU" "$BIN_TRIPOD"; do [[ -x $b ]] && ldd "$b"; done | awk '/not found/ {print $1}' | sort -u); do
     found=$(find /usr /opt -name "$miss" 2>/dev/null | head -1)
     [[ -n $found ]] && export LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
     note "library $miss -> ${found:-NOT FOUND}"
   done
 fi
 
+has() { [[ " $checks " == *" $1 "* ]]; }
+if has ops; then
 note "---- tests (every op vs CPU f64) ----"
 "$BIN_CPU" > "$OUT/test_cpu.log" 2>&1; note "test_backend_ops_cpu rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test_cpu.log" | tr '\n' ' ')"
 "$BIN_RT" > "$OUT/test_runtime.log" 2>&1; note "test_cuda_runtime rc=$? $(grep -E '^\[  PASSED|^\[  SKIPPED \] [0-9]|^\[  FAILED  \] [0-9]' "$OUT/test_runtime.log" | tr '\n' ' ')"
@@ -110,6 +125,8 @@ for impl in tc1 scalar; do
   note "attention tests with TRIPOD_CUDA_ATTENTION=$impl rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test_gpu_attention_$impl.log" | tr '\n' ' ')"
 done
 
+fi
+if has bench; then
 note "---- kernel timings ----"
 for m in $models; do
   timeout 300 "$BIN_BENCH" --model "$m" --out "$OUT/bench_$m.md" > "$OUT/bench_$m.log" 2>&1
@@ -120,6 +137,12 @@ for m in $models; do
     TRIPOD_CUDA_ATTENTION=$impl timeout 120 "$BIN_BENCH" --model "$m" --only attention 2>&1 | grep attention_ | tee -a "$summary"
   done
 done
+fi
+if has train || has speed; then
+  source scripts/gpu_train_check.sh
+  has train && train_checks
+  has speed && speed_checks
+fi
 # At most 8 files come back from some GPU hosts: keep summary.txt and the
 # default test log loose, pack the rest.
 (cd "$OUT" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=summary.txt --exclude=test_gpu.log \

@@ -4,6 +4,7 @@
 // Forward: one warp per row; mean, then variance around the mean (two
 // passes: more stable than E[x^2]-E[x]^2 in f32), then the normalised row.
 // Re-reads of the row hit L1/L2. Backward: one fused pass (see the kernel).
+#include <cstdlib>
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/reduce.cuh"
@@ -104,9 +105,20 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, con
   TRIPOD_LAUNCH_CHECK();
 }
 
+// Blocks of the backward: at least 4 rows per warp, at most kMaxBwdBlocks.
+// The cap was 256, which left the kernel launch-starved at training sizes
+// (N = 16K-64K rows: 16-64 rows per warp, ~2 blocks per SM); 1024 fills the
+// SMs several blocks deep. The partials grow to 2 x 1024 x C floats, read
+// once by colsum_finalize. TRIPOD_CUDA_LN_BWD_BLOCKS overrides the cap (for
+// before/after timings).
 int layernorm_backward_blocks(int64_t N) {
-  int64_t p = ceil_div(N, 4 * kBwdWarps);  // at least 4 rows per warp
-  return static_cast<int>(p < 1 ? 1 : (p > 256 ? 256 : p));
+  static const int64_t cap = [] {
+    const char* e = std::getenv("TRIPOD_CUDA_LN_BWD_BLOCKS");
+    const long v = e ? std::strtol(e, nullptr, 10) : 0;
+    return v > 0 ? int64_t(v) : int64_t(1024);
+  }();
+  int64_t p = ceil_div(N, 4 * kBwdWarps);
+  return static_cast<int>(p < 1 ? 1 : (p > cap ? cap : p));
 }
 
 void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
