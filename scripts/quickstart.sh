@@ -31,18 +31,24 @@ if [[ ! -s "$OUT/kjv_text_document.idx" ]]; then
 fi
 
 echo "== 3/3 train a 4-layer GPT (7M parameters) for $ITERS iterations on the CPU"
-rm -f "$OUT/metrics.jsonl"
+rm -rf "$OUT/metrics.jsonl" "$OUT/checkpoints"
 OMP_NUM_THREADS="$(nproc)" ./build/tripod train \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
   --micro-batch-size 8 --global-batch-size 8 --train-iters "$ITERS" \
   --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 20 --clip-grad 1.0 --weight-decay 0.1 \
   --data-path "$OUT/kjv_text_document" --split 98,2,0 --vocab-file "$VOCAB" --merge-file "$MERGES" \
   --log-interval 20 --eval-interval "$ITERS" --eval-iters 4 \
-  --metrics-file "$OUT/metrics.jsonl" 2>&1 | tee "$OUT/train.log" | cut -c1-220
+  --metrics-file "$OUT/metrics.jsonl" --save "$OUT/checkpoints" 2>&1 | tee "$OUT/train.log" | cut -c1-220
+
+echo
+echo "== sample from the checkpoint (tripod generate)"
+./build/tripod generate --load "$OUT/checkpoints" --prompt "In the beginning" --max-new-tokens 40 \
+  --temperature 0.8 --top-k 40 --seed 1 2>&1 | tail -n 3
 
 echo
 first=$(head -1 "$OUT/metrics.jsonl" | sed 's/.*"lm_loss":\([0-9.e+-]*\).*/\1/')
 last=$(grep lm_loss "$OUT/metrics.jsonl" | tail -1 | sed 's/.*"lm_loss":\([0-9.e+-]*\).*/\1/')
 echo "loss: $first (first log) -> $last (last log)"
-echo "outputs: $OUT/metrics.jsonl (one JSON object per log line), $OUT/train.log, data in $OUT/kjv_text_document.{bin,idx}"
+echo "outputs: $OUT/metrics.jsonl (one JSON object per log line), $OUT/train.log, checkpoint in $OUT/checkpoints,"
+echo "         data in $OUT/kjv_text_document.{bin,idx}"
 echo "next: ./scripts/test.sh, then see README.md (parallel layouts on CPU with 'tripod launch')"
