@@ -184,9 +184,10 @@ CheckResult check_topology(const std::optional<std::string>& topo_text, int tp) 
   for (int i = 0; i < t->num_gpus; ++i)
     for (int j = i + 1; j < t->num_gpus; ++j)
       if (!is_nvlink(t->link[i][j])) pcie.push_back(fmt::format("GPU{}-GPU{} {}", i, j, t->link[i][j]));
-  if (pcie.empty()) {
-    r.finding = fmt::format("{} GPUs, every pair on NVLink ({})", t->num_gpus,
-                            t->num_gpus > 1 ? t->link[0][1] : "single GPU");
+  if (t->num_gpus == 1) {
+    r.finding = "1 GPU: no GPU-to-GPU links (TP > 1 needs more GPUs or crosses nodes)";
+  } else if (pcie.empty()) {
+    r.finding = fmt::format("{} GPUs, every pair on NVLink ({})", t->num_gpus, t->link[0][1]);
   } else {
     r.status = Status::kWarn;
     std::string first;
