@@ -28,7 +28,14 @@ struct Case {
   int tp;
   bool sp, pre, post;
   int64_t B;
+  DType dtype = DType::F32;
+  model::Recompute rc = model::Recompute::None;
 };
+
+Recompute to_plan(model::Recompute r) {
+  return r == model::Recompute::Full ? Recompute::kFull
+         : r == model::Recompute::Selective ? Recompute::kSelective : Recompute::kNone;
+}
 
 TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
   model::GptConfig cfg;
@@ -41,17 +48,25 @@ TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
   auto be = backend::make_cpu_backend();
   for (const Case& c : {Case{1, false, true, true, 2}, Case{1, false, false, true, 3}, Case{1, false, true, false, 1},
                         Case{2, false, true, true, 2}, Case{2, true, true, true, 2}, Case{2, true, false, false, 4},
-                        Case{4, true, false, true, 1}}) {
+                        Case{4, true, false, true, 1},
+                        Case{1, false, true, true, 2, DType::BF16},
+                        Case{2, true, true, true, 2, DType::BF16, model::Recompute::Selective},
+                        Case{2, false, false, true, 2, DType::F32, model::Recompute::Selective},
+                        Case{2, true, true, false, 3, DType::BF16, model::Recompute::Full},
+                        Case{1, false, true, true, 1, DType::F32, model::Recompute::Full}}) {
     SCOPED_TRACE(testing::Message() << "tp " << c.tp << " sp " << c.sp << " pre " << c.pre << " post " << c.post
-                                    << " B " << c.B);
+                                    << " B " << c.B << " act bytes " << dtype_size(c.dtype) << " recompute "
+                                    << int(c.rc));
     SizedGroup group(c.tp);
     model::StageConfig st;
     st.first_layer = 0, st.num_local_layers = cfg.num_layers, st.pre_process = c.pre, st.post_process = c.post;
     st.tp_size = c.tp, st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
+    st.compute_dtype = c.dtype, st.recompute = c.rc;
+    const int act = int(dtype_size(c.dtype));
     model::GptModel model(cfg, st, *be);
     const model::MicroBatchActs acts = model.make_acts(c.B, cfg.seq_length);
-    const double want = 3 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp) +
-                        tripod_stage_extra_activation_bytes(m, c.B, c.tp, c.sp, c.post);
+    const double want = 3 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp, act, to_plan(c.rc)) +
+                        tripod_stage_extra_activation_bytes(m, c.B, c.tp, c.sp, c.post, act);
     EXPECT_DOUBLE_EQ(double(acts.bytes()), want);
   }
 }
