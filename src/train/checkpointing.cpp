@@ -20,6 +20,7 @@
 #include "ckpt/atomic_io.h"
 #include "ckpt/reshard.h"
 #include "ckpt/sharded_checkpoint.h"
+#include "train/scalar_reduce.h"
 #include "train/trainer.h"
 
 namespace tripod::train {
@@ -33,17 +34,7 @@ bool is_rank0(const parallel::ProcessGroups& g) { return !g.world || g.global_ra
 // flag), so a failed write on one rank fails the save everywhere instead of
 // leaving the others in the next barrier until the timeout.
 bool all_ok(const parallel::ProcessGroups& g, backend::Backend& be, bool ok) {
-  if (!g.world || g.world->size() == 1) return ok;
-  Tensor h = Tensor::empty({1}, DType::I32);
-  h.data<int32_t>()[0] = ok ? 0 : 1;
-  Tensor d = be.empty({1}, DType::I32);
-  be.copy(d, h);
-  dist::AllReduceOptions o;
-  o.op = dist::ReduceOp::Max;
-  g.world->all_reduce(d, o)->wait();
-  be.copy(h, d);
-  be.synchronize();
-  return h.data<int32_t>()[0] == 0;
+  return all_reduce_scalar<int32_t>(g.world.get(), be, ok ? 0 : 1, dist::ReduceOp::Max) == 0;
 }
 
 // Runs `step` on this rank, then agrees with every rank on success.

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "base/log.h"
+#include "train/scalar_reduce.h"
 #include "train/trainer.h"
 
 namespace tripod::train {
@@ -169,17 +170,7 @@ void Trainer::optimizer_step(double lr, float clip) {
   sync_compute_weights();  // bf16/fp16 compute copies from the updated fp32 masters
 }
 
-double Trainer::reduce_loss(double local_sum) {
-  if (dp_size_ == 1) return local_sum;
-  Tensor h = Tensor::empty({1}, DType::F64);
-  h.data<double>()[0] = local_sum;
-  Tensor d = be_.empty({1}, DType::F64);  // on the communicator's device
-  be_.copy(d, h);
-  groups_.dp->all_reduce(d)->wait();
-  be_.copy(h, d);
-  be_.synchronize();
-  return h.data<double>()[0];
-}
+double Trainer::reduce_loss(double local_sum) { return all_reduce_scalar(groups_.dp.get(), be_, local_sum); }
 
 void Trainer::check_finite(double loss, double grad_norm) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return;

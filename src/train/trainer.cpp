@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "train/scalar_reduce.h"
 
 namespace tripod::train {
 
@@ -245,18 +246,7 @@ void install_exit_signal_handler() {
 }
 
 bool Trainer::exit_requested() {
-  Tensor h = Tensor::empty({1}, DType::I32);
-  h.data<int32_t>()[0] = g_exit_signal.load();
-  if (groups_.world->size() > 1) {
-    Tensor d = be_.empty({1}, DType::I32);
-    be_.copy(d, h);
-    dist::AllReduceOptions o;
-    o.op = dist::ReduceOp::Max;
-    groups_.world->all_reduce(d, o)->wait();
-    be_.copy(h, d);
-    be_.synchronize();
-  }
-  return h.data<int32_t>()[0] != 0;
+  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, g_exit_signal.load(), dist::ReduceOp::Max) != 0;
 }
 
 bool Trainer::is_logger() const {
