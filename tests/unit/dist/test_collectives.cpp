@@ -12,30 +12,12 @@
 #include "dist/context.h"
 #include "parallel/groups.h"
 #include "parallel/groups_check.h"
+#include "testing/threads_as_ranks.h"
 
 using namespace tripod;
 using namespace std::chrono_literals;
 
-// Runs fn(rank, ctx) on `world` threads; rethrows the first failure.
-static void run_ranks(int world, std::chrono::milliseconds timeout,
-                      const std::function<void(int, dist::DistContext&)>& fn) {
-  auto store = std::make_shared<dist::HashStore>(timeout);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto ctx = dist::DistContext::init_with_store(r, world, store, DeviceType::CPU, timeout);
-        fn(r, *ctx);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using tripod::testing::run_ranks;
 
 TEST(GlooCollectives, EveryGroupOfTp2Pp2Dp2) {
   std::atomic<int64_t> ops{0};

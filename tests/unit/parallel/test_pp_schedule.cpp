@@ -23,6 +23,7 @@
 #include "dist/context.h"
 #include "parallel/groups.h"
 #include "parallel/pp_schedule.h"
+#include "testing/threads_as_ranks.h"
 
 using namespace tripod;
 using namespace tripod::parallel;
@@ -33,25 +34,7 @@ namespace {
 constexpr int kN = 5;  // elements per micro-batch activation: (kN,)
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Runs fn(rank, ctx) on `world` threads; rethrows the first failure.
-void run_ranks(int world, std::chrono::milliseconds timeout,
-               const std::function<void(int, dist::DistContext&)>& fn) {
-  auto store = std::make_shared<dist::HashStore>(timeout);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(size_t(world), nullptr);
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto ctx = dist::DistContext::init_with_store(r, world, store, DeviceType::CPU, timeout);
-        fn(r, *ctx);
-      } catch (...) {
-        errors[size_t(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using tripod::testing::run_ranks;
 
 // The toy model's parameters and inputs; `seed` varies them (one per tp rank).
 struct Toy {

@@ -17,6 +17,7 @@
 #include "model/tp_points.h"
 #include "parallel/groups.h"
 #include "testing/tensor_close.h"
+#include "testing/threads_as_ranks.h"
 
 namespace tripod {
 namespace {
@@ -24,21 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 
 void run_ranks(int world, const std::function<void(int, dist::DistContext&)>& fn) {
-  auto store = std::make_shared<dist::HashStore>(20s);
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        auto ctx = dist::DistContext::init_with_store(r, world, store, DeviceType::CPU, 20s);
-        fn(r, *ctx);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  testing::run_ranks(world, 20s, fn);
 }
 
 Tensor randn(const Shape& s, uint64_t seed) {
