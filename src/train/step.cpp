@@ -132,19 +132,10 @@ void Trainer::reduce_gradients() {
 double Trainer::global_grad_norm() {
   Tensor acc = be_.empty({1}, DType::F32);
   be_.zero(acc);
+  // The counted ranges (counts_in_grad_norm) were merged once at set-up.
   for (auto& c : chunks_) {
-    const auto& st = c.model->stage();
-    for (const auto& p : c.model->params().params()) {
-      if (tp_rank_ != 0 && p.spec.shard == model::ShardDim::None) continue;
-      if (args_.pp > 1 && st.post_process && !st.pre_process && p.spec.name == kWordEmbeddings) continue;
-      if (!args_.use_distributed_optimizer) {
-        be_.sum_squares(acc, p.grad);
-        continue;
-      }
-      const int64_t lo = std::max(p.offset, c.shard_begin);
-      const int64_t hi = std::min(p.offset + shape_numel(p.shape), c.shard_end);
-      if (lo < hi) be_.sum_squares(acc, c.grad_shard.flat(lo - c.shard_begin, {hi - lo}));
-    }
+    const Tensor& grads = args_.use_distributed_optimizer ? c.grad_shard : c.model->params().grads();
+    for (const auto& seg : c.norm_segments) be_.sum_squares(acc, grads.flat(seg.offset, {seg.numel}));
   }
   auto& group = args_.use_distributed_optimizer ? groups_.world : groups_.mp;
   if (group->size() > 1) group->all_reduce(acc)->wait();

@@ -145,6 +145,16 @@ void Trainer::setup(data::DatasetSplits* given) {
       });
 }
 
+// Megatron's clip_grad_norm_fp32 counts every parameter once: sharded ones
+// on every tp rank, replicated ones on tp rank 0 only
+// (param_is_not_tensor_parallel_duplicate), and the last stage's copy of the
+// tied embedding not at all.
+bool Trainer::counts_in_grad_norm(const model::Param& p, const model::StageConfig& st) const {
+  if (tp_rank_ != 0 && p.spec.shard == model::ShardDim::None) return false;
+  return !(args_.pp > 1 && st.post_process && !st.pre_process &&
+           p.spec.name == "embedding.word_embeddings.weight");
+}
+
 // Chunk c of pp rank r is virtual stage s = c * pp + r and holds layers
 // [s * Lv, (s + 1) * Lv), Lv = L / (pp * vpp) (Megatron's interleaving).
 void Trainer::build_chunks() {
@@ -175,13 +185,16 @@ void Trainer::build_chunks() {
     const int64_t len = args_.use_distributed_optimizer ? total / dp_size_ : total;
     ch.shard_begin = args_.use_distributed_optimizer ? dp_rank_ * len : 0;
     ch.shard_end = ch.shard_begin + len;
-    std::vector<optim::Segment> segs;
+    std::vector<optim::Segment> segs, norm;
     for (const auto& p : params.params()) {  // each parameter's part inside the shard
       const int64_t lo = std::max(p.offset, ch.shard_begin);
       const int64_t hi = std::min(p.offset + shape_numel(p.shape), ch.shard_end);
-      if (lo < hi) segs.push_back({lo - ch.shard_begin, hi - lo, p.spec.weight_decay});
+      if (lo >= hi) continue;
+      segs.push_back({lo - ch.shard_begin, hi - lo, p.spec.weight_decay});
+      if (counts_in_grad_norm(p, st)) norm.push_back({lo - ch.shard_begin, hi - lo, true});
     }
     ch.segments = optim::merge_segments(std::move(segs));
+    ch.norm_segments = optim::merge_segments(std::move(norm));
     optim::AdamWConfig oc{args_.adam_beta1, args_.adam_beta2, args_.adam_eps, args_.weight_decay};
     ch.optimizer = std::make_unique<optim::AdamW>(be_, len, oc);
     if (args_.use_distributed_optimizer) {

@@ -42,6 +42,7 @@ struct Chunk {
   std::unique_ptr<model::GptModel> model;
   std::unique_ptr<optim::AdamW> optimizer;  // over [shard_begin, shard_end) of the flat buffers
   std::vector<optim::Segment> segments;     // relative to shard_begin
+  std::vector<optim::Segment> norm_segments;  // the ranges the grad norm counts, relative to shard_begin
   int64_t shard_begin = 0, shard_end = 0;   // the whole buffer unless the optimizer is distributed
   Tensor grad_shard, value_shard;           // distributed optimizer: (shard) reduce-scatter / all-gather buffers
 };
@@ -98,6 +99,7 @@ class Trainer {
   void fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets);
   void reduce_gradients();
   double global_grad_norm();
+  bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& stage) const;
   void optimizer_step(double lr, float clip);
   double reduce_loss(double local_sum);
   void check_finite(double loss, double grad_norm);
