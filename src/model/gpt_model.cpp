@@ -77,6 +77,33 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_,
                                          stage_.param_buffer_pad, stage_.compute_dtype);
   ws_ = std::make_unique<Workspace>();
+  // The hook groups (param_groups()): embedding, one per local layer, head.
+  std::vector<size_t> embedding, head;
+  std::vector<std::vector<size_t>> layers(static_cast<size_t>(stage_.num_local_layers));
+  const auto& ps = params_->params();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const ParamSpec& s = ps[i].spec;
+    if (s.layer >= 0)
+      layers[static_cast<size_t>(s.layer - stage_.first_layer)].push_back(i);
+    else if (s.name.rfind("decoder.final_layernorm", 0) == 0 || !stage_.pre_process)
+      head.push_back(i);  // final norm, or the tied output weight of a last stage
+    else
+      embedding.push_back(i);
+  }
+  if (!embedding.empty()) {
+    embedding_group_ = static_cast<int>(groups_.size());
+    groups_.push_back(std::move(embedding));
+  }
+  first_layer_group_ = static_cast<int>(groups_.size());
+  for (auto& l : layers) groups_.push_back(std::move(l));
+  if (!head.empty()) {
+    head_group_ = static_cast<int>(groups_.size());
+    groups_.push_back(std::move(head));
+  }
+}
+
+bool GptModel::has_partial_sp_grad(const Param& p) const {
+  return tpp_.sp && p.spec.name.find("layernorm") != std::string::npos;
 }
 
 GptModel::~GptModel() = default;
@@ -149,10 +176,24 @@ size_t MicroBatchActs::bytes() const {
   return n;
 }
 
-void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed) {
+// NOTE [Parameter hooks]
+// forward() calls before_use with a group right before it first reads those
+// weights; backward() calls grads_ready with a group right after the last
+// kernel that writes those gradients: the head's group (final norm; on a
+// last stage without the embedding also the tied output weight, whose
+// gradient the head already accumulated in forward) first, then the layers
+// from last to first, then the embedding. The hooks run on the calling
+// thread; on a GPU "written" means enqueued on the compute stream, which
+// NCCL orders against (dist/nccl/).
+void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed,
+                       const ParamHook* before_use) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
   training_ = with_grad;
+  auto use = [&](int g) {
+    if (before_use && *before_use && g >= 0) (*before_use)(groups_[static_cast<size_t>(g)]);
+  };
   if (stage_.pre_process) {
+    use(embedding_group_);
     const Param& wte = params_->get("embedding.word_embeddings.weight");
     const Param& wpe = params_->get("embedding.position_embeddings.weight");
     const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
@@ -177,10 +218,14 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
     LayerActs w = working_acts(acts.layers[i], false);
+    use(first_layer_group_ + static_cast<int>(i));
     layer_forward(stage_.first_layer + i, *x, w, acts, dropout_seed);
     x = &acts.layers[i].out;
   }
-  if (stage_.post_process) head_forward_backward(acts, with_grad, dloss);
+  if (stage_.post_process) {
+    use(head_group_);
+    head_forward_backward(acts, with_grad, dloss);
+  }
 }
 
 // NOTE [Loss head]
@@ -219,13 +264,16 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
 }
 
 void GptModel::reduce_sequence_parallel_grads() {
-  if (!tpp_.sp) return;
   for (auto& p : params_->params())
-    if (p.spec.name.find("layernorm") != std::string::npos) parallel::tp_all_reduce(tpp_.tp, p.grad);
+    if (has_partial_sp_grad(p)) parallel::tp_all_reduce(tpp_.tp, p.grad);
 }
 
-void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed) {
+void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed,
+                        const ParamHook* grads_ready) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
+  auto ready = [&](int g) {
+    if (grads_ready && *grads_ready && g >= 0) (*grads_ready)(groups_[static_cast<size_t>(g)]);
+  };
   Tensor& dres = ws_->dresidual;  // (N,C): gradient w.r.t. the current residual stream
   if (stage_.post_process) {
     Param& lnw = params_->get("decoder.final_layernorm.weight");
@@ -233,6 +281,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     be_.zero(dres);
     be_.layernorm_backward(dres, lnw.grad, lnb.grad, acts.dlnf, acts.output(), lnw.compute,
                            acts.lnf_mean, acts.lnf_rstd);
+    ready(head_group_);
   } else {
     TRIPOD_CHECK(grad_output && grad_output->numel() == dres.numel(),
                  "backward on a middle stage needs the output gradient");
@@ -249,6 +298,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
       be_.attention_forward(w.att, w.lse, w.qkv, static_cast<int>(config_.num_attention_heads / stage_.tp_size));
     }
     layer_backward(l, x, w, dres, acts, dropout_seed);
+    ready(first_layer_group_ + static_cast<int>(i));
   }
   if (stage_.pre_process) {
     if (config_.hidden_dropout > 0)
@@ -261,6 +311,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     const Tensor& dfull = tpp_.exit_backward(dres, ws_->full_b);
     Tensor d = dfull.view({acts.B, acts.T, config_.hidden_size});
     be_.embedding_backward(&wte.grad, &wpe.grad, d, acts.tokens, stage_.tp_rank * wte.shape[0]);
+    ready(embedding_group_);
   } else {
     be_.copy(acts.grad_input, dres);
   }

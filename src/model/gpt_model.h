@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -107,13 +108,30 @@ class GptModel {
   // Allocates activation buffers for micro-batches of (B, T).
   MicroBatchActs make_acts(int64_t B, int64_t T) const;
 
+  // Called with indices into params().params(), a group at a time, in the
+  // order the model reaches them (see NOTE [Parameter hooks] in gpt_model.cpp).
+  using ParamHook = std::function<void(const std::vector<size_t>& params)>;
+
   // First stage: acts.tokens set; other stages: acts.input set by the caller.
   // Last stage: acts.targets set; fills acts.losses. With with_grad, the loss
   // head's backward runs here with d loss_i = dloss for every token.
-  void forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed);
+  // before_use (optional): called before the forward first reads each group
+  // of parameters (data-parallel param all-gathers wait there).
+  void forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed,
+               const ParamHook* before_use = nullptr);
   // Last stage: starts from acts.dlnf; other stages: from grad_output (N,C).
   // Accumulates parameter gradients; fills acts.grad_input on non-first stages.
-  void backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed);
+  // grads_ready (optional): called as soon as this backward has finished
+  // writing each group's gradients (data-parallel bucket reductions start there).
+  void backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed,
+                const ParamHook* grads_ready = nullptr);
+  // The groups the hooks are called with, in forward order: [embedding],
+  // one per local layer, [final norm (+ the tied output weight on a last
+  // stage without the embedding)]. Every parameter of the stage is in at
+  // least one group.
+  const std::vector<std::vector<size_t>>& param_groups() const { return groups_; }
+  // Sequence parallelism leaves this parameter's gradient partial per tp rank.
+  bool has_partial_sp_grad(const Param& p) const;
   // Last stage: the logits (N, V_tp) of the last forward without grad
   // (training overwrites them with their gradient).
   const Tensor& last_logits() const;
@@ -137,7 +155,9 @@ class GptModel {
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Workspace> ws_;
   TpPoints tpp_;
-  bool training_ = false;  // dropout only while training (forward with grad)
+  bool training_ = false;
+  std::vector<std::vector<size_t>> groups_;  // see param_groups()
+  int embedding_group_ = -1, head_group_ = -1, first_layer_group_ = 0;  // dropout only while training (forward with grad)
 };
 
 }  // namespace tripod::model

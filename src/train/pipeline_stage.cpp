@@ -9,6 +9,17 @@ GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t
     : chunks_(std::move(chunks)), B_(B), T_(T), batch_(std::move(batch)), free_(chunks_.size()),
       slot_bytes_(chunks_.size(), 0) {}
 
+void GptPipelineStage::set_param_hooks(int last_microbatch, ParamHook grads_ready, ParamHook before_use) {
+  last_microbatch_ = last_microbatch;
+  grads_ready_.assign(chunks_.size(), {});
+  before_use_.assign(chunks_.size(), {});
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const int ci = static_cast<int>(c);
+    if (grads_ready) grads_ready_[c] = [grads_ready, ci](const std::vector<size_t>& p) { grads_ready(ci, p); };
+    if (before_use) before_use_[c] = [before_use, ci](const std::vector<size_t>& p) { before_use(ci, p); };
+  }
+}
+
 void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed) {
   with_grad_ = with_grad;
   dloss_ = dloss;
@@ -70,7 +81,8 @@ void GptPipelineStage::forward(int m, int c) {
     Tensor none;
     batch_(m, none, none, a.sample_offset);
   }
-  model.forward(a, with_grad_, dloss_, seed_);
+  const auto* use = before_use_.empty() ? nullptr : &before_use_[static_cast<size_t>(c)];
+  model.forward(a, with_grad_, dloss_, seed_, use);
   if (model.stage().post_process) {
     // Device-side copy; summed on the host in loss_sum(), in this order.
     if (losses_pending_ == loss_parts_.size()) loss_parts_.push_back(model.backend().empty(a.losses.shape(), DType::F32));
@@ -86,7 +98,8 @@ void GptPipelineStage::backward(int m, int c) {
   if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
   model::GptModel& model = *chunks_[static_cast<size_t>(c)];
   Slot& s = slot(m, c);
-  model.backward(s.acts, model.stage().post_process ? nullptr : &s.output_grad, seed_);
+  const auto* ready = m == last_microbatch_ && !grads_ready_.empty() ? &grads_ready_[static_cast<size_t>(c)] : nullptr;
+  model.backward(s.acts, model.stage().post_process ? nullptr : &s.output_grad, seed_, ready);
   pending_release_ = {m, c};
 }
 

@@ -25,6 +25,14 @@ class GptPipelineStage final : public parallel::PipelineStage {
   // Per iteration (or evaluation pass): gradient scale of each token's loss
   // (0 with forward-only) and the dropout seed.
   void begin(bool with_grad, float dloss, uint64_t dropout_seed);
+  // Data-parallel overlap hooks (train/grad_buckets.h), per chunk c:
+  // grads_ready is passed to the model's backward of micro-batch
+  // last_microbatch only (the one after which gradients are final; with
+  // interleaving each chunk reaches it at its own time), before_use to every
+  // forward. Empty functions: no hooks.
+  using ParamHook = std::function<void(int chunk, const std::vector<size_t>& params)>;
+  void set_param_hooks(int last_microbatch, ParamHook grads_ready, ParamHook before_use);
+
   // Sum of the token losses over the last stage's micro-batches since
   // begin(). The per-micro-batch losses stay on the device until this is
   // called (one host synchronisation per iteration, not per micro-batch).
@@ -68,6 +76,8 @@ class GptPipelineStage final : public parallel::PipelineStage {
   std::pair<int, int> pending_release_{-1, -1};
   size_t max_live_ = 0;
   std::vector<size_t> slot_bytes_;
+  int last_microbatch_ = -1;
+  std::vector<model::GptModel::ParamHook> grads_ready_, before_use_;  // per chunk
 };
 
 }  // namespace tripod::train
