@@ -80,6 +80,14 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
                  "interleaved 1F1B: virtual stages per pipeline rank");
   app.add_flag("--sequence-parallel", a.sequence_parallel);
   app.add_flag("--use-distributed-optimizer", a.use_distributed_optimizer);
+  app.add_option("--ddp-bucket-size", a.ddp_bucket_size,
+                 "elements per data-parallel gradient bucket (default max(4e7, 1e6 x dp); with "
+                 "--overlap-grad-reduce only, else one bucket)");
+  app.add_flag("--overlap-grad-reduce", a.overlap_grad_reduce,
+               "start each bucket's dp reduction in the last micro-batch's backward, as soon as its grads are final");
+  app.add_flag("--overlap-param-gather", a.overlap_param_gather,
+               "distributed optimizer: all-gather updated params per bucket asynchronously, waited for by the "
+               "next forward");
   app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
   app.add_flag("--bf16", a.bf16, "bf16 compute, fp32 master weights (cuda)");
   app.add_flag("--fp16", a.fp16, "fp16 compute with loss scaling (cuda)");

@@ -81,6 +81,7 @@ void check_model_args(const model::GptConfig& now, const model::GptConfig& saved
 
 void Trainer::save_checkpoint() {
   namespace fs = std::filesystem;
+  finish_param_gather();  // --overlap-param-gather: the updated values must have arrived
   Timer timer;
   const std::string& dir = args_.save;
   const bool rank0 = is_rank0(groups_);

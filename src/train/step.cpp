@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "base/log.h"
+#include "parallel/tp_regions.h"
 #include "train/scalar_reduce.h"
 #include "train/trainer.h"
 
@@ -36,7 +37,10 @@ StepResult Trainer::train_step() {
   double t_sched = 0, t_norm = 0;
   const int64_t B = args_.micro_batch_size, T = model().config().seq_length;
   const int64_t tokens = B * T * num_microbatches_ * dp_size_;  // in the global batch
-  for (auto& c : chunks_) c.model->params().zero_grad();
+  for (auto& c : chunks_) {
+    c.model->params().zero_grad();
+    c.buckets->begin_grad_sync();
+  }
   batch_ds_ = data_.train.get();
   batch_base_ = consumed_samples_;
   StepResult r;
@@ -103,25 +107,44 @@ void Trainer::sync_compute_weights() {
   for (auto& c : chunks_) c.model->params().sync_compute();
 }
 
+// With --overlap-grad-reduce, during the last micro-batch's backward of a
+// chunk: a group of its parameters has final gradients. Sequence-parallel
+// LayerNorm gradients are summed over tp right here (every tp rank reaches
+// the same hook in the same order), then the buckets that became complete
+// start their dp reduction.
+void Trainer::on_grads_ready(int chunk, const std::vector<size_t>& params) {
+  Chunk& c = chunks_.at(static_cast<size_t>(chunk));
+  for (size_t i : params) {
+    model::Param& p = c.model->params().params()[i];
+    if (c.model->has_partial_sp_grad(p)) parallel::tp_all_reduce(groups_.tp.get(), p.grad);
+  }
+  c.buckets->grads_ready(params);
+}
+
 void Trainer::reduce_gradients() {
-  for (auto& c : chunks_) c.model->reduce_sequence_parallel_grads();
+  // With overlap the hooks already reduced the sequence-parallel grads.
+  if (!overlap_grads())
+    for (auto& c : chunks_) c.model->reduce_sequence_parallel_grads();
   // The output layer of the last stage is tied to the first stage's word
   // embedding: both copies get the sum of their gradients (Megatron's
-  // embedding group), so they stay equal after identical updates.
+  // embedding group), so they stay equal after identical updates. With
+  // overlap, its bucket waits for this (NOTE [Deferred embedding bucket]).
   if (args_.pp > 1 && groups_.embd) {
     for (auto& c : chunks_) {
       const auto& st = c.model->stage();
       if (st.pre_process || st.post_process) groups_.embd->all_reduce(c.model->params().get(kWordEmbeddings).grad)->wait();
     }
   }
-  if (dp_size_ == 1) return;
+  if (dp_size_ == 1 && !args_.use_distributed_optimizer) return;
   // The loss is already scaled by 1/dp: the sum over dp is the average.
+  // Without overlap nothing was launched yet (one bucket per chunk); with it,
+  // the deferred embedding bucket is left.
   for (auto& c : chunks_) {
-    if (args_.use_distributed_optimizer)
-      groups_.dp->reduce_scatter(c.grad_shard, c.model->params().grads())->wait();
-    else
-      groups_.dp->all_reduce(c.model->params().grads())->wait();
+    TRIPOD_CHECK(!overlap_grads() || c.buckets->all_grads_ready(),
+                 "model chunk {}: the backward did not report every parameter's gradient as final", &c - chunks_.data());
+    c.buckets->launch_remaining();
   }
+  for (auto& c : chunks_) c.buckets->finish_grad_sync();
 }
 
 // Megatron's clip_grad_norm_fp32: every parameter counted once. Sharded
@@ -134,7 +157,7 @@ double Trainer::global_grad_norm() {
   be_.zero(acc);
   // The counted ranges (counts_in_grad_norm) were merged once at set-up.
   for (auto& c : chunks_) {
-    const Tensor& grads = args_.use_distributed_optimizer ? c.grad_shard : c.model->params().grads();
+    const Tensor& grads = c.buckets->reduced_grads();
     for (const auto& seg : c.norm_segments) be_.sum_squares(acc, grads.flat(seg.offset, {seg.numel}));
   }
   auto& group = args_.use_distributed_optimizer ? groups_.world : groups_.mp;
@@ -146,19 +169,28 @@ double Trainer::global_grad_norm() {
 }
 
 void Trainer::optimizer_step(double lr, float clip) {
+  finish_param_gather();  // normally already waited for by the forwards
   for (auto& c : chunks_) {
     auto& params = c.model->params();
     if (!args_.use_distributed_optimizer) {
       c.optimizer->step(params.values(), params.grads(), c.segments, lr, clip);
       continue;
     }
-    // Step the fp32 master shard, then all-gather the updated parameters.
-    Tensor mine = params.values().flat(c.shard_begin, {c.shard_end - c.shard_begin});
-    c.optimizer->step(mine, c.grad_shard, c.segments, lr, clip);
-    be_.copy(c.value_shard, mine);
-    groups_.dp->all_gather(params.values(), c.value_shard)->wait();
+    // Step the fp32 master shard, then all-gather the updated parameters
+    // (with --overlap-param-gather: launched now, waited per bucket by the
+    // next forward, which also casts the compute copies).
+    c.buckets->take_shard(c.value_shard, params.values());
+    c.optimizer->step(c.value_shard, c.buckets->reduced_grads(), c.segments, lr, clip);
+    if (overlap_params())
+      c.buckets->start_param_gather(c.value_shard);
+    else
+      c.buckets->gather_shards(params.values(), c.value_shard);
   }
-  sync_compute_weights();  // bf16/fp16 compute copies from the updated fp32 masters
+  if (!overlap_params()) sync_compute_weights();  // bf16/fp16 compute copies from the updated fp32 masters
+}
+
+void Trainer::finish_param_gather() {
+  for (auto& c : chunks_) c.buckets->finish_param_gather();
 }
 
 double Trainer::reduce_loss(double local_sum) { return all_reduce_scalar(groups_.dp.get(), be_, local_sum); }
@@ -186,20 +218,18 @@ void Trainer::check_finite(double loss, double grad_norm) {
 std::pair<Tensor, Tensor> Trainer::optimizer_state(int chunk) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
   if (!args_.use_distributed_optimizer) return {c.optimizer->exp_avg(), c.optimizer->exp_avg_sq()};
+  // Full-parameter order (the checkpoint format), whatever the shard layout.
   const int64_t total = c.model->params().padded_numel();
   Tensor m = be_.empty({total}, DType::F32), v = be_.empty({total}, DType::F32);
-  groups_.dp->all_gather(m, c.optimizer->exp_avg())->wait();
-  groups_.dp->all_gather(v, c.optimizer->exp_avg_sq())->wait();
+  c.buckets->gather_shards(m, c.optimizer->exp_avg());
+  c.buckets->gather_shards(v, c.optimizer->exp_avg_sq());
   return {m, v};
 }
 
 void Trainer::set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps, int chunk) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
-  const int64_t len = c.shard_end - c.shard_begin;
-  Tensor& m = c.optimizer->exp_avg();
-  Tensor& v = c.optimizer->exp_avg_sq();
-  be_.copy(m, exp_avg.flat(c.shard_begin, {len}));
-  be_.copy(v, exp_avg_sq.flat(c.shard_begin, {len}));
+  c.buckets->take_shard(c.optimizer->exp_avg(), exp_avg);
+  c.buckets->take_shard(c.optimizer->exp_avg_sq(), exp_avg_sq);
   c.optimizer->set_steps(steps);
 }
 
@@ -211,7 +241,7 @@ void Trainer::log_memory(const StepResult& first) {
   int64_t n = 0, opt = 0;
   for (auto& c : chunks_) {
     n += c.model->params().numel();
-    opt += 2 * (c.shard_end - c.shard_begin);
+    opt += 2 * c.buckets->shard_numel();
   }
   const double mib = 1.0 / (1 << 20);
   const size_t act = stage_->activation_bytes_per_microbatch();
@@ -225,6 +255,7 @@ void Trainer::log_memory(const StepResult& first) {
 }
 
 void Trainer::dump_weights(const std::string& dir) {
+  finish_param_gather();
   const std::string path = fmt::format("{}/rank{}.bin", dir, groups_.global_rank);
   FILE* f = std::fopen(path.c_str(), "wb");
   TRIPOD_CHECK(f, "cannot write {}", path);

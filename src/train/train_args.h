@@ -39,6 +39,10 @@ struct TrainArgs {
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;    // --sequence-parallel
   bool use_distributed_optimizer = false;
+  // data-parallel gradient buckets (train/grad_buckets.h)
+  int64_t ddp_bucket_size = 0;       // --ddp-bucket-size, elements (0: Megatron's default, max(4e7, 1e6 x dp))
+  bool overlap_grad_reduce = false;  // --overlap-grad-reduce
+  bool overlap_param_gather = false; // --overlap-param-gather (with --use-distributed-optimizer and --overlap-grad-reduce)
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes
   // device / precision
   std::string device = "cpu";        // --device cpu|cuda

@@ -44,6 +44,15 @@ void validate_args(const TrainArgs& a, int world_size) {
   TRIPOD_CHECK_HINT(a.fp16 || a.loss_scale == 0,
                     "loss scaling applies to --fp16 only; drop --loss-scale", "--loss-scale {} without --fp16",
                     a.loss_scale);
+  TRIPOD_CHECK_HINT(a.ddp_bucket_size >= 0, "pass --ddp-bucket-size N with N >= 1 elements, or leave it out",
+                    "--ddp-bucket-size is {}", a.ddp_bucket_size);
+  TRIPOD_CHECK_HINT(!a.overlap_param_gather || a.use_distributed_optimizer,
+                    "add --use-distributed-optimizer (the all-gather of updated parameters exists only with it), "
+                    "or drop --overlap-param-gather",
+                    "--overlap-param-gather needs --use-distributed-optimizer");
+  TRIPOD_CHECK_HINT(!a.overlap_param_gather || a.overlap_grad_reduce,
+                    "add --overlap-grad-reduce, or drop --overlap-param-gather",
+                    "--overlap-param-gather needs --overlap-grad-reduce (as in Megatron)");
   virtual_pipeline_size(a);
 }
 
@@ -143,6 +152,23 @@ void Trainer::setup(data::DatasetSplits* given) {
         first = batch_base_ + (static_cast<int64_t>(m) * dp_size_ + dp_rank_) * args_.micro_batch_size;
         if (tokens.defined()) fill_batch(*batch_ds_, first, tokens, targets);
       });
+  install_overlap_hooks();
+}
+
+// Megatron's DDP: without --overlap-grad-reduce the bucket size is infinite
+// (one bucket per chunk, reduced after the backward); with it,
+// --ddp-bucket-size or max(4e7, 1e6 x dp) elements.
+int64_t Trainer::bucket_size() const {
+  if (!overlap_grads()) return 0;
+  return args_.ddp_bucket_size > 0 ? args_.ddp_bucket_size : default_bucket_size(dp_size_);
+}
+
+void Trainer::install_overlap_hooks() {
+  GptPipelineStage::ParamHook ready, use;
+  if (overlap_grads()) ready = [this](int c, const std::vector<size_t>& p) { on_grads_ready(c, p); };
+  if (overlap_params())
+    use = [this](int c, const std::vector<size_t>& p) { chunks_.at(static_cast<size_t>(c)).buckets->params_needed(p); };
+  stage_->set_param_hooks(static_cast<int>(num_microbatches_) - 1, ready, use);
 }
 
 // Megatron's clip_grad_norm_fp32 counts every parameter once: sharded ones
@@ -181,25 +207,24 @@ void Trainer::build_chunks() {
     ch.model = std::make_unique<model::GptModel>(args_.model, st, be_);
     auto& params = ch.model->params();
     params.init(args_.seed, ch.model->config().init_method_std, ch.model->config().num_layers);
-    const int64_t total = params.padded_numel();
-    const int64_t len = args_.use_distributed_optimizer ? total / dp_size_ : total;
-    ch.shard_begin = args_.use_distributed_optimizer ? dp_rank_ * len : 0;
-    ch.shard_end = ch.shard_begin + len;
-    std::vector<optim::Segment> segs, norm;
-    for (const auto& p : params.params()) {  // each parameter's part inside the shard
-      const int64_t lo = std::max(p.offset, ch.shard_begin);
-      const int64_t hi = std::min(p.offset + shape_numel(p.shape), ch.shard_end);
-      if (lo >= hi) continue;
-      segs.push_back({lo - ch.shard_begin, hi - lo, p.spec.weight_decay});
-      if (counts_in_grad_norm(p, st)) norm.push_back({lo - ch.shard_begin, hi - lo, true});
-    }
-    ch.segments = optim::merge_segments(std::move(segs));
-    ch.norm_segments = optim::merge_segments(std::move(norm));
+    // NOTE [Deferred embedding bucket]: the tied word embedding's gradient
+    // is summed over the embedding group (first and last stage) before the
+    // dp reduction, at the end of the iteration, so with overlap it gets a
+    // bucket of its own that only reduce_gradients launches.
+    std::vector<bool> deferred;
+    for (const auto& p : params.params())
+      deferred.push_back(overlap_grads() && args_.pp > 1 && p.spec.name == "embedding.word_embeddings.weight");
+    ch.buckets = std::make_unique<GradBuckets>(params, *groups_.dp, be_, bucket_size(), args_.use_distributed_optimizer,
+                                               deferred);
+    const int64_t len = ch.buckets->shard_numel();
+    ch.segments = ch.buckets->shard_segments([](const model::Param&) { return true; });
+    ch.norm_segments =
+        ch.buckets->shard_segments([&](const model::Param& p) { return counts_in_grad_norm(p, st); }, false);
     optim::AdamWConfig oc{args_.adam_beta1, args_.adam_beta2, args_.adam_eps, args_.weight_decay};
     ch.optimizer = std::make_unique<optim::AdamW>(be_, len, oc);
     if (args_.use_distributed_optimizer) {
-      ch.grad_shard = be_.empty({len}, DType::F32);
       ch.value_shard = be_.empty({len}, DType::F32);
+      be_.zero(ch.value_shard);
     }
     chunks_.push_back(std::move(ch));
   }
@@ -275,6 +300,21 @@ void Trainer::log_startup() {
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
               args_.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(), args_.micro_batch_size,
               args_.global_batch_size, num_microbatches_);
+    std::string sizes;
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const auto& b = chunks_[c].buckets->buckets();
+      sizes += fmt::format("{}chunk {}: {} bucket{} [", c ? "; " : "", c, b.size(), b.size() == 1 ? "" : "s");
+      for (size_t k = 0; k < b.size(); ++k) sizes += fmt::format("{}{}", k ? " " : "", b[k].numel());
+      sizes += "]";
+    }
+    const int64_t bs = bucket_size();
+    log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
+              "size {}{}; overlap grad reduce {}, overlap param gather {}",
+              dp_size_, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
+              args_.ddp_bucket_size > 0 && !overlap_grads()
+                  ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
+                  : "",
+              overlap_grads() ? "on" : "off", overlap_params() ? "on" : "off");
   }
 }
 
@@ -347,9 +387,10 @@ void Trainer::run() {
     if (args_.exit_signal_handler && exit_requested()) {
       if (!args_.save.empty() && !interval && iteration_ != args_.train_iters) save_checkpoint();
       if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
-      return;
+      break;
     }
   }
+  finish_param_gather();  // nothing in flight into the buffers after run()
 }
 
 }  // namespace tripod::train

@@ -2,8 +2,9 @@
 //   for each iteration: the pipeline schedule runs every micro-batch through
 //   this rank's model chunks (forward, backward, grads accumulate in fp32)
 //   -> tied-embedding and sequence-parallel grad reductions -> data-parallel
-//   reduction (all-reduce, or reduce-scatter with the distributed optimizer)
-//   -> global grad norm over every parameter once -> clip -> AdamW at the
+//   reduction per bucket (all-reduce, or reduce-scatter with the distributed
+//   optimizer; with --overlap-grad-reduce launched during the last
+//   micro-batch's backward, see train/grad_buckets.h) -> global grad norm over every parameter once -> clip -> AdamW at the
 //   scheduled lr (on this rank's shard with the distributed optimizer, then
 //   all-gather) -> log -> eval -> save.
 // The loss of an iteration is the mean over every token of the global batch.
@@ -21,6 +22,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
+#include "train/grad_buckets.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
 #include "train/pipeline_stage.h"
@@ -40,11 +42,13 @@ struct StepResult {
 // One model chunk (virtual pipeline stage) of this rank with its optimizer.
 struct Chunk {
   std::unique_ptr<model::GptModel> model;
-  std::unique_ptr<optim::AdamW> optimizer;  // over [shard_begin, shard_end) of the flat buffers
-  std::vector<optim::Segment> segments;     // relative to shard_begin
-  std::vector<optim::Segment> norm_segments;  // the ranges the grad norm counts, relative to shard_begin
-  int64_t shard_begin = 0, shard_end = 0;   // the whole buffer unless the optimizer is distributed
-  Tensor grad_shard, value_shard;           // distributed optimizer: (shard) reduce-scatter / all-gather buffers
+  // Data-parallel buckets of the flat grad buffer and, with the distributed
+  // optimizer, this rank's shard layout (per-bucket pieces, concatenated).
+  std::unique_ptr<GradBuckets> buckets;
+  std::unique_ptr<optim::AdamW> optimizer;  // over the shard (the whole buffer unless distributed)
+  std::vector<optim::Segment> segments;     // relative to the shard
+  std::vector<optim::Segment> norm_segments;  // the ranges the grad norm counts, relative to the shard
+  Tensor value_shard;                       // distributed optimizer: (shard) fp32 master weights being stepped
 };
 
 class Trainer {
@@ -73,6 +77,10 @@ class Trainer {
     iteration_ = iteration;
     consumed_samples_ = consumed_samples;
   }
+  // --overlap-param-gather: waits for every outstanding parameter
+  // all-gather. Call before reading parameter values outside a forward
+  // (checkpoints, dumps); forwards wait per bucket themselves.
+  void finish_param_gather();
   // Writes this rank's parameter shards (names, shard rule, tp coordinates,
   // f32 values) to DIR/rank<global>.bin, for parity tests and debugging.
   void dump_weights(const std::string& dir);
@@ -98,6 +106,11 @@ class Trainer {
   void build_chunks();
   void fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets);
   void reduce_gradients();
+  bool overlap_grads() const { return args_.overlap_grad_reduce && dp_size_ > 1; }
+  bool overlap_params() const { return args_.overlap_param_gather && dp_size_ > 1; }
+  int64_t bucket_size() const;  // 0: one bucket per chunk
+  void install_overlap_hooks();
+  void on_grads_ready(int chunk, const std::vector<size_t>& params);
   double global_grad_norm();
   bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& stage) const;
   void optimizer_step(double lr, float clip);

@@ -1,0 +1,135 @@
+// Data-parallel gradient buckets of one model chunk (Megatron-core's
+// _ParamAndGradBuffer / bucket groups in distributed/param_and_grad_buffer.py,
+// --ddp-bucket-size, --overlap-grad-reduce, --overlap-param-gather).
+//
+// The chunk's flat f32 grad buffer (model/param_table.h, ParamStore::grads())
+// is cut into buckets at parameter boundaries, walking the parameters in
+// reverse (backward) order, so bucket 0 holds the last layers, whose
+// gradients are final first. Each bucket is reduced over dp by one
+// collective: all-reduce in place, or, with the distributed optimizer,
+// reduce-scatter into this rank's piece of the bucket.
+//
+// Distributed-optimizer shard layout (as Megatron): each bucket is padded to
+// a multiple of dp and split dp ways; rank r owns piece r of every bucket.
+// This rank's optimizer shard is the concatenation of its pieces in bucket
+// order (shard()). With one bucket it is [r n/dp, (r+1) n/dp) of the padded
+// buffer, the layout without buckets. Buckets whose size is not a multiple
+// of dp go through a zero-padded staging copy (the ParamStore buffer has no
+// gaps between parameters).
+//
+// Relates to: train/step.cpp (Trainer::reduce_gradients, optimizer_step),
+// model/gpt_model.h (ParamHook: when a group's gradients are final),
+// dist/communicator.h (async Work), docs/parallelism.md (overlap section).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/ops.h"
+#include "dist/communicator.h"
+#include "model/param_table.h"
+#include "optim/adamw.h"
+
+namespace tripod::train {
+
+// Buckets [begin, end) of the flat buffer holding parameters [first_param,
+// end_param) (indices in ParamStore order).
+struct BucketRange {
+  int64_t begin = 0, end = 0;
+  int first_param = 0, end_param = 0;
+  int64_t numel() const { return end - begin; }
+};
+
+// Megatron's split: walk the parameters from last to first, adding each to
+// the open bucket, and close the bucket as soon as it holds >= bucket_size
+// elements (so a bucket exceeds the limit by less than its last-added, i.e.
+// lowest-offset, parameter). A parameter with alone[i] set gets a bucket of
+// its own (Megatron does this for the shared embedding). bucket_size <= 0:
+// one bucket. The first bucket also takes the buffer's tail padding
+// [last param end, padded_numel). Returned in launch order: bucket 0 ends at
+// padded_numel, the last one starts at 0.
+std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, const std::vector<int64_t>& numels,
+                                       int64_t padded_numel, int64_t bucket_size, const std::vector<bool>& alone);
+
+// Megatron's default when --ddp-bucket-size is not given: max(4e7, 1e6 x dp)
+// elements, used only with --overlap-grad-reduce (else one bucket).
+int64_t default_bucket_size(int dp_size);
+
+class GradBuckets {
+ public:
+  // deferred[i]: parameter i needs a reduction over another group before the
+  // dp one (the tied embedding over the embedding group): it gets its own
+  // bucket, which grads_ready never launches; launch_remaining() does.
+  // dp: the data-parallel group (its size sets the shard split).
+  GradBuckets(model::ParamStore& params, dist::Communicator& dp, backend::Backend& be, int64_t bucket_size,
+              bool distributed_optimizer, const std::vector<bool>& deferred);
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  const std::vector<BucketRange>& buckets() const { return buckets_; }
+  bool distributed() const { return distributed_; }
+
+  // ---- shard layout (the whole buffer unless distributed) ----
+  // Elements of this rank's optimizer shard (with padding).
+  int64_t shard_numel() const { return shard_numel_; }
+  // Segments of the shard covering the parameters keep() selects, with each
+  // parameter's weight-decay flag (or all flagged true when decay_flags is
+  // false, so that neighbours merge), merged.
+  std::vector<optim::Segment> shard_segments(const std::function<bool(const model::Param&)>& keep,
+                                             bool decay_flags = true) const;
+  // shard <- this rank's pieces of full (padded_numel, flat-buffer order).
+  void take_shard(Tensor& shard, const Tensor& full) const;
+  // full <- the pieces of every rank (collective over dp; synchronous).
+  void gather_shards(Tensor& full, const Tensor& shard);
+
+  // ---- gradient reduction, once per iteration ----
+  void begin_grad_sync();  // every bucket pending again
+  // The gradients of these parameters are final: launches every bucket that
+  // became complete (deferred ones excepted), in the order they complete.
+  void grads_ready(const std::vector<size_t>& params);
+  void launch_remaining();  // launches every bucket not launched yet, in bucket order
+  void finish_grad_sync();  // waits for every launched bucket
+  bool all_grads_ready() const;
+  // The dp-reduced gradients of this rank's shard (distributed), else grads().
+  Tensor& reduced_grads();
+  // Called as each bucket is launched, with its index (tests, tracing).
+  std::function<void(int bucket)> on_launch;
+
+  // ---- parameter all-gather (distributed optimizer) ----
+  // Launches the all-gather of every bucket from value_shard into values(),
+  // async, in forward order (last bucket first).
+  void start_param_gather(const Tensor& value_shard);
+  // Waits for the buckets holding these parameters (and casts their compute
+  // copies under bf16/fp16). No-op for buckets already gathered.
+  void params_needed(const std::vector<size_t>& params);
+  void finish_param_gather();  // waits for all
+  bool param_gather_pending() const;
+
+ private:
+  void launch(size_t b);
+  void wait_gather(size_t b);
+  Tensor input_of(size_t b, const Tensor& full);  // the padded bucket view, or its staging copy
+
+  model::ParamStore& params_;
+  dist::Communicator& dp_;
+  backend::Backend& be_;
+  bool distributed_;
+  int dp_size_, dp_rank_;
+  std::vector<BucketRange> buckets_;
+  std::vector<int> bucket_of_;           // per parameter
+  std::vector<int64_t> piece_len_;       // per bucket: padded numel / dp (distributed)
+  std::vector<int64_t> shard_offset_;    // per bucket: where its piece sits in the shard
+  std::vector<Tensor> staging_;          // per bucket: (padded) when numel % dp != 0, else undefined
+  std::vector<bool> deferred_;           // per bucket
+  int64_t shard_numel_ = 0;
+  Tensor grad_shard_;                    // (shard_numel) distributed only
+  // per iteration
+  std::vector<int> pending_;             // per bucket: parameters not final yet
+  std::vector<bool> param_ready_;
+  std::vector<std::shared_ptr<dist::Work>> grad_work_, gather_work_;
+};
+
+}  // namespace tripod::train
