@@ -7,6 +7,8 @@
 //    are launched during the last micro-batch's backward, last layers first,
 //    each at a moment when its own gradients are already final while the
 //    embedding's are not;
+//  - the tied embedding's deferred bucket is launched by launch_remaining()
+//    only, in every iteration;
 //  - the distributed-optimizer layout on 2 ranks (threads, Gloo) with bucket
 //    sizes that are not multiples of dp: per-bucket reduce-scatter, shard
 //    segments, gather/take of full-order tensors and the async param
@@ -239,6 +241,36 @@ TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
       for (int64_t i = wpe.offset; i < wpe.offset + wpe_n; ++i) diff += std::fabs(snap[static_cast<size_t>(i)] - fin[i]);
       EXPECT_GT(diff, 0.0) << "bucket " << k << " launched after the embedding's gradients were final";
     }
+  }
+}
+
+// The tied embedding (deferred): its own bucket, never launched by the
+// hooks, only by launch_remaining() after the embedding-group all-reduce.
+TEST(GradBuckets, DeferredBucketWaitsForLaunchRemaining) {
+  auto be = backend::make_cpu_backend();
+  std::vector<model::ParamSpec> specs;
+  for (int i = 0; i < 4; ++i)
+    specs.push_back({"p" + std::to_string(i), {8}, model::ShardDim::None, model::InitKind::Zeros, true, -1});
+  model::ParamStore store(std::move(specs), 1, 0, *be);
+  RecordingComm dp(store.grads());
+  train::GradBuckets gb(store, dp, *be, 1000, false, {true, false, false, false});
+  const auto& b = gb.buckets();
+  ASSERT_EQ(b.size(), 2u);  // {p1..p3} then {p0} alone
+  EXPECT_EQ(b[0].begin, 8);
+  EXPECT_EQ(b[1].end, 8);
+  std::vector<int> launches;
+  gb.on_launch = [&](int k) { launches.push_back(k); };
+  for (int it = 0; it < 2; ++it) {  // twice: the per-iteration state resets
+    launches.clear();
+    gb.begin_grad_sync();
+    gb.grads_ready({3, 2});
+    EXPECT_TRUE(launches.empty());
+    gb.grads_ready({1, 0});
+    EXPECT_EQ(launches, std::vector<int>{0}) << "the deferred bucket must not launch from the hook";
+    EXPECT_TRUE(gb.all_grads_ready());
+    gb.launch_remaining();
+    EXPECT_EQ(launches, (std::vector<int>{0, 1}));
+    gb.finish_grad_sync();
   }
 }
 
