@@ -75,6 +75,8 @@ class Backend {
 
   // ---- layernorm ----
   // out(N,C) = (inp - mean) * rstd * weight + bias; mean(N), rstd(N) saved (f32).
+  // weight/bias: the dtype of inp, or f32 under a bf16/f16 inp (CUDA backend;
+  // fp32 LayerNorm params, model/param_table.h).
   virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                  const Tensor& weight, const Tensor& bias, float eps) = 0;
   // dinp += d/dinp; dweight += ; dbias += .

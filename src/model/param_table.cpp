@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/philox.h"
+#include "base/env.h"
 #include "base/error.h"
 
 namespace tripod::model {
@@ -128,12 +129,23 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
     compute_values_ = be.empty({padded}, compute_dtype);
     be.zero(compute_values_);
   }
+  // NOTE [fp32 LayerNorm params]: LayerNorm gains start at 1.0, where a bf16
+  // step is 2^-8..2^-7: Adam's early updates (~lr per step) stay below half
+  // a step for tens of iterations, so a bf16 copy of the gains barely moves
+  // while the fp32 masters do, and bf16 trained measurably behind fp32 on
+  // KJV. The LayerNorms therefore compute with the fp32 masters (as PyTorch
+  // autocast does; a few KB per layer, LN kernels take f32 weights).
+  // TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE=1 restores the cast copy (Megatron's
+  // choice), for before/after runs.
+  static const bool ln_cast = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
   for (auto& p : params_) {
     p.value = values_.flat(p.offset, p.shape);
     p.grad = grads_.flat(p.offset, p.shape);
-    p.compute = compute_values_.flat(p.offset, p.shape);
+    p.compute = (is_layernorm(p.spec) && !ln_cast) ? p.value : compute_values_.flat(p.offset, p.shape);
   }
 }
+
+bool is_layernorm(const ParamSpec& spec) { return spec.name.find("layernorm.") != std::string::npos; }
 
 void ParamStore::sync_compute() {
   if (compute_dtype_ != DType::F32) be_.cast(compute_values_, values_);
@@ -174,7 +186,7 @@ void ParamStore::set_from_full(Param& p, const Tensor& full) {
   check_shape(full, p.spec.global_shape, p.spec.name.c_str());
   Tensor part = take_shard(full, p.spec.shard, tp_size_, tp_rank_);
   be_.copy(p.value, part);
-  if (compute_dtype_ != DType::F32) be_.cast(p.compute, p.value);
+  if (compute_dtype_ != DType::F32 && p.compute.raw() != p.value.raw()) be_.cast(p.compute, p.value);
   be_.synchronize();
 }
 

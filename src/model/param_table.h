@@ -42,6 +42,9 @@ struct ParamSpec {
 };
 
 Shape local_shape(const ParamSpec& spec, int tp_size);
+// LayerNorm weights and biases: computed with in f32 even under bf16/fp16
+// (NOTE [fp32 LayerNorm params] in param_table.cpp).
+bool is_layernorm(const ParamSpec& spec);
 // Host tensors: the shard of `full` owned by tp_rank, and the inverse.
 Tensor take_shard(const Tensor& full, ShardDim shard, int tp_size, int tp_rank);
 void place_shard(Tensor& full, const Tensor& shard_values, ShardDim shard, int tp_size, int tp_rank);
@@ -53,8 +56,9 @@ struct Param {
   Shape shape;   // local (this tp rank's) shape
   Tensor value;  // f32 master weight, a view into ParamStore::values()
   Tensor grad;   // f32 gradient, a view into ParamStore::grads()
-  Tensor compute;  // the weight the model computes with: `value` itself in f32,
-                   // else a view into ParamStore::compute_values()
+  Tensor compute;  // the weight the model computes with: `value` itself in f32
+                   // and for LayerNorm params, else a view into
+                   // ParamStore::compute_values()
   int64_t offset = 0;  // element offset in the flat buffers
 };
 

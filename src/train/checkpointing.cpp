@@ -8,8 +8,9 @@
 //   seed                                             (dropout and every other
 //       random draw is a pure function of (seed, iteration, sample index), so
 //       the RNG state is the seed plus the iteration)
-//   loss-scaler state                                (1.0: fp32 master weights, no scaling yet)
-// The learning rate is a function of the iteration, so it is not stored.
+//   loss-scaler state (fp16: scale, growth and hysteresis trackers) and the
+//       count of skipped updates (the lr schedule advances on successful
+//       updates only: it is a function of iteration - skipped)
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -123,7 +124,13 @@ void Trainer::save_checkpoint() {
                          {"beta1", args_.adam_beta1}, {"beta2", args_.adam_beta2}, {"eps", args_.adam_eps},
                          {"weight_decay", args_.weight_decay}};
     meta["rng"] = {{"seed", args_.seed}, {"iteration", iteration_}};
-    meta["loss_scaler"] = {{"scale", 1.0}, {"growth_tracker", 0}};
+    if (scaler_) {
+      const LossScaler::State st = scaler_->state();
+      meta["loss_scaler"] = {{"scale", st.scale}, {"growth_tracker", st.growth_tracker},
+                             {"hysteresis_tracker", st.hysteresis_tracker}, {"skipped_updates", skipped_updates_}};
+    } else {
+      meta["loss_scaler"] = {{"scale", 1.0}, {"growth_tracker", 0}, {"skipped_updates", skipped_updates_}};
+    }
     // Absolute paths, so that `tripod generate` finds the files from any directory.
     auto abs = [](const std::string& f) { return f.empty() ? f : fs::absolute(f).string(); };
     meta["tokenizer"] = {{"tokenizer_type", args_.tokenizer_type}, {"vocab_file", abs(args_.vocab_file)},
@@ -170,6 +177,14 @@ void Trainer::load_checkpoint() {
         Tensor m = Tensor::empty({cur_m.numel()}, DType::F32), v = Tensor::empty({cur_v.numel()}, DType::F32);
         ckpt::load_optimizer_moments(reader, chunks_[c].model->params(), m, v);
         set_optimizer_state(m, v, steps, static_cast<int>(c));
+      }
+      // As Megatron, the grad scaler travels with the optimizer state.
+      if (meta.contains("loss_scaler")) {
+        const json& ls = meta["loss_scaler"];
+        skipped_updates_ = ls.value("skipped_updates", int64_t{0});
+        if (scaler_ && ls.contains("hysteresis_tracker"))  // saved by an fp16 run
+          scaler_->restore({ls.value("scale", 1.0), ls.value("growth_tracker", int64_t{0}),
+                            ls.value("hysteresis_tracker", 0)});
       }
     }
   }

@@ -31,4 +31,14 @@ void LossScaler::update(bool found_inf) {
   }
 }
 
+void LossScaler::restore(const State& s) {
+  if (!dynamic()) return;
+  TRIPOD_CHECK(s.scale > 0 && s.growth_tracker >= 0,  // the hysteresis tracker goes below 0, as Megatron's
+               "bad loss-scaler state: scale {}, growth tracker {}, hysteresis tracker {}", s.scale,
+               s.growth_tracker, s.hysteresis_tracker);
+  scale_ = std::max(s.scale, cfg_.min_scale);
+  growth_tracker_ = s.growth_tracker;
+  hysteresis_tracker_ = s.hysteresis_tracker;
+}
+
 }  // namespace tripod::train

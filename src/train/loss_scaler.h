@@ -27,6 +27,17 @@ class LossScaler {
   // After the backward of an iteration: found_inf = the grads overflowed.
   void update(bool found_inf);
 
+  // What a checkpoint keeps, so a resumed fp16 run continues with the same
+  // scale and the same distance to the next growth / backoff.
+  struct State {
+    double scale;
+    int64_t growth_tracker;
+    int hysteresis_tracker;
+  };
+  State state() const { return {scale_, growth_tracker_, hysteresis_tracker_}; }
+  // A static scale (--loss-scale) is the flag's, not the checkpoint's.
+  void restore(const State& s);
+
  private:
   LossScalerConfig cfg_;
   double scale_;

@@ -78,6 +78,30 @@ void add_layer_cases(std::vector<OpCase>& v) {
                  be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
                }});
 
+  // fp32 LayerNorm params under a bf16/f16 activation (model/param_table.h):
+  // weight/bias f32 on the backend under test, the rest in the tested dtype.
+  v.push_back({"layernorm_forward_f32_params",
+               {out("out", {N, C}), out("mean", {N}, Kind::F32), out("rstd", {N}, Kind::F32),
+                in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, Kind::F32, 0.5, 1.0),
+                in("bias", {C}, Kind::F32, 0.2)},
+               [](Backend& be, Args& t) {
+                 be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+               }});
+  v.push_back({"layernorm_backward_f32_params",
+               {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
+                in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5),
+                in("weight", {C}, Kind::F32, 0.5, 1.0), in("mean", {N}, Kind::F32),
+                in("rstd", {N}, Kind::F32)},
+               [](Backend& be, Args& t) {
+                 be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+               },
+               [](Backend& be, Args& t) {
+                 Tensor y = be.empty(t[4].shape(), t[4].dtype());
+                 Tensor b = be.empty(t[5].shape(), t[5].dtype());
+                 be.zero(b);
+                 be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
+               }});
+
   // GPT-2 1.5B width: the backward's per-warp accumulators need > 48 KB of shared memory.
   const int64_t Nw = 21, Cw = 1600;
   v.push_back({"layernorm_backward_wide",

@@ -44,6 +44,15 @@ void check_grad(const Tensor& g, DType act, const char* what) {
                "{}: gradient must be f32 or {}, got {}", what, dtype_name(act), g.str());
 }
 
+// LayerNorm weight and bias: the activation dtype, or f32 (Megatron-style
+// bf16/fp16 training keeps LayerNorm params in fp32 for compute, see
+// model/param_table.h), both the same.
+void check_ln_weight(const Tensor& w, const Tensor& b, DType act) {
+  TRIPOD_CHECK(w.defined() && (w.dtype() == act || w.dtype() == DType::F32) && b.defined() && b.dtype() == w.dtype(),
+               "layernorm weight/bias: expected dtype {} or f32 (both the same), got {} and {}", dtype_name(act),
+               w.defined() ? w.str() : std::string("undefined"), b.defined() ? b.str() : std::string("undefined"));
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -158,7 +167,8 @@ class CudaBackend final : public Backend {
                          const Tensor& weight, const Tensor& bias, float eps) override {
     check_act(inp, "layernorm inp");
     int64_t C = weight.numel(), N = inp.numel() / C;
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &weight, &bias}) check_dtype(*t, inp.dtype(), "layernorm tensors");
+    check_dtype(out, inp.dtype(), "layernorm out");
+    check_ln_weight(weight, bias, inp.dtype());
     check_numel(out, inp.numel(), "layernorm out");
     check_numel(bias, C, "layernorm bias");
     check_dtype(mean, DType::F32, "layernorm mean");
@@ -166,14 +176,15 @@ class CudaBackend final : public Backend {
     check_numel(mean, N, "layernorm mean");
     check_numel(rstd, N, "layernorm rstd");
     cuda::layernorm_forward(out.raw(), mean.data<float>(), rstd.data<float>(), inp.raw(),
-                            weight.raw(), bias.raw(), eps, N, C, inp.dtype(), stream_);
+                            weight.raw(), bias.raw(), weight.dtype(), eps, N, C, inp.dtype(), stream_);
   }
   void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, const Tensor& mean,
                           const Tensor& rstd) override {
     check_act(inp, "layernorm inp");
     int64_t C = weight.numel(), N = inp.numel() / C;
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&dinp, &dout, &weight}) check_dtype(*t, inp.dtype(), "layernorm tensors");
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&dinp, &dout}) check_dtype(*t, inp.dtype(), "layernorm tensors");
+    check_ln_weight(weight, weight, inp.dtype());
     check_grad(dweight, inp.dtype(), "layernorm dweight");
     check_dtype(dbias, dweight.dtype(), "layernorm dbias");
     check_numel(dweight, C, "layernorm dweight");
@@ -182,7 +193,7 @@ class CudaBackend final : public Backend {
     check_dtype(rstd, DType::F32, "layernorm rstd");
     float* scratch = scratch_floats(2 * size_t(cuda::layernorm_backward_blocks(N)) * C);
     cuda::layernorm_backward(dinp.raw(), dweight.raw(), dbias.raw(), dweight.dtype(), dout.raw(),
-                             inp.raw(), weight.raw(), mean.data<float>(), rstd.data<float>(), N, C,
+                             inp.raw(), weight.raw(), weight.dtype(), mean.data<float>(), rstd.data<float>(), N, C,
                              inp.dtype(), scratch, stream_);
   }
 

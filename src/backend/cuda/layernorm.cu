@@ -15,9 +15,10 @@ namespace tripod::backend::cuda {
 
 constexpr int kWarpsPerBlock = 8;
 
-template <typename T>
+// W: the weight/bias type, T or f32 (fp32 LayerNorm params under bf16/fp16).
+template <typename T, typename W>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp,
-                                         const T* weight, const T* bias, float eps, int64_t N,
+                                         const W* weight, const W* bias, float eps, int64_t N,
                                          int C) {
   int lane = threadIdx.x % 32;
   int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
@@ -49,9 +50,9 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 // order: deterministic, and dout/inp are read from DRAM once.
 constexpr int kBwdWarps = 4;
 
-template <typename T>
+template <typename T, typename W>
 __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
-    T* dinp, float* partial, const T* dout, const T* inp, const T* weight, const float* mean,
+    T* dinp, float* partial, const T* dout, const T* inp, const W* weight, const float* mean,
     const float* rstd, int64_t N, int C) {
   extern __shared__ float acc[];  // (kBwdWarps, 2, C)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -94,14 +95,27 @@ __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
 
 // ---- launchers ----
 
+// The weight dtype is the activation dtype or f32.
+#define TRIPOD_DISPATCH_LN_WEIGHT(wdt, T, W, ...)       \
+  do {                                                  \
+    if ((wdt) == ::tripod::DType::F32) {                \
+      using W = float;                                  \
+      __VA_ARGS__;                                      \
+    } else {                                            \
+      using W = T;                                      \
+      __VA_ARGS__;                                      \
+    }                                                   \
+  } while (0)
+
 void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
-                       const void* bias, float eps, int64_t N, int64_t C, DType dt,
+                       const void* bias, DType weight_dt, float eps, int64_t N, int64_t C, DType dt,
                        cudaStream_t stream) {
   if (N == 0) return;
   unsigned grid = static_cast<unsigned>(ceil_div(N, kWarpsPerBlock));
-  TRIPOD_DISPATCH_ACT(dt, T, layernorm_forward_kernel<<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
-      static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
-      static_cast<const T*>(weight), static_cast<const T*>(bias), eps, N, static_cast<int>(C)));
+  TRIPOD_DISPATCH_ACT(dt, T, TRIPOD_DISPATCH_LN_WEIGHT(weight_dt, T, W,
+      layernorm_forward_kernel<T, W><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+          static_cast<T*>(out), mean, rstd, static_cast<const T*>(inp),
+          static_cast<const W*>(weight), static_cast<const W*>(bias), eps, N, static_cast<int>(C))));
   TRIPOD_LAUNCH_CHECK();
 }
 
@@ -122,19 +136,20 @@ int layernorm_backward_blocks(int64_t N) {
 }
 
 void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
-                        const void* inp, const void* weight, const float* mean, const float* rstd,
-                        int64_t N, int64_t C, DType dt, float* scratch, cudaStream_t stream) {
+                        const void* inp, const void* weight, DType weight_dt, const float* mean,
+                        const float* rstd, int64_t N, int64_t C, DType dt, float* scratch,
+                        cudaStream_t stream) {
   if (N == 0) return;
   const int P = layernorm_backward_blocks(N);
   const size_t smem = sizeof(float) * kBwdWarps * 2 * C;
-  TRIPOD_DISPATCH_ACT(dt, T, {
-    TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>,
+  TRIPOD_DISPATCH_ACT(dt, T, TRIPOD_DISPATCH_LN_WEIGHT(weight_dt, T, W, {
+    TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, W>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_backward_kernel<T><<<P, 32 * kBwdWarps, smem, stream>>>(
+    layernorm_backward_kernel<T, W><<<P, 32 * kBwdWarps, smem, stream>>>(
         static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
-        static_cast<const T*>(weight), mean, rstd, N, static_cast<int>(C));
+        static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C));
     TRIPOD_LAUNCH_CHECK();
-  });
+  }));
   colsum_finalize(dweight, grad_dt, scratch, P, C, stream);
   colsum_finalize(dbias, grad_dt, scratch + int64_t(P) * C, P, C, stream);
 }

@@ -38,6 +38,39 @@ TEST(LossScaler, HysteresisBackoffGrowthAndFloor) {
   EXPECT_EQ(s.scale(), 128);
 }
 
+// A scaler restored from another's state (as a checkpoint resume does) makes
+// the same transitions from then on as the original that kept running.
+TEST(LossScaler, RestoredStateContinuesTheSameSequence) {
+  LossScalerConfig c;
+  c.initial_scale = 1 << 16;
+  c.window = 4;
+  c.hysteresis = 2;
+  LossScaler a(c);
+  const bool before[] = {true, false, false, true, true, false};
+  for (bool f : before) a.update(f);
+  LossScaler b(c);
+  b.restore(a.state());
+  EXPECT_EQ(b.state().scale, a.state().scale);
+  const bool after[] = {false, false, true, false, false, false, false, true, true, false};
+  for (bool f : after) {
+    a.update(f);
+    b.update(f);
+    EXPECT_EQ(a.scale(), b.scale());
+    EXPECT_EQ(a.state().growth_tracker, b.state().growth_tracker);
+    EXPECT_EQ(a.state().hysteresis_tracker, b.state().hysteresis_tracker);
+  }
+  // A fresh scaler (what an un-restored resume had) diverges on this sequence.
+  LossScaler fresh(c);
+  for (bool f : after) fresh.update(f);
+  EXPECT_NE(fresh.scale(), a.scale());
+  // A static scale belongs to the flag, not to the checkpoint.
+  LossScalerConfig sc;
+  sc.static_scale = 8;
+  LossScaler st(sc);
+  st.restore({1024, 0, 2});
+  EXPECT_EQ(st.scale(), 8);
+}
+
 TEST(LossScaler, DefaultsAreMegatrons) {
   LossScaler s{LossScalerConfig{}};
   EXPECT_EQ(s.scale(), 4294967296.0);
