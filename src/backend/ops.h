@@ -54,6 +54,9 @@ class Backend {
   // dst = src converted to dst's dtype (f32 <-> bf16/f16, round to nearest even).
   virtual void cast(Tensor& dst, const Tensor& src) = 0;
   virtual void synchronize() = 0;
+  // The queue this backend's work runs on, for device communicators to
+  // order their collectives after (a cudaStream_t on CUDA; null on CPU).
+  virtual void* native_stream() const { return nullptr; }
   // Peak bytes held by this device's allocator since the last reset.
   virtual size_t peak_memory_bytes() const = 0;
 

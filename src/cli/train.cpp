@@ -156,6 +156,9 @@ int run_train(int argc, char** argv) {
   auto be = make_backend(args.device, info.local_rank);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
   auto ctx = dist::DistContext::init(info, be->device().type, timeout);
+  // NCCL collectives queue after the model's kernels instead of waiting for
+  // the whole device (and bucket launches stop stalling the host).
+  ctx->set_device_stream(be->native_stream());
   const int vpp = 1;
   const auto layout = parallel::Layout::make(ctx->world_size(), args.tp, args.pp, vpp);
   const auto groups = parallel::make_process_groups(*ctx, layout);

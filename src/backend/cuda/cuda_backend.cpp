@@ -103,6 +103,7 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { TRIPOD_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   size_t peak_memory_bytes() const override { return caching_allocator().peak_bytes(); }
+  void* native_stream() const override { return stream_; }
 
   // ---- elementwise ----
   void add(Tensor& out, const Tensor& a, const Tensor& b) override {
