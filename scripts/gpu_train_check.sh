@@ -108,11 +108,16 @@ a = {r["iteration"]: r for r in map(json.loads, open(sys.argv[1]))}
 b = {r["iteration"]: r for r in map(json.loads, open(sys.argv[2]))}
 its = [i for i in range(21, 41) if i in a and i in b]
 skipped = sum(a[i]["skipped_iters"] for i in a if i <= 20)
+# Scale and lr (which counts successful updates only) must match exactly; the
+# losses to 1e-4: the first resumed iterations are bit-identical, later ones
+# drift at ~1e-6 because the embedding backward adds with float atomics.
 same_scale = all(a[i]["loss_scale"] == b[i]["loss_scale"] for i in its)
+same_lr = all(a[i]["lr"] == b[i]["lr"] for i in its)
 worst = max((abs(a[i]["lm_loss"] - b[i]["lm_loss"]) / abs(a[i]["lm_loss"]) for i in its), default=1.0)
-ok = len(its) == 20 and same_scale and worst <= 1e-6 and skipped > 0
+ok = len(its) == 20 and same_scale and same_lr and worst <= 1e-4 and skipped > 0
 print(f"iterations 21-40: loss scale equal {same_scale} (at 21: {a[21]['loss_scale']} vs {b[21]['loss_scale']}), "
-      f"max rel loss diff {worst:.2e}, {skipped} skipped before the save -> {'PASS' if ok else 'FAIL'}")
+      f"lr equal {same_lr}, max rel loss diff {worst:.2e} (bound 1e-4), {skipped} skipped before the save "
+      f"-> {'PASS' if ok else 'FAIL'}")
 PY
 )"
 
