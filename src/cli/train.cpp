@@ -72,6 +72,8 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_option("--eval-iters", a.eval_iters)->capture_default_str();
   app.add_option("--log-interval", a.log_interval)->capture_default_str();
   app.add_option("--metrics-file", a.metrics_file, "append one JSON object per logged iteration");
+  app.add_option("--tensorboard-dir", a.tensorboard_dir,
+                 "write a TensorBoard event file into DIR (scalars every --log-interval and at each evaluation)");
   app.add_option("--tensor-model-parallel-size", a.tp)->capture_default_str();
   app.add_option("--pipeline-model-parallel-size", a.pp)->capture_default_str();
   app.add_option("--num-layers-per-virtual-pipeline-stage", a.num_layers_per_virtual_stage,

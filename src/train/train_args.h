@@ -33,6 +33,7 @@ struct TrainArgs {
   int64_t eval_interval = 1000, eval_iters = 100;  // --eval-interval, --eval-iters
   int64_t log_interval = 100;        // --log-interval
   std::string metrics_file;          // --metrics-file (JSONL)
+  std::string tensorboard_dir;       // --tensorboard-dir (TensorBoard event files)
   // layout
   int tp = 1, pp = 1;                // --tensor-model-parallel-size, --pipeline-model-parallel-size
   int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage

@@ -134,6 +134,7 @@ void Trainer::setup(data::DatasetSplits* given) {
   data_ = given ? std::move(*given) : data::build_gpt_datasets(dc);
   TRIPOD_CHECK(data_.train, "no training dataset");
   metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.metrics_file : std::string());
+  tensorboard_ = std::make_unique<TensorBoardWriter>(is_logger() ? args_.tensorboard_dir : std::string());
   if (args_.fp16) {
     LossScalerConfig lc;
     lc.initial_scale = args_.initial_loss_scale;
@@ -366,6 +367,7 @@ void Trainer::run() {
       }
       if (logger) log::info("{}", format_log_line(m));
       metrics_->write_train(m);
+      tensorboard_->write_train(m);
       loss_acc = compute_s = wait_s = 0;
       since_log = skipped = 0;
       timer.reset();
@@ -377,6 +379,7 @@ void Trainer::run() {
         log::info(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E}", iteration_, v,
                   std::exp(std::min(v, 20.0)));
       metrics_->write_eval(iteration_, v);
+      tensorboard_->write_eval(iteration_, v);
       timer.reset();
     }
     const bool interval = args_.save_interval > 0 && iteration_ % args_.save_interval == 0;

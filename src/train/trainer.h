@@ -25,6 +25,7 @@
 #include "train/grad_buckets.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
+#include "train/tensorboard.h"
 #include "train/pipeline_stage.h"
 #include "train/train_args.h"
 
@@ -133,6 +134,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   data::DatasetSplits data_;
   std::unique_ptr<MetricsWriter> metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // --tensorboard-dir
   std::unique_ptr<LossScaler> scaler_;   // --fp16 only
   int64_t skipped_updates_ = 0;          // fp16 overflow steps since start (lr schedule)
   int64_t num_microbatches_ = 1;
