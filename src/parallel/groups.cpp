@@ -22,4 +22,15 @@ ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout) 
   return pg;
 }
 
+CommTimers time_communication(ProcessGroups& pg) {
+  CommTimers t;
+  auto wrap = [](std::shared_ptr<dist::Communicator>& g, const std::shared_ptr<dist::CommTimer>& timer) {
+    if (g && g->size() > 1) g = dist::timed(g, timer);
+  };
+  wrap(pg.tp, t.tp);
+  wrap(pg.embd, t.tp);
+  wrap(pg.dp, t.dp);
+  return t;
+}
+
 }  // namespace tripod::parallel

@@ -17,6 +17,7 @@
 
 #include "dist/communicator.h"
 #include "dist/context.h"
+#include "dist/timed_communicator.h"
 #include "parallel/layout.h"
 
 namespace tripod::parallel {
@@ -35,5 +36,21 @@ struct ProcessGroups {
 // Collective over the world: every rank calls it with the same layout.
 // Groups are made in the order world, tp, dp, pp, mp, embd.
 ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout);
+
+// Host time blocked in communication, per kind, for the iteration time
+// split (cumulative; take differences). tp also counts the embedding
+// group's tied-embedding gradient sum; pp p2p waits are timed by the
+// schedule (ScheduleStats::wait_seconds), world and mp (grad norm, exit
+// flag) are not timed here.
+struct CommTimers {
+  std::shared_ptr<dist::CommTimer> tp = std::make_shared<dist::CommTimer>();
+  std::shared_ptr<dist::CommTimer> dp = std::make_shared<dist::CommTimer>();
+};
+
+// Replaces pg.tp, pg.embd and pg.dp by timing decorators
+// (dist/timed_communicator.h) where the group has more than one rank, so
+// single-rank groups cost nothing and read exactly 0. Call before handing
+// the communicators to models or buckets.
+CommTimers time_communication(ProcessGroups& pg);
 
 }  // namespace tripod::parallel

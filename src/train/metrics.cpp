@@ -4,6 +4,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,18 @@
 #include "base/error.h"
 
 namespace tripod::train {
+
+IterationMetrics::TimeSplit make_time_split(double iteration_ms, double tp_comm_ms, double pp_wait_ms,
+                                            double dp_comm_ms, double optimizer_ms, double data_ms) {
+  IterationMetrics::TimeSplit t;
+  t.tp_comm_ms = tp_comm_ms;
+  t.pp_wait_ms = pp_wait_ms;
+  t.dp_comm_ms = dp_comm_ms;
+  t.optimizer_ms = optimizer_ms;
+  t.data_ms = data_ms;
+  t.compute_ms = std::max(0.0, iteration_ms - (tp_comm_ms + pp_wait_ms + dp_comm_ms + optimizer_ms + data_ms));
+  return t;
+}
 
 std::string format_log_line(const IterationMetrics& m) {
   const std::time_t now = std::time(nullptr);
@@ -26,7 +39,11 @@ std::string format_log_line(const IterationMetrics& m) {
       m.global_batch_size, m.lm_loss, m.loss_scale, m.grad_norm, m.skipped_iters, m.nan_iters,
       m.tokens_per_sec, m.tflops_per_gpu, mfu, static_cast<double>(m.mem_peak_bytes) / (1 << 20)) +
          (m.pp_bubble ? fmt::format(" | pp bubble: {:.3f} (theory {:.3f})", *m.pp_bubble, m.pp_bubble_theory.value_or(0))
-                      : std::string());
+                      : std::string()) +
+         fmt::format(" | time split (ms): compute {:.2f} | tp comm {:.2f} | pp wait {:.2f} | dp comm {:.2f} | "
+                     "optimizer {:.2f} | data {:.2f}",
+                     m.time.compute_ms, m.time.tp_comm_ms, m.time.pp_wait_ms, m.time.dp_comm_ms,
+                     m.time.optimizer_ms, m.time.data_ms);
 }
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
@@ -60,6 +77,12 @@ void MetricsWriter::write_train(const IterationMetrics& m) {
                       {"tflops_per_gpu", m.tflops_per_gpu},
                       {"mem_peak_bytes", m.mem_peak_bytes}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  j["time_compute_ms"] = m.time.compute_ms;
+  j["time_tp_comm_ms"] = m.time.tp_comm_ms;
+  j["time_pp_wait_ms"] = m.time.pp_wait_ms;
+  j["time_dp_comm_ms"] = m.time.dp_comm_ms;
+  j["time_optimizer_ms"] = m.time.optimizer_ms;
+  j["time_data_ms"] = m.time.data_ms;
   if (m.pp_bubble) j["pp_bubble"] = *m.pp_bubble;
   if (m.pp_bubble_theory) j["pp_bubble_theory"] = *m.pp_bubble_theory;
   write_line(file_, j);

@@ -2,7 +2,9 @@
 // (--metrics-file). Keys of the JSONL records are a stable interface:
 //   iteration, consumed_samples, lm_loss, lr, grad_norm, loss_scale,
 //   skipped_iters, elapsed_ms, tokens_per_sec, tflops_per_gpu, mfu,
-//   mem_peak_bytes                                   (training records)
+//   mem_peak_bytes,
+//   time_compute_ms, time_tp_comm_ms, time_pp_wait_ms, time_dp_comm_ms,
+//   time_optimizer_ms, time_data_ms                  (training records)
 //   iteration, val_loss, val_ppl                     (evaluation records)
 #pragma once
 
@@ -22,7 +24,23 @@ struct IterationMetrics {
   uint64_t mem_peak_bytes = 0;
   // Pipeline parallelism: measured bubble (p2p wait / compute) and theory.
   std::optional<double> pp_bubble, pp_bubble_theory;
+  // Where an iteration's host wall time went: ms per iteration, mean over
+  // the log interval; the parts add up to elapsed_ms. See TimeSplit.
+  struct TimeSplit {
+    double compute_ms = 0;    // the rest: forward, backward, loss, bookkeeping
+    double tp_comm_ms = 0;    // blocked in tp collectives (incl. sequence-parallel and tied-embedding grads)
+    double pp_wait_ms = 0;    // blocked in pipeline p2p (bubble + transfer)
+    double dp_comm_ms = 0;    // blocked in dp grad reduction / param all-gather (exposed part only)
+    double optimizer_ms = 0;  // grad norm + clip + AdamW + compute-copy cast, less its dp comm
+    double data_ms = 0;       // loading micro-batches (dataset read + host-to-device copy)
+  } time;
 };
+
+// The split of one iteration of iteration_ms from the measured parts (all
+// ms); compute is the remainder, never negative. Host wall time: exact on
+// CPU, approximate on GPU where kernels run asynchronously (docs/parallelism.md).
+IterationMetrics::TimeSplit make_time_split(double iteration_ms, double tp_comm_ms, double pp_wait_ms,
+                                            double dp_comm_ms, double optimizer_ms, double data_ms);
 
 std::string format_log_line(const IterationMetrics& m);
 

@@ -1,13 +1,22 @@
 // Implementation of train/pipeline_stage.h.
 #include "train/pipeline_stage.h"
 
+#include <chrono>
+#include <thread>
+
+#include "base/env.h"
 #include "base/error.h"
+#include "base/timer.h"
 
 namespace tripod::train {
 
 GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T, BatchFn batch)
     : chunks_(std::move(chunks)), B_(B), T_(T), batch_(std::move(batch)), free_(chunks_.size()),
-      slot_bytes_(chunks_.size(), 0) {}
+      slot_bytes_(chunks_.size(), 0),
+      // Testing aid (undocumented for users): sleep this long in every
+      // micro-batch load, so tests can check that the time split's "data"
+      // part is what the loader costs.
+      data_sleep_ms_(env::get_int_or("TRIPOD_TESTING_DATA_SLEEP_MS", 0)) {}
 
 void GptPipelineStage::set_param_hooks(int last_microbatch, ParamHook grads_ready, ParamHook before_use) {
   last_microbatch_ = last_microbatch;
@@ -28,6 +37,7 @@ void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed)
   loss_tokens_ = 0;
   losses_pending_ = 0;
   max_live_ = 0;
+  data_seconds_ = 0;
   if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
   pending_release_ = {-1, -1};
   while (!live_.empty()) release(live_.begin()->first.first, live_.begin()->first.second);
@@ -72,10 +82,13 @@ void GptPipelineStage::forward(int m, int c) {
   model::GptModel& model = *chunks_[static_cast<size_t>(c)];
   model::MicroBatchActs& a = acts(m, c);
   if (model.stage().pre_process || model.stage().post_process) {
+    Timer load;
+    if (data_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(data_sleep_ms_));
     Tensor tokens = Tensor::empty({B_, T_}, DType::I32), targets = Tensor::empty({B_, T_}, DType::I32);
     batch_(m, tokens, targets, a.sample_offset);
     if (model.stage().pre_process) model.backend().copy(a.tokens, tokens);
     if (model.stage().post_process) model.backend().copy(a.targets, targets);
+    data_seconds_ += load.seconds();
   } else {
     // Middle chunks need the offset only (dropout keys).
     Tensor none;

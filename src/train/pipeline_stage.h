@@ -43,6 +43,9 @@ class GptPipelineStage final : public parallel::PipelineStage {
   // Activation bytes of one micro-batch summed over chunks (known once each
   // chunk has run a micro-batch).
   size_t activation_bytes_per_microbatch() const;
+  // Host seconds spent loading micro-batches (dataset read + host-to-device
+  // copy of tokens/targets) since begin(): the "data" part of the time split.
+  double data_seconds() const { return data_seconds_; }
 
   int num_chunks() const override { return static_cast<int>(chunks_.size()); }
   Tensor& input_tensor(int m, int c) override { return acts(m, c).input; }
@@ -76,6 +79,8 @@ class GptPipelineStage final : public parallel::PipelineStage {
   std::pair<int, int> pending_release_{-1, -1};
   size_t max_live_ = 0;
   std::vector<size_t> slot_bytes_;
+  double data_seconds_ = 0;
+  int64_t data_sleep_ms_ = 0;  // testing aid, see pipeline_stage.cpp
   int last_microbatch_ = -1;
   std::vector<model::GptModel::ParamHook> grads_ready_, before_use_;  // per chunk
 };

@@ -4,6 +4,7 @@
 // reduce-scatter with the distributed optimizer), the global grad norm, and
 // AdamW (on this rank's shard, then all-gather, with the distributed
 // optimizer: Megatron's DistributedOptimizer / ZeRO-1).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -35,6 +36,9 @@ StepResult Trainer::train_step() {
   const bool timing = step_timing();
   Timer phase;
   double t_sched = 0, t_norm = 0;
+  // The time split (train/metrics.h): cumulative communicator times at the
+  // start of the iteration; the differences are this iteration's.
+  const double tp0 = comm_timers_.tp->seconds(), dp0 = comm_timers_.dp->seconds();
   const int64_t B = args_.micro_batch_size, T = model().config().seq_length;
   const int64_t tokens = B * T * num_microbatches_ * dp_size_;  // in the global batch
   for (auto& c : chunks_) {
@@ -58,6 +62,9 @@ StepResult Trainer::train_step() {
   reduce_gradients();
   if (args_.inject_grad_overflow_at == iteration_ + 1) inject_grad_overflow();
   r.lm_loss = reduce_loss(stage_->loss_sum()) / static_cast<double>(tokens);
+  // Optimizer part of the time split: grad norm, clip, AdamW, compute-copy cast.
+  Timer opt_timer;
+  const double tp_opt0 = comm_timers_.tp->seconds(), dp_opt0 = comm_timers_.dp->seconds();
   r.grad_norm = global_grad_norm() / r.loss_scale;
   // As Megatron, the lr schedule advances with successful updates only, so
   // fp16 steps skipped at the start do not eat the warmup. (The count of
@@ -81,12 +88,18 @@ StepResult Trainer::train_step() {
     const double clip = optim::clip_coefficient(r.grad_norm, args_.clip_grad);
     optimizer_step(r.lr, static_cast<float>(clip / r.loss_scale));
   }
+  // The optimizer's own dp all-gather counts as dp comm, not optimizer.
+  r.optimizer_seconds = std::max(0.0, opt_timer.seconds() - (comm_timers_.dp->seconds() - dp_opt0) -
+                                          (comm_timers_.tp->seconds() - tp_opt0));
   if (timing) {
     be_.synchronize();
     log::info("step timing, iteration {}: forward+backward {:.2f} ms ({} micro-batches), loss read + "
               "reductions + grad norm {:.2f} ms, optimizer + weight cast {:.2f} ms", iteration_ + 1, t_sched,
               num_microbatches_, t_norm, phase.millis());
   }
+  r.data_seconds = stage_->data_seconds();
+  r.tp_comm_seconds = comm_timers_.tp->seconds() - tp0;
+  r.dp_comm_seconds = comm_timers_.dp->seconds() - dp0;
   ++iteration_;
   consumed_samples_ += args_.global_batch_size;
   return r;

@@ -37,7 +37,9 @@ struct StepResult {
   double loss_scale = 1;  // the scale this iteration ran with (1 unless --fp16)
   bool skipped = false;   // fp16 overflow: no optimizer step
   double lr = 0;
-  parallel::ScheduleStats schedule;
+  parallel::ScheduleStats schedule;  // pp wait of the time split: schedule.wait_seconds
+  // Host seconds of this iteration by kind, for the time split (train/metrics.h).
+  double data_seconds = 0, tp_comm_seconds = 0, dp_comm_seconds = 0, optimizer_seconds = 0;
 };
 
 // One model chunk (virtual pipeline stage) of this rank with its optimizer.
@@ -129,6 +131,7 @@ class Trainer {
   backend::Backend& be_;
   std::unique_ptr<dist::DistContext> own_ctx_;  // when no groups were given
   parallel::ProcessGroups groups_;
+  parallel::CommTimers comm_timers_;     // host time in tp / dp communication (time split)
   std::vector<Chunk> chunks_;
   std::unique_ptr<GptPipelineStage> stage_;
   optim::LrSchedule schedule_;
