@@ -33,6 +33,19 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// An allocation did not fit the device (or the simulated device memory of
+// TRIPOD_CPU_MEMORY_LIMIT_MB on CPU). Carries the numbers so that the trainer
+// can name the rank and ask the layout planner for layouts that fit.
+class OutOfMemoryError : public Error {
+ public:
+  OutOfMemoryError(std::string message, std::string hint, size_t requested_bytes, size_t in_use_bytes,
+                   size_t capacity_bytes)
+      : Error(std::move(message), std::move(hint)),
+        requested(requested_bytes), in_use(in_use_bytes), capacity(capacity_bytes) {}
+  size_t requested, in_use;
+  size_t capacity;  // the device's memory, 0 when unknown
+};
+
 namespace detail {
 [[noreturn]] void check_failed(const char* cond, const char* file, int line,
                                std::string message, std::string hint = {});

@@ -51,16 +51,6 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
           {"reasons", c.reasons}};
 }
 
-std::string flags_for(const plan::ModelSpec& m, const plan::Layout& l) {
-  std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
-  if (l.vpp > 1)
-    s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
-  s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
-  if (l.sp()) s += " --sequence-parallel";
-  if (l.distributed_optimizer) s += " --use-distributed-optimizer";
-  if (l.recompute != plan::Recompute::kNone) s += " --recompute-granularity " + plan::to_string(l.recompute);
-  return s;
-}
 
 void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::PlanResult& r, int top) {
   std::printf("# model: %lld layers, hidden %lld, %lld heads, ffn %lld, seq %lld, vocab %lld (padded at tp1: %lld), "
@@ -90,7 +80,7 @@ void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::
   std::printf("\nwhy (top %d):\n", std::min(n, 3));
   for (int i = 0; i < std::min(n, 3); ++i) {
     const auto& c = r.fits[i];
-    std::printf("%d. %s\n", i + 1, flags_for(m, c.layout).c_str());
+    std::printf("%d. %s\n", i + 1, plan::megatron_flags(m, c.layout).c_str());
     for (const auto& why : c.reasons) std::printf("     - %s\n", why.c_str());
     std::printf("     - step %.3f s = compute %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f\n", c.time.total(),
                 c.time.compute, c.time.tp_comm, c.time.bubble, c.time.pp_comm, c.time.dp_comm);
@@ -207,7 +197,7 @@ int run_plan(int argc, char** argv) {
     j["layouts"] = nlohmann::json::array();
     for (int i = 0; i < std::min<int>(top, int(r.fits.size())); ++i) {
       nlohmann::json c = to_json(r.fits[i]);
-      c["megatron_flags"] = flags_for(m, r.fits[i].layout);
+      c["megatron_flags"] = plan::megatron_flags(m, r.fits[i].layout);
       j["layouts"].push_back(c);
     }
     std::printf("%s\n", j.dump(2).c_str());

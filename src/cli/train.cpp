@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "cli/command.h"
 #include "cli/device.h"
+#include "cli/oom_advice.h"
 #include "data/tokenizer.h"
 #include "dist/context.h"
 #include "dist/rendezvous.h"
@@ -168,6 +169,12 @@ int run_train(int argc, char** argv) {
     train::Trainer trainer(args, *be, &groups);
     trainer.run();
     if (!dump_weights.empty()) trainer.dump_weights(dump_weights);
+  } catch (const OutOfMemoryError& e) {
+    ctx->abort();
+    const int g = groups.global_rank;
+    const JobShape job{g, ctx->world_size(), info.local_world_size, layout.tp_rank(g), layout.pp_rank(g),
+                       layout.dp_rank(g)};
+    throw Error(oom_advice(e, args, job), e.hint());
   } catch (...) {
     ctx->abort();  // peers blocked in a collective with this rank end now, not at the timeout
     throw;

@@ -168,4 +168,14 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
   return res;
 }
 
+std::string megatron_flags(const ModelSpec& m, const Layout& l) {
+  std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
+  if (l.vpp > 1) s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
+  s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
+  if (l.sp()) s += " --sequence-parallel";
+  if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.recompute != Recompute::kNone) s += " --recompute-granularity " + to_string(l.recompute);
+  return s;
+}
+
 }  // namespace tripod::plan

@@ -71,4 +71,7 @@ Candidate evaluate(const ModelSpec& m, const Machine& mc, const Layout& l, const
 
 PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptions& o);
 
+// The `tripod train` (= Megatron) flags that select layout `l`.
+std::string megatron_flags(const ModelSpec& m, const Layout& l);
+
 }  // namespace tripod::plan

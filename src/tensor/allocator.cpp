@@ -6,14 +6,27 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/env.h"
 #include "base/error.h"
 
 namespace tripod {
 namespace {
 
+// TRIPOD_CPU_MEMORY_LIMIT_MB: the CPU run behaves as a device of that much
+// memory (an allocation past it raises OutOfMemoryError, as cudaMalloc
+// would), so a layout planned for a GPU's memory can be rehearsed on CPU.
+size_t cpu_memory_limit() {
+  static const size_t limit = static_cast<size_t>(env::get_int_or("TRIPOD_CPU_MEMORY_LIMIT_MB", 0)) << 20;
+  return limit;
+}
+
 class HostAllocator final : public Allocator {
  public:
   void* allocate(size_t bytes, Device) override {
+    if (const size_t limit = cpu_memory_limit(); limit && in_use_.load() + bytes > limit)
+      throw OutOfMemoryError(fmt::format("out of memory: an allocation of {} bytes with {} bytes in use exceeds "
+                                         "TRIPOD_CPU_MEMORY_LIMIT_MB ({} bytes)", bytes, in_use_.load(), limit),
+                             "see the layouts suggested below, or raise the limit", bytes, in_use_.load(), limit);
     size_t rounded = (bytes + 63) / 64 * 64;
     void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
     TRIPOD_CHECK_HINT(p || rounded == 0, "reduce the model or batch size",

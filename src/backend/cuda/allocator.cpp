@@ -64,11 +64,20 @@ class CachingAllocator final : public Allocator {
         release_locked();
         e = cudaMalloc(&p, size);
       }
+      if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        throw OutOfMemoryError(fmt::format("CUDA out of memory on cuda:{}: cudaMalloc of {} bytes failed with {} "
+                                           "bytes in use by tripod, {} free of {}", device.index, size, in_use_,
+                                           free_b, total_b),
+                               "reduce --micro-batch-size, use --recompute-activations, or a layout below",
+                               size, in_use_, total_b);
+      }
       if (e != cudaSuccess) {
         cudaGetLastError();
-        TRIPOD_CHECK_HINT(false, "reduce --micro-batch-size, or use --recompute-activations",
-                          "cudaMalloc of {} bytes failed on cuda:{} ({}); {} bytes in use",
-                          size, device.index, cudaGetErrorString(e), in_use_);
+        TRIPOD_CHECK(false, "cudaMalloc of {} bytes failed on cuda:{} ({}); {} bytes in use", size, device.index,
+                     cudaGetErrorString(e), in_use_);
       }
     }
     pool.size_of[p] = size;

@@ -1,0 +1,74 @@
+// Implementation of cli/oom_advice.h on top of plan/search.h.
+#include "cli/oom_advice.h"
+
+#include <fmt/format.h>
+
+#include "plan/search.h"
+
+namespace tripod::cli {
+namespace {
+
+plan::ModelSpec model_spec(const train::TrainArgs& a) {
+  plan::ModelSpec m;
+  m.num_layers = a.model.num_layers;
+  m.hidden_size = a.model.hidden_size;
+  m.num_attention_heads = a.model.num_attention_heads;
+  m.ffn_hidden_size = a.model.ffn_hidden_size;
+  m.seq_length = a.model.seq_length;
+  m.max_position_embeddings = a.model.max_position_embeddings;
+  m.vocab_size = a.model.vocab_size;
+  m.make_vocab_size_divisible_by = a.model.make_vocab_size_divisible_by;
+  m.precision = a.bf16 ? plan::Precision::kBf16 : a.fp16 ? plan::Precision::kFp16 : plan::Precision::kFp32;
+  return m;
+}
+
+double gib(double bytes) { return bytes / double(1ull << 30); }
+
+}  // namespace
+
+std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, const JobShape& job) {
+  std::string s = fmt::format("rank {} (tp rank {}, pp rank {}, dp rank {}; layout tp {} pp {} dp {}) ran out of "
+                              "memory: {} (needed {:.2f} GiB more, {:.2f} GiB already in use{})",
+                              job.rank, job.tp_rank, job.pp_rank, job.dp_rank, a.tp, a.pp,
+                              job.world_size / (a.tp * a.pp), e.message(), gib(double(e.requested)),
+                              gib(double(e.in_use)),
+                              e.capacity ? fmt::format(", device memory {:.2f} GiB", gib(double(e.capacity))) : "");
+  if (e.capacity == 0) return s;  // no capacity: nothing to plan against
+  const plan::ModelSpec m = model_spec(a);
+  plan::Machine mc;
+  mc.gpus_per_node = std::max(1, job.local_world_size);
+  mc.nnodes = std::max(1, job.world_size / mc.gpus_per_node);
+  mc.gpu_memory_gb = gib(double(e.capacity));
+  plan::SearchOptions o;
+  const int dp = std::max(1, job.world_size / (a.tp * a.pp));
+  o.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * dp;
+  // A CPU "device" (TRIPOD_CPU_MEMORY_LIMIT_MB) has no CUDA context or
+  // library workspaces to reserve.
+  if (a.device == "cpu") o.memory.workspace_fixed_gib = 0;
+  std::string cmd = fmt::format("tripod plan --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
+                                "--vocab-size {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
+                                "--gpu-memory-gb {:.1f}", m.num_layers, m.hidden_size, m.num_attention_heads,
+                                m.seq_length, m.vocab_size, o.global_batch,
+                                a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32", mc.nnodes, mc.gpus_per_node,
+                                mc.gpu_memory_gb);
+  plan::PlanResult r;
+  try {
+    r = plan::plan_layouts(m, mc, o);
+  } catch (const Error& pe) {
+    return s + fmt::format("\n(no layout suggestion: {})", pe.message());
+  }
+  if (r.fits.empty()) {
+    s += fmt::format("\nno layout of this model fits {} GPU(s) of {:.1f} GiB", mc.world(), mc.gpu_memory_gb);
+    if (r.smallest)
+      s += fmt::format("; the smallest ({}) needs {:.1f} GiB per GPU: add GPUs or shrink the model",
+                       r.smallest->layout.str(), gib(r.smallest->mem.total()));
+  } else {
+    s += fmt::format("\nlayouts predicted to fit {} GPU(s) of {:.1f} GiB (best first):", mc.world(), mc.gpu_memory_gb);
+    for (size_t i = 0; i < r.fits.size() && i < 3; ++i)
+      s += fmt::format("\n  {}. {} ({:.1f} GiB per GPU): {}", i + 1, r.fits[i].layout.str(),
+                       gib(r.fits[i].mem.total()), plan::megatron_flags(m, r.fits[i].layout));
+  }
+  return s + "\nmore: " + cmd;
+}
+
+}  // namespace tripod::cli
