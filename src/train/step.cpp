@@ -67,9 +67,9 @@ StepResult Trainer::train_step() {
   const double tp_opt0 = comm_timers_.tp->seconds(), dp_opt0 = comm_timers_.dp->seconds();
   r.grad_norm = global_grad_norm() / r.loss_scale;
   // As Megatron, the lr schedule advances with successful updates only, so
-  // fp16 steps skipped at the start do not eat the warmup. (The count of
-  // skipped steps is not saved in checkpoints: a resumed run schedules by
-  // iteration.)
+  // fp16 steps skipped at the start do not eat the warmup. (Checkpoints keep
+  // the count of skipped steps with the loss-scaler state, so a resumed run
+  // continues the same schedule.)
   r.lr = schedule_.lr_for_iteration(iteration_ + 1 - skipped_updates_);
   if (scaler_) {
     // Megatron's fp16 optimizer: an overflow anywhere skips the whole step
