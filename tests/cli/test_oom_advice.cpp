@@ -13,24 +13,12 @@
 #include <regex>
 #include <string>
 
+#include "testing/run_tripod.h"
+
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-};
-
-Result run(const std::string& env, const std::string& args) {
-  const char* bin = std::getenv("TRIPOD_BIN");
-  std::string cmd = env + " " + std::string(bin ? bin : "tripod") + " " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = tripod::testing::TripodRun;
+Result run(const std::string& env, const std::string& args) { return tripod::testing::run_tripod(args, env); }
 
 double first_loss(const std::string& out) {
   std::smatch m;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "testing/run_tripod.h"
 #include "train/tensorboard.h"
 
 namespace {
@@ -234,21 +235,8 @@ TEST(TensorBoardWriter, UncreatableDirNamesIt) {
   fs::remove_all(base);
 }
 
-struct Result {
-  int code;
-  std::string output;
-};
-Result run(const std::string& args) {
-  const char* bin = std::getenv("TRIPOD_BIN");
-  std::string cmd = std::string(bin ? bin : "tripod") + " " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), buf.size(), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = tripod::testing::TripodRun;
+Result run(const std::string& args) { return tripod::testing::run_tripod(args); }
 
 // The event file of a real run holds exactly the JSONL's numbers (as float).
 TEST(TensorBoardCli, ScalarsMatchMetricsFile) {
