@@ -73,13 +73,14 @@ TEST(TimedCommunicator, AddsCallAndWaitTime) {
   Tensor t = Tensor::zeros({1}, DType::F32);
   t.data<float>()[0] = 3;
   auto w = c->all_reduce(t);
-  EXPECT_GE(timer->seconds(), 0.010);
-  EXPECT_LT(timer->seconds(), 0.010 + 0.008);
-  EXPECT_TRUE(w->is_completed());  // 20 ms poll, not counted
+  const double after_call = timer->seconds();
+  EXPECT_GE(after_call, 0.010);
+  EXPECT_TRUE(w->is_completed());  // a 20 ms poll, not counted
+  EXPECT_EQ(timer->seconds(), after_call);
   w->wait();
   EXPECT_EQ(t.data<float>()[0], 6.f);
-  EXPECT_GE(timer->seconds(), 0.030);
-  EXPECT_LT(timer->seconds(), 0.030 + 0.015);
+  EXPECT_GE(timer->seconds() - after_call, 0.020);
+  EXPECT_LT(timer->seconds(), 0.030 + 0.100);  // loose: a loaded box wakes sleepers late
   EXPECT_EQ(timer->calls(), 2);
   c->barrier();
   EXPECT_GE(timer->seconds(), 0.037);
