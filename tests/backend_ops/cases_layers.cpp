@@ -55,52 +55,31 @@ void add_layer_cases(std::vector<OpCase>& v) {
                 in("dout", {B, T, E}), ids("tokens", {B, T}, vs - 2, vs + 12)},
                [](Backend& be, Args& t) { be.embedding_backward(&t[0], &t[1], t[2], t[3], vs); }});
 
-  // LayerNorm over C=100 with a non-zero mean.
-  v.push_back({"layernorm_forward",
-               {out("out", {N, C}), out("mean", {N}, Kind::F32), out("rstd", {N}, Kind::F32),
-                in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, Kind::Act, 0.5, 1.0),
-                in("bias", {C}, Kind::Act, 0.2)},
-               [](Backend& be, Args& t) {
-                 be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
-               }});
-  v.push_back({"layernorm_backward",
-               {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
-                in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5),
-                in("weight", {C}, Kind::Act, 0.5, 1.0), in("mean", {N}, Kind::F32),
-                in("rstd", {N}, Kind::F32)},
-               [](Backend& be, Args& t) {
-                 be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-               },
-               [](Backend& be, Args& t) {  // mean, rstd of inp from the reference forward
-                 Tensor y = be.empty(t[4].shape(), t[4].dtype());
-                 Tensor b = be.empty(t[5].shape(), t[5].dtype());
-                 be.zero(b);
-                 be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
-               }});
-
-  // fp32 LayerNorm params under a bf16/f16 activation (model/param_table.h):
-  // weight/bias f32 on the backend under test, the rest in the tested dtype.
-  v.push_back({"layernorm_forward_f32_params",
-               {out("out", {N, C}), out("mean", {N}, Kind::F32), out("rstd", {N}, Kind::F32),
-                in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, Kind::F32, 0.5, 1.0),
-                in("bias", {C}, Kind::F32, 0.2)},
-               [](Backend& be, Args& t) {
-                 be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
-               }});
-  v.push_back({"layernorm_backward_f32_params",
-               {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
-                in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5),
-                in("weight", {C}, Kind::F32, 0.5, 1.0), in("mean", {N}, Kind::F32),
-                in("rstd", {N}, Kind::F32)},
-               [](Backend& be, Args& t) {
-                 be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-               },
-               [](Backend& be, Args& t) {
-                 Tensor y = be.empty(t[4].shape(), t[4].dtype());
-                 Tensor b = be.empty(t[5].shape(), t[5].dtype());
-                 be.zero(b);
-                 be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
-               }});
+  // LayerNorm over C=100 with a non-zero mean; weight/bias in the tested
+  // dtype, and in f32 (fp32 LayerNorm params under bf16/f16 activations,
+  // model/param_table.h).
+  for (Kind wk : {Kind::Act, Kind::F32}) {
+    const std::string tag = wk == Kind::Act ? "" : "_f32_params";
+    v.push_back({"layernorm_forward" + tag,
+                 {out("out", {N, C}), out("mean", {N}, Kind::F32), out("rstd", {N}, Kind::F32),
+                  in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, wk, 0.5, 1.0), in("bias", {C}, wk, 0.2)},
+                 [](Backend& be, Args& t) {
+                   be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+                 }});
+    v.push_back({"layernorm_backward" + tag,
+                 {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
+                  in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, wk, 0.5, 1.0),
+                  in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)},
+                 [](Backend& be, Args& t) {
+                   be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+                 },
+                 [](Backend& be, Args& t) {  // mean, rstd of inp from the reference forward
+                   Tensor y = be.empty(t[4].shape(), t[4].dtype());
+                   Tensor b = be.empty(t[5].shape(), t[5].dtype());
+                   be.zero(b);
+                   be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
+                 }});
+  }
 
   // GPT-2 1.5B width: the backward's per-warp accumulators need > 48 KB of shared memory.
   const int64_t Nw = 21, Cw = 1600;
