@@ -176,6 +176,13 @@ void TensorBoardWriter::write_train(const IterationMetrics& m) {
   add_scalar("mem-peak-bytes", it, static_cast<double>(m.mem_peak_bytes));
   add_scalar("skipped-iters", it, static_cast<double>(m.skipped_iters));
   if (m.pp_bubble) add_scalar("pp-bubble", it, *m.pp_bubble);
+  // The iteration's time split (ms per iteration), grouped under time/.
+  add_scalar("time/compute-ms", it, m.time.compute_ms);
+  add_scalar("time/tp-comm-ms", it, m.time.tp_comm_ms);
+  add_scalar("time/pp-wait-ms", it, m.time.pp_wait_ms);
+  add_scalar("time/dp-comm-ms", it, m.time.dp_comm_ms);
+  add_scalar("time/optimizer-ms", it, m.time.optimizer_ms);
+  add_scalar("time/data-ms", it, m.time.data_ms);
   flush();
 }
 

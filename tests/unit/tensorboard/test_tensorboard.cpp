@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -281,6 +282,11 @@ TEST(TensorBoardCli, ScalarsMatchMetricsFile) {
       expect("mem-peak-bytes", it, j["mem_peak_bytes"].get<double>());
       expect("skipped-iters", it, j["skipped_iters"].get<double>());
       if (!j["mfu"].is_null()) expect("mfu", it, j["mfu"]);
+      for (const char* part : {"compute", "tp_comm", "pp_wait", "dp_comm", "optimizer", "data"}) {
+        std::string tag = std::string("time/") + part + "-ms";
+        std::replace(tag.begin(), tag.end(), '_', '-');
+        expect(tag, it, j[std::string("time_") + part + "_ms"].get<double>());
+      }
     } else {
       ++eval_records;
       expect("lm loss validation", it, j["val_loss"]);
