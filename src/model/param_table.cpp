@@ -151,6 +151,12 @@ void ParamStore::sync_compute() {
   if (compute_dtype_ != DType::F32) be_.cast(compute_values_, values_);
 }
 
+void ParamStore::sync_compute(int64_t begin, int64_t numel) {
+  if (compute_dtype_ == DType::F32 || numel == 0) return;
+  Tensor dst = compute_values_.flat(begin, {numel});
+  be_.cast(dst, values_.flat(begin, {numel}));
+}
+
 Param& ParamStore::get(const std::string& name) {
   auto it = index_.find(name);
   TRIPOD_CHECK(it != index_.end(), "no parameter named '{}'", name);
@@ -186,7 +192,7 @@ void ParamStore::set_from_full(Param& p, const Tensor& full) {
   check_shape(full, p.spec.global_shape, p.spec.name.c_str());
   Tensor part = take_shard(full, p.spec.shard, tp_size_, tp_rank_);
   be_.copy(p.value, part);
-  if (compute_dtype_ != DType::F32 && p.compute.raw() != p.value.raw()) be_.cast(p.compute, p.value);
+  sync_compute(p.offset, shape_numel(p.shape));
   be_.synchronize();
 }
 

@@ -77,8 +77,11 @@ class ParamStore {
   Tensor& grads() { return grads_; }    // (padded_numel) f32
   DType compute_dtype() const { return compute_dtype_; }
   // Copies the master weights into the compute copy (cast; no-op in f32).
-  // Call after every update of values(): optimizer step, load, init.
+  // Call after every update of values(): optimizer step, load, init. The
+  // range form refreshes elements [begin, begin + numel) of the flat buffers
+  // only (one bucket after its all-gather, one parameter after a load).
   void sync_compute();
+  void sync_compute(int64_t begin, int64_t numel);
   int64_t numel() const { return numel_; }  // parameters held (without padding)
   int64_t padded_numel() const { return values_.numel(); }
   int tp_size() const { return tp_size_; }

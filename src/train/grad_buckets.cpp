@@ -198,11 +198,7 @@ void GradBuckets::wait_gather(size_t b) {
   const BucketRange& r = buckets_[b];
   if (staging_[b].defined())
     copy_to(be_, params_.values().flat(r.begin, {r.numel()}), staging_[b].flat(0, {r.numel()}));
-  if (params_.compute_dtype() != DType::F32)
-    for (int i = r.first_param; i < r.end_param; ++i) {
-      model::Param& p = params_.params()[static_cast<size_t>(i)];
-      be_.cast(p.compute, p.value);
-    }
+  params_.sync_compute(r.begin, r.numel());
 }
 
 void GradBuckets::params_needed(const std::vector<size_t>& params) {
