@@ -10,7 +10,7 @@
 //           reduce_scatter (n-1)/n, broadcast and send/recv 1.
 // t is the slowest rank's mean over --iters.
 //
-// Relates to: parallel/groups_check.h, dist/context.h, docs/distributed.md.
+// Relates to: parallel/groups_check.h, comm/context.h, docs/distributed.md.
 #include <CLI/CLI.hpp>
 
 #include <signal.h>
@@ -27,15 +27,15 @@
 #include "backend/ops.h"
 #include "cli/command.h"
 #include "cli/device.h"
-#include "dist/context.h"
-#include "dist/rendezvous.h"
+#include "comm/context.h"
+#include "comm/rendezvous.h"
 #include "parallel/groups.h"
 #include "parallel/groups_check.h"
 
 namespace tripod::cli {
 namespace {
 
-using dist::Communicator;
+using comm::Communicator;
 
 struct CommArgs {
   int tp = 1, pp = 1;
@@ -146,7 +146,7 @@ OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, Buffers&
     oc.run = [&c, s, r, n, gr]() mutable {
       // Even ranks send first, odd ranks receive first (as Megatron pairs
       // p2p), so a communicator that serialises p2p cannot deadlock.
-      std::shared_ptr<dist::Work> a, b;
+      std::shared_ptr<comm::Work> a, b;
       if (gr % 2 == 0) a = c.send(s.dev, (gr + 1) % n), b = c.recv(r.dev, (gr + n - 1) % n);
       else a = c.recv(r.dev, (gr + n - 1) % n), b = c.send(s.dev, (gr + 1) % n);
       a->wait();
@@ -160,7 +160,7 @@ OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, Buffers&
 }
 
 // op over the world of one value per rank (through device buffers on GPUs).
-double world_reduce(Communicator& world, Buffers& bufs, double v, dist::ReduceOp op) {
+double world_reduce(Communicator& world, Buffers& bufs, double v, comm::ReduceOp op) {
   Buf b = bufs.make(1);
   fill(bufs, b, [&](int64_t) { return float(v); });
   world.all_reduce(b.dev, {op})->wait();
@@ -189,13 +189,13 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
     for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.step_factor) {
       OpCase oc = make_case(op, c, bytes, bufs);
       oc.run();  // data check before timing
-      const int64_t wrong = int64_t(world_reduce(world, bufs, double(oc.wrong()), dist::ReduceOp::Sum));
+      const int64_t wrong = int64_t(world_reduce(world, bufs, double(oc.wrong()), comm::ReduceOp::Sum));
       total_wrong += wrong;
       for (int i = 0; i < a.warmup; ++i) oc.run();
       world.barrier();
       Timer timer;
       for (int i = 0; i < a.iters; ++i) oc.run();
-      const double t = world_reduce(world, bufs, timer.seconds() / a.iters, dist::ReduceOp::Max);
+      const double t = world_reduce(world, bufs, timer.seconds() / a.iters, comm::ReduceOp::Max);
       const int64_t count = std::max<int64_t>(1, bytes / 4);
       const int64_t sized = op == "all_gather" || op == "reduce_scatter"
                                 ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
@@ -213,13 +213,13 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
 
 int run_comm(const CommArgs& a) {
   const auto timeout = std::chrono::milliseconds(int64_t(a.timeout_minutes * 60e3));
-  dist::RankInfo info = dist::resolve_rank_info();
+  comm::RankInfo info = comm::resolve_rank_info();
   TRIPOD_CHECK_HINT(!a.check || a.device == "cpu", "run --check with --device cpu",
                     "--check verifies the CPU communicators only");
   // GPU runs: buffers live on this rank's GPU (LOCAL_RANK) and NCCL moves them.
   std::unique_ptr<backend::Backend> be;
   if (a.device != "cpu") be = make_backend(a.device, info.local_rank);
-  auto ctx = dist::DistContext::init(info, be ? be->device().type : DeviceType::CPU, timeout);
+  auto ctx = comm::DistContext::init(info, be ? be->device().type : DeviceType::CPU, timeout);
   const auto layout = parallel::Layout::make(ctx->world_size(), a.tp, a.pp);
   auto pg = parallel::make_process_groups(*ctx, layout);
   if (ctx->rank() == a.fault_hang_rank) {

@@ -16,8 +16,8 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "cli/device.h"
-#include "dist/context.h"
-#include "dist/rendezvous.h"
+#include "comm/context.h"
+#include "comm/rendezvous.h"
 #include "doctor/checks.h"
 #include "doctor/comm_check.h"
 
@@ -45,13 +45,13 @@ std::string hostname() {
 
 // Rendezvous over the launcher's variables and time all-reduce on the
 // world. A rendezvous that fails is itself the finding (address, port, why).
-CheckResult bandwidth_check(const DoctorArgs& a, const dist::RankInfo& info, const doctor::CudaInventory& inv) {
+CheckResult bandwidth_check(const DoctorArgs& a, const comm::RankInfo& info, const doctor::CudaInventory& inv) {
   std::string device = a.device;
   if (device == "auto") device = inv.gpus.empty() ? "cpu" : "cuda";
   try {
     std::unique_ptr<backend::Backend> be;
     if (device != "cpu") be = make_backend(device, info.local_rank);
-    auto ctx = dist::DistContext::init(info, be ? be->device().type : DeviceType::CPU,
+    auto ctx = comm::DistContext::init(info, be ? be->device().type : DeviceType::CPU,
                                        std::chrono::milliseconds(int64_t(a.timeout_s * 1000)));
     std::vector<int64_t> bytes;
     for (int64_t m : a.sizes_mib) bytes.push_back(m << 20);
@@ -103,10 +103,10 @@ int run_doctor(int argc, char** argv) {
   TRIPOD_CHECK(a.iters >= 1, "--bandwidth-iters must be >= 1");
   a.opts.model_params = int64_t(a.model_params);
 
-  dist::RankInfo info;
+  comm::RankInfo info;
   std::vector<CheckResult> checks;
   try {
-    info = dist::resolve_rank_info();
+    info = comm::resolve_rank_info();
   } catch (const std::exception& e) {
     checks.push_back({"launch-env", Status::kFail, e.what(), "fix the launcher variables named above"});
   }

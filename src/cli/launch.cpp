@@ -5,7 +5,7 @@
 // fails stops the others within seconds and exits with the failing rank's
 // code, naming it.
 //
-// Relates to: dist/rendezvous.h (reads the variables set here),
+// Relates to: comm/rendezvous.h (reads the variables set here),
 // docs/distributed.md (multi-node use).
 #include <CLI/CLI.hpp>
 
@@ -255,7 +255,7 @@ int run_launch(int argc, char** argv) {
   const char* tok = std::getenv("TRIPOD_JOB_TOKEN");
   // Across nodes every launcher must hand out the same token: take the
   // user's, else let the ranks derive one from MASTER_ADDR:PORT (see
-  // NOTE [Job token] in dist/rendezvous.h).
+  // NOTE [Job token] in comm/rendezvous.h).
   const std::string token = tok && *tok ? tok : a.nnodes == 1 ? random_token() : "";
   char exe[4096];
   ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);

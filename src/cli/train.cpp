@@ -10,8 +10,8 @@
 #include "cli/device.h"
 #include "cli/oom_advice.h"
 #include "data/tokenizer.h"
-#include "dist/context.h"
-#include "dist/rendezvous.h"
+#include "comm/context.h"
+#include "comm/rendezvous.h"
 #include "parallel/groups.h"
 #include "train/trainer.h"
 
@@ -154,11 +154,11 @@ int run_train(int argc, char** argv) {
   args.merge_file = tok.merge_file;
   args.tokenizer_model = tok.tokenizer_model;
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
-  const dist::RankInfo info = dist::resolve_rank_info();
+  const comm::RankInfo info = comm::resolve_rank_info();
   backend::configure_cpu_threads(info.local_world_size);
   auto be = make_backend(args.device, info.local_rank);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
-  auto ctx = dist::DistContext::init(info, be->device().type, timeout);
+  auto ctx = comm::DistContext::init(info, be->device().type, timeout);
   // NCCL collectives queue after the model's kernels instead of waiting for
   // the whole device (and bucket launches stop stalling the host).
   ctx->set_device_stream(be->native_stream());

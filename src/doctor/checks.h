@@ -3,7 +3,7 @@
 // inputs (environment map, file text, numbers) returning {status, finding,
 // fix}, so tests inject fake inputs; gather_*() read the real machine.
 //
-// Relates to: cli/doctor.cpp (flags, output), dist/rendezvous.h (launcher
+// Relates to: cli/doctor.cpp (flags, output), comm/rendezvous.h (launcher
 // variables), plan/ (TP inside a node), docs/doctor.md (every check, why).
 #pragma once
 

@@ -29,7 +29,7 @@ void down(backend::Backend* be, Buf& b) {
   if (be) be->copy(b.host, b.dev), be->synchronize();
 }
 
-double reduce_scalar(dist::Communicator& world, backend::Backend* be, double v, dist::ReduceOp op) {
+double reduce_scalar(comm::Communicator& world, backend::Backend* be, double v, comm::ReduceOp op) {
   Buf b = make_buf(be, 1);
   b.host.data<float>()[0] = float(v);
   up(be, b);
@@ -40,7 +40,7 @@ double reduce_scalar(dist::Communicator& world, backend::Backend* be, double v, 
 
 }  // namespace
 
-std::vector<BandwidthPoint> measure_all_reduce(dist::Communicator& world, backend::Backend* be,
+std::vector<BandwidthPoint> measure_all_reduce(comm::Communicator& world, backend::Backend* be,
                                                const std::vector<int64_t>& sizes_bytes, int iters) {
   const int n = world.size();
   std::vector<BandwidthPoint> out;
@@ -57,13 +57,13 @@ std::vector<BandwidthPoint> measure_all_reduce(dist::Communicator& world, backen
                                   [&](float x) { return x != want; });
     BandwidthPoint p;
     p.bytes = count * 4;
-    p.wrong = int64_t(reduce_scalar(world, be, double(wrong), dist::ReduceOp::Sum));
+    p.wrong = int64_t(reduce_scalar(world, be, double(wrong), comm::ReduceOp::Sum));
     world.all_reduce(t.dev)->wait();  // warm-up
     world.barrier();
     Timer timer;
     for (int i = 0; i < iters; ++i) world.all_reduce(t.dev)->wait();
     if (be) be->synchronize();
-    p.seconds = reduce_scalar(world, be, timer.seconds() / iters, dist::ReduceOp::Max);
+    p.seconds = reduce_scalar(world, be, timer.seconds() / iters, comm::ReduceOp::Max);
     p.algbw_gbs = double(p.bytes) / p.seconds / 1e9;
     p.busbw_gbs = p.algbw_gbs * 2.0 * (n - 1) / n;
     out.push_back(p);

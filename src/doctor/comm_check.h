@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "doctor/checks.h"
 
 namespace tripod::doctor {
@@ -25,7 +25,7 @@ struct BandwidthPoint {
 // Collective over `world` (every rank calls it with the same sizes). `be`:
 // the device backend whose buffers the communicator moves (null: host
 // tensors, for the CPU communicator).
-std::vector<BandwidthPoint> measure_all_reduce(dist::Communicator& world, backend::Backend* be,
+std::vector<BandwidthPoint> measure_all_reduce(comm::Communicator& world, backend::Backend* be,
                                                const std::vector<int64_t>& sizes_bytes, int iters);
 // pass with the numbers; fail when any element was wrong.
 CheckResult check_all_reduce(const std::vector<BandwidthPoint>& points, int ranks, const std::string& transport);

@@ -184,7 +184,7 @@ size_t MicroBatchActs::bytes() const {
 // gradient the head already accumulated in forward) first, then the layers
 // from last to first, then the embedding. The hooks run on the calling
 // thread; on a GPU "written" means enqueued on the compute stream, which
-// NCCL orders against (dist/nccl/).
+// NCCL orders against (comm/nccl/).
 void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed,
                        const ParamHook* before_use) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
@@ -248,8 +248,8 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
   // Vocab-parallel cross-entropy: the full logits are never gathered.
   be_.ce_row_max(ws_->row_max, logits);
   if (tpp_.active()) {
-    dist::AllReduceOptions o;
-    o.op = dist::ReduceOp::Max;
+    comm::AllReduceOptions o;
+    o.op = comm::ReduceOp::Max;
     tpp_.tp->all_reduce(ws_->row_max, o)->wait();
   }
   be_.ce_row_sums(ws_->ce_sums, logits, ws_->row_max, targets, vocab_start);

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/gpt_config.h"
 #include "model/param_table.h"
 #include "model/tp_points.h"
@@ -44,7 +44,7 @@ struct StageConfig {
   bool pre_process = true;        // holds the embedding
   bool post_process = true;       // holds the final norm and the loss
   int tp_size = 1, tp_rank = 0;
-  dist::Communicator* tp = nullptr;  // the tensor-parallel group (null: tp size 1)
+  comm::Communicator* tp = nullptr;  // the tensor-parallel group (null: tp size 1)
   bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
   int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
   // Dtype of the weights used for compute and of the activations (--bf16,

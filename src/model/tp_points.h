@@ -8,14 +8,14 @@
 //   and their backwards: enter_backward(), exit_backward().
 #pragma once
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "parallel/tp_regions.h"
 #include "tensor/tensor.h"
 
 namespace tripod::model {
 
 struct TpPoints {
-  dist::Communicator* tp = nullptr;
+  comm::Communicator* tp = nullptr;
   bool sp = false;  // sequence parallel (only when tp is active)
 
   bool active() const { return parallel::tp_active(tp); }

@@ -5,7 +5,7 @@
 
 namespace tripod::parallel {
 
-ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout) {
+ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout) {
   TRIPOD_CHECK_HINT(layout.world_size == ctx.world_size(),
                     "build the layout with Layout::make(ctx.world_size(), ...)",
                     "layout is for {} ranks but the job has {}", layout.world_size,
@@ -24,8 +24,8 @@ ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout) 
 
 CommTimers time_communication(ProcessGroups& pg) {
   CommTimers t;
-  auto wrap = [](std::shared_ptr<dist::Communicator>& g, const std::shared_ptr<dist::CommTimer>& timer) {
-    if (g && g->size() > 1) g = dist::timed(g, timer);
+  auto wrap = [](std::shared_ptr<comm::Communicator>& g, const std::shared_ptr<comm::CommTimer>& timer) {
+    if (g && g->size() > 1) g = comm::timed(g, timer);
   };
   wrap(pg.tp, t.tp);
   wrap(pg.embd, t.tp);

@@ -2,12 +2,12 @@
 // passed explicitly to every layer and schedule (no global parallel state;
 // Megatron issue #6307 is why).
 //
-// Relates to: parallel/layout.h (the rank lists), dist/context.h (new_group).
+// Relates to: parallel/layout.h (the rank lists), comm/context.h (new_group).
 // Reference: Megatron-LM megatron/core/process_groups_config.py
 // (ProcessGroupCollection).
 //
 // Usage:
-//   auto ctx = dist::DistContext::init(dist::resolve_rank_info(), DeviceType::CPU, timeout);
+//   auto ctx = comm::DistContext::init(comm::resolve_rank_info(), DeviceType::CPU, timeout);
 //   Layout layout = Layout::make(ctx->world_size(), tp, pp, vpp);
 //   ProcessGroups pg = make_process_groups(*ctx, layout);
 //   pg.tp->all_reduce(partial)->wait();       // pg.tp->rank() == layout.tp_rank(pg.global_rank)
@@ -15,27 +15,27 @@
 
 #include <memory>
 
-#include "dist/communicator.h"
-#include "dist/context.h"
-#include "dist/timed_communicator.h"
+#include "comm/communicator.h"
+#include "comm/context.h"
+#include "comm/timed_communicator.h"
 #include "parallel/layout.h"
 
 namespace tripod::parallel {
 
 struct ProcessGroups {
-  std::shared_ptr<dist::Communicator> world;
-  std::shared_ptr<dist::Communicator> tp;    // tensor-parallel peers
-  std::shared_ptr<dist::Communicator> pp;    // pipeline stages of this model replica
-  std::shared_ptr<dist::Communicator> dp;    // data-parallel replicas
-  std::shared_ptr<dist::Communicator> mp;    // tp x pp: one whole model replica
-  std::shared_ptr<dist::Communicator> embd;  // first + last stage; null on middle stages
+  std::shared_ptr<comm::Communicator> world;
+  std::shared_ptr<comm::Communicator> tp;    // tensor-parallel peers
+  std::shared_ptr<comm::Communicator> pp;    // pipeline stages of this model replica
+  std::shared_ptr<comm::Communicator> dp;    // data-parallel replicas
+  std::shared_ptr<comm::Communicator> mp;    // tp x pp: one whole model replica
+  std::shared_ptr<comm::Communicator> embd;  // first + last stage; null on middle stages
   int global_rank = 0;
   Layout layout;
 };
 
 // Collective over the world: every rank calls it with the same layout.
 // Groups are made in the order world, tp, dp, pp, mp, embd.
-ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout);
+ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout);
 
 // Host time blocked in communication, per kind, for the iteration time
 // split (cumulative; take differences). tp also counts the embedding
@@ -43,12 +43,12 @@ ProcessGroups make_process_groups(dist::DistContext& ctx, const Layout& layout);
 // schedule (ScheduleStats::wait_seconds), world and mp (grad norm, exit
 // flag) are not timed here.
 struct CommTimers {
-  std::shared_ptr<dist::CommTimer> tp = std::make_shared<dist::CommTimer>();
-  std::shared_ptr<dist::CommTimer> dp = std::make_shared<dist::CommTimer>();
+  std::shared_ptr<comm::CommTimer> tp = std::make_shared<comm::CommTimer>();
+  std::shared_ptr<comm::CommTimer> dp = std::make_shared<comm::CommTimer>();
 };
 
 // Replaces pg.tp, pg.embd and pg.dp by timing decorators
-// (dist/timed_communicator.h) where the group has more than one rank, so
+// (comm/timed_communicator.h) where the group has more than one rank, so
 // single-rank groups cost nothing and read exactly 0. Call before handing
 // the communicators to models or buckets.
 CommTimers time_communication(ProcessGroups& pg);

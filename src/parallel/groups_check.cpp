@@ -13,7 +13,7 @@ namespace tripod::parallel {
 
 namespace {
 
-using dist::Communicator;
+using comm::Communicator;
 
 struct Group {
   const char* name;
@@ -43,7 +43,7 @@ void check_group(const Group& g, int me, int64_t n, GroupCheckReport& rep) {
   // all_reduce sum: t[i] = (rank+1) * (i%7+1)  ->  (i%7+1) * sum(rank+1)
   Tensor t = Tensor::empty({n}, DType::F32);
   for (int64_t i = 0; i < n; ++i) f(t)[i] = float((me + 1) * (i % 7 + 1));
-  c.all_reduce(t, {dist::ReduceOp::Sum})->wait();
+  c.all_reduce(t, {comm::ReduceOp::Sum})->wait();
   double rank_sum = 0;
   for (int r : g.members) rank_sum += r + 1;
   for (int64_t i = 0; i < n; ++i) expect(g.name, "all_reduce(sum)", n, i, rank_sum * double(i % 7 + 1), f(t)[i]);
@@ -51,7 +51,7 @@ void check_group(const Group& g, int me, int64_t n, GroupCheckReport& rep) {
   // all_reduce max: t[i] = rank * (i%3)  ->  max(rank) * (i%3)
   const int rank_max = *std::max_element(g.members.begin(), g.members.end());
   for (int64_t i = 0; i < n; ++i) f(t)[i] = float(me * (i % 3));
-  c.all_reduce(t, {dist::ReduceOp::Max})->wait();
+  c.all_reduce(t, {comm::ReduceOp::Max})->wait();
   for (int64_t i = 0; i < n; ++i) expect(g.name, "all_reduce(max)", n, i, double(rank_max * (i % 3)), f(t)[i]);
 
   // all_gather of m = ceil(n/size) per rank: in[i] = rank*1000 + i%1000

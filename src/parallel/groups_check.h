@@ -3,7 +3,7 @@
 // gathered rank ids). Used by `tripod bench comm --check` (so the real
 // launchers can drive it) and by the threads-as-ranks unit tests.
 //
-// Relates to: parallel/groups.h, cli/bench.cpp, tests/dist/.
+// Relates to: parallel/groups.h, cli/bench.cpp, tests/comm/.
 #pragma once
 
 #include <cstdint>

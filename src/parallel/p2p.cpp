@@ -33,9 +33,9 @@ void pp_communicate(const PipeLink& link, const Tensor* send_next, const Tensor*
                     Tensor* recv_prev, Tensor* recv_next) {
   TRIPOD_CHECK(link.pp_group != nullptr, "pipeline p2p without a pp group");
   auto& g = *link.pp_group;
-  const dist::SendOptions act_send{kActivationTag, link.timeout}, grad_send{kGradientTag, link.timeout};
-  const dist::RecvOptions act_recv{kActivationTag, link.timeout}, grad_recv{kGradientTag, link.timeout};
-  std::vector<std::shared_ptr<dist::Work>> works;
+  const comm::SendOptions act_send{kActivationTag, link.timeout}, grad_send{kGradientTag, link.timeout};
+  const comm::RecvOptions act_recv{kActivationTag, link.timeout}, grad_recv{kGradientTag, link.timeout};
+  std::vector<std::shared_ptr<comm::Work>> works;
   works.reserve(4);
   auto post_send_next = [&] {
     if (send_next)

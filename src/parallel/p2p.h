@@ -7,7 +7,7 @@
 //   send_forward_recv_forward, send_backward_recv_backward   (pairs, 1F1B steady state
 //                                                             and the interleaved schedule)
 //
-// Relates to: dist/communicator.h (async send/recv with Work handles),
+// Relates to: comm/communicator.h (async send/recv with Work handles),
 // parallel/pp_schedule.h (the schedules that call these), docs/pipeline.md.
 //
 // NOTE [Pipeline p2p ordering]
@@ -39,7 +39,7 @@
 //   send_forward_recv_backward(link, output, output_grad);
 #pragma once
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "tensor/tensor.h"
 
 namespace tripod::parallel {
@@ -48,9 +48,9 @@ constexpr int kActivationTag = 0x5050;  // forward direction: output of stage s 
 constexpr int kGradientTag = 0x5051;    // backward direction: input grad of s+1 -> output grad of s
 
 struct PipeLink {
-  dist::Communicator* pp_group = nullptr;  // ranks in group order = pipeline stages
+  comm::Communicator* pp_group = nullptr;  // ranks in group order = pipeline stages
   bool wrap_around = false;                // ring: interleaved (virtual) pipeline
-  dist::Millis timeout{0};                 // 0 = the communicator's default
+  comm::Millis timeout{0};                 // 0 = the communicator's default
 };
 
 // Group rank of the previous / next stage, or -1 when there is none.

@@ -95,8 +95,8 @@ class DryDriver final : public Recorder {
 
 class StageDriver final : public Recorder {
  public:
-  StageDriver(PipelineStage& stage, dist::Communicator& pp_group, const ScheduleConfig& c)
-      : Recorder(c), stage_(stage), link_{&pp_group, c.num_chunks > 1, dist::Millis{0}} {}
+  StageDriver(PipelineStage& stage, comm::Communicator& pp_group, const ScheduleConfig& c)
+      : Recorder(c), stage_(stage), link_{&pp_group, c.num_chunks > 1, comm::Millis{0}} {}
 
   void forward(MbChunk x) override {
     record('F', x);
@@ -159,7 +159,7 @@ std::vector<ScheduleStep> schedule_order(const ScheduleConfig& config) {
   return std::move(d.stats.steps);
 }
 
-ScheduleStats run_pipeline_schedule(PipelineStage& stage, dist::Communicator& pp_group,
+ScheduleStats run_pipeline_schedule(PipelineStage& stage, comm::Communicator& pp_group,
                                     const ScheduleConfig& config) {
   validate_schedule_config(config);
   TRIPOD_CHECK(pp_group.size() == config.pp_size && pp_group.rank() == config.pp_rank,

@@ -49,7 +49,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "tensor/tensor.h"
 
 namespace tripod::parallel {
@@ -100,7 +100,7 @@ struct ScheduleStats {
 
 // Validates the config (and the stage / group against it), then runs the
 // schedule. pp_size 1: a plain loop F(m,0) B(m,0) per micro-batch, no p2p.
-ScheduleStats run_pipeline_schedule(PipelineStage& stage, dist::Communicator& pp_group,
+ScheduleStats run_pipeline_schedule(PipelineStage& stage, comm::Communicator& pp_group,
                                     const ScheduleConfig& config);
 
 // The order of steps one pp rank executes (no communication).

@@ -7,12 +7,12 @@
 
 namespace tripod::parallel {
 
-void tp_all_reduce(dist::Communicator* tp, Tensor& t) {
+void tp_all_reduce(comm::Communicator* tp, Tensor& t) {
   if (!tp_active(tp)) return;
   tp->all_reduce(t)->wait();
 }
 
-void sp_all_gather(dist::Communicator* tp, Tensor& full, const Tensor& shard) {
+void sp_all_gather(comm::Communicator* tp, Tensor& full, const Tensor& shard) {
   if (!tp_active(tp)) {
     TRIPOD_CHECK(full.is_cpu(), "sp_all_gather without a tp group on {}", full.str());
     if (full.raw() != shard.raw()) std::memcpy(full.raw(), shard.raw(), full.nbytes());
@@ -24,7 +24,7 @@ void sp_all_gather(dist::Communicator* tp, Tensor& full, const Tensor& shard) {
   tp->all_gather(f, shard.view({shard.numel()}))->wait();
 }
 
-void sp_reduce_scatter(dist::Communicator* tp, Tensor& shard, const Tensor& full) {
+void sp_reduce_scatter(comm::Communicator* tp, Tensor& shard, const Tensor& full) {
   if (!tp_active(tp)) {
     TRIPOD_CHECK(full.is_cpu(), "sp_reduce_scatter without a tp group on {}", full.str());
     if (full.raw() != shard.raw()) std::memcpy(shard.raw(), full.raw(), shard.nbytes());

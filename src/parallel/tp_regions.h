@@ -15,18 +15,18 @@
 // act per token, so the numbers are the same. See docs/parallelism.md.
 #pragma once
 
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "tensor/tensor.h"
 
 namespace tripod::parallel {
 
 // In place. Backward of copy_to_tp_region and forward of reduce_from_tp_region.
-void tp_all_reduce(dist::Communicator* tp, Tensor& t);
+void tp_all_reduce(comm::Communicator* tp, Tensor& t);
 // full (N, C) <- all-gather of shard (N/tp, C) over tp, in rank order.
-void sp_all_gather(dist::Communicator* tp, Tensor& full, const Tensor& shard);
+void sp_all_gather(comm::Communicator* tp, Tensor& full, const Tensor& shard);
 // shard (N/tp, C) <- this rank's rows of the sum over tp of full (N, C).
-void sp_reduce_scatter(dist::Communicator* tp, Tensor& shard, const Tensor& full);
+void sp_reduce_scatter(comm::Communicator* tp, Tensor& shard, const Tensor& full);
 
-inline bool tp_active(const dist::Communicator* tp) { return tp && tp->size() > 1; }
+inline bool tp_active(const comm::Communicator* tp) { return tp && tp->size() > 1; }
 
 }  // namespace tripod::parallel

@@ -35,7 +35,7 @@ bool is_rank0(const parallel::ProcessGroups& g) { return !g.world || g.global_ra
 // flag), so a failed write on one rank fails the save everywhere instead of
 // leaving the others in the next barrier until the timeout.
 bool all_ok(const parallel::ProcessGroups& g, backend::Backend& be, bool ok) {
-  return all_reduce_scalar<int32_t>(g.world.get(), be, ok ? 0 : 1, dist::ReduceOp::Max) == 0;
+  return all_reduce_scalar<int32_t>(g.world.get(), be, ok ? 0 : 1, comm::ReduceOp::Max) == 0;
 }
 
 // Runs `step` on this rank, then agrees with every rank on success.

@@ -37,7 +37,7 @@ std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, cons
 
 int64_t default_bucket_size(int dp_size) { return std::max<int64_t>(40000000, 1000000 * int64_t{dp_size}); }
 
-GradBuckets::GradBuckets(model::ParamStore& params, dist::Communicator& dp, backend::Backend& be,
+GradBuckets::GradBuckets(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be,
                          int64_t bucket_size, bool distributed_optimizer, const std::vector<bool>& deferred)
     : params_(params), dp_(dp), be_(be), distributed_(distributed_optimizer), dp_size_(dp.size()),
       dp_rank_(dp.rank()) {

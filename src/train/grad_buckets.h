@@ -19,7 +19,7 @@
 //
 // Relates to: train/step.cpp (Trainer::reduce_gradients, optimizer_step),
 // model/gpt_model.h (ParamHook: when a group's gradients are final),
-// dist/communicator.h (async Work), docs/parallelism.md (overlap section).
+// comm/communicator.h (async Work), docs/parallelism.md (overlap section).
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "backend/ops.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/param_table.h"
 #include "optim/adamw.h"
 
@@ -63,7 +63,7 @@ class GradBuckets {
   // dp one (the tied embedding over the embedding group): it gets its own
   // bucket, which grads_ready never launches; launch_remaining() does.
   // dp: the data-parallel group (its size sets the shard split).
-  GradBuckets(model::ParamStore& params, dist::Communicator& dp, backend::Backend& be, int64_t bucket_size,
+  GradBuckets(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be, int64_t bucket_size,
               bool distributed_optimizer, const std::vector<bool>& deferred);
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
@@ -114,7 +114,7 @@ class GradBuckets {
   Tensor input_of(size_t b, const Tensor& full);  // the padded bucket view, or its staging copy
 
   model::ParamStore& params_;
-  dist::Communicator& dp_;
+  comm::Communicator& dp_;
   backend::Backend& be_;
   bool distributed_;
   int dp_size_, dp_rank_;
@@ -129,7 +129,7 @@ class GradBuckets {
   // per iteration
   std::vector<int> pending_;             // per bucket: parameters not final yet
   std::vector<bool> param_ready_;
-  std::vector<std::shared_ptr<dist::Work>> grad_work_, gather_work_;
+  std::vector<std::shared_ptr<comm::Work>> grad_work_, gather_work_;
 };
 
 }  // namespace tripod::train

@@ -5,20 +5,20 @@
 #pragma once
 
 #include "backend/ops.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "tensor/tensor.h"
 
 namespace tripod::train {
 
 template <typename T>
-T all_reduce_scalar(dist::Communicator* group, backend::Backend& be, T value,
-                    dist::ReduceOp op = dist::ReduceOp::Sum) {
+T all_reduce_scalar(comm::Communicator* group, backend::Backend& be, T value,
+                    comm::ReduceOp op = comm::ReduceOp::Sum) {
   if (!group || group->size() == 1) return value;
   Tensor h = Tensor::empty({1}, dtype_of<T>());
   h.data<T>()[0] = value;
   Tensor d = be.empty({1}, dtype_of<T>());
   be.copy(d, h);
-  dist::AllReduceOptions o;
+  comm::AllReduceOptions o;
   o.op = op;
   group->all_reduce(d, o)->wait();
   be.copy(h, d);

@@ -93,7 +93,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::setup(data::DatasetSplits* given) {
   if (!groups_.world) {  // a single process: size-1 groups
-    own_ctx_ = dist::DistContext::init(dist::RankInfo{}, be_.device().type, std::chrono::minutes(10));
+    own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     groups_ = parallel::make_process_groups(*own_ctx_, parallel::Layout::make(1, 1, 1, 1));
   }
   comm_timers_ = parallel::time_communication(groups_);  // before models and buckets take the groups
@@ -286,7 +286,7 @@ void install_exit_signal_handler() {
 }
 
 bool Trainer::exit_requested() {
-  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, g_exit_signal.load(), dist::ReduceOp::Max) != 0;
+  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, g_exit_signal.load(), comm::ReduceOp::Max) != 0;
 }
 
 bool Trainer::is_logger() const {

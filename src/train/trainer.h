@@ -17,7 +17,7 @@
 
 #include "backend/ops.h"
 #include "data/dataset.h"
-#include "dist/context.h"
+#include "comm/context.h"
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -129,7 +129,7 @@ class Trainer {
 
   TrainArgs args_;
   backend::Backend& be_;
-  std::unique_ptr<dist::DistContext> own_ctx_;  // when no groups were given
+  std::unique_ptr<comm::DistContext> own_ctx_;  // when no groups were given
   parallel::ProcessGroups groups_;
   parallel::CommTimers comm_timers_;     // host time in tp / dp communication (time split)
   std::vector<Chunk> chunks_;

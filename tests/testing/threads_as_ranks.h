@@ -10,19 +10,19 @@
 #include <thread>
 #include <vector>
 
-#include "dist/context.h"
+#include "comm/context.h"
 
 namespace tripod::testing {
 
 inline void run_ranks(int world, std::chrono::milliseconds timeout,
-                      const std::function<void(int, dist::DistContext&)>& fn) {
-  auto store = std::make_shared<dist::HashStore>(timeout);
+                      const std::function<void(int, comm::DistContext&)>& fn) {
+  auto store = std::make_shared<comm::HashStore>(timeout);
   std::vector<std::thread> threads;
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto ctx = dist::DistContext::init_with_store(r, world, store, DeviceType::CPU, timeout);
+        auto ctx = comm::DistContext::init_with_store(r, world, store, DeviceType::CPU, timeout);
         fn(r, *ctx);
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();

@@ -1,4 +1,4 @@
-// dist::timed / parallel::time_communication against a communicator whose
+// comm::timed / parallel::time_communication against a communicator whose
 // calls and waits take known times (sleeps): the timer adds exactly the
 // blocked time, passes results, identity and errors through, and
 // single-rank groups are left undecorated (so they read exactly 0).
@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "base/error.h"
-#include "dist/local_communicator.h"
-#include "dist/timed_communicator.h"
+#include "comm/local_communicator.h"
+#include "comm/timed_communicator.h"
 #include "parallel/groups.h"
 
 namespace tripod {
@@ -17,7 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class SleepWork final : public dist::Work {
+class SleepWork final : public comm::Work {
  public:
   SleepWork(std::chrono::milliseconds d, bool fail) : d_(d), fail_(fail) {}
   void wait() override {
@@ -35,28 +35,28 @@ class SleepWork final : public dist::Work {
 };
 
 // all_reduce: 10 ms in the call, 20 ms in wait(); recv: a wait that throws.
-class SleepComm final : public dist::Communicator {
+class SleepComm final : public comm::Communicator {
  public:
   int rank() const override { return 1; }
   int size() const override { return 2; }
   const std::string& name() const override { return name_; }
-  std::shared_ptr<dist::Work> all_reduce(Tensor& t, const dist::AllReduceOptions&) override {
+  std::shared_ptr<comm::Work> all_reduce(Tensor& t, const comm::AllReduceOptions&) override {
     std::this_thread::sleep_for(10ms);
     t.data<float>()[0] *= 2;
     return std::make_shared<SleepWork>(20ms, false);
   }
-  std::shared_ptr<dist::Work> all_gather(Tensor&, const Tensor&, const dist::AllGatherOptions&) override {
+  std::shared_ptr<comm::Work> all_gather(Tensor&, const Tensor&, const comm::AllGatherOptions&) override {
     return nullptr;
   }
-  std::shared_ptr<dist::Work> reduce_scatter(Tensor&, const Tensor&, const dist::ReduceScatterOptions&) override {
+  std::shared_ptr<comm::Work> reduce_scatter(Tensor&, const Tensor&, const comm::ReduceScatterOptions&) override {
     return nullptr;
   }
-  std::shared_ptr<dist::Work> broadcast(Tensor&, const dist::BroadcastOptions&) override { return nullptr; }
-  std::shared_ptr<dist::Work> send(const Tensor&, int, const dist::SendOptions&) override { return nullptr; }
-  std::shared_ptr<dist::Work> recv(Tensor&, int, const dist::RecvOptions&) override {
+  std::shared_ptr<comm::Work> broadcast(Tensor&, const comm::BroadcastOptions&) override { return nullptr; }
+  std::shared_ptr<comm::Work> send(const Tensor&, int, const comm::SendOptions&) override { return nullptr; }
+  std::shared_ptr<comm::Work> recv(Tensor&, int, const comm::RecvOptions&) override {
     return std::make_shared<SleepWork>(5ms, true);
   }
-  void barrier(const dist::BarrierOptions&) override { std::this_thread::sleep_for(7ms); }
+  void barrier(const comm::BarrierOptions&) override { std::this_thread::sleep_for(7ms); }
   void abort() noexcept override {}
 
  private:
@@ -64,9 +64,9 @@ class SleepComm final : public dist::Communicator {
 };
 
 TEST(TimedCommunicator, AddsCallAndWaitTime) {
-  auto timer = std::make_shared<dist::CommTimer>();
+  auto timer = std::make_shared<comm::CommTimer>();
   auto inner = std::make_shared<SleepComm>();
-  auto c = dist::timed(inner, timer);
+  auto c = comm::timed(inner, timer);
   EXPECT_EQ(c->rank(), 1);
   EXPECT_EQ(c->size(), 2);
   EXPECT_EQ(c->name(), "dp");
@@ -91,12 +91,12 @@ TEST(TimedCommunicator, AddsCallAndWaitTime) {
   EXPECT_EQ(timer->calls(), 5);
   // Null works stay null.
   EXPECT_EQ(c->send(t, 0), nullptr);
-  EXPECT_EQ(dist::timed(nullptr, timer), nullptr);
+  EXPECT_EQ(comm::timed(nullptr, timer), nullptr);
 }
 
 TEST(TimedCommunicator, OnlyMultiRankGroupsAreTimed) {
   parallel::ProcessGroups pg;
-  auto tp = std::make_shared<dist::LocalCommunicator>("tp");
+  auto tp = std::make_shared<comm::LocalCommunicator>("tp");
   auto dp = std::make_shared<SleepComm>();
   pg.tp = tp;
   pg.dp = dp;

@@ -11,8 +11,8 @@
 
 #include <thread>
 
-#include "dist/context.h"
-#include "dist/store.h"
+#include "comm/context.h"
+#include "comm/store.h"
 #include "doctor/checks.h"
 #include "doctor/comm_check.h"
 
@@ -228,12 +228,12 @@ TEST(DoctorGpu, Topology) {
 }
 
 TEST(DoctorComm, AllReduceSweepTwoThreads) {
-  auto store = std::make_shared<dist::HashStore>();
+  auto store = std::make_shared<comm::HashStore>();
   std::vector<std::vector<BandwidthPoint>> got(2);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
-      auto ctx = dist::DistContext::init_with_store(r, 2, store, DeviceType::CPU, std::chrono::seconds(60));
+      auto ctx = comm::DistContext::init_with_store(r, 2, store, DeviceType::CPU, std::chrono::seconds(60));
       got[r] = measure_all_reduce(*ctx->world(), nullptr, {4096, 1 << 18}, 2);
     });
   for (auto& t : ranks) t.join();

@@ -22,25 +22,25 @@ namespace {
 
 // A tp group of a given size that must never be used for communication:
 // building a model and its activation buffers needs none.
-class SizeOnlyGroup final : public dist::Communicator {
+class SizeOnlyGroup final : public comm::Communicator {
  public:
   explicit SizeOnlyGroup(int size) : size_(size) {}
   int rank() const override { return 0; }
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
-  std::shared_ptr<dist::Work> all_reduce(Tensor&, const dist::AllReduceOptions&) override { return fail(); }
-  std::shared_ptr<dist::Work> all_gather(Tensor&, const Tensor&, const dist::AllGatherOptions&) override { return fail(); }
-  std::shared_ptr<dist::Work> reduce_scatter(Tensor&, const Tensor&, const dist::ReduceScatterOptions&) override {
+  std::shared_ptr<comm::Work> all_reduce(Tensor&, const comm::AllReduceOptions&) override { return fail(); }
+  std::shared_ptr<comm::Work> all_gather(Tensor&, const Tensor&, const comm::AllGatherOptions&) override { return fail(); }
+  std::shared_ptr<comm::Work> reduce_scatter(Tensor&, const Tensor&, const comm::ReduceScatterOptions&) override {
     return fail();
   }
-  std::shared_ptr<dist::Work> broadcast(Tensor&, const dist::BroadcastOptions&) override { return fail(); }
-  std::shared_ptr<dist::Work> send(const Tensor&, int, const dist::SendOptions&) override { return fail(); }
-  std::shared_ptr<dist::Work> recv(Tensor&, int, const dist::RecvOptions&) override { return fail(); }
-  void barrier(const dist::BarrierOptions&) override { fail(); }
+  std::shared_ptr<comm::Work> broadcast(Tensor&, const comm::BroadcastOptions&) override { return fail(); }
+  std::shared_ptr<comm::Work> send(const Tensor&, int, const comm::SendOptions&) override { return fail(); }
+  std::shared_ptr<comm::Work> recv(Tensor&, int, const comm::RecvOptions&) override { return fail(); }
+  void barrier(const comm::BarrierOptions&) override { fail(); }
   void abort() noexcept override {}
 
  private:
-  std::shared_ptr<dist::Work> fail() { TRIPOD_FAIL("SizeOnlyGroup: no communication in this test"); }
+  std::shared_ptr<comm::Work> fail() { TRIPOD_FAIL("SizeOnlyGroup: no communication in this test"); }
   int size_;
   std::string name_ = "tp";
 };

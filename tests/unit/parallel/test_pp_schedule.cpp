@@ -20,7 +20,7 @@
 #include <tuple>
 
 #include "base/error.h"
-#include "dist/context.h"
+#include "comm/context.h"
 #include "parallel/groups.h"
 #include "parallel/pp_schedule.h"
 #include "testing/threads_as_ranks.h"
@@ -180,7 +180,7 @@ void check_pipeline(int P, int M, int v, bool forward_only) {
   const Toy toy{P * v, M};
   const Reference ref = reference(toy);
   std::vector<ScheduleStats> stats(static_cast<size_t>(P));
-  run_ranks(P, 20s, [&](int rank, dist::DistContext& ctx) {
+  run_ranks(P, 20s, [&](int rank, comm::DistContext& ctx) {
     ToyStage stage(toy, P, rank, v, 0, forward_only);
     const ScheduleConfig sc{P, rank, M, v, forward_only};
     stats[size_t(rank)] = run_pipeline_schedule(stage, *ctx.world(), sc);
@@ -220,7 +220,7 @@ TEST(PipelineSchedule, SingleStageNeedsNoPeers) {
   const Toy toy{1, 3};
   const Reference ref = reference(toy);
   ToyStage stage(toy, 1, 0, 1);
-  dist::LocalCommunicator pp("pp");
+  comm::LocalCommunicator pp("pp");
   auto st = run_pipeline_schedule(stage, pp, {1, 0, 3, 1, false});
   EXPECT_EQ(format_schedule(st.steps, false), "F0 B0 F1 B1 F2 B2");
   EXPECT_EQ(st.max_live_microbatches, 1);
@@ -232,7 +232,7 @@ TEST(PipelineSchedule, SingleStageNeedsNoPeers) {
 TEST(PipelineSchedule, Tp2Pp2LayoutUsesThePpGroup) {
   // Global ranks 0..3, tp fastest: pp groups [0,2] and [1,3]. Each tp rank
   // runs its own pipeline on different data at the same time.
-  run_ranks(4, 20s, [&](int rank, dist::DistContext& ctx) {
+  run_ranks(4, 20s, [&](int rank, comm::DistContext& ctx) {
     auto pg = make_process_groups(ctx, Layout::make(4, 2, 2, 2));
     const int tp_rank = pg.layout.tp_rank(rank), pp_rank = pg.layout.pp_rank(rank);
     ASSERT_EQ(pg.pp->rank(), pp_rank);
@@ -249,7 +249,7 @@ TEST(PipelineSchedule, Tp2Pp2LayoutUsesThePpGroup) {
 
 TEST(PipelineSchedule, MismatchedStageIsAClearError) {
   ToyStage stage(Toy{2, 2}, 1, 0, 2);
-  dist::LocalCommunicator pp("pp");
+  comm::LocalCommunicator pp("pp");
   try {
     run_pipeline_schedule(stage, pp, {1, 0, 2, 1, false});
     ADD_FAILURE() << "no error";
@@ -261,7 +261,7 @@ TEST(PipelineSchedule, MismatchedStageIsAClearError) {
 TEST(PipelineSchedule, MissingPeerTimesOut) {
   std::atomic<bool> done{false};
   std::string message;
-  run_ranks(2, 1500ms, [&](int rank, dist::DistContext& ctx) {
+  run_ranks(2, 1500ms, [&](int rank, comm::DistContext& ctx) {
     if (rank == 1) {  // alive, but never runs its half of the pipeline
       while (!done) std::this_thread::sleep_for(10ms);
       return;
@@ -289,7 +289,7 @@ TEST(PipelineBubble, MeasuredNearTheory) {
   for (int v : {1, 2}) {
     const Toy toy{P * v, M};
     std::vector<double> measured(static_cast<size_t>(P));
-    run_ranks(P, 20s, [&](int rank, dist::DistContext& ctx) {
+    run_ranks(P, 20s, [&](int rank, comm::DistContext& ctx) {
       ToyStage stage(toy, P, rank, v, unit_us / v);
       auto st = run_pipeline_schedule(stage, *ctx.world(), {P, rank, M, v, false});
       measured[size_t(rank)] = measured_bubble_fraction(st);

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/ops.h"
-#include "dist/local_communicator.h"
+#include "comm/local_communicator.h"
 #include "model/gpt_model.h"
 #include "plan/memory_model.h"
 
@@ -15,7 +15,7 @@ namespace {
 
 // make_acts() only needs the tp group's size: a group that reports `n`
 // members and is never used for communication here.
-class SizedGroup : public dist::LocalCommunicator {
+class SizedGroup : public comm::LocalCommunicator {
  public:
   explicit SizedGroup(int n) : LocalCommunicator("tp"), n_(n) {}
   int size() const override { return n_; }

@@ -12,7 +12,7 @@
 #include <random>
 #include <thread>
 
-#include "dist/context.h"
+#include "comm/context.h"
 #include "model/param_table.h"
 #include "model/tp_points.h"
 #include "parallel/groups.h"
@@ -24,7 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-void run_ranks(int world, const std::function<void(int, dist::DistContext&)>& fn) {
+void run_ranks(int world, const std::function<void(int, comm::DistContext&)>& fn) {
   testing::run_ranks(world, 20s, fn);
 }
 
@@ -62,7 +62,7 @@ void check_layout(int tp, bool sp) {
   const Tensor dYcol = randn({N, OC}, 4), dYrow = randn({N, C}, 5);
   const Tensor Ycol = matmul(X, A), dXcol = matmul_dinp(dYcol, A);
   const Tensor H = randn({N, OC}, 6), Yrow = matmul(H, B), dH = matmul_dinp(dYrow, B);
-  run_ranks(tp, [&](int r, dist::DistContext& ctx) {
+  run_ranks(tp, [&](int r, comm::DistContext& ctx) {
     auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(tp, tp, 1));
     model::TpPoints pts{pg.tp.get(), sp};
     const int64_t rows = sp ? N / tp : N;

@@ -20,7 +20,7 @@
 #include <cmath>
 #include <random>
 
-#include "dist/local_communicator.h"
+#include "comm/local_communicator.h"
 #include "model/gpt_model.h"
 #include "parallel/pp_schedule.h"
 #include "testing/threads_as_ranks.h"
@@ -132,26 +132,26 @@ TEST(SplitBuckets, PropertiesOverRandomLayouts) {
 
 // A dp group of 2 whose collectives record the gradient buffer at launch
 // and leave the data alone (the sum over identical ranks is not the point).
-class RecordingComm final : public dist::Communicator {
+class RecordingComm final : public comm::Communicator {
  public:
   explicit RecordingComm(const Tensor& grads) : grads_(grads) {}
   int rank() const override { return 0; }
   int size() const override { return 2; }
   const std::string& name() const override { return name_; }
-  std::shared_ptr<dist::Work> all_reduce(Tensor& t, const dist::AllReduceOptions&) override {
+  std::shared_ptr<comm::Work> all_reduce(Tensor& t, const comm::AllReduceOptions&) override {
     const float* g = grads_.data<float>();
     snapshots.emplace_back(g, g + grads_.numel());
     offsets.push_back(static_cast<int64_t>(t.data<float>() - g));
     return local_.all_reduce(t);
   }
-  std::shared_ptr<dist::Work> all_gather(Tensor&, const Tensor&, const dist::AllGatherOptions&) override { fail(); }
-  std::shared_ptr<dist::Work> reduce_scatter(Tensor&, const Tensor&, const dist::ReduceScatterOptions&) override {
+  std::shared_ptr<comm::Work> all_gather(Tensor&, const Tensor&, const comm::AllGatherOptions&) override { fail(); }
+  std::shared_ptr<comm::Work> reduce_scatter(Tensor&, const Tensor&, const comm::ReduceScatterOptions&) override {
     fail();
   }
-  std::shared_ptr<dist::Work> broadcast(Tensor&, const dist::BroadcastOptions&) override { fail(); }
-  std::shared_ptr<dist::Work> send(const Tensor&, int, const dist::SendOptions&) override { fail(); }
-  std::shared_ptr<dist::Work> recv(Tensor&, int, const dist::RecvOptions&) override { fail(); }
-  void barrier(const dist::BarrierOptions&) override {}
+  std::shared_ptr<comm::Work> broadcast(Tensor&, const comm::BroadcastOptions&) override { fail(); }
+  std::shared_ptr<comm::Work> send(const Tensor&, int, const comm::SendOptions&) override { fail(); }
+  std::shared_ptr<comm::Work> recv(Tensor&, int, const comm::RecvOptions&) override { fail(); }
+  void barrier(const comm::BarrierOptions&) override {}
   void abort() noexcept override {}
 
   std::vector<std::vector<float>> snapshots;  // the whole grad buffer at each launch
@@ -161,7 +161,7 @@ class RecordingComm final : public dist::Communicator {
   [[noreturn]] static void fail() { throw std::logic_error("not used by this test"); }
   Tensor grads_;
   std::string name_ = "dp";
-  dist::LocalCommunicator local_{"dp-local"};
+  comm::LocalCommunicator local_{"dp-local"};
 };
 
 TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
@@ -201,7 +201,7 @@ TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   store.zero_grad();
   buckets.begin_grad_sync();
   stage.begin(true, 1.f / (M * 2 * cfg.seq_length), 9);
-  dist::LocalCommunicator pp("pp");
+  comm::LocalCommunicator pp("pp");
   parallel::ScheduleConfig sc;
   sc.num_microbatches = M;
   parallel::run_pipeline_schedule(stage, pp, sc);
@@ -278,7 +278,7 @@ TEST(GradBuckets, DeferredBucketWaitsForLaunchRemaining) {
 TEST(GradBuckets, DistributedLayoutTwoRanks) {
   using namespace std::chrono_literals;
   const std::vector<int64_t> sizes = {5, 9, 7, 4, 11, 3};  // 39 elements, padded to 40
-  testing::run_ranks(2, 20s, [&](int rank, dist::DistContext& ctx) {
+  testing::run_ranks(2, 20s, [&](int rank, comm::DistContext& ctx) {
     auto be = backend::make_cpu_backend();
     std::vector<model::ParamSpec> specs;
     for (size_t i = 0; i < sizes.size(); ++i)

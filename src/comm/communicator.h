@@ -1,0 +1,76 @@
+// Communicator: collectives and point-to-point over one process group.
+//
+// Contract (as c10d's Backend):
+//  - Every rank of the group calls the same collectives in the same order
+//    with the same sizes. Ranks in arguments are ranks *within this group*.
+//  - Calls are asynchronous: they return a Work handle; the tensor must stay
+//    alive and untouched until wait() returns. wait() throws TimeoutError
+//    (naming the global rank, the group, the op and the elapsed time) once
+//    the options' timeout has passed, and Error when the group was aborted
+//    or a peer failed.
+//  - One tensor per call, contiguous, on the device the implementation
+//    serves (Gloo: host; NCCL: this process's GPU).
+//  - timeout == 0 means the communicator's default (--distributed-timeout-minutes).
+//  - send/recv: both may be in flight at once (post both, then wait). Gloo
+//    matches them by tag; NCCL by order between the two peers (tags
+//    ignored), so pair them as Megatron does (even ranks send first).
+//    For p2p, is_completed() may stay false until wait() has been called.
+//  - Implementations: comm/gloo/ (host tensors), comm/nccl/ (GPU tensors),
+//    LocalCommunicator (groups of one rank). See docs/distributed.md.
+//
+// Usage:
+//   AllReduceOptions o; o.op = ReduceOp::Sum;
+//   comm.all_reduce(grad, o)->wait();
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "tensor/tensor.h"
+
+namespace tripod::comm {
+
+using Millis = std::chrono::milliseconds;
+
+enum class ReduceOp { Sum, Max };
+
+struct AllReduceOptions { ReduceOp op = ReduceOp::Sum; Millis timeout{0}; };
+struct AllGatherOptions { Millis timeout{0}; };
+struct ReduceScatterOptions { ReduceOp op = ReduceOp::Sum; Millis timeout{0}; };
+struct BroadcastOptions { int root = 0; Millis timeout{0}; };
+struct SendOptions { int tag = 0; Millis timeout{0}; };
+struct RecvOptions { int tag = 0; Millis timeout{0}; };
+struct BarrierOptions { Millis timeout{0}; };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;             // required: block until done; throws on timeout/failure
+  virtual bool is_completed() = 0;     // required: non-blocking poll
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;                 // rank within this group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // group name, e.g. "tp", "dp", "world"
+
+  // In place: t = op over ranks of t.
+  virtual std::shared_ptr<Work> all_reduce(Tensor& t, const AllReduceOptions& o = {}) = 0;
+  // out(size * n) = concat over ranks of in(n), in rank order.
+  virtual std::shared_ptr<Work> all_gather(Tensor& out, const Tensor& in,
+                                           const AllGatherOptions& o = {}) = 0;
+  // out(n) = this rank's chunk of op over ranks of in(size * n).
+  virtual std::shared_ptr<Work> reduce_scatter(Tensor& out, const Tensor& in,
+                                               const ReduceScatterOptions& o = {}) = 0;
+  virtual std::shared_ptr<Work> broadcast(Tensor& t, const BroadcastOptions& o = {}) = 0;
+  virtual std::shared_ptr<Work> send(const Tensor& t, int dst, const SendOptions& o = {}) = 0;
+  virtual std::shared_ptr<Work> recv(Tensor& t, int src, const RecvOptions& o = {}) = 0;
+  virtual void barrier(const BarrierOptions& o = {}) = 0;
+  // Ends all outstanding and future work with an error (used when a peer died).
+  virtual void abort() noexcept = 0;
+};
+
+}  // namespace tripod::comm

@@ -1,0 +1,116 @@
+// Layout and rank-order tests against Megatron's worked examples
+// (megatron/core/parallel_state.py, initialize_model_parallel docstring),
+// plus validation messages and a single-process ProcessGroups.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "base/error.h"
+#include "parallel/groups.h"
+#include "parallel/layout.h"
+
+using tripod::parallel::Layout;
+using tripod::parallel::RankGroups;
+
+TEST(Layout, Megatron8RanksTp2Pp2) {
+  Layout l = Layout::make(8, 2, 2);
+  EXPECT_EQ(l.dp, 2);
+  EXPECT_EQ(l.tp_groups(), (RankGroups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(l.dp_groups(), (RankGroups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(l.pp_groups(), (RankGroups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(l.mp_groups(), (RankGroups{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  EXPECT_EQ(l.embd_groups(), (RankGroups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+}
+
+// Megatron's docstring: 16 GPUs, tp=2, pp=4 -> 8 tp, 4 pp, 8 dp groups.
+TEST(Layout, Megatron16RanksTp2Pp4) {
+  Layout l = Layout::make(16, 2, 4);
+  EXPECT_EQ(l.dp, 2);
+  EXPECT_EQ(l.dp_groups(), (RankGroups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(l.tp_groups(), (RankGroups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(l.pp_groups(), (RankGroups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(l.embd_groups(), (RankGroups{{0, 12}, {1, 13}, {2, 14}, {3, 15}}));
+  EXPECT_EQ(l.mp_groups(), (RankGroups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}}));
+}
+
+// Every rank's coordinates agree with its position in each group list, and
+// tp/dp/pp/mp partition the world, for many shapes.
+TEST(Layout, CoordinatesMatchGroupsForManyShapes) {
+  for (int world : {1, 2, 4, 6, 8, 12, 16, 24}) {
+    for (int tp = 1; tp <= world; ++tp) {
+      for (int pp = 1; pp <= world; ++pp) {
+        if (world % (tp * pp)) continue;
+        Layout l = Layout::make(world, tp, pp);
+        for (int g = 0; g < world; ++g)
+          EXPECT_EQ(l.global_rank(l.tp_rank(g), l.dp_rank(g), l.pp_rank(g)), g);
+        auto check_partition = [&](const RankGroups& groups, int size, auto coord, auto same) {
+          std::set<int> seen;
+          for (const auto& grp : groups) {
+            ASSERT_EQ(int(grp.size()), size);
+            for (size_t i = 0; i < grp.size(); ++i) {
+              EXPECT_TRUE(seen.insert(grp[i]).second);
+              EXPECT_EQ(coord(grp[i]), int(i)) << "world " << world << " tp " << tp << " pp " << pp;
+              EXPECT_TRUE(same(grp[i], grp[0]));
+            }
+          }
+          EXPECT_EQ(int(seen.size()), world);
+        };
+        check_partition(l.tp_groups(), tp, [&](int g) { return l.tp_rank(g); },
+                        [&](int a, int b) { return l.dp_rank(a) == l.dp_rank(b) && l.pp_rank(a) == l.pp_rank(b); });
+        check_partition(l.dp_groups(), l.dp, [&](int g) { return l.dp_rank(g); },
+                        [&](int a, int b) { return l.tp_rank(a) == l.tp_rank(b) && l.pp_rank(a) == l.pp_rank(b); });
+        check_partition(l.pp_groups(), pp, [&](int g) { return l.pp_rank(g); },
+                        [&](int a, int b) { return l.tp_rank(a) == l.tp_rank(b) && l.dp_rank(a) == l.dp_rank(b); });
+        check_partition(l.mp_groups(), tp * pp, [&](int g) { return l.tp_rank(g) + tp * l.pp_rank(g); },
+                        [&](int a, int b) { return l.dp_rank(a) == l.dp_rank(b); });
+      }
+    }
+  }
+}
+
+TEST(Layout, EmbeddingGroupsSkipMiddleStages) {
+  Layout l = Layout::make(4, 1, 4);
+  EXPECT_EQ(l.embd_groups(), (RankGroups{{0, 3}}));
+  Layout l1 = Layout::make(4, 2, 1);
+  EXPECT_EQ(l1.embd_groups(), (RankGroups{{0}, {1}, {2}, {3}}));
+}
+
+static std::string error_of(int world, int tp, int pp, int vpp = 1) {
+  try {
+    Layout::make(world, tp, pp, vpp);
+  } catch (const tripod::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Layout, ValidationNamesTheFlags) {
+  std::string e = error_of(8, 3, 1);
+  EXPECT_NE(e.find("--tensor-model-parallel-size 3"), std::string::npos) << e;
+  EXPECT_NE(e.find("--pipeline-model-parallel-size 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("world size 8"), std::string::npos) << e;
+  EXPECT_NE(error_of(8, 0, 1).find("--tensor-model-parallel-size must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of(8, 1, 0).find("--pipeline-model-parallel-size must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of(8, 2, 1, 2).find("single pipeline stage"), std::string::npos);
+  EXPECT_EQ(error_of(8, 2, 2, 2), "");
+}
+
+TEST(ProcessGroups, SingleProcessWorldIsLocal) {
+  using namespace tripod;
+  auto ctx = comm::DistContext::init(comm::RankInfo{}, DeviceType::CPU, std::chrono::seconds(5));
+  auto pg = parallel::make_process_groups(*ctx, Layout::make(1, 1, 1));
+  for (auto* c : {&pg.world, &pg.tp, &pg.dp, &pg.pp, &pg.mp, &pg.embd}) {
+    ASSERT_TRUE(*c);
+    EXPECT_EQ((*c)->size(), 1);
+    EXPECT_EQ((*c)->rank(), 0);
+  }
+  EXPECT_EQ(pg.tp->name(), "tp");
+  Tensor in = Tensor::empty({3}, DType::F32), out = Tensor::empty({3}, DType::F32);
+  for (int i = 0; i < 3; ++i) in.data<float>()[i] = float(i + 1);
+  pg.tp->all_reduce(in)->wait();
+  EXPECT_EQ(in.data<float>()[2], 3.0f);
+  pg.dp->all_gather(out, in)->wait();
+  EXPECT_EQ(out.data<float>()[1], 2.0f);
+  pg.world->barrier();
+  EXPECT_THROW(pg.pp->send(in, 0), Error);
+}
