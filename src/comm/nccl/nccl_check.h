@@ -19,16 +19,16 @@ namespace tripod::comm::nccl {
 }  // namespace tripod::comm::nccl
 
 // `where`: a std::string naming the global rank and group ("global rank 3, group tp [2, 3]").
-#define TRIPOD_NCCL_CHECK(stmt, comm, where)                                                    \
-  do {                                                                                          \
-    ncclResult_t e_ = (stmt);                                                                   \
-    if (e_ != ncclSuccess && e_ != ncclInProgress)                                              \
-      ::tripod::comm::nccl::nccl_check_failed(                                                  \
-          "NCCL", static_cast<int>(e_),                                                         \
-          std::string(ncclGetErrorString(e_)) + ((comm) ? std::string("; last error: ") +       \
-                                                             ncclGetLastError(comm)             \
-                                                       : std::string()),                        \
-          #stmt, __FILE__, __LINE__, (where));                                                  \
+#define TRIPOD_NCCL_CHECK(stmt, nccl_comm, where) \
+  do { \
+    ncclResult_t e_ = (stmt); \
+    if (e_ != ncclSuccess && e_ != ncclInProgress) \
+      ::tripod::comm::nccl::nccl_check_failed( \
+          "NCCL", static_cast<int>(e_), \
+          std::string(ncclGetErrorString(e_)) + ((nccl_comm) ? std::string("; last error: ") + \
+                                                             ncclGetLastError(nccl_comm) \
+                                                       : std::string()), \
+          #stmt, __FILE__, __LINE__, (where)); \
   } while (0)
 
 #define TRIPOD_NCCL_CUDA_CHECK(stmt, where)                                                     \
