@@ -92,6 +92,81 @@ __global__ void ce_backward_kernel(T* dlogits, const T* logits, const float* row
   }
 }
 
+// One read of the logits for the whole forward when the vocab is not split
+// (tp = 1): each thread keeps an online (max, sum of exp) pair over its
+// packs, the block merges the pairs, and with a gradient the same block
+// reads its row again (from L2: a row is ~100 KB) to write dlogits in place.
+// row_max / sums come out as the three-step path leaves them.
+template <typename T, bool kVec>
+__global__ void ce_fused_kernel(float* losses, float* row_max, float* sums, T* dlogits,
+                                const T* logits, const int32_t* targets, float dloss,
+                                bool with_grad, int64_t N, int64_t V) {
+  __shared__ float sm[32], ss[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * V;
+  float m = -INFINITY, s = 0.f;
+  auto add = [&](float v) {
+    if (v > m) {
+      s *= __expf(m - v);
+      m = v;
+    }
+    s += __expf(v - m);
+  };
+  if constexpr (kVec) {
+    for (int64_t p = threadIdx.x; p < V / kPack<T>; p += blockDim.x) {
+      Pack<T> v = load_pack(x + p * kPack<T>);
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) add(to_f(v.v[k]));
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) add(to_f(x[j]));
+  }
+  // The target logit, read before the barrier below: dlogits may alias the
+  // logits, and pass 2 overwrites the row.
+  const int64_t t = targets[row];
+  const float xt = (threadIdx.x == 0 && t >= 0 && t < V) ? to_f(x[t]) : 0.f;
+  // Merge (m, s) pairs: warp, then block.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float mo = __shfl_xor_sync(0xffffffffu, m, o), so = __shfl_xor_sync(0xffffffffu, s, o);
+    const float mn = fmaxf(m, mo);
+    s = (mn == -INFINITY) ? 0.f : s * __expf(m - mn) + so * __expf(mo - mn);
+    m = mn;
+  }
+  if (lane == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < int(blockDim.x / 32); ++w) M = fmaxf(M, sm[w]);
+  float S = 0.f;
+  for (int w = 0; w < int(blockDim.x / 32); ++w) S += ss[w] * __expf(sm[w] - M);
+  if (threadIdx.x == 0) {
+    row_max[row] = M;
+    sums[row] = S;
+    sums[N + row] = xt;
+    losses[row] = logf(S) + M - xt;
+  }
+  if (!with_grad) return;
+  const float scale = dloss / S;
+  T* dx = dlogits + row * V;
+  if constexpr (kVec) {
+    for (int64_t p = threadIdx.x; p < V / kPack<T>; p += blockDim.x) {
+      Pack<T> v = load_pack(x + p * kPack<T>), d;
+#pragma unroll
+      for (int k = 0; k < kPack<T>; ++k) {
+        const int64_t j = p * kPack<T> + k;
+        d.v[k] = from_f<T>(__expf(to_f(v.v[k]) - M) * scale - (j == t ? dloss : 0.f));
+      }
+      store_pack(dx + p * kPack<T>, d);
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x)
+      dx[j] = from_f<T>(__expf(to_f(x[j]) - M) * scale - (j == t ? dloss : 0.f));
+  }
+}
+
 // ---- launchers ----
 
 void ce_row_max(float* row_max, const void* logits, int64_t N, int64_t V_tp, DType dt,
@@ -143,6 +218,23 @@ void ce_backward(void* dlogits, const void* logits, const float* row_max, const 
       ce_backward_kernel<T, false><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
           static_cast<T*>(dlogits), static_cast<const T*>(logits), row_max, sums, targets,
           vocab_start, dloss, V_tp);
+  });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void ce_fused(float* losses, float* row_max, float* sums, void* dlogits, const void* logits,
+              const int32_t* targets, float dloss, bool with_grad, int64_t N, int64_t V,
+              DType dt, cudaStream_t stream) {
+  if (N == 0) return;
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (packable<T>(V, logits, dlogits))
+      ce_fused_kernel<T, true><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          losses, row_max, sums, static_cast<T*>(dlogits), static_cast<const T*>(logits), targets,
+          dloss, with_grad, N, V);
+    else
+      ce_fused_kernel<T, false><<<static_cast<unsigned>(N), kCeBlock, 0, stream>>>(
+          losses, row_max, sums, static_cast<T*>(dlogits), static_cast<const T*>(logits), targets,
+          dloss, with_grad, N, V);
   });
   TRIPOD_LAUNCH_CHECK();
 }

@@ -3,7 +3,8 @@
 //
 // Forward: one warp per row; mean, then variance around the mean (two
 // passes: more stable than E[x^2]-E[x]^2 in f32), then the normalised row.
-// Re-reads of the row hit L1/L2. Backward: one fused pass (see the kernel).
+// Re-reads of the row hit L1/L2. Backward: one fused pass (see the kernels:
+// 16-byte packed when the width and pointers allow, element loads otherwise).
 #include <cstdlib>
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/layernorm.cuh"
@@ -93,6 +94,76 @@ __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
   }
 }
 
+// Packed backward (llm.c's layernorm_backward_kernel10 shape, written anew):
+// one warp per row, 16-byte loads of dout/inp/dinp (VW = 16 / sizeof(T)
+// elements per lane per step), the row re-read for the second pass from L1.
+// dweight/dbias accumulate in per-warp shared slices laid out so that lane i
+// always owns slot (k * VW + j) * 32 + i (conflict-free), i.e. column
+// (i + 32 k) * VW + j. At the end the block adds its warps' slices in warp
+// order into one partial row per block; colsum_finalize adds the partials
+// in block order (deterministic). Needs C % VW == 0 and 16-byte aligned rows.
+template <typename T, typename W>
+__global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_packed_kernel(
+    T* dinp, float* partial, const T* dout, const T* inp, const W* weight, const float* mean,
+    const float* rstd, int64_t N, int C) {
+  constexpr int VW = kPack<T>;
+  extern __shared__ float acc[];  // (kBwdWarps, 2, S) with S = K * VW * 32 slots
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = (C / VW + 31) / 32;  // vector steps per row
+  const int S = K * VW * 32;
+  float* aw = acc + warp * 2 * S;
+  float* ab = aw + S;
+  for (int s = lane; s < 2 * S; s += 32) aw[s] = 0.f;
+  for (int64_t row = blockIdx.x * int64_t(kBwdWarps) + warp; row < N;
+       row += int64_t(gridDim.x) * kBwdWarps) {
+    const T* x = inp + row * C;
+    const T* dy = dout + row * C;
+    T* dx = dinp + row * C;
+    const float m = mean[row], r = rstd[row];
+    float a = 0.f, b = 0.f;
+    for (int k = 0; k < K; ++k) {
+      const int c0 = (lane + 32 * k) * VW;
+      if (c0 >= C) break;
+      const Pack<T> xp = load_pack(x + c0), dp = load_pack(dy + c0);
+#pragma unroll
+      for (int j = 0; j < VW; ++j) {
+        const float g = to_f(weight[c0 + j]) * to_f(dp.v[j]);
+        a += g;
+        b += g * (to_f(xp.v[j]) - m) * r;
+      }
+    }
+    a = warp_sum(a) / C;
+    b = warp_sum(b) / C;
+    for (int k = 0; k < K; ++k) {
+      const int c0 = (lane + 32 * k) * VW;
+      if (c0 >= C) break;
+      const Pack<T> xp = load_pack(x + c0), dp = load_pack(dy + c0);
+      Pack<T> gp = load_pack(dx + c0);
+#pragma unroll
+      for (int j = 0; j < VW; ++j) {
+        const float d = to_f(dp.v[j]), xhat = (to_f(xp.v[j]) - m) * r;
+        const float g = to_f(weight[c0 + j]) * d;
+        gp.v[j] = from_f<T>(to_f(gp.v[j]) + (g - a - xhat * b) * r);
+        const int s = (k * VW + j) * 32 + lane;
+        aw[s] += d * xhat;
+        ab[s] += d;
+      }
+      store_pack(dx + c0, gp);
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const int v = c / VW, s = ((v / 32) * VW + c % VW) * 32 + v % 32;
+    float sw = 0.f, sb = 0.f;
+    for (int w = 0; w < kBwdWarps; ++w) {
+      sw += acc[w * 2 * S + s];
+      sb += acc[w * 2 * S + S + s];
+    }
+    partial[int64_t(blockIdx.x) * C + c] = sw;
+    partial[int64_t(gridDim.x + blockIdx.x) * C + c] = sb;
+  }
+}
+
 // ---- launchers ----
 
 // The weight dtype is the activation dtype or f32.
@@ -141,13 +212,23 @@ void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, c
                         cudaStream_t stream) {
   if (N == 0) return;
   const int P = layernorm_backward_blocks(N);
-  const size_t smem = sizeof(float) * kBwdWarps * 2 * C;
   TRIPOD_DISPATCH_ACT(dt, T, TRIPOD_DISPATCH_LN_WEIGHT(weight_dt, T, W, {
-    TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, W>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    layernorm_backward_kernel<T, W><<<P, 32 * kBwdWarps, smem, stream>>>(
-        static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
-        static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C));
+    constexpr int VW = kPack<T>;
+    if (packable<T>(C, dinp, dout, inp)) {
+      const size_t smem = sizeof(float) * kBwdWarps * 2 * ceil_div(C / VW, 32) * VW * 32;
+      TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_packed_kernel<T, W>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      layernorm_backward_packed_kernel<T, W><<<P, 32 * kBwdWarps, smem, stream>>>(
+          static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
+          static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C));
+    } else {
+      const size_t smem = sizeof(float) * kBwdWarps * 2 * C;
+      TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, W>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+      layernorm_backward_kernel<T, W><<<P, 32 * kBwdWarps, smem, stream>>>(
+          static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
+          static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C));
+    }
     TRIPOD_LAUNCH_CHECK();
   }));
   colsum_finalize(dweight, grad_dt, scratch, P, C, stream);

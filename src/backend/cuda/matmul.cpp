@@ -60,7 +60,8 @@ BlasLt::~BlasLt() {
 
 void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
                   int64_t lda, const void* B, int64_t ldb, DType ab_dt, void* D, int64_t ldd,
-                  DType d_dt, float beta, const void* bias, cudaStream_t stream) {
+                  DType d_dt, float beta, const void* bias, cudaStream_t stream,
+                  Epilogue epilogue, void* aux) {
   if (m == 0 || n == 0) return;
   cudaDataType_t ab = cuda_type(ab_dt), dd = cuda_type(d_dt);
   MatmulDesc desc;
@@ -68,11 +69,21 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  switch (epilogue) {
+    case Epilogue::None: epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT; break;
+    case Epilogue::GeluAux: epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX; break;
+    case Epilogue::DGelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
+  }
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (bias) {
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dd, sizeof(dd)));
+  }
+  if (epilogue != Epilogue::None) {
+    const int64_t ld_aux = m;
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
   }
   // Stored (column-major) shapes: A is (m, k) or, transposed, (k, m).
   Layout la, lb, ld;
@@ -81,9 +92,9 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, dd, m, n, ldd));
 
   int align = std::min({alignment_of(A), alignment_of(B), alignment_of(D),
-                        bias ? alignment_of(bias) : 256});
+                        bias ? alignment_of(bias) : 256, aux ? alignment_of(aux) : 256});
   Key key{trans_a, trans_b, m, n, k, static_cast<int>(ab_dt), static_cast<int>(d_dt),
-          bias != nullptr, beta != 0.f, align};
+          bias != nullptr, beta != 0.f, align, static_cast<int>(epilogue)};
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     Preference pref;
@@ -98,8 +109,8 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     int found = 0;
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, la.l, lb.l, ld.l, ld.l,
                                                        pref.p, 1, &result, &found));
-    TRIPOD_CHECK(found > 0, "cuBLASLt found no algorithm for m={} n={} k={} ({} -> {}, bias={})",
-                 m, n, k, dtype_name(ab_dt), dtype_name(d_dt), bias != nullptr);
+    TRIPOD_CHECK(found > 0, "cuBLASLt found no algorithm for m={} n={} k={} ({} -> {}, bias={}, epilogue={})",
+                 m, n, k, dtype_name(ab_dt), dtype_name(d_dt), bias != nullptr, static_cast<int>(epilogue));
     it = algos_.emplace(key, result.algo).first;
   }
   float alpha = 1.f;
@@ -123,6 +134,20 @@ void matmul_backward(BlasLt& blas, void* dinp, void* dweight, DType dweight_dt, 
   if (dweight)
     blas.gemm(false, true, C, OC, N, inp, C, dout, OC, dt, dweight, C, dweight_dt, 1.f, nullptr,
               stream);
+}
+
+void matmul_forward_gelu(BlasLt& blas, void* out, void* pre, const void* inp, const void* weight,
+                         const void* bias, int64_t N, int64_t C, int64_t OC, DType dt,
+                         cudaStream_t stream) {
+  blas.gemm(true, false, OC, N, C, weight, C, inp, C, dt, out, OC, dt, 0.f, bias, stream,
+            BlasLt::Epilogue::GeluAux, pre);
+}
+
+void matmul_backward_dgelu(BlasLt& blas, void* dpre, const void* dout, const void* weight,
+                           const void* pre, int64_t N, int64_t C, int64_t OC, DType dt,
+                           cudaStream_t stream) {
+  blas.gemm(false, false, C, N, OC, weight, C, dout, OC, dt, dpre, C, dt, 0.f, nullptr, stream,
+            BlasLt::Epilogue::DGelu, const_cast<void*>(pre));
 }
 
 }  // namespace tripod::backend::cuda

@@ -24,14 +24,23 @@ class BlasLt {
   BlasLt(const BlasLt&) = delete;
   BlasLt& operator=(const BlasLt&) = delete;
 
+  // What the epilogue does to the product (cuBLASLt epilogues; aux is an
+  // (m, n) column-major matrix of d_dt with leading dimension m):
+  //   None      D = P (+ bias)
+  //   GeluAux   aux = P + bias; D = gelu(aux)      (CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+  //   DGelu     D = P * gelu'(aux)                 (CUBLASLT_EPILOGUE_DGELU)
+  // where P = op(A) op(B). GELU is the tanh approximation, as gelu_forward.
+  enum class Epilogue { None, GeluAux, DGelu };
+
   // Column-major D(m, n) = op(A) op(B) [+ bias(m) broadcast over n] + beta * D.
   // A, B of ab_dt; D (and bias) of d_dt.
   void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
             int64_t lda, const void* B, int64_t ldb, DType ab_dt, void* D, int64_t ldd,
-            DType d_dt, float beta, const void* bias, cudaStream_t stream);
+            DType d_dt, float beta, const void* bias, cudaStream_t stream,
+            Epilogue epilogue = Epilogue::None, void* aux = nullptr);
 
  private:
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int, int, bool, bool, int>;
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int, int, bool, bool, int, int>;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
@@ -47,5 +56,14 @@ void matmul_forward(BlasLt& blas, void* out, const void* inp, const void* weight
 void matmul_backward(BlasLt& blas, void* dinp, void* dweight, DType dweight_dt, const void* dout,
                      const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
                      DType dt, cudaStream_t stream);
+// Fused fc layer: pre(N, OC) = inp @ weight^T + bias; out(N, OC) = gelu(pre).
+void matmul_forward_gelu(BlasLt& blas, void* out, void* pre, const void* inp, const void* weight,
+                         const void* bias, int64_t N, int64_t C, int64_t OC, DType dt,
+                         cudaStream_t stream);
+// dpre(N, C) = (dout(N, OC) @ weight(OC, C)) * gelu'(pre(N, C)) (overwrite):
+// the input gradient of a linear layer whose input was gelu(pre).
+void matmul_backward_dgelu(BlasLt& blas, void* dpre, const void* dout, const void* weight,
+                           const void* pre, int64_t N, int64_t C, int64_t OC, DType dt,
+                           cudaStream_t stream);
 
 }  // namespace tripod::backend::cuda

@@ -25,13 +25,24 @@ __global__ void bias_backward_kernel(float* partial, const T* dout, int64_t N, i
   }
 }
 
+// dst(C) += sum over p of partial(P, C). A block owns 32 columns; its 32
+// row-lanes each add every 32nd partial row (fixed order), then lane 0 of
+// each column adds the 32 lane sums in order: deterministic, and 32x more
+// loads in flight than one thread per column walking all P rows (which left
+// the LayerNorm backward's finalize latency-bound at P ~ 1000).
 template <typename G>
 __global__ void colsum_finalize_kernel(G* dst, const float* partial, int P, int64_t C) {
-  int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float acc[32][33];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
   float s = 0.f;
-  for (int p = 0; p < P; ++p) s += partial[p * C + c];
-  dst[c] = from_f<G>(to_f(dst[c]) + s);
+  if (c < C)
+    for (int p = threadIdx.y; p < P; p += 32) s += partial[int64_t(p) * C + c];
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    for (int i = 1; i < 32; ++i) s += acc[i][threadIdx.x];
+    dst[c] = from_f<G>(to_f(dst[c]) + s);
+  }
 }
 
 template <typename T>
@@ -64,8 +75,8 @@ int colsum_chunks(int64_t N) {
 
 void colsum_finalize(void* dst, DType dst_dt, const float* partial, int P, int64_t C,
                      cudaStream_t stream) {
-  unsigned grid = static_cast<unsigned>(ceil_div(C, 256));
-  TRIPOD_DISPATCH_ACT(dst_dt, G, colsum_finalize_kernel<<<grid, 256, 0, stream>>>(
+  unsigned grid = static_cast<unsigned>(ceil_div(C, 32));
+  TRIPOD_DISPATCH_ACT(dst_dt, G, colsum_finalize_kernel<<<grid, dim3(32, 32), 0, stream>>>(
       static_cast<G*>(dst), partial, P, C));
   TRIPOD_LAUNCH_CHECK();
 }
