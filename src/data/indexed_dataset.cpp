@@ -168,6 +168,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   doc_indices_ = reinterpret_cast<const int64_t*>(p + kHeaderBytes + 12 * num_sequences_);
 
   const int64_t esize = dtype_size(dtype_), bsize = bin_->size();
+  int64_t end = 0;  // where the last byte the index describes ends
   for (int64_t i = 0; i < num_sequences_; ++i) {
     const int64_t len = lengths_[i], ptr = pointers_[i];
     TRIPOD_CHECK_HINT(len >= 0 && ptr >= 0 && ptr % esize == 0, kRegenerateHint,
@@ -176,7 +177,17 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                       "{} is truncated: sequence {} of {} ends at byte {} but the file has {} bytes",
                       bp, i, num_sequences_, ptr + len * esize, bsize);
     num_tokens_ += len;
+    end = std::max(end, ptr + len * esize);
   }
+  // Megatron writes the sequences back to back, so the .bin ends exactly where
+  // the last one does; a longer .bin is the .bin of another (longer) corpus.
+  TRIPOD_CHECK_HINT(bsize == end,
+                    fmt::format("{} and {} must come from the same `tripod preprocess` (or Megatron "
+                                "preprocess_data.py) run; regenerate both",
+                                bp, ip),
+                    "{} has {} bytes but its index {} describes {} sequences ({} tokens) ending at "
+                    "byte {}: the .bin does not belong to this .idx",
+                    bp, bsize, ip, num_sequences_, num_tokens_, end);
   TRIPOD_CHECK_HINT(doc_indices_[0] == 0 && doc_indices_[num_doc_indices_ - 1] == num_sequences_,
                     kRegenerateHint, "{}: document indices must run from 0 to {}, got {}..{}", ip,
                     num_sequences_, doc_indices_[0], doc_indices_[num_doc_indices_ - 1]);

@@ -151,6 +151,21 @@ TEST(IndexedDataset, TruncatedBinIsCaught) {
   EXPECT_NE(e.find(p + ".bin is truncated"), std::string::npos) << e;
 }
 
+TEST(IndexedDataset, BinOfAnotherCorpusIsCaught) {
+  // The .idx of a short corpus next to the .bin of a longer one: every sequence
+  // the index names lies inside the .bin, but the .bin goes on past the last.
+  TempDir dir;
+  const std::string p = dir / "d", q = dir / "long";
+  write_docs(p, {{1, 2, 3}, {4, 5}});
+  write_docs(q, {{1, 2, 3}, {4, 5}, {6, 7, 8, 9}});
+  std::filesystem::copy_file(q + ".bin", p + ".bin",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string e = error_of(p);
+  EXPECT_NE(e.find(p + ".bin has 18 bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find(p + ".idx"), std::string::npos) << e;
+  EXPECT_NE(e.find("ending at byte 10"), std::string::npos) << e;
+}
+
 TEST(IndexedDataset, TruncatedOrCorruptIdxIsCaught) {
   TempDir dir;
   const std::string p = dir / "d";
