@@ -1,13 +1,27 @@
 // The Backend interface: every numeric kernel the model and the optimizer
-// use, behind one abstract class. backend/cpu is the readable reference (the
+// use, behind one class. backend/cpu is the readable reference (the
 // specification); backend/cuda implements the same ops with the same names.
 // Pure C++: no CUDA types appear here.
+//
+// Shape of the class (one set of checks for every backend):
+//  - Each op is a public NON-virtual member. It runs the op's validator
+//    (backend/ops.cpp: shapes, dtypes, device, with messages that name the op
+//    and the tensor), then calls the protected virtual <op>_impl, which a
+//    backend overrides. An _impl may assume its arguments passed the checks.
+//  - The fused ops (fused_residual_layernorm_forward, matmul_forward_gelu,
+//    matmul_backward_dgelu, cross_entropy_fused) have default _impls composed
+//    of the unfused ops (ops.cpp), so the CPU reference gives exactly the
+//    unfused results; a backend with a fused kernel overrides them.
+//  - Adding an op: docs/adding-an-op.md.
 //
 // Conventions (all ops):
 //  - Tensors are contiguous, row-major, on this backend's device.
 //  - Activations may be f32, bf16 or f16 (the compute dtype), or f64 on the
-//    CPU reference; statistics (mean, rstd, lse, CE max/sums/losses) are f32,
-//    or f64 when the activations are f64; token ids are i32.
+//    CPU reference (computes_in() says which); statistics (mean, rstd, lse,
+//    CE max/sums/losses) are f32, or f64 when the activations are f64; token
+//    ids are i32. "Wide" tensors (LayerNorm weight/bias, parameter
+//    gradients) have the activation dtype, or f32 under bf16/f16 activations
+//    (fp32 LayerNorm params and fp32 gradient accumulation).
 //  - Parameter gradients ACCUMULATE (+=), so micro-batches add up without
 //    extra passes. Activation gradients OVERWRITE, except where an op says
 //    "dinp +=" (layernorm_backward adds into the residual-stream gradient,
@@ -17,7 +31,8 @@
 //  - Shape letters: N rows (= B*T), C width, OC output width, V_tp local
 //    vocab rows, NH_tp local heads, HS head size. See model/gpt_config.h.
 //
-// Usage:
+// Usage (factories live with each backend: backend/cpu/cpu_backend.h,
+// backend/cuda/cuda_backend.h):
 //   auto be = make_cpu_backend();
 //   Tensor y = be->empty({N, OC}, DType::F32);
 //   be->matmul_forward(y, x, w, &b);
@@ -44,15 +59,19 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "cpu", "cuda:0 (NVIDIA H200)"
+  // The activation dtypes the ops compute in (cpu: f32, f64; cuda: f32, bf16, f16).
+  virtual bool computes_in(DType act) const = 0;
+  // The floating dtypes cast() converts between (at least computes_in()).
+  virtual bool stores(DType d) const { return computes_in(d); }
 
   // ---- memory ----
   // Allocate on this device (contents undefined).
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual void zero(Tensor& t) = 0;
-  // Copy between any two tensors of equal numel and dtype, host or device.
-  virtual void copy(Tensor& dst, const Tensor& src) = 0;
+  // Copy between any two tensors of equal numel and dtype, on the host or this device.
+  void copy(Tensor& dst, const Tensor& src);
   // dst = src converted to dst's dtype (f32 <-> bf16/f16, round to nearest even).
-  virtual void cast(Tensor& dst, const Tensor& src) = 0;
+  void cast(Tensor& dst, const Tensor& src);
   virtual void synchronize() = 0;
   // The queue this backend's work runs on, for device communicators to
   // order their collectives after (a cudaStream_t on CUDA; null on CPU).
@@ -61,91 +80,156 @@ class Backend {
   virtual size_t peak_memory_bytes() const = 0;
 
   // ---- elementwise ----
-  virtual void add(Tensor& out, const Tensor& a, const Tensor& b) = 0;  // out = a + b; out may alias a or b
-  virtual void scale(Tensor& t, float s) = 0;                            // t *= s
-  virtual void add_bias(Tensor& out, const Tensor& bias) = 0;           // out(N, OC) += bias(OC)
+  void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b; out may alias a or b
+  void scale(Tensor& t, float s);                            // t *= s
+  void add_bias(Tensor& out, const Tensor& bias);            // out(N, OC) += bias(OC)
 
   // ---- embedding ----
   // out(B,T,C) = wte[tokens - vocab_start] (+ wpe[t] when wpe is given).
   // Tokens outside [vocab_start, vocab_start + V_tp) give a zero row: the
   // vocab-parallel embedding of Megatron, whose partial rows the tp group sums.
-  virtual void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
-                                 const Tensor* wpe, int64_t vocab_start) = 0;
+  void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor* wpe,
+                         int64_t vocab_start);
   // dwte += scatter of dout rows by token (local vocab range only);
   // dwpe(T,C) += sum over b of dout. Either may be null.
-  virtual void embedding_backward(Tensor* dwte, Tensor* dwpe, const Tensor& dout,
-                                  const Tensor& tokens, int64_t vocab_start) = 0;
+  void embedding_backward(Tensor* dwte, Tensor* dwpe, const Tensor& dout, const Tensor& tokens,
+                          int64_t vocab_start);
 
   // ---- layernorm ----
-  // out(N,C) = (inp - mean) * rstd * weight + bias; mean(N), rstd(N) saved (f32).
-  // weight/bias: the dtype of inp, or f32 under a bf16/f16 inp (CUDA backend;
-  // fp32 LayerNorm params, model/param_table.h).
-  virtual void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
-                                 const Tensor& weight, const Tensor& bias, float eps) = 0;
+  // out(N,C) = (inp - mean) * rstd * weight + bias; mean(N), rstd(N) saved.
+  // weight/bias: wide (the dtype of inp, or f32 under a bf16/f16 inp).
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                         const Tensor& weight, const Tensor& bias, float eps);
   // dinp += d/dinp; dweight += ; dbias += .
-  virtual void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias,
-                                  const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                  const Tensor& mean, const Tensor& rstd) = 0;
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                          const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                          const Tensor& rstd);
+  // Fused residual add + LayerNorm (the pre-LN block boundary):
+  // residual(N,C) = a + b; out = layernorm(residual) with mean/rstd saved, as
+  // add() then layernorm_forward(). residual may alias a or b.
+  void fused_residual_layernorm_forward(Tensor& residual, Tensor& out, Tensor& mean, Tensor& rstd,
+                                        const Tensor& a, const Tensor& b, const Tensor& weight,
+                                        const Tensor& bias, float eps);
 
   // ---- matmul (linear layer) ----
   // out(N,OC) = inp(N,C) @ weight(OC,C)^T (+ bias(OC)).
-  virtual void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight,
-                              const Tensor* bias) = 0;
+  void matmul_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor* bias);
   // dinp(N,C) = dout @ weight (overwrite); dweight(OC,C) += dout^T @ inp;
   // dbias(OC) += column sums of dout. Any of the three may be null.
-  virtual void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias,
-                               const Tensor& dout, const Tensor& inp, const Tensor& weight) = 0;
+  void matmul_backward(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight);
+  // Linear layer + GELU (the MLP's fc): pre(N,OC) = inp @ weight^T (+ bias);
+  // out = gelu(pre). As matmul_forward then gelu_forward.
+  void matmul_forward_gelu(Tensor& out, Tensor& pre, const Tensor& inp, const Tensor& weight,
+                           const Tensor* bias);
+  // Backward of a linear layer whose input was inp = gelu(pre) (the MLP's
+  // proj), with the GELU backward folded in (llm.c's matmul_backward with
+  // pre_gelu): dpre(N,C) = (dout @ weight) * gelu'(pre) (overwrite);
+  // dweight(OC,C) += dout^T @ inp; dbias(OC) += column sums of dout
+  // (either may be null). As matmul_backward then gelu_backward.
+  void matmul_backward_dgelu(Tensor& dpre, Tensor* dweight, Tensor* dbias, const Tensor& dout,
+                             const Tensor& inp, const Tensor& weight, const Tensor& pre);
 
   // ---- GELU (tanh approximation, as GPT-2 and Megatron's gelu_impl) ----
-  virtual void gelu_forward(Tensor& out, const Tensor& inp) = 0;
-  virtual void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;  // overwrite
+  void gelu_forward(Tensor& out, const Tensor& inp);
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);  // overwrite
 
   // ---- causal self-attention ----
   // qkv(B,T,3*C_tp) holds [Q | K | V], each (B,T,NH_tp,HS). out(B,T,C_tp) =
-  // softmax(Q K^T / sqrt(HS), causal) V per head; lse(B,NH_tp,T) (f32) saves
+  // softmax(Q K^T / sqrt(HS), causal) V per head; lse(B,NH_tp,T) saves
   // the log-sum-exp of each softmax row, so backward needs no T x T buffer.
-  virtual void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) = 0;
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head);
   // dqkv(B,T,3*C_tp) overwrite.
-  virtual void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                  const Tensor& out, const Tensor& lse, int n_head) = 0;
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& lse, int n_head);
 
   // ---- dropout (counter-based: the mask is recomputed from seed, never stored) ----
   // out = inp * keep / (1 - p), keep = hash(seed, offset + element index) >= p.
-  virtual void dropout_forward(Tensor& out, const Tensor& inp, float p, uint64_t seed,
-                               uint64_t offset) = 0;
-  virtual void dropout_backward(Tensor& dinp, const Tensor& dout, float p, uint64_t seed,
-                                uint64_t offset) = 0;
+  void dropout_forward(Tensor& out, const Tensor& inp, float p, uint64_t seed, uint64_t offset);
+  void dropout_backward(Tensor& dinp, const Tensor& dout, float p, uint64_t seed, uint64_t offset);
 
   // ---- vocab-parallel softmax cross-entropy (never materialises probabilities) ----
   // With tp > 1 the caller all-reduces between the steps (Megatron's
   // _VocabParallelCrossEntropy): max(MAX) after step 1, sums(SUM) after step 2.
   // 1. row_max(N) = max_j logits(N,V_tp)[j]
-  virtual void ce_row_max(Tensor& row_max, const Tensor& logits) = 0;
+  void ce_row_max(Tensor& row_max, const Tensor& logits);
   // 2. sums(2,N): sums[0] = sum_j exp(logits - row_max), sums[1] = logit of
   //    the target when it lies in [vocab_start, vocab_start+V_tp), else 0.
-  virtual void ce_row_sums(Tensor& sums, const Tensor& logits, const Tensor& row_max,
-                           const Tensor& targets, int64_t vocab_start) = 0;
+  void ce_row_sums(Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                   const Tensor& targets, int64_t vocab_start);
   // 3. losses(N) = log(sums[0]) + row_max - sums[1]
-  virtual void ce_loss(Tensor& losses, const Tensor& sums, const Tensor& row_max) = 0;
+  void ce_loss(Tensor& losses, const Tensor& sums, const Tensor& row_max);
   // dlogits(N,V_tp) = dloss * (softmax - onehot(target)); may alias logits.
-  virtual void ce_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
-                           const Tensor& sums, const Tensor& targets, int64_t vocab_start,
-                           float dloss) = 0;
+  void ce_backward(Tensor& dlogits, const Tensor& logits, const Tensor& row_max, const Tensor& sums,
+                   const Tensor& targets, int64_t vocab_start, float dloss);
+  // Unsplit vocab (tp = 1): losses(N) and, when dlogits is given,
+  // dlogits(N,V) = dloss * (softmax - onehot(target)) in one pass over the
+  // logits (dlogits may alias logits). As steps 1-3 then ce_backward with
+  // vocab_start 0.
+  void cross_entropy_fused(Tensor& losses, Tensor* dlogits, const Tensor& logits,
+                           const Tensor& targets, float dloss);
 
   // ---- optimizer ----
-  // AdamW on f32 master weights; param, grad, m, v all f32, same numel.
-  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                            const AdamWStep& step) = 0;
-  // acc(1) f32 += sum of x^2 (accumulated in at least f32; f64 on cpu).
-  virtual void sum_squares(Tensor& acc, const Tensor& x) = 0;
+  // AdamW on f32 master weights (f64 on the cpu reference); param, grad, m,
+  // v all of one dtype, same numel.
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);
+  // acc(1) += sum of x^2 (accumulated in at least f32; f64 on cpu); acc is
+  // a statistics tensor (f32, or f64 under f64 x).
+  void sum_squares(Tensor& acc, const Tensor& x);
+
+ protected:
+  // One per public op, called after its checks passed (see ops.cpp).
+  virtual void copy_impl(Tensor& dst, const Tensor& src) = 0;
+  virtual void cast_impl(Tensor& dst, const Tensor& src) = 0;
+  virtual void add_impl(Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  virtual void scale_impl(Tensor& t, float s) = 0;
+  virtual void add_bias_impl(Tensor& out, const Tensor& bias) = 0;
+  virtual void embedding_forward_impl(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                      const Tensor* wpe, int64_t vocab_start) = 0;
+  virtual void embedding_backward_impl(Tensor* dwte, Tensor* dwpe, const Tensor& dout,
+                                       const Tensor& tokens, int64_t vocab_start) = 0;
+  virtual void layernorm_forward_impl(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                      const Tensor& weight, const Tensor& bias, float eps) = 0;
+  virtual void layernorm_backward_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias,
+                                       const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                                       const Tensor& mean, const Tensor& rstd) = 0;
+  virtual void fused_residual_layernorm_forward_impl(Tensor& residual, Tensor& out, Tensor& mean,
+                                                     Tensor& rstd, const Tensor& a, const Tensor& b,
+                                                     const Tensor& weight, const Tensor& bias,
+                                                     float eps);
+  virtual void matmul_forward_impl(Tensor& out, const Tensor& inp, const Tensor& weight,
+                                   const Tensor* bias) = 0;
+  virtual void matmul_backward_impl(Tensor* dinp, Tensor* dweight, Tensor* dbias,
+                                    const Tensor& dout, const Tensor& inp, const Tensor& weight) = 0;
+  virtual void matmul_forward_gelu_impl(Tensor& out, Tensor& pre, const Tensor& inp,
+                                        const Tensor& weight, const Tensor* bias);
+  virtual void matmul_backward_dgelu_impl(Tensor& dpre, Tensor* dweight, Tensor* dbias,
+                                          const Tensor& dout, const Tensor& inp,
+                                          const Tensor& weight, const Tensor& pre);
+  virtual void gelu_forward_impl(Tensor& out, const Tensor& inp) = 0;
+  virtual void gelu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
+  virtual void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) = 0;
+  virtual void attention_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                       const Tensor& out, const Tensor& lse, int n_head) = 0;
+  virtual void dropout_forward_impl(Tensor& out, const Tensor& inp, float p, uint64_t seed,
+                                    uint64_t offset) = 0;
+  virtual void dropout_backward_impl(Tensor& dinp, const Tensor& dout, float p, uint64_t seed,
+                                     uint64_t offset) = 0;
+  virtual void ce_row_max_impl(Tensor& row_max, const Tensor& logits) = 0;
+  virtual void ce_row_sums_impl(Tensor& sums, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& targets, int64_t vocab_start) = 0;
+  virtual void ce_loss_impl(Tensor& losses, const Tensor& sums, const Tensor& row_max) = 0;
+  virtual void ce_backward_impl(Tensor& dlogits, const Tensor& logits, const Tensor& row_max,
+                                const Tensor& sums, const Tensor& targets, int64_t vocab_start,
+                                float dloss) = 0;
+  virtual void cross_entropy_fused_impl(Tensor& losses, Tensor* dlogits, const Tensor& logits,
+                                        const Tensor& targets, float dloss);
+  virtual void adamw_update_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                 const AdamWStep& step) = 0;
+  virtual void sum_squares_impl(Tensor& acc, const Tensor& x) = 0;
 };
 
-std::unique_ptr<Backend> make_cpu_backend();
-
-// CPU threads (OpenMP and OpenBLAS) per process: OMP_NUM_THREADS when set,
-// else the cores divided among the ranks on this node (as torchrun does), so
-// 8 ranks on 2 cores do not spin 16 threads against each other. Returns the
-// number chosen.
-int configure_cpu_threads(int local_world_size);
+// The statistics dtype of activations of dtype `act`: f64 for f64, else f32.
+inline DType stat_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32; }
 
 }  // namespace tripod::backend

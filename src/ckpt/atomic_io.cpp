@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/debug_config.h"
 #include "base/error.h"
 
 namespace tripod::ckpt {
@@ -30,8 +31,7 @@ int64_t fault_points_passed() { return g_points.load(); }
 
 void fault_point(const std::string& what) {
   const int64_t n = ++g_points;
-  const char* env = std::getenv("TRIPOD_CKPT_FAIL_AT");
-  if (env && *env && std::strtoll(env, nullptr, 10) == n)
+  if (const int64_t at = debug_config().ckpt_fail_at; at > 0 && at == n)
     TRIPOD_FAIL("injected checkpoint failure at file operation {} ({}) by TRIPOD_CKPT_FAIL_AT", n, what);
 }
 

@@ -5,7 +5,8 @@
 // NOTE [Failure injection]
 // Every file operation of a save (create+write+fsync of a file, a rename, a
 // directory fsync, a removal) first calls fault_point(). With the
-// environment variable TRIPOD_CKPT_FAIL_AT=n set, the n-th call since
+// environment variable TRIPOD_CKPT_FAIL_AT=n set (base/debug_config.h; a
+// test that sets it in-process calls reload_debug_config()), the n-th call since
 // reset_fault_points() throws a tripod::Error, as a crash at that point
 // would stop the save. tests/unit/ckpt/test_atomic_commit.cpp runs a save
 // with every n from 1 to the number of operations and checks that the

@@ -1,6 +1,7 @@
 // Implementation of cli/device.h.
 #include "cli/device.h"
 
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 
 #if defined(TRIPOD_WITH_CUDA)

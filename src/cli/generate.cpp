@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "ckpt/generate.h"

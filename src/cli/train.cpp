@@ -2,7 +2,7 @@
 // train::Trainer. Flags only; the loop lives in train/.
 #include <CLI/CLI.hpp>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"

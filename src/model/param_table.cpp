@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "backend/philox.h"
-#include "base/env.h"
+#include "base/debug_config.h"
 #include "base/error.h"
 
 namespace tripod::model {
@@ -137,7 +137,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
   // autocast does; a few KB per layer, LN kernels take f32 weights).
   // TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE=1 restores the cast copy (Megatron's
   // choice), for before/after runs.
-  static const bool ln_cast = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
+  const bool ln_cast = debug_config().ln_params_in_compute_dtype;
   for (auto& p : params_) {
     p.value = values_.flat(p.offset, p.shape);
     p.grad = grads_.flat(p.offset, p.shape);

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "base/env.h"
+#include "base/debug_config.h"
 #include "base/error.h"
 
 namespace tripod {
@@ -16,8 +16,7 @@ namespace {
 // memory (an allocation past it raises OutOfMemoryError, as cudaMalloc
 // would), so a layout planned for a GPU's memory can be rehearsed on CPU.
 size_t cpu_memory_limit() {
-  static const size_t limit = static_cast<size_t>(env::get_int_or("TRIPOD_CPU_MEMORY_LIMIT_MB", 0)) << 20;
-  return limit;
+  return static_cast<size_t>(debug_config().cpu_memory_limit_mb) << 20;
 }
 
 class HostAllocator final : public Allocator {

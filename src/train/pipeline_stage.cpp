@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-#include "base/env.h"
+#include "base/debug_config.h"
 #include "base/error.h"
 #include "base/timer.h"
 
@@ -16,7 +16,7 @@ GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t
       // Testing aid (undocumented for users): sleep this long in every
       // micro-batch load, so tests can check that the time split's "data"
       // part is what the loader costs.
-      data_sleep_ms_(env::get_int_or("TRIPOD_TESTING_DATA_SLEEP_MS", 0)) {}
+      data_sleep_ms_(debug_config().testing_data_sleep_ms) {}
 
 void GptPipelineStage::set_param_hooks(int last_microbatch, ParamHook grads_ready, ParamHook before_use) {
   last_microbatch_ = last_microbatch;

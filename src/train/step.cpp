@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "backend/philox.h"
-#include "base/env.h"
+#include "base/debug_config.h"
 #include "base/error.h"
 #include "base/timer.h"
 #include "base/log.h"
@@ -27,8 +27,7 @@ const char* kWordEmbeddings = "embedding.word_embeddings.weight";
 // norm, optimizer + compute-copy cast). Costs the overlap it measures.
 namespace {
 bool step_timing() {
-  static const bool on = env::get_int_or("TRIPOD_STEP_TIMING", 0) != 0;
-  return on;
+  return debug_config().step_timing;
 }
 }  // namespace
 

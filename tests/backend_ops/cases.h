@@ -31,5 +31,6 @@ inline ArgSpec ids(std::string name, Shape s, int64_t lo, int64_t hi) {
 
 void add_layer_cases(std::vector<OpCase>& cases);      // cases_layers.cpp
 void add_attention_cases(std::vector<OpCase>& cases);  // cases_attention.cpp
+void add_fused_cases(std::vector<OpCase>& cases);      // cases_fused.cpp
 
 }  // namespace tripod::testing

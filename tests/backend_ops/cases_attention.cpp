@@ -92,6 +92,7 @@ const std::vector<OpCase>& all_cases() {
     std::vector<OpCase> v;
     add_layer_cases(v);
     add_attention_cases(v);
+    add_fused_cases(v);
     return v;
   }();
   return cases;

@@ -3,6 +3,7 @@
 // exercised on machines without a GPU (label backend_ops).
 #include <gtest/gtest.h>
 
+#include "backend/cpu/cpu_backend.h"
 #include "harness.h"
 
 namespace tripod::testing {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <tuple>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "harness.h"
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "ckpt/reshard.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "common.h"

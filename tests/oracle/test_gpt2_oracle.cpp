@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "testing/tensor_close.h"
 #include "train/trainer.h"
 

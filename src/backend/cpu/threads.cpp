@@ -1,4 +1,4 @@
-// configure_cpu_threads (backend/ops.h): one place that sizes the OpenMP and
+// configure_cpu_threads (backend/cpu/cpu_backend.h): one place that sizes the OpenMP and
 // OpenBLAS thread pools of a rank.
 #include <cblas.h>
 #include <omp.h>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "base/env.h"
 #include "base/log.h"
 

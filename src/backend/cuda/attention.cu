@@ -20,8 +20,8 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_tc.cuh"
 #include "backend/cuda/common.cuh"
+#include "base/debug_config.h"
 
-#include <cstdlib>
 #include <string>
 
 namespace tripod::backend::cuda {
@@ -258,16 +258,8 @@ __global__ void attention_dq_backward_kernel(T* dqkv, const T* dout, const T* qk
 // ---- launchers ----
 
 AttentionImpl attention_impl() {
-  static const AttentionImpl impl = [] {
-    const char* v = std::getenv("TRIPOD_CUDA_ATTENTION");
-    std::string s = v ? v : "auto";
-    if (s == "tc1") return AttentionImpl::kTc1;
-    if (s == "scalar") return AttentionImpl::kScalar;
-    if (s != "auto" && !s.empty())
-      fail("TRIPOD_CUDA_ATTENTION='" + s + "': expected auto, tc1 or scalar");
-    return AttentionImpl::kAuto;
-  }();
-  return impl;
+  return debug_config().cuda_attention == DebugConfig::CudaAttention::kScalar ? AttentionImpl::kScalar
+                                                                             : AttentionImpl::kAuto;
 }
 
 template <typename A, int HS>
@@ -334,12 +326,9 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
         scratch, static_cast<const A*>(dout), static_cast<const A*>(out), B, static_cast<int>(T), NH, HS);
     TRIPOD_LAUNCH_CHECK();
     const void* ptrs[] = {dqkv, dout, qkv, out};
-    const AttentionImpl impl = attention_impl();
-    if (impl != AttentionImpl::kScalar && attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 4)) {
-      if (impl == AttentionImpl::kTc1)
-        attention_backward_tc(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
-      else
-        attention_backward_tc2(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
+    if (attention_impl() != AttentionImpl::kScalar &&
+        attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 4)) {
+      attention_backward_tc2(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
       return;
     }
     TRIPOD_DISPATCH_HS(HS, attention_backward_hs<A, kHS>(

@@ -3,7 +3,8 @@
 // Reference: Dao, FlashAttention-2 (2023), Algorithms 1 and 2.
 //
 // NOTE [Tensor-core attention]
-// All three kernels use 4 warps per block and 64-row tiles; each warp owns
+// The forward kernel (here) and the two backward kernels (attention_tc_bwd.cu)
+// use 4 warps per block and 64-row tiles; each warp owns
 // 16 rows. Tiles of Q, K, V, dout are staged in shared memory with rows
 // padded by 8 elements (16 bytes) against bank conflicts; every WMMA pointer
 // stays 32-byte aligned (rows of 16 x padded width, columns of 16).
@@ -17,7 +18,9 @@
 // dout and dK += dS^T Q, accumulators in fragments), and a dQ kernel (warp =
 // 16 queries, loops over key tiles up to the diagonal: S, dP, dS, then
 // dQ += dS K). P and dS are rounded to bf16/f16 before their products, as in
-// FlashAttention; the f32 row sums use the unrounded P.
+// FlashAttention; the f32 row sums use the unrounded P. attention_tc_bwd.cu
+// takes S and dP 16 columns at a time; the first version, with 16x64 per-warp
+// buffers, is kept as a variant in bench/dev/cuda/attention_backward_tc1.cu.
 #include <type_traits>
 
 #include "backend/cuda/attention_tc.cuh"
@@ -119,204 +122,6 @@ __global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float
   if (half == 0) lse[(int64_t(b) * NH + h) * T_ + i] = (m + log2f(l)) * kLn2;
 }
 
-template <typename T, int HS>
-__global__ void __launch_bounds__(128) attention_dkdv_backward_kernel_tc(
-    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH,
-    float scale) {
-  using L = TcLayout<HS>;
-  constexpr int LDT = L::kLdT, LDF = L::kLdF, LDP = L::kLdP, KS = HS / 16, QS = kTile / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem);
-  T* Vs = Ks + kTile * LDT;
-  T* Qs = Vs + kTile * LDT;
-  T* Gs = Qs + kTile * LDT;  // dout tile
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* wbase = smem + 4 * L::tile_bytes;
-  float* St = reinterpret_cast<float*>(wbase) + warp * 16 * LDF;
-  float* dPt = reinterpret_cast<float*>(wbase + kWarps * L::warp_f32_bytes) + warp * 16 * LDF;
-  T* Pt = reinterpret_cast<T*>(wbase + 2 * kWarps * L::warp_f32_bytes) + warp * 16 * LDP;
-  T* dSt = reinterpret_cast<T*>(wbase + 2 * kWarps * L::warp_f32_bytes + kWarps * L::warp_p_bytes) + warp * 16 * LDP;
-  float* Ls = reinterpret_cast<float*>(wbase + 2 * kWarps * (L::warp_f32_bytes + L::warp_p_bytes));
-  float* Ds = Ls + kTile;
-  const int C = NH * HS, C3 = 3 * C;
-  const int k0 = blockIdx.x * kTile;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
-  const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
-  const T* gbase = dout + int64_t(b) * T_ * C + h * HS;
-  const float* lrow = lse + (int64_t(b) * NH + h) * T_;
-  const float* drow = D + (int64_t(b) * NH + h) * T_;
-  load_tile<T, HS>(Ks, base + C, C3, k0, T_);
-  load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
-  __syncthreads();
-  FragA<T> ka[KS], va[KS];
-#pragma unroll
-  for (int kk = 0; kk < KS; ++kk) {
-    wmma::load_matrix_sync(ka[kk], Ks + warp * 16 * LDT + kk * 16, LDT);
-    wmma::load_matrix_sync(va[kk], Vs + warp * 16 * LDT + kk * 16, LDT);
-  }
-  FragC dk[KS], dv[KS];
-#pragma unroll
-  for (int dn = 0; dn < KS; ++dn) {
-    wmma::fill_fragment(dk[dn], 0.f);
-    wmma::fill_fragment(dv[dn], 0.f);
-  }
-  const int r = lane >> 1, half = lane & 1;
-  const int j = k0 + warp * 16 + r;  // this lane's key row
-  const float sl2 = scale * kLog2e;
-  for (int q0 = k0; q0 < T_; q0 += kTile) {
-    __syncthreads();
-    load_tile<T, HS>(Qs, base, C3, q0, T_);
-    load_tile<T, HS>(Gs, gbase, C, q0, T_);
-    for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
-      bool in = q0 + e < T_;
-      Ls[e] = in ? lrow[q0 + e] * kLog2e : 0.f;
-      Ds[e] = in ? drow[q0 + e] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int n = 0; n < QS; ++n) {
-      FragC s, dp;
-      wmma::fill_fragment(s, 0.f);
-      wmma::fill_fragment(dp, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        FragBc<T> qb, gb;
-        wmma::load_matrix_sync(qb, Qs + n * 16 * LDT + kk * 16, LDT);
-        wmma::load_matrix_sync(gb, Gs + n * 16 * LDT + kk * 16, LDT);
-        wmma::mma_sync(s, ka[kk], qb, s);
-        wmma::mma_sync(dp, va[kk], gb, dp);
-      }
-      wmma::store_matrix_sync(St + n * 16, s, LDF, wmma::mem_row_major);
-      wmma::store_matrix_sync(dPt + n * 16, dp, LDF, wmma::mem_row_major);
-    }
-    __syncwarp();
-#pragma unroll 8
-    for (int jj = 0; jj < kTile / 2; ++jj) {
-      int ii = stagger(jj, r, half), qi = q0 + ii;
-      bool valid = qi >= j && qi < T_ && j < T_;
-      float p = valid ? exp2f(St[r * LDF + ii] * sl2 - Ls[ii]) : 0.f;
-      Pt[r * LDP + ii] = from_f<T>(p);
-      dSt[r * LDP + ii] = from_f<T>(p * (dPt[r * LDF + ii] - Ds[ii]));
-    }
-    __syncwarp();
-#pragma unroll
-    for (int kk = 0; kk < QS; ++kk) {
-      FragA<T> pa, sa;
-      wmma::load_matrix_sync(pa, Pt + kk * 16, LDP);
-      wmma::load_matrix_sync(sa, dSt + kk * 16, LDP);
-#pragma unroll
-      for (int dn = 0; dn < KS; ++dn) {
-        FragBr<T> gb, qb;
-        wmma::load_matrix_sync(gb, Gs + kk * 16 * LDT + dn * 16, LDT);
-        wmma::load_matrix_sync(qb, Qs + kk * 16 * LDT + dn * 16, LDT);
-        wmma::mma_sync(dv[dn], pa, gb, dv[dn]);
-        wmma::mma_sync(dk[dn], sa, qb, dk[dn]);
-      }
-    }
-  }
-  // Fragments -> per-warp f32 rows -> dqkv (K and V parts).
-#pragma unroll
-  for (int dn = 0; dn < KS; ++dn) {
-    wmma::store_matrix_sync(St + dn * 16, dk[dn], LDF, wmma::mem_row_major);
-    wmma::store_matrix_sync(dPt + dn * 16, dv[dn], LDF, wmma::mem_row_major);
-  }
-  __syncwarp();
-  if (j >= T_) return;
-  T* row = dqkv + (int64_t(b) * T_ + j) * C3 + h * HS;
-  for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) {
-    row[C + d] = from_f<T>(St[r * LDF + d] * scale);
-    row[2 * C + d] = from_f<T>(dPt[r * LDF + d]);
-  }
-}
-
-template <typename T, int HS>
-__global__ void __launch_bounds__(128) attention_dq_backward_kernel_tc(
-    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH,
-    float scale) {
-  using L = TcLayout<HS>;
-  constexpr int LDT = L::kLdT, LDF = L::kLdF, LDP = L::kLdP, KS = HS / 16, JS = kTile / 16;
-  extern __shared__ __align__(128) unsigned char smem[];
-  T* Qs = reinterpret_cast<T*>(smem);
-  T* Gs = Qs + kTile * LDT;
-  T* Ks = Gs + kTile * LDT;
-  T* Vs = Ks + kTile * LDT;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned char* wbase = smem + 4 * L::tile_bytes;
-  float* S = reinterpret_cast<float*>(wbase) + warp * 16 * LDF;
-  float* dP = reinterpret_cast<float*>(wbase + kWarps * L::warp_f32_bytes) + warp * 16 * LDF;
-  T* dS = reinterpret_cast<T*>(wbase + 2 * kWarps * L::warp_f32_bytes) + warp * 16 * LDP;
-  const int C = NH * HS, C3 = 3 * C;
-  const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
-  const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
-  load_tile<T, HS>(Qs, base, C3, q0, T_);
-  load_tile<T, HS>(Gs, dout + int64_t(b) * T_ * C + h * HS, C, q0, T_);
-  __syncthreads();
-  FragA<T> qa[KS], ga[KS];
-#pragma unroll
-  for (int kk = 0; kk < KS; ++kk) {
-    wmma::load_matrix_sync(qa[kk], Qs + warp * 16 * LDT + kk * 16, LDT);
-    wmma::load_matrix_sync(ga[kk], Gs + warp * 16 * LDT + kk * 16, LDT);
-  }
-  FragC dq[KS];
-#pragma unroll
-  for (int dn = 0; dn < KS; ++dn) wmma::fill_fragment(dq[dn], 0.f);
-  const int r = lane >> 1, half = lane & 1;
-  const int i = q0 + warp * 16 + r;
-  const int64_t ri = (int64_t(b) * NH + h) * T_ + i;
-  const float l2 = i < T_ ? lse[ri] * kLog2e : 0.f, Di = i < T_ ? D[ri] : 0.f;
-  const float sl2 = scale * kLog2e;
-  const int last_key = min(T_ - 1, q0 + kTile - 1);
-  for (int k0 = 0; k0 <= last_key; k0 += kTile) {
-    __syncthreads();
-    load_tile<T, HS>(Ks, base + C, C3, k0, T_);
-    load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
-    __syncthreads();
-#pragma unroll
-    for (int n = 0; n < JS; ++n) {
-      FragC s, dp;
-      wmma::fill_fragment(s, 0.f);
-      wmma::fill_fragment(dp, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        FragBc<T> kb, vb;
-        wmma::load_matrix_sync(kb, Ks + n * 16 * LDT + kk * 16, LDT);
-        wmma::load_matrix_sync(vb, Vs + n * 16 * LDT + kk * 16, LDT);
-        wmma::mma_sync(s, qa[kk], kb, s);
-        wmma::mma_sync(dp, ga[kk], vb, dp);
-      }
-      wmma::store_matrix_sync(S + n * 16, s, LDF, wmma::mem_row_major);
-      wmma::store_matrix_sync(dP + n * 16, dp, LDF, wmma::mem_row_major);
-    }
-    __syncwarp();
-#pragma unroll 8
-    for (int jj = 0; jj < kTile / 2; ++jj) {
-      int jc = stagger(jj, r, half), key = k0 + jc;
-      bool valid = key <= i && i < T_;
-      float p = valid ? exp2f(S[r * LDF + jc] * sl2 - l2) : 0.f;
-      dS[r * LDP + jc] = from_f<T>(p * (dP[r * LDF + jc] - Di));
-    }
-    __syncwarp();
-#pragma unroll
-    for (int kk = 0; kk < JS; ++kk) {
-      FragA<T> sa;
-      wmma::load_matrix_sync(sa, dS + kk * 16, LDP);
-#pragma unroll
-      for (int dn = 0; dn < KS; ++dn) {
-        FragBr<T> kb;
-        wmma::load_matrix_sync(kb, Ks + kk * 16 * LDT + dn * 16, LDT);
-        wmma::mma_sync(dq[dn], sa, kb, dq[dn]);
-      }
-    }
-  }
-#pragma unroll
-  for (int dn = 0; dn < KS; ++dn) wmma::store_matrix_sync(S + dn * 16, dq[dn], LDF, wmma::mem_row_major);
-  __syncwarp();
-  if (i >= T_) return;
-  T* row = dqkv + (int64_t(b) * T_ + i) * C3 + h * HS;
-  for (int d = half * (HS / 2); d < (half + 1) * (HS / 2); ++d) row[d] = from_f<T>(S[r * LDF + d] * scale);
-}
-
 // ---- launchers ----
 
 namespace {
@@ -334,24 +139,6 @@ void forward_tc(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH, 
   dim3 grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * NH));
   attention_forward_kernel_tc<A, HS><<<grid, 32 * kWarps, smem, stream>>>(
       out, lse, qkv, static_cast<int>(T), NH, 1.f / sqrtf(float(HS)));
-  TRIPOD_LAUNCH_CHECK();
-}
-
-template <typename A, int HS>
-void backward_tc(A* dqkv, const A* dout, const A* qkv, const float* lse, const float* D, int64_t B,
-                 int64_t T, int NH, cudaStream_t stream) {
-  using L = TcLayout<HS>;
-  const float scale = 1.f / sqrtf(float(HS));
-  dim3 grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * NH));
-  size_t kv_smem = 4 * L::tile_bytes + kWarps * 2 * (L::warp_f32_bytes + L::warp_p_bytes) + 2 * kTile * 4;
-  set_smem(attention_dkdv_backward_kernel_tc<A, HS>, kv_smem);
-  attention_dkdv_backward_kernel_tc<A, HS><<<grid, 32 * kWarps, kv_smem, stream>>>(
-      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
-  TRIPOD_LAUNCH_CHECK();
-  size_t q_smem = 4 * L::tile_bytes + kWarps * (2 * L::warp_f32_bytes + L::warp_p_bytes);
-  set_smem(attention_dq_backward_kernel_tc<A, HS>, q_smem);
-  attention_dq_backward_kernel_tc<A, HS><<<grid, 32 * kWarps, q_smem, stream>>>(
-      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
   TRIPOD_LAUNCH_CHECK();
 }
 
@@ -386,13 +173,6 @@ void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int
                           int HS, DType dt, cudaStream_t stream) {
   TRIPOD_DISPATCH_TC(dt, HS, forward_tc<A, kHS>(static_cast<A*>(out), lse,
                                                 static_cast<const A*>(qkv), B, T, NH, stream));
-}
-
-void attention_backward_tc(void* dqkv, const void* dout, const void* qkv, const float* lse,
-                           const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
-                           cudaStream_t stream) {
-  TRIPOD_DISPATCH_TC(dt, HS, backward_tc<A, kHS>(static_cast<A*>(dqkv), static_cast<const A*>(dout),
-                                                 static_cast<const A*>(qkv), lse, D, B, T, NH, stream));
 }
 
 }  // namespace tripod::backend::cuda

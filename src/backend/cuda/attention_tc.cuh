@@ -16,21 +16,17 @@ bool attention_tc_supported(DType dt, int HS, int64_t C, const void* const* ptrs
 
 void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
                           int HS, DType dt, cudaStream_t stream);
-// D (B, NH, T): row dot products dout . out, computed by the caller.
-void attention_backward_tc(void* dqkv, const void* dout, const void* qkv, const float* lse,
-                           const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
-                           cudaStream_t stream);
-
-// Second backward (attention_tc_bwd.cu): same contract, less shared memory.
+// Backward (attention_tc_bwd.cu). D (B, NH, T): row dot products
+// dout . out, computed by the caller.
 void attention_backward_tc2(void* dqkv, const void* dout, const void* qkv, const float* lse,
                             const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
                             cudaStream_t stream);
 
-// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (read once):
-// unset/"auto": tensor cores with the second backward where supported, else
-// CUDA cores; "tc1": the first tensor-core backward; "scalar": CUDA cores only
-// (f32 math everywhere). A knob for benchmarks and bisecting, not for users.
-enum class AttentionImpl { kAuto, kTc1, kScalar };
+// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (base/debug_config.h):
+// unset/"auto": tensor cores where supported, else CUDA cores; "scalar":
+// CUDA cores only (f32 math everywhere). A knob for benchmarks and
+// bisecting, not for users.
+enum class AttentionImpl { kAuto, kScalar };
 AttentionImpl attention_impl();
 
 }  // namespace tripod::backend::cuda

@@ -1,6 +1,8 @@
-// Tensor-core attention backward, second version (the default): the same
-// FlashAttention-2 split as attention_tc.cu's kernels (a dK/dV kernel and a
-// dQ kernel, no atomics), with less shared memory per warp so more blocks fit
+// Tensor-core attention backward (the default for bf16/f16): the
+// FlashAttention-2 split of NOTE [Tensor-core attention] (a dK/dV kernel and a
+// dQ kernel, no atomics). Compared with the first version (16x64 per-warp
+// buffers, bench/dev/cuda/attention_backward_tc1.cu) it holds less shared
+// memory per warp so more blocks fit
 // on a multiprocessor: S and dP are taken 16 columns at a time through a
 // 16x16 f32 buffer (instead of a 16x64 one), and the final f32 staging of the
 // accumulators reuses the tile buffers. See NOTE [Tensor-core attention].

@@ -3,10 +3,11 @@
 //
 // Forward: one warp per row; mean, then variance around the mean (two
 // passes: more stable than E[x^2]-E[x]^2 in f32), then the normalised row.
-// Re-reads of the row hit L1/L2. Backward: one fused pass (see the kernels:
+// Re-reads of the row hit L1/L2. Fused residual forward: the same with the
+// residual add in front and 16-byte packs. Backward: one fused pass (see the kernels:
 // 16-byte packed when the width and pointers allow, element loads otherwise).
-#include <cstdlib>
 #include "backend/cuda/common.cuh"
+#include "base/debug_config.h"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/reduce.cuh"
 
@@ -40,6 +41,65 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
+  }
+}
+
+// Fused residual add + LayerNorm forward (llm.c's fused_residual_forward
+// shape, written anew): one warp per row, VW elements per lane per step
+// (16-byte loads and stores when the width and pointers allow, VW = 1
+// otherwise). residual = a + b is rounded to T and stored first; the
+// statistics and the normalised row are taken from the rounded values, as
+// add() then layernorm_forward() would. Each lane re-reads only the
+// elements it wrote, so no barrier is needed; residual may alias a or b.
+template <typename T, int VW> struct alignas(sizeof(T) * VW) Vec {
+  T v[VW];
+};
+
+template <typename T, typename W, int VW>
+__global__ void fused_residual_layernorm_forward_kernel(T* residual, T* out, float* mean, float* rstd,
+                                                        const T* a, const T* b, const W* weight,
+                                                        const W* bias, float eps, int64_t N, int C) {
+  using V = Vec<T, VW>;
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t(kWarpsPerBlock) + threadIdx.x / 32;
+  if (row >= N) return;
+  const T* xa = a + row * C;
+  const T* xb = b + row * C;
+  T* r = residual + row * C;
+  float s = 0.f;
+  for (int c0 = lane * VW; c0 < C; c0 += 32 * VW) {
+    const V va = *reinterpret_cast<const V*>(xa + c0), vb = *reinterpret_cast<const V*>(xb + c0);
+    V vr;
+#pragma unroll
+    for (int j = 0; j < VW; ++j) {
+      vr.v[j] = from_f<T>(to_f(va.v[j]) + to_f(vb.v[j]));
+      s += to_f(vr.v[j]);
+    }
+    *reinterpret_cast<V*>(r + c0) = vr;
+  }
+  const float m = warp_sum(s) / C;
+  float var = 0.f;
+  for (int c0 = lane * VW; c0 < C; c0 += 32 * VW) {
+    const V vr = *reinterpret_cast<const V*>(r + c0);
+#pragma unroll
+    for (int j = 0; j < VW; ++j) {
+      const float d = to_f(vr.v[j]) - m;
+      var += d * d;
+    }
+  }
+  const float rs = rsqrtf(warp_sum(var) / C + eps);
+  T* y = out + row * C;
+  for (int c0 = lane * VW; c0 < C; c0 += 32 * VW) {
+    const V vr = *reinterpret_cast<const V*>(r + c0);
+    V vy;
+#pragma unroll
+    for (int j = 0; j < VW; ++j)
+      vy.v[j] = from_f<T>((to_f(vr.v[j]) - m) * rs * to_f(weight[c0 + j]) + to_f(bias[c0 + j]));
+    *reinterpret_cast<V*>(y + c0) = vy;
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = rs;
   }
 }
 
@@ -190,18 +250,35 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, con
   TRIPOD_LAUNCH_CHECK();
 }
 
+void fused_residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                      const void* b, const void* weight, const void* bias, DType weight_dt,
+                                      float eps, int64_t N, int64_t C, DType dt, cudaStream_t stream) {
+  if (N == 0) return;
+  const unsigned grid = static_cast<unsigned>(ceil_div(N, kWarpsPerBlock));
+  TRIPOD_DISPATCH_ACT(dt, T, TRIPOD_DISPATCH_LN_WEIGHT(weight_dt, T, W, {
+    if (packable<T>(C, residual, out, a, b))
+      fused_residual_layernorm_forward_kernel<T, W, kPack<T>><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+          static_cast<T*>(residual), static_cast<T*>(out), mean, rstd, static_cast<const T*>(a),
+          static_cast<const T*>(b), static_cast<const W*>(weight), static_cast<const W*>(bias), eps, N,
+          static_cast<int>(C));
+    else
+      fused_residual_layernorm_forward_kernel<T, W, 1><<<grid, 32 * kWarpsPerBlock, 0, stream>>>(
+          static_cast<T*>(residual), static_cast<T*>(out), mean, rstd, static_cast<const T*>(a),
+          static_cast<const T*>(b), static_cast<const W*>(weight), static_cast<const W*>(bias), eps, N,
+          static_cast<int>(C));
+  }));
+  TRIPOD_LAUNCH_CHECK();
+}
+
 // Blocks of the backward: at least 4 rows per warp, at most kMaxBwdBlocks.
 // The cap was 256, which left the kernel launch-starved at training sizes
 // (N = 16K-64K rows: 16-64 rows per warp, ~2 blocks per SM); 1024 fills the
 // SMs several blocks deep. The partials grow to 2 x 1024 x C floats, read
-// once by colsum_finalize. TRIPOD_CUDA_LN_BWD_BLOCKS overrides the cap (for
-// before/after timings).
+// once by colsum_finalize. TRIPOD_CUDA_LN_BWD_BLOCKS (base/debug_config.h)
+// overrides the cap (for before/after timings).
 int layernorm_backward_blocks(int64_t N) {
-  static const int64_t cap = [] {
-    const char* e = std::getenv("TRIPOD_CUDA_LN_BWD_BLOCKS");
-    const long v = e ? std::strtol(e, nullptr, 10) : 0;
-    return v > 0 ? int64_t(v) : int64_t(1024);
-  }();
+  const int64_t v = debug_config().cuda_ln_bwd_blocks;
+  const int64_t cap = v > 0 ? v : int64_t(1024);
   int64_t p = ceil_div(N, 4 * kBwdWarps);
   return static_cast<int>(p < 1 ? 1 : (p > cap ? cap : p));
 }

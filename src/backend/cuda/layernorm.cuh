@@ -17,6 +17,12 @@ void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, con
                        const void* bias, DType weight_dt, float eps, int64_t N, int64_t C, DType dt,
                        cudaStream_t stream);
 
+// residual(N, C) = a + b (rounded to dt); out = layernorm(residual) with
+// mean/rstd, as add then layernorm_forward. residual may alias a or b.
+void fused_residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                      const void* b, const void* weight, const void* bias, DType weight_dt,
+                                      float eps, int64_t N, int64_t C, DType dt, cudaStream_t stream);
+
 // Blocks of the backward; scratch needs 2 * layernorm_backward_blocks(N) * C floats.
 int layernorm_backward_blocks(int64_t N);
 // C up to ~7000 (per-warp shared accumulators of 2*C floats, 4 warps).

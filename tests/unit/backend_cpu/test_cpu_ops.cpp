@@ -12,7 +12,7 @@
 #include <functional>
 #include <random>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "testing/tensor_close.h"
 
 namespace tripod {

@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "model/gpt_model.h"
 #include "optim/adamw.h"

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cpu/cpu_backend.h"
+#include "base/debug_config.h"
 #include "base/error.h"
 #include "ckpt/atomic_io.h"
 #include "ckpt/reshard.h"
@@ -147,8 +149,10 @@ TEST(Checkpoint, FailureAtEveryFileOperationKeepsTheLastCheckpoint) {
     const fs::path d = fresh_dir("fail");
     save_tp2(d, 1, 1);
     ::setenv("TRIPOD_CKPT_FAIL_AT", std::to_string(n).c_str(), 1);
+    reload_debug_config();
     EXPECT_THROW(save_tp2(d, 2, 1), Error) << "operation " << n;
     ::unsetenv("TRIPOD_CKPT_FAIL_AT");
+    reload_debug_config();
     // The marker names a complete checkpoint: 1, or 2 when only the clean-up failed.
     const int64_t latest = read_latest_iteration(d.string());
     ASSERT_TRUE(latest == 1 || latest == 2) << "operation " << n;

@@ -14,6 +14,7 @@
 
 #include <cmath>
 
+#include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "model/gpt_model.h"
 

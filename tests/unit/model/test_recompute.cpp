@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "backend/cpu/cpu_backend.h"
 #include "model/gpt_model.h"
 
 namespace tripod {

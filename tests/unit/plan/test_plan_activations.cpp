@@ -5,7 +5,7 @@
 // Also the parameter count of plan::ModelSpec against model::GptConfig.
 #include <gtest/gtest.h>
 
-#include "backend/ops.h"
+#include "backend/cpu/cpu_backend.h"
 #include "comm/local_communicator.h"
 #include "model/gpt_model.h"
 #include "plan/memory_model.h"

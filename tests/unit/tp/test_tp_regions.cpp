@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "backend/cpu/cpu_backend.h"
 #include "comm/context.h"
 #include "model/param_table.h"
 #include "model/tp_points.h"

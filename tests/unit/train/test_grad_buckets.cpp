@@ -20,6 +20,7 @@
 #include <cmath>
 #include <random>
 
+#include "backend/cpu/cpu_backend.h"
 #include "comm/local_communicator.h"
 #include "model/gpt_model.h"
 #include "parallel/pp_schedule.h"

@@ -1,0 +1,57 @@
+// Implementation of base/debug_config.h.
+#include "base/debug_config.h"
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "base/env.h"
+#include "base/error.h"
+
+namespace tripod {
+namespace {
+
+// Published once read; hot paths (the host allocator) read it without a
+// lock. A reload publishes a new copy and keeps the old one alive (tests only).
+std::mutex g_mutex;
+std::atomic<const DebugConfig*> g_config{nullptr};
+
+int64_t non_negative(const char* name) {
+  const int64_t v = env::get_int_or(name, 0);
+  TRIPOD_CHECK_HINT(v >= 0, fmt::format("set {} to 0 or more, or unset it", name), "{}={} is negative", name, v);
+  return v;
+}
+
+}  // namespace
+
+DebugConfig read_debug_config() {
+  DebugConfig c;
+  const std::string attn = env::get_or("TRIPOD_CUDA_ATTENTION", "auto");
+  if (attn == "scalar")
+    c.cuda_attention = DebugConfig::CudaAttention::kScalar;
+  else
+    TRIPOD_CHECK_HINT(attn == "auto", "set TRIPOD_CUDA_ATTENTION to auto or scalar, or unset it",
+                      "TRIPOD_CUDA_ATTENTION='{}' is not a kernel choice", attn);
+  c.cuda_ln_bwd_blocks = non_negative("TRIPOD_CUDA_LN_BWD_BLOCKS");
+  c.step_timing = env::get_int_or("TRIPOD_STEP_TIMING", 0) != 0;
+  c.ln_params_in_compute_dtype = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
+  c.cpu_memory_limit_mb = non_negative("TRIPOD_CPU_MEMORY_LIMIT_MB");
+  c.ckpt_fail_at = non_negative("TRIPOD_CKPT_FAIL_AT");
+  c.testing_data_sleep_ms = non_negative("TRIPOD_TESTING_DATA_SLEEP_MS");
+  return c;
+}
+
+const DebugConfig& debug_config() {
+  if (const DebugConfig* c = g_config.load(std::memory_order_acquire)) return *c;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_config.load(std::memory_order_relaxed)) g_config.store(new DebugConfig(read_debug_config()));
+  return *g_config.load(std::memory_order_acquire);
+}
+
+void reload_debug_config() {
+  auto* c = new DebugConfig(read_debug_config());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_config.store(c, std::memory_order_release);
+}
+
+}  // namespace tripod

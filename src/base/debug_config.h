@@ -1,0 +1,52 @@
+// Debug and test knobs from TRIPOD_* environment variables, read once into
+// one struct (on first use) instead of in function-local statics around the
+// tree. Each field names its variable; docs/debugging.md lists every
+// variable tripod reads, these and the launcher's. None of them changes
+// results in a normal run: they select kernels for bisecting, cap a launch
+// for timings, print timings, or inject faults and delays for tests.
+//
+//   if (debug_config().step_timing) log_step_split(...);
+#pragma once
+
+#include <cstdint>
+
+namespace tripod {
+
+struct DebugConfig {
+  // TRIPOD_CUDA_ATTENTION=auto|scalar: the CUDA attention kernels. auto
+  // (default): tensor cores where the dtype, head size and alignment allow;
+  // scalar: the CUDA-core kernels only (f32 math everywhere).
+  enum class CudaAttention { kAuto, kScalar };
+  CudaAttention cuda_attention = CudaAttention::kAuto;
+  // TRIPOD_CUDA_LN_BWD_BLOCKS=n: cap on the blocks of the CUDA LayerNorm
+  // backward (0: the built-in cap), for before/after timings.
+  int64_t cuda_ln_bwd_blocks = 0;
+  // TRIPOD_STEP_TIMING=1: synchronise between the phases of an iteration
+  // and log where the time goes (costs the overlap it measures).
+  bool step_timing = false;
+  // TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE=1: keep LayerNorm weights in the
+  // compute dtype (bf16/fp16) instead of fp32, as before fp32 LayerNorm
+  // params (for A/B comparisons).
+  bool ln_params_in_compute_dtype = false;
+  // TRIPOD_CPU_MEMORY_LIMIT_MB=n: the CPU run behaves as a device of n MiB
+  // (allocations past it raise OutOfMemoryError), 0: no limit.
+  int64_t cpu_memory_limit_mb = 0;
+  // TRIPOD_CKPT_FAIL_AT=n: the n-th checkpoint file operation fails (fault
+  // injection for the checkpoint tests), 0: never.
+  int64_t ckpt_fail_at = 0;
+  // TRIPOD_TESTING_DATA_SLEEP_MS=n: each pipeline stage's batch load sleeps
+  // n ms (tests of the time split), 0: no sleep.
+  int64_t testing_data_sleep_ms = 0;
+};
+
+// The process's knobs, read from the environment on the first call. Bad
+// values (not an integer, an unknown kernel name) throw tripod::Error.
+const DebugConfig& debug_config();
+
+// Reads the environment again: for tests that set a knob in-process.
+void reload_debug_config();
+
+// The knobs as the environment has them now (no caching).
+DebugConfig read_debug_config();
+
+}  // namespace tripod

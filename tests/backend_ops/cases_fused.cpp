@@ -1,0 +1,102 @@
+// backend_ops cases: the fused ops (backend/ops.h) and the LayerNorm
+// backward shapes that take the packed CUDA kernel. Each fused op runs on
+// a shape its CUDA fast path takes (16-byte packs, cuBLASLt epilogues: widths
+// multiples of 8) and on one it does not (element loops, the composed
+// fallback); the reference is the CPU backend in f64 (the unfused sequence).
+#include "cases.h"
+
+namespace tripod::testing {
+
+using backend::Backend;
+
+void add_fused_cases(std::vector<OpCase>& v) {
+  // ---- residual add + LayerNorm ----
+  struct Ln { const char* tag; int64_t n, c; Kind wk; };
+  for (Ln s : {Ln{"", 64, 96, Kind::Act}, Ln{"_f32_params", 64, 96, Kind::F32}, Ln{"_odd", 67, 100, Kind::Act},
+               Ln{"_wide", 21, 1600, Kind::F32}}) {
+    const int64_t N = s.n, C = s.c;
+    v.push_back({std::string("fused_residual_layernorm_forward") + s.tag,
+                 {out("residual", {N, C}), out("out", {N, C}), out("mean", {N}, Kind::F32),
+                  out("rstd", {N}, Kind::F32), in("a", {N, C}, Kind::Act, 2.0, 0.5), in("b", {N, C}),
+                  in("weight", {C}, s.wk, 0.5, 1.0), in("bias", {C}, s.wk, 0.2)},
+                 [](Backend& be, Args& t) {
+                   be.fused_residual_layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], 1e-5f);
+                 }});
+  }
+  // In place: the residual stream is both an input and the output.
+  v.push_back({"fused_residual_layernorm_forward_inplace",
+               {acc("residual", {64, 96}), out("out", {64, 96}), out("mean", {64}, Kind::F32),
+                out("rstd", {64}, Kind::F32), in("b", {64, 96}), in("weight", {96}, Kind::F32, 0.5, 1.0),
+                in("bias", {96}, Kind::F32, 0.2)},
+               [](Backend& be, Args& t) {
+                 be.fused_residual_layernorm_forward(t[0], t[1], t[2], t[3], t[0], t[4], t[5], t[6], 1e-5f);
+               }});
+
+  // ---- LayerNorm backward on the packed CUDA kernel's shapes (C % 8 == 0:
+  // 16-byte packs for f32, bf16 and f16), with fp32 params, narrow and wide ----
+  for (int64_t C : {int64_t(96), int64_t(1600)}) {
+    const int64_t N = C == 96 ? 67 : 21;
+    v.push_back({C == 96 ? "layernorm_backward_packed" : "layernorm_backward_packed_wide_f32_params",
+                 {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
+                  in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, Kind::F32, 0.5, 1.0),
+                  in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)},
+                 [](Backend& be, Args& t) {
+                   be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+                 },
+                 [](Backend& be, Args& t) {  // mean, rstd of inp from the reference forward
+                   Tensor y = be.empty(t[4].shape(), t[4].dtype());
+                   Tensor b = be.empty(t[5].shape(), t[5].dtype());
+                   be.zero(b);
+                   be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
+                 }});
+  }
+
+  // ---- matmul + GELU (the MLP's fc) and its backward through the proj ----
+  struct MM { const char* tag; int64_t n, c, oc; };
+  for (MM s : {MM{"", 64, 96, 160}, MM{"_odd", 33, 36, 20}}) {
+    const std::string tag = s.tag;
+    v.push_back({"matmul_forward_gelu" + tag,
+                 {out("out", {s.n, s.oc}), out("pre", {s.n, s.oc}), in("inp", {s.n, s.c}),
+                  in("weight", {s.oc, s.c}, Kind::Act, 0.2), in("bias", {s.oc})},
+                 [](Backend& be, Args& t) { be.matmul_forward_gelu(t[0], t[1], t[2], t[3], &t[4]); }});
+    v.push_back({"matmul_forward_gelu_nobias" + tag,
+                 {out("out", {s.n, s.oc}), out("pre", {s.n, s.oc}), in("inp", {s.n, s.c}),
+                  in("weight", {s.oc, s.c}, Kind::Act, 0.2)},
+                 [](Backend& be, Args& t) { be.matmul_forward_gelu(t[0], t[1], t[2], t[3], nullptr); }});
+    // proj layer: inp(N, C) = gelu(pre), weight (OC, C); dpre overwritten.
+    v.push_back({"matmul_backward_dgelu" + tag,
+                 {out("dpre", {s.n, s.c}), acc("dweight", {s.oc, s.c}, Kind::F32), acc("dbias", {s.oc}, Kind::F32),
+                  in("dout", {s.n, s.oc}), in("inp", {s.n, s.c}), in("weight", {s.oc, s.c}, Kind::Act, 0.2),
+                  in("pre", {s.n, s.c}, Kind::Act, 2.0)},
+                 [](Backend& be, Args& t) {
+                   be.matmul_backward_dgelu(t[0], &t[1], &t[2], t[3], t[4], t[5], t[6]);
+                 },
+                 [](Backend& be, Args& t) { be.gelu_forward(t[4], t[6]); }});
+  }
+  v.push_back({"matmul_backward_dgelu_dpre_only",
+               {out("dpre", {64, 96}), in("dout", {64, 160}), in("inp", {64, 96}),
+                in("weight", {160, 96}, Kind::Act, 0.2), in("pre", {64, 96}, Kind::Act, 2.0)},
+               [](Backend& be, Args& t) {
+                 be.matmul_backward_dgelu(t[0], nullptr, nullptr, t[1], t[2], t[3], t[4]);
+               },
+               [](Backend& be, Args& t) { be.gelu_forward(t[2], t[4]); }});
+
+  // ---- one-pass cross-entropy (tp = 1): packable and odd vocab, with and
+  // without the gradient, and in place ----
+  const int64_t N = 13;
+  for (int64_t V : {int64_t(1000), int64_t(997)}) {
+    const std::string tag = V == 1000 ? "" : "_oddV";
+    v.push_back({"cross_entropy_fused" + tag,
+                 {out("losses", {N}, Kind::F32), out("dlogits", {N, V}), in("logits", {N, V}, Kind::Act, 3.0),
+                  ids("targets", {N}, 0, V)},
+                 [](Backend& be, Args& t) { be.cross_entropy_fused(t[0], &t[1], t[2], t[3], 1.f / N); }});
+    v.push_back({"cross_entropy_fused_loss_only" + tag,
+                 {out("losses", {N}, Kind::F32), in("logits", {N, V}, Kind::Act, 3.0), ids("targets", {N}, 0, V)},
+                 [](Backend& be, Args& t) { be.cross_entropy_fused(t[0], nullptr, t[1], t[2], 0.f); }});
+  }
+  v.push_back({"cross_entropy_fused_inplace",
+               {out("losses", {N}, Kind::F32), acc("logits", {N, 1000}, Kind::Act, false), ids("targets", {N}, 0, 1000)},
+               [](Backend& be, Args& t) { be.cross_entropy_fused(t[0], &t[1], t[1], t[2], 0.5f); }});
+}
+
+}  // namespace tripod::testing

@@ -1,0 +1,178 @@
+// The shared validators of backend/ops.cpp, driven through the public API:
+// every op called with one wrong argument (shape, dtype, or a dtype the
+// backend does not compute in) must throw tripod::Error whose message
+// starts "<op>: <tensor> ", so the caller learns which op and which
+// argument. Runs on the CPU backend, and on the CUDA backend too when one is
+// built and a GPU is visible (one set of checks for every backend).
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/error.h"
+#if defined(TRIPOD_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace tripod {
+namespace {
+
+using backend::Backend;
+constexpr DType F = DType::F32, D = DType::F64, I = DType::I32;
+
+struct Bad {
+  std::string op, tensor;  // expected at the start of the message: "<op>: <tensor> "
+  std::function<void(Backend&)> call;
+};
+
+std::vector<Bad> bad_calls() {
+  // Shapes: N=6 rows, C=8, OC=4, V=10, B=2, T=3, 2 heads of 4.
+  std::vector<Bad> v;
+  auto e = [](Backend& be, Shape s, DType d = F) { return be.empty(s, d); };
+  v.push_back({"copy", "dst", [=](Backend& be) { Tensor a = e(be, {4}), b = e(be, {4}, I); be.copy(a, b); }});
+  v.push_back({"cast", "dst", [=](Backend& be) { Tensor a = e(be, {4}), b = e(be, {5}); be.cast(a, b); }});
+  v.push_back({"add", "b", [=](Backend& be) { Tensor o = e(be, {6, 8}), a = e(be, {6, 8}), b = e(be, {6, 7}); be.add(o, a, b); }});
+  v.push_back({"add", "a", [=](Backend& be) { Tensor o = e(be, {6, 8}), a = e(be, {6, 8}, I), b = e(be, {6, 8}); be.add(o, a, b); }});
+  v.push_back({"scale", "t", [=](Backend& be) { Tensor t = e(be, {3}, I); be.scale(t, 2.f); }});
+  v.push_back({"add_bias", "out", [=](Backend& be) { Tensor o = e(be, {6, 8}), b = e(be, {5}); be.add_bias(o, b); }});
+  v.push_back({"embedding_forward", "tokens", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), tok = e(be, {2, 3}), wte = e(be, {10, 8});
+    be.embedding_forward(o, tok, wte, nullptr, 0); }});
+  v.push_back({"embedding_forward", "wpe", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), tok = e(be, {2, 3}, I), wte = e(be, {10, 8}), wpe = e(be, {2, 8});
+    be.embedding_forward(o, tok, wte, &wpe, 0); }});
+  v.push_back({"embedding_backward", "dwte", [=](Backend& be) {
+    Tensor dwte = e(be, {10, 7}), dout = e(be, {2, 3, 8}), tok = e(be, {2, 3}, I);
+    be.embedding_backward(&dwte, nullptr, dout, tok, 0); }});
+  v.push_back({"layernorm_forward", "weight", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), m = e(be, {6}), r = e(be, {6}), x = e(be, {6, 8}), w = e(be, {7}), b = e(be, {8});
+    be.layernorm_forward(o, m, r, x, w, b, 1e-5f); }});
+  v.push_back({"layernorm_forward", "mean", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), m = e(be, {6}, I), r = e(be, {6}), x = e(be, {6, 8}), w = e(be, {8}), b = e(be, {8});
+    be.layernorm_forward(o, m, r, x, w, b, 1e-5f); }});
+  v.push_back({"layernorm_backward", "rstd", [=](Backend& be) {
+    Tensor dx = e(be, {6, 8}), dw = e(be, {8}), db = e(be, {8}), dy = e(be, {6, 8}), x = e(be, {6, 8}), w = e(be, {8}),
+           m = e(be, {6}), r = e(be, {5});
+    be.layernorm_backward(dx, dw, db, dy, x, w, m, r); }});
+  v.push_back({"layernorm_backward", "dout", [=](Backend& be) {
+    Tensor dx = e(be, {6, 8}), dw = e(be, {8}), db = e(be, {8}), dy = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {8}),
+           m = e(be, {6}), r = e(be, {6});
+    be.layernorm_backward(dx, dw, db, dy, x, w, m, r); }});
+  v.push_back({"fused_residual_layernorm_forward", "b", [=](Backend& be) {
+    Tensor res = e(be, {6, 8}), o = e(be, {6, 8}), m = e(be, {6}), r = e(be, {6}), a = e(be, {6, 8}), b = e(be, {6, 9}),
+           w = e(be, {8}), bi = e(be, {8});
+    be.fused_residual_layernorm_forward(res, o, m, r, a, b, w, bi, 1e-5f); }});
+  v.push_back({"fused_residual_layernorm_forward", "bias", [=](Backend& be) {
+    Tensor res = e(be, {6, 8}), o = e(be, {6, 8}), m = e(be, {6}), r = e(be, {6}), a = e(be, {6, 8}), b = e(be, {6, 8}),
+           w = e(be, {8}), bi = e(be, {9});
+    be.fused_residual_layernorm_forward(res, o, m, r, a, b, w, bi, 1e-5f); }});
+  v.push_back({"matmul_forward", "inp", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), x = e(be, {6, 7}), w = e(be, {4, 8}); be.matmul_forward(o, x, w, nullptr); }});
+  v.push_back({"matmul_forward", "bias", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {4, 8}), b = e(be, {3}); be.matmul_forward(o, x, w, &b); }});
+  v.push_back({"matmul_forward", "weight", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {4, 8}, I); be.matmul_forward(o, x, w, nullptr); }});
+  v.push_back({"matmul_backward", "dweight", [=](Backend& be) {
+    Tensor dw = e(be, {4, 7}), dy = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {4, 8});
+    be.matmul_backward(nullptr, &dw, nullptr, dy, x, w); }});
+  v.push_back({"matmul_backward", "dinp", [=](Backend& be) {
+    Tensor dx = e(be, {6, 8}, I), dy = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {4, 8});
+    be.matmul_backward(&dx, nullptr, nullptr, dy, x, w); }});
+  v.push_back({"matmul_forward_gelu", "pre", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), pre = e(be, {6, 5}), x = e(be, {6, 8}), w = e(be, {4, 8});
+    be.matmul_forward_gelu(o, pre, x, w, nullptr); }});
+  v.push_back({"matmul_backward_dgelu", "pre", [=](Backend& be) {
+    Tensor dpre = e(be, {6, 8}), dy = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {4, 8}), pre = e(be, {6, 4});
+    be.matmul_backward_dgelu(dpre, nullptr, nullptr, dy, x, w, pre); }});
+  v.push_back({"matmul_backward_dgelu", "dbias", [=](Backend& be) {
+    Tensor dpre = e(be, {6, 8}), db = e(be, {8}), dy = e(be, {6, 4}), x = e(be, {6, 8}), w = e(be, {4, 8}), pre = e(be, {6, 8});
+    be.matmul_backward_dgelu(dpre, nullptr, &db, dy, x, w, pre); }});
+  v.push_back({"gelu_forward", "out", [=](Backend& be) { Tensor o = e(be, {5}), x = e(be, {6}); be.gelu_forward(o, x); }});
+  v.push_back({"gelu_backward", "dout", [=](Backend& be) {
+    Tensor dx = e(be, {6}), x = e(be, {6}), dy = e(be, {6}, I); be.gelu_backward(dx, x, dy); }});
+  v.push_back({"attention_forward", "qkv", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 3, 3}), qkv = e(be, {2, 3, 24}); be.attention_forward(o, lse, qkv, 3); }});
+  v.push_back({"attention_forward", "lse", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 2, 4}), qkv = e(be, {2, 3, 24}); be.attention_forward(o, lse, qkv, 2); }});
+  v.push_back({"attention_backward", "dqkv", [=](Backend& be) {
+    Tensor dqkv = e(be, {2, 3, 8}), dy = e(be, {2, 3, 8}), qkv = e(be, {2, 3, 24}), o = e(be, {2, 3, 8}), lse = e(be, {2, 2, 3});
+    be.attention_backward(dqkv, dy, qkv, o, lse, 2); }});
+  v.push_back({"dropout_forward", "out", [=](Backend& be) { Tensor o = e(be, {5}), x = e(be, {6}); be.dropout_forward(o, x, 0.1f, 1, 0); }});
+  v.push_back({"dropout_backward", "probability", [=](Backend& be) {
+    Tensor dx = e(be, {6}), dy = e(be, {6}); be.dropout_backward(dx, dy, 1.f, 1, 0); }});
+  v.push_back({"ce_row_max", "row_max", [=](Backend& be) { Tensor m = e(be, {5}), l = e(be, {6, 10}); be.ce_row_max(m, l); }});
+  v.push_back({"ce_row_sums", "targets", [=](Backend& be) {
+    Tensor s = e(be, {2, 6}), l = e(be, {6, 10}), m = e(be, {6}), t = e(be, {6}); be.ce_row_sums(s, l, m, t, 0); }});
+  v.push_back({"ce_loss", "losses", [=](Backend& be) {
+    Tensor loss = e(be, {5}), s = e(be, {2, 6}), m = e(be, {6}); be.ce_loss(loss, s, m); }});
+  v.push_back({"ce_backward", "sums", [=](Backend& be) {
+    Tensor dl = e(be, {6, 10}), l = e(be, {6, 10}), m = e(be, {6}), s = e(be, {6}), t = e(be, {6}, I);
+    be.ce_backward(dl, l, m, s, t, 0, 1.f); }});
+  v.push_back({"cross_entropy_fused", "dlogits", [=](Backend& be) {
+    Tensor loss = e(be, {6}), dl = e(be, {6, 9}), l = e(be, {6, 10}), t = e(be, {6}, I);
+    be.cross_entropy_fused(loss, &dl, l, t, 1.f); }});
+  v.push_back({"cross_entropy_fused", "losses", [=](Backend& be) {
+    Tensor loss = e(be, {6}, I), l = e(be, {6, 10}), t = e(be, {6}, I); be.cross_entropy_fused(loss, nullptr, l, t, 1.f); }});
+  v.push_back({"adamw_update", "m", [=](Backend& be) {
+    Tensor p = e(be, {7}), g = e(be, {7}), m = e(be, {6}), s = e(be, {7}); be.adamw_update(p, g, m, s, {}); }});
+  v.push_back({"sum_squares", "acc", [=](Backend& be) { Tensor a = e(be, {2}), x = e(be, {6}); be.sum_squares(a, x); }});
+  return v;
+}
+
+void expect_named(Backend& be, const Bad& b) {
+  const std::string prefix = b.op + ": " + b.tensor + " ";
+  try {
+    b.call(be);
+    ADD_FAILURE() << be.name() << ": " << prefix << "... did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message().rfind(prefix, 0), 0u) << be.name() << ": expected a message starting '" << prefix
+                                                << "', got: " << e.message();
+  }
+}
+
+TEST(OpChecks, CpuNamesOpAndTensor) {
+  auto be = backend::make_cpu_backend();
+  for (const Bad& b : bad_calls()) expect_named(*be, b);
+}
+
+// bf16 activations: stored (cast) but not computed in by the CPU reference.
+TEST(OpChecks, CpuRejectsDtypesItDoesNotComputeIn) {
+  auto be = backend::make_cpu_backend();
+  Tensor o = be->empty({6, 4}, DType::BF16), x = be->empty({6, 8}, DType::BF16), w = be->empty({4, 8}, DType::BF16);
+  expect_named(*be, {"matmul_forward", "inp", [&](Backend& b) { b.matmul_forward(o, x, w, nullptr); }});
+  Tensor f = be->empty({6, 8}, F);
+  EXPECT_NO_THROW(be->cast(x, f));
+  // f64 statistics only under f64 activations.
+  Tensor a = be->empty({6, 8}, F), m = be->empty({6}, D), r = be->empty({6}, F), wt = be->empty({8}, F);
+  expect_named(*be, {"layernorm_forward", "mean", [&](Backend& b) { b.layernorm_forward(a, m, r, a, wt, wt, 1e-5f); }});
+}
+
+// The checks accept what the ops' contracts allow: aliasing outputs, f32
+// wide tensors, and the shapes of a real call.
+TEST(OpChecks, CpuAcceptsValidCalls) {
+  auto be = backend::make_cpu_backend();
+  Tensor x = be->empty({6, 8}, F);
+  be->zero(x);
+  EXPECT_NO_THROW(be->add(x, x, x));
+  Tensor loss = be->empty({6}, F), l = be->empty({6, 10}, F), t = be->empty({6}, I);
+  be->zero(l);
+  be->zero(t);
+  EXPECT_NO_THROW(be->cross_entropy_fused(loss, &l, l, t, 1.f));
+}
+
+#if defined(TRIPOD_WITH_CUDA)
+TEST(OpChecks, CudaNamesOpAndTensor) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  auto be = backend::make_cuda_backend(0);
+  for (const Bad& b : bad_calls()) expect_named(*be, b);
+  // A host tensor handed to a device op names the device rule.
+  Tensor o = be->empty({6}, F), h = Tensor::empty({6}, F);
+  expect_named(*be, {"gelu_forward", "inp", [&](Backend& b) { b.gelu_forward(o, h); }});
+}
+#endif
+
+}  // namespace
+}  // namespace tripod
