@@ -20,6 +20,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_tc.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cudnn_attention.cuh"
 
 #include <cstdlib>
 #include <string>
@@ -257,17 +258,50 @@ __global__ void attention_dq_backward_kernel(T* dqkv, const T* dout, const T* qk
 
 // ---- launchers ----
 
-AttentionImpl attention_impl() {
-  static const AttentionImpl impl = [] {
+// TRIPOD_CUDA_ATTENTION, parsed once (values in attention_tc.cuh).
+struct AttentionChoice {
+  AttentionImpl impl = AttentionImpl::kAuto;
+  CudnnDq dq = CudnnDq::kAuto;
+};
+
+const AttentionChoice& attention_choice() {
+  static const AttentionChoice c = [] {
     const char* v = std::getenv("TRIPOD_CUDA_ATTENTION");
     std::string s = v ? v : "auto";
-    if (s == "tc1") return AttentionImpl::kTc1;
-    if (s == "scalar") return AttentionImpl::kScalar;
-    if (s != "auto" && !s.empty())
-      fail("TRIPOD_CUDA_ATTENTION='" + s + "': expected auto, tc1 or scalar");
-    return AttentionImpl::kAuto;
+    AttentionChoice r;
+    if (s == "cudnn") r.impl = AttentionImpl::kCudnn;
+    else if (s == "cudnn-det") r = {AttentionImpl::kCudnn, CudnnDq::kDeterministic};
+    else if (s == "cudnn-atomic") r = {AttentionImpl::kCudnn, CudnnDq::kAtomic};
+    else if (s == "wmma") r.impl = AttentionImpl::kWmma;
+    else if (s == "tc1") r.impl = AttentionImpl::kTc1;
+    else if (s == "scalar") r.impl = AttentionImpl::kScalar;
+    else if (s != "auto" && !s.empty())
+      fail("TRIPOD_CUDA_ATTENTION='" + s + "': expected auto, cudnn, cudnn-det, cudnn-atomic, wmma, tc1 or scalar");
+    return r;
   }();
-  return impl;
+  return c;
+}
+
+AttentionImpl attention_impl() { return attention_choice().impl; }
+
+// cuDNN first where the choice allows it (bf16/f16). Returns true when it ran;
+// logs the path taken on first use.
+static bool try_cudnn(bool ran, const std::string& why, DType dt, const char* pass) {
+  const AttentionImpl impl = attention_impl();
+  const char* dts = dt == DType::BF16 ? "bf16" : "f16";
+  if (ran) {
+    note_attention_path(std::string("attention ") + pass + " " + dts + ": cuDNN fused flash attention");
+    return true;
+  }
+  if (impl == AttentionImpl::kCudnn)
+    fail(std::string("TRIPOD_CUDA_ATTENTION=cudnn but cuDNN cannot run attention ") + pass + ": " + why);
+  note_attention_path(std::string("attention ") + pass + " " + dts + ": own kernels (cuDNN: " + why + ")");
+  return false;
+}
+
+static bool cudnn_allowed(DType dt) {
+  const AttentionImpl impl = attention_impl();
+  return (impl == AttentionImpl::kAuto || impl == AttentionImpl::kCudnn) && dt != DType::F32;
 }
 
 template <typename A, int HS>
@@ -314,6 +348,11 @@ void attention_backward_hs(A* dqkv, const A* dout, const A* qkv, const float* ls
 void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
                        int HS, DType dt, cudaStream_t stream) {
   if (B * T == 0) return;
+  if (cudnn_allowed(dt)) {
+    std::string why;
+    bool ran = cudnn_attention_forward(out, lse, qkv, B, T, NH, HS, dt, stream, &why);
+    if (try_cudnn(ran, why, dt, "forward")) return;
+  }
   const void* ptrs[] = {out, qkv};
   if (attention_impl() != AttentionImpl::kScalar &&
       attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 2)) {
@@ -328,6 +367,12 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
                         const float* lse, int64_t B, int64_t T, int NH, int HS, DType dt,
                         float* scratch, cudaStream_t stream) {
   if (B * T == 0) return;
+  if (cudnn_allowed(dt)) {
+    std::string why;
+    bool ran = cudnn_attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, HS, dt,
+                                        attention_choice().dq, stream, &why);
+    if (try_cudnn(ran, why, dt, "backward")) return;
+  }
   TRIPOD_DISPATCH_ACT(dt, A, {
     int64_t rows = B * T * NH;
     attention_rowdot_backward_kernel<A><<<static_cast<unsigned>(ceil_div(rows, 256)), 256, 0, stream>>>(

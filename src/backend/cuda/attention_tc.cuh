@@ -26,11 +26,15 @@ void attention_backward_tc2(void* dqkv, const void* dout, const void* qkv, const
                             const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
                             cudaStream_t stream);
 
-// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (read once):
-// unset/"auto": tensor cores with the second backward where supported, else
-// CUDA cores; "tc1": the first tensor-core backward; "scalar": CUDA cores only
-// (f32 math everywhere). A knob for benchmarks and bisecting, not for users.
-enum class AttentionImpl { kAuto, kTc1, kScalar };
+// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (read once; see
+// attention.cu): unset/"auto": cuDNN's fused attention for bf16/f16 where
+// cuDNN 9 loads and has a plan, else tensor cores with the second backward
+// where supported, else CUDA cores; "cudnn": cuDNN or an error
+// ("cudnn-det" / "cudnn-atomic" also force how dQ is formed); "wmma":
+// tensor cores without cuDNN; "tc1": the first tensor-core backward;
+// "scalar": CUDA cores only (f32 math everywhere). A knob for benchmarks and
+// bisecting, not for users.
+enum class AttentionImpl { kAuto, kCudnn, kWmma, kTc1, kScalar };
 AttentionImpl attention_impl();
 
 }  // namespace tripod::backend::cuda
