@@ -81,6 +81,8 @@ std::map<int, Workspace> g_ws;
 // Grows the device's workspace (cached allocator; kept for reuse).
 void* workspace(int device, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return nullptr;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   Workspace& w = g_ws[device];
   if (w.bytes < bytes) {
     Allocator& a = caching_allocator();
@@ -119,20 +121,23 @@ float masked_value() {
 }
 
 // Causal mask on score tensor s (F32 [B,H,T,T]): keeps row >= col.
-int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int64_t masked) {
+// variant: 0 = the graph as described in the NOTE; 1 = integer math for the
+// index ops and an f32 view of K (tried when 0 yields no plan).
+int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int64_t masked, int variant) {
   int64_t row = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
   int64_t col = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
   int64_t keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, sh.s_dims(), sh.s_strides());
   int64_t out = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.s_dims(), sh.s_strides());
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, row, 0, 0, CUDNN_DATA_FLOAT, 2);
-  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, col, 0, 0, CUDNN_DATA_FLOAT, 3);
+  const cudnnDataType_t index_math = variant == 0 ? CUDNN_DATA_FLOAT : CUDNN_DATA_INT32;
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, row, 0, 0, index_math, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, col, 0, 0, index_math, 3);
   g.pointwise(CUDNN_POINTWISE_CMP_GE, row, keep, col, 0, CUDNN_DATA_BOOLEAN);
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, out, masked, keep);
   return out;
 }
 
 // uids order: q, k^T, v, o, stats
-Plan build_forward(const Shapes& sh, DType dt) {
+Plan build_forward(const Shapes& sh, DType dt, int variant) {
   Plan p;
   p.graph = std::make_unique<Graph>();
   Graph& g = *p.graph;
@@ -149,7 +154,7 @@ Plan build_forward(const Shapes& sh, DType dt) {
   g.matmul(q, kt, s);
   int64_t ss = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.pointwise(CUDNN_POINTWISE_MUL, s, ss, scale);
-  int64_t sm = causal_mask(g, sh, ss, masked);
+  int64_t sm = causal_mask(g, sh, ss, masked, variant);
   int64_t mx = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
   int64_t sub = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
@@ -169,7 +174,7 @@ Plan build_forward(const Shapes& sh, DType dt) {
 }
 
 // uids order: q, k^T, v^T, o, dO, stats, dq, dk, dv, rowsum[, dq accumulator]
-Plan build_backward(const Shapes& sh, DType dt, bool deterministic) {
+Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant) {
   Plan p;
   p.graph = std::make_unique<Graph>();
   p.deterministic = deterministic;
@@ -203,7 +208,7 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic) {
   g.pointwise(CUDNN_POINTWISE_MUL, s, ss, scale);
   int64_t sub = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.pointwise(CUDNN_POINTWISE_SUB, ss, sub, stats);
-  int64_t sm = causal_mask(g, sh, sub, masked);
+  int64_t sm = causal_mask(g, sh, sub, masked, variant);
   int64_t e = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.pointwise(CUDNN_POINTWISE_EXP, sm, e);
 
@@ -228,7 +233,7 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic) {
   g.matmul(dst, q, dk);
 
   // dQ = dS K
-  int64_t k = g.virtual_tensor(io, sh.qkv_dims(), sh.qkv_strides());
+  int64_t k = g.virtual_tensor(variant == 0 ? io : F, sh.qkv_dims(), sh.qkv_strides());
   g.reshape(kt, k);
   p.uids = {q, kt, vt, o, dout, stats, dq, dk, dv, rowsum};
   if (deterministic) {
@@ -264,16 +269,23 @@ const Plan* plan_for(const Key& key, const Shapes& sh, DType dt, std::string* wh
   auto it = g_plans.find(key);
   if (it == g_plans.end()) {
     Plan p;
-    try {
-      p = key.kind == 0 ? build_forward(sh, dt) : build_backward(sh, dt, key.kind == 1);
-      p.graph->build(cudnn::handle_for_current_device());
-      log::debug("cuDNN attention {} plan B={} T={} NH={} HS={}: {}, workspace {} bytes",
-                 key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
-                 key.B, key.T, key.NH, key.HS, p.graph->engine_note(), p.graph->workspace_bytes());
-    } catch (const cudnn::GraphError& e) {
-      p.graph.reset();
-      p.error = e.what();
+    std::string errors;
+    for (int variant = 0; variant < 2; ++variant) {
+      try {
+        p = key.kind == 0 ? build_forward(sh, dt, variant) : build_backward(sh, dt, key.kind == 1, variant);
+        p.graph->build(cudnn::handle_for_current_device());
+        log::info("cuDNN {} attention {} plan B={} T={} NH={} HS={}: graph variant {}, {}, workspace {} bytes",
+                  cudnn::version(),
+                  key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
+                  key.B, key.T, key.NH, key.HS, variant, p.graph->engine_note(), p.graph->workspace_bytes());
+        errors.clear();
+        break;
+      } catch (const cudnn::GraphError& e) {
+        p.graph.reset();
+        errors += std::string(errors.empty() ? "" : " | ") + "variant " + std::to_string(variant) + ": " + e.what();
+      }
     }
+    p.error = errors;
     it = g_plans.emplace(key, std::move(p)).first;
   }
   if (!it->second.error.empty()) {

@@ -232,7 +232,7 @@ void Graph::build(cudnnHandle_t handle) {
   std::vector<cudnnBackendDescriptor_t> ops;
   for (Desc* d : ops_) ops.push_back(d->get());
   graph_->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops.size()), ops.data());
-  graph_->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+  if (handle) graph_->set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   graph_->finalize("operation graph");
 
   std::string tried;
