@@ -329,10 +329,11 @@ bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, con
   cudaGetDevice(&dev);
   const Shapes sh{B, T, NH, HS, C, 3 * C};
   // The deterministic algorithm keeps dS (2 bytes per score, 64-padded) in
-  // cuDNN's workspace: used up to 256 MiB of it unless forced.
+  // cuDNN's workspace: used up to 1 GiB of it unless forced. On the H200 it
+  // costs 8-16% of the backward against atomics (bench/RESULTS.md).
   const int64_t tp = (T + 63) / 64 * 64;
   bool det = dq == CudnnDq::kDeterministic ||
-             (dq == CudnnDq::kAuto && B * NH * tp * tp * 2 <= (int64_t(256) << 20));
+             (dq == CudnnDq::kAuto && B * NH * tp * tp * 2 <= (int64_t(1) << 30));
   const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, B, T, NH, HS}, sh, dt, why);
   if (!p) return false;
   const size_t es = dtype_size(dt);

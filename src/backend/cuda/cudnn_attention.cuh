@@ -18,7 +18,8 @@ namespace tripod::backend::cuda {
 
 // How cuDNN's backward forms dQ. kAuto: deterministic (dS spilled to the
 // workspace, dQ as a plain matmul, cuDNN's deterministic algorithm on
-// Hopper) while that workspace stays under 256 MiB, else f32 atomics.
+// Hopper) while that workspace (B*NH*T^2*2 bytes) stays within 1 GiB, else
+// f32 atomics.
 enum class CudnnDq { kAuto, kDeterministic, kAtomic };
 
 // True when cuDNN ran the op; false, with the reason in *why, when cuDNN is
