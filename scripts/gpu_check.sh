@@ -118,10 +118,10 @@ grep -E '^\[  FAILED  \] All' "$OUT/test_gpu.log" | tee -a "$summary"
 awk '/^\[cuda/ {dt=$(NF-1); sub("]","",dt)} /nmse=/ {split($0,a,"nmse="); split(a[2],b," "); v=b[1]+0; if (v>worst[dt]) worst[dt]=v}
      END {for (d in worst) printf "worst nmse %s: %.3e\n", d, worst[d]}' "$OUT/test_gpu.log" | tee -a "$summary"
 
-# The CUDA-core attention kernels (TRIPOD_CUDA_ATTENTION=scalar,
-# docs/debugging.md), so the fallback stays checked. The first tensor-core
+# The fallback attention kernels (TRIPOD_CUDA_ATTENTION=wmma: tensor cores
+# without cuDNN; =scalar: CUDA cores; docs/debugging.md), so they stay checked. The first tensor-core
 # backward is a dev variant now (bench/dev/cuda, checked by its own program).
-for impl in scalar; do
+for impl in wmma scalar; do
   TRIPOD_CUDA_ATTENTION=$impl "$BIN_GPU" --gtest_filter='*attention*' > "$OUT/test_gpu_attention_$impl.log" 2>&1
   note "attention tests with TRIPOD_CUDA_ATTENTION=$impl rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/test_gpu_attention_$impl.log" | tr '\n' ' ')"
 done

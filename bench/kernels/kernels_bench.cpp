@@ -7,7 +7,13 @@
 // call must read + write at least once).
 //
 //   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--only SECTION] [--out results.md]
-// SECTION: matmul, attention, layernorm, gelu, embedding, ce, optimizer (default: all).
+// SECTION: matmul, attention, attention_shapes, layernorm, gelu, embedding, ce,
+// optimizer (default: all). attention_shapes: bf16 causal attention at
+// B*T = 8192 with (T, NH, HS) = (1024, 12, 64), (1024, 25, 64), (2048, 16, 128).
+//   kernels_bench --attn-io DIR B T NH HS
+// runs one bf16 attention forward + backward on DIR/qkv.bin (B*T*3C bf16) and
+// DIR/dout.bin (B*T*C bf16) and writes DIR/out.bin, DIR/lse.bin (f32) and
+// DIR/dqkv.bin, for scripts/attention_torch_bench.py to check against PyTorch.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -57,11 +63,52 @@ void fill(backend::Backend& be, Tensor& t, float scale = 0.02f) {
   be.synchronize();
 }
 
+bool read_into(backend::Backend& be, Tensor& dst, const std::string& path) {
+  Tensor h = Tensor::empty(dst.shape(), dst.dtype());
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  size_t n = std::fread(h.raw(), 1, h.nbytes(), f);
+  std::fclose(f);
+  if (n != h.nbytes()) return false;
+  be.copy(dst, h);
+  return true;
+}
+
+bool write_from(backend::Backend& be, const Tensor& src, const std::string& path) {
+  Tensor h = Tensor::empty(src.shape(), src.dtype());
+  be.copy(h, src);
+  be.synchronize();
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return false;
+  size_t n = std::fwrite(h.raw(), 1, h.nbytes(), f);
+  std::fclose(f);
+  return n == h.nbytes();
+}
+
+int attention_io(const std::string& dir, int64_t B, int64_t T, int64_t NH, int64_t HS) {
+  auto be = backend::make_cuda_backend(0);
+  const int64_t C = NH * HS;
+  Tensor qkv = be->empty({B, T, 3 * C}, DType::BF16), dout = be->empty({B, T, C}, DType::BF16);
+  Tensor o = be->empty({B, T, C}, DType::BF16), lse = be->empty({B, NH, T}, DType::F32);
+  Tensor dqkv = be->empty({B, T, 3 * C}, DType::BF16);
+  if (!read_into(*be, qkv, dir + "/qkv.bin") || !read_into(*be, dout, dir + "/dout.bin")) {
+    std::fprintf(stderr, "kernels_bench --attn-io: cannot read %s/qkv.bin or dout.bin of the given shape\n", dir.c_str());
+    return 1;
+  }
+  be->attention_forward(o, lse, qkv, static_cast<int>(NH));
+  be->attention_backward(dqkv, dout, qkv, o, lse, static_cast<int>(NH));
+  bool ok = write_from(*be, o, dir + "/out.bin") && write_from(*be, lse, dir + "/lse.bin") &&
+            write_from(*be, dqkv, dir + "/dqkv.bin");
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string model = "124m", out_path, only;
   int64_t B = 8;
+  if (argc == 7 && !std::strcmp(argv[1], "--attn-io"))
+    return attention_io(argv[2], std::atoll(argv[3]), std::atoll(argv[4]), std::atoll(argv[5]), std::atoll(argv[6]));
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) B = std::atoll(argv[++i]);
@@ -78,6 +125,7 @@ int main(int argc, char** argv) {
   const int64_t T = 1024, N = B * T, V = 50304, HS = C / NH;
   auto be = backend::make_cuda_backend(0);
   auto want = [&](const char* section) { return only.empty() || only == section; };
+  const bool want_attention_shapes = only == "attention_shapes";
   std::vector<Row> rows;
   auto add = [&](std::string op, DType dt, std::string shape, double us, double flops, double bytes) {
     rows.push_back({std::move(op), dtype_name(dt), std::move(shape), us,
@@ -135,6 +183,22 @@ int main(int argc, char** argv) {
       add("attention_fwd", dt, shp({B, T, NH, HS}), us, f, 0);
       us = median_us(*be, [&] { be->attention_backward(dqkv, dout, qkv, o, lse, static_cast<int>(NH)); }, 3);
       add("attention_bwd", dt, shp({B, T, NH, HS}), us, 2.5 * f, 0);
+    }
+    // Attention at the shapes of the PyTorch comparison (bf16 only; opt-in section).
+    struct AttnShape { int64_t b, t, nh, hs; };
+    for (AttnShape a : want_attention_shapes && dt == DType::BF16
+                           ? std::vector<AttnShape>{{8, 1024, 12, 64}, {8, 1024, 25, 64}, {4, 2048, 16, 128}}
+                           : std::vector<AttnShape>{}) {
+      const int64_t c = a.nh * a.hs;
+      Tensor qkv = be->empty({a.b, a.t, 3 * c}, dt), o = be->empty({a.b, a.t, c}, dt), dout = be->empty({a.b, a.t, c}, dt);
+      Tensor lse = be->empty({a.b, a.nh, a.t}, DType::F32), dqkv = be->empty({a.b, a.t, 3 * c}, dt);
+      fill(*be, qkv, 1.f);
+      fill(*be, dout, 1.f);
+      double f = 4.0 * a.b * a.nh * a.t * a.t * a.hs / 2;
+      double us = median_us(*be, [&] { be->attention_forward(o, lse, qkv, static_cast<int>(a.nh)); }, 10);
+      add("attention_fwd", dt, shp({a.b, a.t, a.nh, a.hs}), us, f, 0);
+      us = median_us(*be, [&] { be->attention_backward(dqkv, dout, qkv, o, lse, static_cast<int>(a.nh)); }, 10);
+      add("attention_bwd", dt, shp({a.b, a.t, a.nh, a.hs}), us, 2.5 * f, 0);
     }
     // Memory-bound ops: bytes = each input read once + each output written once.
     if (want("layernorm")) {

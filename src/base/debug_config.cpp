@@ -27,10 +27,17 @@ int64_t non_negative(const char* name) {
 DebugConfig read_debug_config() {
   DebugConfig c;
   const std::string attn = env::get_or("TRIPOD_CUDA_ATTENTION", "auto");
-  if (attn == "scalar")
-    c.cuda_attention = DebugConfig::CudaAttention::kScalar;
+  using A = DebugConfig::CudaAttention;
+  if (attn == "auto" || attn.empty()) c.cuda_attention = A::kAuto;
+  else if (attn == "cudnn") c.cuda_attention = A::kCudnn;
+  else if (attn == "cudnn-det") c.cuda_attention = A::kCudnnDet;
+  else if (attn == "cudnn-atomic") c.cuda_attention = A::kCudnnAtomic;
+  else if (attn == "wmma") c.cuda_attention = A::kWmma;
+  else if (attn == "scalar") c.cuda_attention = A::kScalar;
   else
-    TRIPOD_CHECK_HINT(attn == "auto", "set TRIPOD_CUDA_ATTENTION to auto or scalar, or unset it",
+    TRIPOD_CHECK_HINT(false,
+                      "set TRIPOD_CUDA_ATTENTION to auto, cudnn, cudnn-det, cudnn-atomic, wmma or "
+                      "scalar, or unset it",
                       "TRIPOD_CUDA_ATTENTION='{}' is not a kernel choice", attn);
   c.cuda_ln_bwd_blocks = non_negative("TRIPOD_CUDA_LN_BWD_BLOCKS");
   c.step_timing = env::get_int_or("TRIPOD_STEP_TIMING", 0) != 0;

@@ -13,10 +13,13 @@
 namespace tripod {
 
 struct DebugConfig {
-  // TRIPOD_CUDA_ATTENTION=auto|scalar: the CUDA attention kernels. auto
-  // (default): tensor cores where the dtype, head size and alignment allow;
-  // scalar: the CUDA-core kernels only (f32 math everywhere).
-  enum class CudaAttention { kAuto, kScalar };
+  // TRIPOD_CUDA_ATTENTION=auto|cudnn|cudnn-det|cudnn-atomic|wmma|scalar: the
+  // CUDA attention kernels. auto (default): cuDNN's fused attention for
+  // bf16/f16 where cuDNN 9 loads and has a plan, else the tensor-core (WMMA)
+  // kernels where the dtype, head size and alignment allow, else CUDA cores;
+  // cudnn: cuDNN or an error (-det / -atomic also force how dQ is formed);
+  // wmma: tensor cores without cuDNN; scalar: the CUDA-core kernels only.
+  enum class CudaAttention { kAuto, kCudnn, kCudnnDet, kCudnnAtomic, kWmma, kScalar };
   CudaAttention cuda_attention = CudaAttention::kAuto;
   // TRIPOD_CUDA_LN_BWD_BLOCKS=n: cap on the blocks of the CUDA LayerNorm
   // backward (0: the built-in cap), for before/after timings.

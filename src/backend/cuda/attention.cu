@@ -20,6 +20,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_tc.cuh"
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cudnn_attention.cuh"
 #include "base/debug_config.h"
 
 #include <string>
@@ -257,9 +258,48 @@ __global__ void attention_dq_backward_kernel(T* dqkv, const T* dout, const T* qk
 
 // ---- launchers ----
 
-AttentionImpl attention_impl() {
-  return debug_config().cuda_attention == DebugConfig::CudaAttention::kScalar ? AttentionImpl::kScalar
-                                                                             : AttentionImpl::kAuto;
+// TRIPOD_CUDA_ATTENTION, parsed once (values in attention_tc.cuh).
+struct AttentionChoice {
+  AttentionImpl impl = AttentionImpl::kAuto;
+  CudnnDq dq = CudnnDq::kAuto;
+};
+
+const AttentionChoice& attention_choice() {
+  static const AttentionChoice c = [] {
+    using A = DebugConfig::CudaAttention;
+    switch (debug_config().cuda_attention) {
+      case A::kCudnn: return AttentionChoice{AttentionImpl::kCudnn, CudnnDq::kAuto};
+      case A::kCudnnDet: return AttentionChoice{AttentionImpl::kCudnn, CudnnDq::kDeterministic};
+      case A::kCudnnAtomic: return AttentionChoice{AttentionImpl::kCudnn, CudnnDq::kAtomic};
+      case A::kWmma: return AttentionChoice{AttentionImpl::kWmma, CudnnDq::kAuto};
+      case A::kScalar: return AttentionChoice{AttentionImpl::kScalar, CudnnDq::kAuto};
+      case A::kAuto: break;
+    }
+    return AttentionChoice{};
+  }();
+  return c;
+}
+
+AttentionImpl attention_impl() { return attention_choice().impl; }
+
+// cuDNN first where the choice allows it (bf16/f16). Returns true when it ran;
+// logs the path taken on first use.
+static bool try_cudnn(bool ran, const std::string& why, DType dt, const char* pass) {
+  const AttentionImpl impl = attention_impl();
+  const char* dts = dt == DType::BF16 ? "bf16" : "f16";
+  if (ran) {
+    note_attention_path(std::string("attention ") + pass + " " + dts + ": cuDNN fused flash attention");
+    return true;
+  }
+  if (impl == AttentionImpl::kCudnn)
+    fail(std::string("TRIPOD_CUDA_ATTENTION=cudnn but cuDNN cannot run attention ") + pass + ": " + why);
+  note_attention_path(std::string("attention ") + pass + " " + dts + ": own kernels (cuDNN: " + why + ")");
+  return false;
+}
+
+static bool cudnn_allowed(DType dt) {
+  const AttentionImpl impl = attention_impl();
+  return (impl == AttentionImpl::kAuto || impl == AttentionImpl::kCudnn) && dt != DType::F32;
 }
 
 template <typename A, int HS>
@@ -306,6 +346,11 @@ void attention_backward_hs(A* dqkv, const A* dout, const A* qkv, const float* ls
 void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
                        int HS, DType dt, cudaStream_t stream) {
   if (B * T == 0) return;
+  if (cudnn_allowed(dt)) {
+    std::string why;
+    bool ran = cudnn_attention_forward(out, lse, qkv, B, T, NH, HS, dt, stream, &why);
+    if (try_cudnn(ran, why, dt, "forward")) return;
+  }
   const void* ptrs[] = {out, qkv};
   if (attention_impl() != AttentionImpl::kScalar &&
       attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 2)) {
@@ -320,6 +365,12 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
                         const float* lse, int64_t B, int64_t T, int NH, int HS, DType dt,
                         float* scratch, cudaStream_t stream) {
   if (B * T == 0) return;
+  if (cudnn_allowed(dt)) {
+    std::string why;
+    bool ran = cudnn_attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, HS, dt,
+                                        attention_choice().dq, stream, &why);
+    if (try_cudnn(ran, why, dt, "backward")) return;
+  }
   TRIPOD_DISPATCH_ACT(dt, A, {
     int64_t rows = B * T * NH;
     attention_rowdot_backward_kernel<A><<<static_cast<unsigned>(ceil_div(rows, 256)), 256, 0, stream>>>(

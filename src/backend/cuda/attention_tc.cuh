@@ -22,11 +22,15 @@ void attention_backward_tc2(void* dqkv, const void* dout, const void* qkv, const
                             const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
                             cudaStream_t stream);
 
-// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (base/debug_config.h):
-// unset/"auto": tensor cores where supported, else CUDA cores; "scalar":
-// CUDA cores only (f32 math everywhere). A knob for benchmarks and
+// Which attention kernels run, from TRIPOD_CUDA_ATTENTION (read once; see
+// attention.cu): unset/"auto": cuDNN's fused attention for bf16/f16 where
+// cuDNN 9 loads and has a plan, else tensor cores with the second backward
+// where supported, else CUDA cores; "cudnn": cuDNN or an error
+// ("cudnn-det" / "cudnn-atomic" also force how dQ is formed); "wmma":
+// tensor cores without cuDNN;
+// "scalar": CUDA cores only (f32 math everywhere). A knob for benchmarks and
 // bisecting, not for users.
-enum class AttentionImpl { kAuto, kScalar };
+enum class AttentionImpl { kAuto, kCudnn, kWmma, kScalar };
 AttentionImpl attention_impl();
 
 }  // namespace tripod::backend::cuda

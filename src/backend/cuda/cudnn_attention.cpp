@@ -1,0 +1,375 @@
+// Causal attention on cuDNN's fused flash attention (see cudnn_attention.cuh).
+//
+// NOTE [cuDNN attention graphs]
+// cuDNN serves fused attention through its runtime fusion engines, which
+// recognise an operation graph of primitive ops (the pattern of cuDNN's
+// "flash fused attention" support surface); the graphs below are that
+// pattern for causal, dropout-free self-attention with saved stats.
+// Layouts: qkv (B, T, 3, NH, HS) gives Q, K, V as (B, NH, T, HS) views with
+// strides (T*3C, HS, 3C, 1) at offsets 0, C, 2C; K^T and V^T swap the last
+// two dims and strides. out/dout are (B, NH, T, HS) views of (B, T, C).
+// Forward:  S = Q K^T * scale; causal mask (row >= col, else -inf);
+//           M = rowmax S, E = exp(S - M), L = rowsum E;
+//           stats = M + log L (the log-sum-exp, saved), P = E / L (bf16/f16);
+//           O = P V.
+// Backward: Dsum = rowsum(dO * O) (f32, into the caller's scratch);
+//           E = exp(mask(Q K^T * scale - stats)) (= P, recomputed);
+//           dV = E^T dO; dS = (dO V^T - Dsum) * E * scale;
+//           dK = dS^T Q; dQ = dS K.
+// dQ is either a plain matmul into dqkv (cuDNN keeps dS in its workspace and
+// runs its deterministic algorithm) or an f32 accumulator in our workspace
+// (atomics across key tiles) copied out by an identity op. Plans are built
+// once per shape (first call; runtime-compiled engines take a moment) and
+// cached with their failures.
+#include "backend/cuda/cudnn_attention.cuh"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include "backend/cuda/allocator.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cudnn_graph.h"
+#include "base/log.h"
+#include "tensor/dtype.h"
+
+namespace tripod::backend::cuda {
+
+void note_attention_path(const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (seen.insert(message).second) log::info("{}", message);
+}
+
+#if TRIPOD_HAVE_CUDNN_GRAPH
+
+namespace {
+
+using cudnn::Graph;
+
+struct Plan {
+  std::unique_ptr<Graph> graph;
+  std::string error;  // non-empty: no plan for this shape
+  // uids, in the order of the pointers execute() is given
+  std::vector<int64_t> uids;
+  int64_t accum_bytes = 0;  // f32 dQ accumulator placed after cuDNN's workspace
+  bool deterministic = false;
+};
+
+struct Key {
+  int device, dtype, kind;  // kind: 0 forward, 1 backward deterministic dQ, 2 backward atomic dQ
+  int64_t B, T, NH, HS;
+  bool operator<(const Key& o) const {
+    return std::tie(device, dtype, kind, B, T, NH, HS) < std::tie(o.device, o.dtype, o.kind, o.B, o.T, o.NH, o.HS);
+  }
+};
+
+std::mutex g_mu;
+std::map<Key, Plan> g_plans;
+
+struct Workspace {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+std::map<int, Workspace> g_ws;
+
+// Grows the device's workspace (cached allocator; kept for reuse).
+void* workspace(int device, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return nullptr;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  Workspace& w = g_ws[device];
+  if (w.bytes < bytes) {
+    Allocator& a = caching_allocator();
+    if (w.ptr) {
+      cudaStreamSynchronize(stream);  // the old buffer may still be in use by queued work
+      a.deallocate(w.ptr, w.bytes, Device::cuda(device));
+    }
+    w.ptr = a.allocate(bytes, Device::cuda(device));
+    w.bytes = bytes;
+  }
+  return w.ptr;
+}
+
+cudnnDataType_t cudnn_type(DType dt) { return dt == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
+
+using Dims = std::vector<int64_t>;
+
+struct Shapes {
+  int64_t B, T, H, D, C, C3;
+  Dims qkv_dims() const { return {B, H, T, D}; }
+  Dims qkv_strides() const { return {T * C3, D, C3, 1}; }      // Q, K, V (and dQ, dK, dV)
+  Dims qkv_t_dims() const { return {B, H, D, T}; }
+  Dims qkv_t_strides() const { return {T * C3, D, 1, C3}; }    // K^T, V^T
+  Dims o_strides() const { return {T * C, D, C, 1}; }          // O, dO
+  Dims row_dims() const { return {B, H, T, 1}; }
+  Dims row_strides() const { return {H * T, T, 1, 1}; }        // stats, rowsums
+  Dims s_dims() const { return {B, H, T, T}; }
+  Dims s_strides() const { return {H * T * T, T * T, T, 1}; }
+  Dims st_strides() const { return {H * T * T, T * T, 1, T}; } // S^T view
+};
+
+float masked_value() {
+  // cuDNN before 9.10 prefers the lowest finite float for masked scores.
+  return cudnn::version() < 91000 ? std::numeric_limits<float>::lowest()
+                                  : -std::numeric_limits<float>::infinity();
+}
+
+// Causal mask on score tensor s (F32 [B,H,T,T]): keeps row >= col.
+// variant: 0 = the graph as described in the NOTE; 1 = integer math for the
+// index ops and an f32 view of K (tried when 0 yields no plan).
+int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int64_t masked, int variant) {
+  int64_t row = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
+  int64_t col = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
+  int64_t keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, sh.s_dims(), sh.s_strides());
+  int64_t out = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.s_dims(), sh.s_strides());
+  const cudnnDataType_t index_math = variant == 0 ? CUDNN_DATA_FLOAT : CUDNN_DATA_INT32;
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, row, 0, 0, index_math, 2);
+  g.pointwise(CUDNN_POINTWISE_GEN_INDEX, s, col, 0, 0, index_math, 3);
+  g.pointwise(CUDNN_POINTWISE_CMP_GE, row, keep, col, 0, CUDNN_DATA_BOOLEAN);
+  g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, out, masked, keep);
+  return out;
+}
+
+// uids order: q, k^T, v, o, stats
+Plan build_forward(const Shapes& sh, DType dt, int variant) {
+  Plan p;
+  p.graph = std::make_unique<Graph>();
+  Graph& g = *p.graph;
+  const cudnnDataType_t io = cudnn_type(dt), F = CUDNN_DATA_FLOAT;
+  int64_t q = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t kt = g.tensor({io, sh.qkv_t_dims(), sh.qkv_t_strides()});
+  int64_t v = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t o = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
+  int64_t stats = g.tensor({F, sh.row_dims(), sh.row_strides()});
+  int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
+  int64_t masked = g.scalar(masked_value());
+
+  int64_t s = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.matmul(q, kt, s);
+  int64_t ss = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, s, ss, scale);
+  int64_t sm = causal_mask(g, sh, ss, masked, variant);
+  int64_t mx = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
+  int64_t sub = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_SUB, sm, sub, mx);
+  int64_t e = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_EXP, sub, e);
+  int64_t sum = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, sum);
+  int64_t lg = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
+  g.pointwise(CUDNN_POINTWISE_LOG, sum, lg);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, stats, lg);
+  int64_t prob = g.virtual_tensor(io, sh.s_dims(), sh.s_strides());  // P in the io type feeds the second matmul
+  g.pointwise(CUDNN_POINTWISE_DIV, e, prob, sum);
+  g.matmul(prob, v, o);
+  p.uids = {q, kt, v, o, stats};
+  return p;
+}
+
+// uids order: q, k^T, v^T, o, dO, stats, dq, dk, dv, rowsum[, dq accumulator]
+Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant) {
+  Plan p;
+  p.graph = std::make_unique<Graph>();
+  p.deterministic = deterministic;
+  Graph& g = *p.graph;
+  const cudnnDataType_t io = cudnn_type(dt), F = CUDNN_DATA_FLOAT;
+  int64_t q = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t kt = g.tensor({io, sh.qkv_t_dims(), sh.qkv_t_strides()});
+  int64_t vt = g.tensor({io, sh.qkv_t_dims(), sh.qkv_t_strides()});
+  int64_t o = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
+  int64_t dout = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
+  int64_t stats = g.tensor({F, sh.row_dims(), sh.row_strides()});
+  int64_t dq = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t dk = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t dv = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t rowsum = g.tensor({F, sh.row_dims(), sh.row_strides()});
+  int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
+  int64_t masked = g.scalar(masked_value());
+  int64_t one = g.scalar(1.f);
+
+  // rowsum = sum_d dO * O
+  int64_t prod = g.virtual_tensor(F, sh.qkv_dims(), {sh.H * sh.T * sh.D, sh.T * sh.D, sh.H * sh.D, 1});
+  g.pointwise(CUDNN_POINTWISE_MUL, dout, prod, o);
+  int64_t red = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, prod, red);
+  g.pointwise(CUDNN_POINTWISE_MUL, red, rowsum, one);
+
+  // P recomputed from the stats
+  int64_t s = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.matmul(q, kt, s);
+  int64_t ss = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, s, ss, scale);
+  int64_t sub = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_SUB, ss, sub, stats);
+  int64_t sm = causal_mask(g, sh, sub, masked, variant);
+  int64_t e = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_EXP, sm, e);
+
+  // dV = P^T dO
+  int64_t pt = g.virtual_tensor(io, sh.s_dims(), sh.st_strides());
+  g.reshape(e, pt);
+  g.matmul(pt, dout, dv);
+
+  // dS = (dO V^T - rowsum) * P * scale
+  int64_t dp = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.matmul(dout, vt, dp);
+  int64_t d1 = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, d1, rowsum);
+  int64_t d2 = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, d1, d2, e);
+  int64_t ds = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, d2, ds, scale);
+
+  // dK = dS^T Q
+  int64_t dst = g.virtual_tensor(io, sh.s_dims(), sh.st_strides());
+  g.reshape(ds, dst);
+  g.matmul(dst, q, dk);
+
+  // dQ = dS K
+  int64_t k = g.virtual_tensor(variant == 0 ? io : F, sh.qkv_dims(), sh.qkv_strides());
+  g.reshape(kt, k);
+  p.uids = {q, kt, vt, o, dout, stats, dq, dk, dv, rowsum};
+  if (deterministic) {
+    g.matmul(ds, k, dq);
+  } else {
+    int64_t acc = g.tensor({F, sh.qkv_dims(), {sh.H * sh.T * sh.D, sh.T * sh.D, sh.D, 1}});
+    g.matmul(ds, k, acc);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, acc, dq);
+    p.uids.push_back(acc);
+    p.accum_bytes = sh.B * sh.H * sh.T * sh.D * int64_t(sizeof(float));
+  }
+  return p;
+}
+
+bool served(DType dt, int HS, int64_t C, const void* const* ptrs, int n, std::string* why) {
+  std::string reason;
+  if (!cudnn::available(&reason)) {
+    if (why) *why = reason;
+    return false;
+  }
+  if (dt != DType::BF16 && dt != DType::F16) reason = "dtype not bf16/f16";
+  else if (HS % 8 != 0 || HS > 256) reason = "head size " + std::to_string(HS) + " (multiples of 8 up to 256)";
+  else if (C % 8 != 0) reason = "C not a multiple of 8";
+  for (int i = 0; i < n && reason.empty(); ++i)
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) reason = "pointer not 16-byte aligned";
+  if (!reason.empty() && why) *why = reason;
+  return reason.empty();
+}
+
+// Looks up or builds the plan; nullptr (and *why) when there is none.
+const Plan* plan_for(const Key& key, const Shapes& sh, DType dt, std::string* why) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = g_plans.find(key);
+  if (it == g_plans.end()) {
+    Plan p;
+    std::string errors;
+    for (int variant = 0; variant < 2; ++variant) {
+      try {
+        p = key.kind == 0 ? build_forward(sh, dt, variant) : build_backward(sh, dt, key.kind == 1, variant);
+        p.graph->build(cudnn::handle_for_current_device());
+        log::info("cuDNN {} attention {} plan B={} T={} NH={} HS={}: graph variant {}, {}, workspace {} bytes",
+                  cudnn::version(),
+                  key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
+                  key.B, key.T, key.NH, key.HS, variant, p.graph->engine_note(), p.graph->workspace_bytes());
+        errors.clear();
+        break;
+      } catch (const cudnn::GraphError& e) {
+        p.graph.reset();
+        errors += std::string(errors.empty() ? "" : " | ") + "variant " + std::to_string(variant) + ": " + e.what();
+      }
+    }
+    p.error = errors;
+    it = g_plans.emplace(key, std::move(p)).first;
+  }
+  if (!it->second.error.empty()) {
+    if (why) *why = it->second.error;
+    return nullptr;
+  }
+  return &it->second;
+}
+
+}  // namespace
+
+bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+                             int HS, DType dt, cudaStream_t stream, std::string* why) {
+  const int64_t C = int64_t(NH) * HS;
+  const void* ptrs[] = {out, qkv};
+  if (!served(dt, HS, C, ptrs, 2, why)) return false;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const Shapes sh{B, T, NH, HS, C, 3 * C};
+  const Plan* p = plan_for({dev, int(dt), 0, B, T, NH, HS}, sh, dt, why);
+  if (!p) return false;
+  const size_t es = dtype_size(dt);
+  char* base = static_cast<char*>(const_cast<void*>(qkv));
+  std::vector<void*> ptr = {base, base + C * es, base + 2 * C * es, out, lse};
+  try {
+    void* ws = workspace(dev, size_t(p->graph->workspace_bytes()), stream);
+    p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, ws);
+  } catch (const cudnn::GraphError& e) {
+    fail(std::string("cuDNN attention forward: ") + e.what());
+  }
+  return true;
+}
+
+bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                              const float* lse, float* scratch, int64_t B, int64_t T, int NH,
+                              int HS, DType dt, CudnnDq dq, cudaStream_t stream, std::string* why) {
+  const int64_t C = int64_t(NH) * HS;
+  const void* ptrs[] = {dqkv, dout, qkv, out};
+  if (!served(dt, HS, C, ptrs, 4, why)) return false;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const Shapes sh{B, T, NH, HS, C, 3 * C};
+  // The deterministic algorithm keeps dS (2 bytes per score, 64-padded) in
+  // cuDNN's workspace: used up to 1 GiB of it unless forced. On the H200 it
+  // costs 8-16% of the backward against atomics (bench/RESULTS.md).
+  const int64_t tp = (T + 63) / 64 * 64;
+  bool det = dq == CudnnDq::kDeterministic ||
+             (dq == CudnnDq::kAuto && B * NH * tp * tp * 2 <= (int64_t(1) << 30));
+  const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, B, T, NH, HS}, sh, dt, why);
+  if (!p) return false;
+  const size_t es = dtype_size(dt);
+  char* in = static_cast<char*>(const_cast<void*>(qkv));
+  char* g = static_cast<char*>(dqkv);
+  std::vector<void*> ptr = {in, in + C * es, in + 2 * C * es, const_cast<void*>(out), const_cast<void*>(dout),
+                            const_cast<float*>(lse), g, g + C * es, g + 2 * C * es, scratch};
+  try {
+    const size_t cws = (size_t(p->graph->workspace_bytes()) + 255) / 256 * 256;
+    char* ws = static_cast<char*>(workspace(dev, cws + size_t(p->accum_bytes), stream));
+    if (p->accum_bytes) {
+      ptr.push_back(ws + cws);
+      // cuDNN before 9.6 expects the dQ accumulator zeroed by the caller.
+      if (cudnn::version() < 90600 && cudaMemsetAsync(ws + cws, 0, size_t(p->accum_bytes), stream) != cudaSuccess)
+        fail("cuDNN attention backward: clearing the dQ accumulator failed");
+    }
+    p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, cws ? ws : nullptr);
+  } catch (const cudnn::GraphError& e) {
+    fail(std::string("cuDNN attention backward: ") + e.what());
+  }
+  return true;
+}
+
+#else  // !TRIPOD_HAVE_CUDNN_GRAPH
+
+bool cudnn_attention_forward(void*, float*, const void*, int64_t, int64_t, int, int, DType, cudaStream_t,
+                             std::string* why) {
+  if (why) *why = "built without cudnn_graph.h";
+  return false;
+}
+bool cudnn_attention_backward(void*, const void*, const void*, const void*, const float*, float*, int64_t,
+                              int64_t, int, int, DType, CudnnDq, cudaStream_t, std::string* why) {
+  if (why) *why = "built without cudnn_graph.h";
+  return false;
+}
+
+#endif
+
+}  // namespace tripod::backend::cuda
