@@ -45,6 +45,7 @@ struct CommArgs {
   int step_factor = 4;
   int iters = 10, warmup = 3;
   std::string ops = "all_reduce,all_gather,reduce_scatter,broadcast,sendrecv";
+  std::string backend;  // --distributed-backend; "" = the device's default
   std::string group = "world";
   double timeout_minutes = 10;
   std::string device = "cpu";
@@ -176,8 +177,11 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
   Communicator& world = *pg.world;
   const bool root = pg.global_rank == 0;
   if (root) {
-    std::printf("# tripod bench comm: %s, group %s (size %d), f32 on %s, %d iters after %d warm-up\n",
-                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.device.c_str(), a.iters, a.warmup);
+    const std::string via = comm::comm_backend_name(a.device == "cpu" ? DeviceType::CPU : DeviceType::CUDA,
+                                                    comm_backend_for(a.device, a.backend));
+    std::printf("# tripod bench comm: %s, group %s (size %d), f32 on %s via %s, %d iters after %d warm-up\n",
+                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.device.c_str(), via.c_str(), a.iters,
+                a.warmup);
     std::printf("# %12s %12s %-15s %12s %12s %12s %8s\n", "size(B)", "count", "op", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
@@ -217,9 +221,13 @@ int run_comm(const CommArgs& a) {
   TRIPOD_CHECK_HINT(!a.check || a.device == "cpu", "run --check with --device cpu",
                     "--check verifies the CPU communicators only");
   // GPU runs: buffers live on this rank's GPU (LOCAL_RANK) and NCCL moves them.
+  // With --distributed-backend gloo, Gloo moves them through pinned host
+  // buffers and ranks may share a GPU (the staged collectives' correctness).
+  const comm::CommBackend backend = comm_backend_for(a.device, a.backend);
   std::unique_ptr<backend::Backend> be;
-  if (a.device != "cpu") be = make_backend(a.device, info.local_rank);
-  auto ctx = comm::DistContext::init(info, be ? be->device().type : DeviceType::CPU, timeout);
+  if (a.device != "cpu") be = make_backend(a.device, info, backend);
+  auto ctx = comm::DistContext::init(info, be ? be->device().type : DeviceType::CPU, timeout, backend);
+  if (be) ctx->set_device_stream(be->native_stream());
   const auto layout = parallel::Layout::make(ctx->world_size(), a.tp, a.pp);
   auto pg = parallel::make_process_groups(*ctx, layout);
   if (ctx->rank() == a.fault_hang_rank) {
@@ -267,6 +275,8 @@ int run_bench_cmd(int argc, char** argv) {
   comm->add_option("--ops", a.ops, "comma-separated")->capture_default_str();
   comm->add_option("--group", a.group, "world | tp | dp | pp | mp")->capture_default_str();
   comm->add_option("--device", a.device, "cpu (Gloo) or cuda (NCCL, one GPU per rank)")->capture_default_str();
+  comm->add_option("--distributed-backend", a.backend,
+                   "nccl (cuda default) | gloo (cuda: staged through host memory; ranks may share a GPU)");
   comm->add_option("--distributed-timeout-minutes", a.timeout_minutes, "every wait's timeout (fractions allowed)")
       ->capture_default_str();
   // Fault injection for the launcher tests; not shown in --help.

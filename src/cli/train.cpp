@@ -125,9 +125,12 @@ int run_train(int argc, char** argv) {
                "--seq-length 32 --mock-data --vocab-size 512 --micro-batch-size 4 --train-iters 50 --lr 1e-3"};
   app.get_formatter()->column_width(44);
   train::TrainArgs args;
-  std::string dump_weights;
+  std::string dump_weights, dist_backend;
   data::TokenizerConfig tok;
   add_train_flags(app, args, tok);
+  app.add_option("--distributed-backend", dist_backend,
+                 "nccl (default on cuda) | gloo (cpu default; on cuda: device buffers staged through host "
+                 "memory, ranks may share a GPU to rehearse a layout)");
   app.add_option("--dump-weights", dump_weights,
                  "after training, write each rank's parameter shards to DIR/rank<N>.bin (parity checks)")
       ->group("");  // hidden: a testing aid
@@ -156,11 +159,12 @@ int run_train(int argc, char** argv) {
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const comm::RankInfo info = comm::resolve_rank_info();
   backend::configure_cpu_threads(info.local_world_size);
-  auto be = make_backend(args.device, info.local_rank);
+  const comm::CommBackend comm_backend = comm_backend_for(args.device, dist_backend);
+  auto be = make_backend(args.device, info, comm_backend);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
-  auto ctx = comm::DistContext::init(info, be->device().type, timeout);
-  // NCCL collectives queue after the model's kernels instead of waiting for
-  // the whole device (and bucket launches stop stalling the host).
+  auto ctx = comm::DistContext::init(info, be->device().type, timeout, comm_backend);
+  // NCCL collectives (and the host staging of Gloo ones) queue after the
+  // model's kernels instead of waiting for the whole device.
   ctx->set_device_stream(be->native_stream());
   const int vpp = 1;
   const auto layout = parallel::Layout::make(ctx->world_size(), args.tp, args.pp, vpp);

@@ -16,6 +16,7 @@
 //    ignored), so pair them as Megatron does (even ranks send first).
 //    For p2p, is_completed() may stay false until wait() has been called.
 //  - Implementations: comm/gloo/ (host tensors), comm/nccl/ (GPU tensors),
+//    comm/staged/ (GPU tensors staged through host memory to Gloo),
 //    LocalCommunicator (groups of one rank). See docs/distributed.md.
 //
 // Usage:

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/local_communicator.h"
+#include "comm/staged/staged_communicator.h"
 #include "comm/tcp_store.h"
 
 namespace tripod::comm {
@@ -66,6 +67,19 @@ bool has_comm_factory(DeviceType device) {
   return registry().factories.count(device) > 0;
 }
 
+CommBackend parse_comm_backend(const std::string& name) {
+  if (name == "nccl") return CommBackend::Nccl;
+  if (name == "gloo") return CommBackend::Gloo;
+  TRIPOD_CHECK_HINT(false, "use --distributed-backend nccl (GPU default) or gloo",
+                    "unknown --distributed-backend '{}'", name);
+  return CommBackend::Default;
+}
+
+std::string comm_backend_name(DeviceType device, CommBackend backend) {
+  if (device == DeviceType::CPU) return "Gloo";
+  return backend == CommBackend::Gloo ? "Gloo (host-staged)" : "NCCL";
+}
+
 std::string GroupSpec::describe() const {
   std::string s = name + " [";
   for (size_t i = 0; i < global_ranks.size(); ++i)
@@ -74,12 +88,13 @@ std::string GroupSpec::describe() const {
 }
 
 std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType comm_device,
-                                               std::chrono::milliseconds timeout) {
+                                               std::chrono::milliseconds timeout, CommBackend backend) {
   TRIPOD_CHECK(info.world_size >= 1 && info.rank >= 0 && info.rank < info.world_size,
                "rank {} is outside the world of {} ranks", info.rank, info.world_size);
   if (info.world_size == 1) {
     std::unique_ptr<DistContext> ctx(new DistContext());
     ctx->device_ = comm_device;
+    ctx->config_.backend = backend;
     ctx->config_.timeout = timeout;
     ctx->config_.recorder = std::make_shared<FlightRecorder>();
     ctx->world_ = std::make_shared<LocalCommunicator>("world", 0, device_copy(comm_device));
@@ -116,6 +131,7 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
   }
   std::unique_ptr<DistContext> ctx(new DistContext());
   ctx->config_.local_rank = info.local_rank;
+  ctx->config_.backend = backend;
   ctx->config_.local_addr = local_addr;
   ctx->endpoint_ = endpoint;
   ctx->server_ = std::move(server);
@@ -123,7 +139,7 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
   ctx->start(info.rank, info.world_size, store, comm_device, timeout);
   if (info.rank == 0)
     log::info("distributed: {} ranks joined at {} (launcher {}, {} communicators) in {:.2f} s",
-              info.world_size, endpoint, info.launcher, comm_device == DeviceType::CPU ? "Gloo" : "NCCL",
+              info.world_size, endpoint, info.launcher, comm_backend_name(comm_device, backend),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return ctx;
 }
@@ -132,8 +148,9 @@ std::unique_ptr<DistContext> DistContext::init_with_store(int rank, int world_si
                                                           std::shared_ptr<Store> store,
                                                           DeviceType comm_device,
                                                           std::chrono::milliseconds timeout,
-                                                          int local_rank) {
+                                                          int local_rank, CommBackend backend) {
   std::unique_ptr<DistContext> ctx(new DistContext());
+  ctx->config_.backend = backend;
   ctx->config_.local_addr = "127.0.0.1";
   ctx->config_.local_rank = local_rank >= 0 ? local_rank : rank;
   ctx->endpoint_ = "the in-process store";
@@ -153,9 +170,14 @@ void DistContext::start(int rank, int world_size, std::shared_ptr<Store> store, 
     world_ = std::make_shared<LocalCommunicator>("world", rank, device_copy(comm_device));
     return;
   }
-  TRIPOD_CHECK(comm_device == DeviceType::CPU || has_comm_factory(comm_device),
-               "no communicator for {} tensors in this build",
-               comm_device == DeviceType::CUDA ? "CUDA (NCCL)" : "this device");
+  if (config_.backend == CommBackend::Gloo && comm_device != DeviceType::CPU)
+    TRIPOD_CHECK_HINT(has_staging_device(comm_device), "rebuild with -DTRIPOD_CUDA=ON",
+                      "no host staging for {} tensors in this build (--distributed-backend gloo)",
+                      comm_device == DeviceType::CUDA ? "CUDA" : "this device's");
+  else
+    TRIPOD_CHECK(comm_device == DeviceType::CPU || has_comm_factory(comm_device),
+                 "no communicator for {} tensors in this build",
+                 comm_device == DeviceType::CUDA ? "CUDA (NCCL)" : "this device");
   join_world();
   std::vector<int> all(static_cast<size_t>(world_size));
   for (int r = 0; r < world_size; ++r) all[size_t(r)] = r;
@@ -219,6 +241,9 @@ std::shared_ptr<Communicator> make_device_communicator(DeviceType device, const 
                                                        std::shared_ptr<Store> store,
                                                        const CommConfig& config) {
   if (device == DeviceType::CPU) return make_gloo_communicator(spec, std::move(store), config);
+  if (config.backend == CommBackend::Gloo)  // NOTE [Host-staged collectives]
+    return make_staged_communicator(make_gloo_communicator(spec, std::move(store), config),
+                                    make_staging_device(device, config));
   CommFactory f;
   {
     std::lock_guard<std::mutex> lock(registry().mu);

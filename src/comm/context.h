@@ -39,6 +39,16 @@ namespace tripod::comm {
 
 class TcpStoreServer;
 
+// Which library moves a GPU job's tensors (Megatron's --distributed-backend).
+// Default: NCCL for GPU tensors, Gloo for host tensors. Gloo for a GPU job
+// stages every buffer through pinned host memory (comm/staged/), which is
+// slow but lets several ranks share one GPU (rehearsing a layout).
+enum class CommBackend { Default, Nccl, Gloo };
+// "nccl" | "gloo" (as Megatron's flag); throws on anything else.
+CommBackend parse_comm_backend(const std::string& name);
+// The backend a job on `device` ends up with ("Gloo", "NCCL", "Gloo (host-staged)").
+std::string comm_backend_name(DeviceType device, CommBackend backend);
+
 // What a communicator needs to know about its group.
 struct GroupSpec {
   std::string name;               // "tp", "dp", "world", ...
@@ -52,6 +62,7 @@ struct CommConfig {
   Millis timeout{600000};
   std::shared_ptr<FlightRecorder> recorder;
   int local_rank = 0;             // GPU index for NCCL
+  CommBackend backend = CommBackend::Default;  // GPU jobs: NCCL, or Gloo staged through the host
   std::string local_addr;         // address peers reach this process at (Gloo)
   // The CUDA stream compute runs on (NCCL orders its work after it); null =
   // synchronise the device before each collective. See set_device_stream().
@@ -77,15 +88,19 @@ class DistContext {
  public:
   // From a launcher's environment: starts / joins the TCP store (or a
   // FileStore when TRIPOD_INIT_METHOD=file:///path) and the world group.
+  // `backend` Gloo with comm_device CUDA: device tensors staged through host
+  // memory to Gloo (comm/staged/), so ranks may share a GPU.
   static std::unique_ptr<DistContext> init(const RankInfo& info, DeviceType comm_device,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout,
+                                           CommBackend backend = CommBackend::Default);
   // Over a store the caller made (threads as ranks over one HashStore in
   // tests, or a FileStore). local_rank picks the GPU (default: rank).
   static std::unique_ptr<DistContext> init_with_store(int rank, int world_size,
                                                       std::shared_ptr<Store> store,
                                                       DeviceType comm_device,
                                                       std::chrono::milliseconds timeout,
-                                                      int local_rank = -1);
+                                                      int local_rank = -1,
+                                                      CommBackend backend = CommBackend::Default);
   ~DistContext();
   DistContext(const DistContext&) = delete;
   DistContext& operator=(const DistContext&) = delete;
@@ -93,6 +108,7 @@ class DistContext {
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   DeviceType device() const { return device_; }
+  CommBackend backend() const { return config_.backend; }
   std::chrono::milliseconds timeout() const { return config_.timeout; }
   std::shared_ptr<Communicator> world() { return world_; }
   std::shared_ptr<Store> store() { return store_; }  // null for a world of 1

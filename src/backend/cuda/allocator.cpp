@@ -13,11 +13,18 @@
 // once; the error then names the bytes in use and cached.
 // Blocks are never returned to the driver at exit (the driver may already be
 // gone when static destructors run).
+// Shared GPUs (share_device, ranks rehearsing a layout on one GPU): the
+// allocator still grows on demand, but what it holds on that device (in use
+// plus cached) stays under the rank's share; past it the cache is released
+// first, and a request that still does not fit is an OutOfMemoryError naming
+// the sharing.
 #include "backend/cuda/allocator.cuh"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -58,6 +65,17 @@ class CachingAllocator final : public Allocator {
       cached_ -= size;
     } else {
       DeviceGuard guard(device.index);
+      auto cap = caps_.find(device.index);
+      if (cap != caps_.end()) {
+        if (in_use_ + cached_ + size > cap->second.bytes) release_locked();
+        if (in_use_ + size > cap->second.bytes)
+          throw OutOfMemoryError(fmt::format("CUDA out of memory on cuda:{}: {} bytes requested with {} in use, "
+                                             "over this rank's share of {} bytes: {}", device.index, size, in_use_,
+                                             cap->second.bytes, cap->second.why),
+                                 "fewer ranks per GPU (a smaller layout to rehearse), a smaller model or "
+                                 "--micro-batch-size, or --recompute-activations",
+                                 size, in_use_, cap->second.bytes);
+      }
       cudaError_t e = cudaMalloc(&p, size);
       if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();  // clear the sticky-free error state
@@ -68,9 +86,10 @@ class CachingAllocator final : public Allocator {
         cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
+        const std::string shared = cap == caps_.end() ? std::string() : "; " + cap->second.why;
         throw OutOfMemoryError(fmt::format("CUDA out of memory on cuda:{}: cudaMalloc of {} bytes failed with {} "
-                                           "bytes in use by tripod, {} free of {}", device.index, size, in_use_,
-                                           free_b, total_b),
+                                           "bytes in use by tripod, {} free of {}{}", device.index, size, in_use_,
+                                           free_b, total_b, shared),
                                "reduce --micro-batch-size, use --recompute-activations, or a layout below",
                                size, in_use_, total_b);
       }
@@ -110,6 +129,20 @@ class CachingAllocator final : public Allocator {
     std::lock_guard<std::mutex> lock(mu_);
     peak_ = in_use_;
   }
+  size_t share(int device, int ranks) {
+    size_t free_b = 0, total_b = 0;
+    {
+      DeviceGuard guard(device);
+      TRIPOD_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    }
+    constexpr size_t kContext = size_t(1) << 30;  // CUDA context, cuBLAS workspace, ... per process
+    const size_t n = size_t(std::max(ranks, 1));
+    const size_t bytes = total_b > n * kContext ? (total_b - n * kContext) / n : total_b / n;
+    std::lock_guard<std::mutex> lock(mu_);
+    caps_[device] = Cap{bytes, fmt::format("cuda:{} is shared by {} ranks (--distributed-backend gloo), each "
+                                           "capped at {:.1f} GiB", device, ranks, double(bytes) / double(1 << 30))};
+    return bytes;
+  }
 
  private:
   struct Pool {
@@ -127,8 +160,13 @@ class CachingAllocator final : public Allocator {
     cached_ = 0;
   }
 
+  struct Cap {
+    size_t bytes;
+    std::string why;  // for OOM messages
+  };
   std::mutex mu_;
   std::unordered_map<int, Pool> pools_;
+  std::unordered_map<int, Cap> caps_;  // devices shared with other ranks
   size_t in_use_ = 0, peak_ = 0, cached_ = 0;
 };
 
@@ -146,5 +184,6 @@ CachingAllocator& instance() {
 Allocator& caching_allocator() { return instance(); }
 void release_cached_blocks() { instance().release(); }
 void reset_peak_bytes() { instance().reset_peak(); }
+size_t share_device(int device, int ranks) { return instance().share(device, ranks); }
 
 }  // namespace tripod::backend::cuda
