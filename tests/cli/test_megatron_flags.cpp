@@ -106,3 +106,18 @@ TEST(MegatronFlags, UnknownFlagSuggestsTheClosestNames) {
   run = run_tripod("train --parse-only --train-iters 10 --tensor-parallel-size 2");
   EXPECT_TRUE(contains(run.output, "--tensor-model-parallel-size")) << run.output;
 }
+
+TEST(TrainDefaults, DeviceIsChosenAndLogged) {
+  // No --device: cuda when this build has CUDA and a GPU is visible, else cpu,
+  // and the start-up log says which and why.
+  auto run = run_tripod("train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                        "--mock-data --vocab-size 64 --micro-batch-size 2 --train-iters 1 --eval-interval 100");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "device: cpu (") || contains(run.output, "device: cuda (")) << run.output;
+  EXPECT_TRUE(contains(run.output, "; --device overrides)")) << run.output;
+  run = run_tripod("train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+                   "--mock-data --vocab-size 64 --micro-batch-size 2 --train-iters 1 --eval-interval 100 "
+                   "--device cpu");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_FALSE(contains(run.output, "--device overrides")) << run.output;
+}
