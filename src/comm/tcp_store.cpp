@@ -398,6 +398,18 @@ void TcpStore::connect_locked(Millis timeout) {
   std::string last_error;
   int attempts = 0;
   fd_ = tcp_connect(host_, port_, timeout, last_error, attempts);
+  if (fd_ < 0) {
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    throw TimeoutError(
+        fmt::format("rank {} could not reach the rendezvous store at {}:{} (MASTER_ADDR:MASTER_PORT) "
+                    "after {:.1f} s and {} attempts; last error: {}",
+                    rank_, host_, port_, waited, attempts, last_error),
+        fmt::format("is rank 0 running and did it start the store? Is port {} open between the "
+                    "nodes (try `nc -zv {} {}` from this node)? Across nodes MASTER_ADDR must be "
+                    "rank 0's address, not localhost/127.0.0.1. Raise "
+                    "--distributed-timeout-minutes if rank 0 starts late.",
+                    port_, host_, port_));
+  }
   local_addr_ = socket_local_address(fd_);
 
   TRIPOD_CHECK(send_all(fd_, encode({str_bytes("HELLO"), str_bytes(token_),
