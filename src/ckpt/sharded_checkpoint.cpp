@@ -96,6 +96,33 @@ int64_t read_latest_iteration(const std::string& dir) {
   return std::stoll(s);
 }
 
+bool load_dir_has_checkpoint(const std::string& dir, std::string* why) {
+  auto say = [&](std::string w) {
+    if (why) *why = std::move(w);
+    return false;
+  };
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return say("the directory does not exist yet");
+  TRIPOD_CHECK_HINT(fs::is_directory(dir, ec), "pass a checkpoint directory to --load",
+                    "--load {}: not a directory", dir);
+  if (read_latest_iteration(dir) >= 0) return true;  // throws on a corrupt marker
+  std::vector<std::string> committed;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool iter_dir = name.rfind("iter_", 0) == 0 && name.size() == iter_dir_name(0).size() &&
+                          all_digits(name.substr(5));
+    if (iter_dir && e.is_directory()) committed.push_back(name);
+  }
+  TRIPOD_CHECK_HINT(committed.empty(),
+                    fmt::format("write the iteration to resume from into {}/{} (e.g. `echo N > ...`), "
+                                "or move the directories away to start over",
+                                dir, kLatestFile),
+                    "--load {}: holds {} but no {} (a save was interrupted between its last two steps, "
+                    "or the marker was removed)",
+                    dir, committed.front(), kLatestFile);
+  return say(fmt::format("it holds no {}", kLatestFile));
+}
+
 std::string tmp_dir_for(const std::string& save_dir, int64_t it) {
   return (fs::path(save_dir) / (iter_dir_name(it) + ".tmp")).string();
 }

@@ -49,6 +49,14 @@ model::GptConfig config_from_json(const nlohmann::json& j, const std::string& fi
 // no checkpoint. A malformed marker is an Error naming it.
 int64_t read_latest_iteration(const std::string& dir);
 
+// Whether --load DIR holds a checkpoint to resume from. As Megatron, a
+// directory that does not exist yet, or holds no checkpoint (nothing, or only
+// an uncommitted iter_*.tmp), is a fresh start: false, and `why` says which.
+// A malformed latest marker, or committed iter_* directories without one,
+// is a damaged checkpoint: an Error naming it (the run must not silently
+// start over).
+bool load_dir_has_checkpoint(const std::string& dir, std::string* why = nullptr);
+
 // One tensor a rank writes: its tp shard plus what the metadata needs.
 struct ShardTensor {
   std::string name;   // e.g. model.decoder.layers.0.mlp.linear_fc1.weight

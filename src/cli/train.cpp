@@ -2,11 +2,17 @@
 // train::Trainer. Flags only; the loop lives in train/.
 #include <CLI/CLI.hpp>
 
+#include <csignal>
+#include <thread>
+
 #include "backend/cpu/cpu_backend.h"
 #include "base/config.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "ckpt/sharded_checkpoint.h"
 #include "cli/command.h"
+#include "cli/default_device.h"
+#include "cli/megatron_flags.h"
 #include "cli/device.h"
 #include "cli/oom_advice.h"
 #include "data/tokenizer.h"
@@ -31,7 +37,14 @@ int64_t vocab_size_from_tokenizer(const data::TokenizerConfig& tc) {
   return tok->vocab_size();
 }
 
-void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& tok) {
+// Megatron flags that fill other TrainArgs fields after parsing.
+struct DerivedFlags {
+  double lr_warmup_fraction = -1;
+  double exit_duration_in_mins = 0;
+};
+
+void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& tok, DerivedFlags& derived) {
+  double& warmup_fraction = derived.lr_warmup_fraction;
   // As argparse in Megatron: a repeated flag takes its last value, so a
   // launch script can override a default set earlier on the line.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -55,6 +68,8 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_option("--lr-decay-style", a.lr_decay_style, "constant | linear | cosine")->capture_default_str();
   app.add_option("--lr-decay-iters", a.lr_decay_iters, "default: --train-iters");
   app.add_option("--lr-warmup-iters", a.lr_warmup_iters)->capture_default_str();
+  app.add_option("--lr-warmup-fraction", warmup_fraction,
+                 "warmup as a fraction of the decay iterations (instead of --lr-warmup-iters)");
   app.add_option("--weight-decay", a.weight_decay)->capture_default_str();
   app.add_option("--clip-grad", a.clip_grad, "global grad-norm clip (0: off)")->capture_default_str();
   app.add_option("--adam-beta1", a.adam_beta1)->capture_default_str();
@@ -91,7 +106,7 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_flag("--overlap-param-gather", a.overlap_param_gather,
                "distributed optimizer: all-gather updated params per bucket asynchronously, waited for by the "
                "next forward");
-  app.add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  app.add_option("--device", a.device, "cpu | cuda (default: cuda when a GPU is visible and the build has CUDA)");
   app.add_flag("--bf16", a.bf16, "bf16 compute, fp32 master weights (cuda)");
   app.add_flag("--fp16", a.fp16, "fp16 compute with loss scaling (cuda)");
   app.add_option("--loss-scale", a.loss_scale, "fp16: static loss scale (default: dynamic)");
@@ -117,6 +132,9 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_flag("--no-load-rng", a.no_load_rng, "do not load the RNG state");
   app.add_flag("--exit-signal-handler", a.exit_signal_handler,
                "on SIGTERM, save at the next iteration boundary and exit 0");
+  app.add_option("--exit-interval", a.exit_interval, "save (with --save) and exit 0 at a multiple of N iterations");
+  app.add_option("--exit-duration-in-mins", derived.exit_duration_in_mins,
+                 "save (with --save) and exit 0 at the first iteration boundary after M minutes");
 }
 
 int run_train(int argc, char** argv) {
@@ -127,10 +145,15 @@ int run_train(int argc, char** argv) {
   train::TrainArgs args;
   std::string dump_weights, dist_backend;
   data::TokenizerConfig tok;
-  add_train_flags(app, args, tok);
+  DerivedFlags derived;
+  add_train_flags(app, args, tok, derived);
   app.add_option("--distributed-backend", dist_backend,
                  "nccl (default on cuda) | gloo (cpu default; on cuda: device buffers staged through host "
                  "memory, ranks may share a GPU to rehearse a layout)");
+  MegatronCompat compat;
+  compat.add_to(app);
+  bool parse_only = false;
+  app.add_flag("--parse-only", parse_only, "parse the flags, report, and exit")->group("");  // testing aid
   app.add_option("--dump-weights", dump_weights,
                  "after training, write each rank's parameter shards to DIR/rank<N>.bin (parity checks)")
       ->group("");  // hidden: a testing aid
@@ -150,6 +173,31 @@ int run_train(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  compat.apply(app, comm::resolve_rank_info().rank == 0);
+  if (derived.lr_warmup_fraction >= 0) {
+    // Megatron: warmup = fraction x decay steps; here in whole iterations.
+    TRIPOD_CHECK_HINT(app.count("--lr-warmup-iters") == 0 || args.lr_warmup_iters == 0,
+                      "pass one of them", "--lr-warmup-fraction and --lr-warmup-iters are both given");
+    TRIPOD_CHECK(derived.lr_warmup_fraction <= 1, "--lr-warmup-fraction {} is above 1",
+                 derived.lr_warmup_fraction);
+    const int64_t decay = args.lr_decay_iters > 0 ? args.lr_decay_iters : args.train_iters;
+    args.lr_warmup_iters = static_cast<int64_t>(derived.lr_warmup_fraction * static_cast<double>(decay));
+  }
+  if (parse_only) {
+    log::info("flags parsed (lr warmup {} iterations)", args.lr_warmup_iters);
+    return 0;
+  }
+  if (derived.exit_duration_in_mins > 0) {
+    // The --exit-signal-handler path: every rank agrees at the next iteration
+    // boundary, saves (with --save) and exits 0.
+    args.exit_signal_handler = true;
+    const auto after = std::chrono::duration<double, std::ratio<60>>(derived.exit_duration_in_mins);
+    std::thread([after] {
+      std::this_thread::sleep_for(after);
+      log::info("--exit-duration-in-mins reached: stopping at the next iteration boundary");
+      std::raise(SIGTERM);
+    }).detach();
+  }
   if (args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_tokenizer(tok);
   if (args.exit_signal_handler) train::install_exit_signal_handler();
   args.tokenizer_type = tok.type;
@@ -158,6 +206,27 @@ int run_train(int argc, char** argv) {
   args.tokenizer_model = tok.tokenizer_model;
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const comm::RankInfo info = comm::resolve_rank_info();
+  if (app.count("--device") == 0) {
+    const DeviceChoice d = default_device();
+    args.device = d.device;
+    if (info.rank == 0) {
+      log::info("device: {} ({}; --device overrides)", d.device, d.reason);
+      if (d.gpu_without_cuda_build)
+        log::warn("this node has an NVIDIA GPU but this tripod was built without CUDA, so it trains on "
+                  "the CPU; rebuild with -DTRIPOD_CUDA=ON to use the GPU");
+    }
+  }
+  // One job script both starts and resumes a run (Megatron's behaviour):
+  // --load naming a directory without a checkpoint yet is a fresh start.
+  // A damaged checkpoint still stops the run (ckpt::load_dir_has_checkpoint).
+  if (!args.load.empty()) {
+    std::string why;
+    if (!ckpt::load_dir_has_checkpoint(args.load, &why)) {
+      if (info.rank == 0)
+        log::warn("--load {}: no checkpoint to resume from ({}); starting from scratch", args.load, why);
+      args.load.clear();
+    }
+  }
   backend::configure_cpu_threads(info.local_world_size);
   const comm::CommBackend comm_backend = comm_backend_for(args.device, dist_backend);
   auto be = make_backend(args.device, info, comm_backend);
@@ -166,7 +235,8 @@ int run_train(int argc, char** argv) {
   // NCCL collectives (and the host staging of Gloo ones) queue after the
   // model's kernels instead of waiting for the whole device.
   ctx->set_device_stream(be->native_stream());
-  const int vpp = 1;
+  // The layout records the interleaving so start-up prints the real "(vpp N)".
+  const int vpp = train::virtual_pipeline_size(args);
   const auto layout = parallel::Layout::make(ctx->world_size(), args.tp, args.pp, vpp);
   const auto groups = parallel::make_process_groups(*ctx, layout);
   try {

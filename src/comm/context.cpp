@@ -17,6 +17,7 @@
 #include "comm/local_communicator.h"
 #include "comm/staged/staged_communicator.h"
 #include "comm/tcp_store.h"
+#include "comm/torch_store.h"
 
 namespace tripod::comm {
 
@@ -115,19 +116,38 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
   } else {
     TRIPOD_CHECK_HINT(init_method.empty(), "use file:///shared/dir or leave it unset (TCP store)",
                       "TRIPOD_INIT_METHOD='{}' is not understood", init_method);
-    if (info.rank == 0) server = std::make_unique<TcpStoreServer>(info.master_port, token);
-    auto tcp = std::make_shared<TcpStore>(info.master_addr, info.master_port, token, info.rank, timeout);
+    std::shared_ptr<Store> client;
+    std::string client_addr, client_endpoint;
+    if (info.agent_store) {
+      // torchrun's agent holds MASTER_PORT: use its store, one namespace per
+      // job and restart attempt (as torch.distributed's workers do).
+      auto agent = std::make_shared<TorchAgentStore>(
+          info.master_addr, info.master_port,
+          fmt::format("/tripod/{}/attempt_{}/", token, info.restart_count), info.rank, timeout);
+      if (info.rank == 0)
+        log::info("distributed: torchrun's agent hosts the store at {} (PyTorch TCPStore, {} protocol)",
+                  agent->endpoint(), TorchAgentStore::protocol_name(agent->protocol()));
+      client_addr = agent->local_address();
+      client_endpoint = agent->endpoint() + " (torchrun's agent store)";
+      client = agent;
+    } else {
+      if (info.rank == 0) server = std::make_unique<TcpStoreServer>(info.master_port, token);
+      auto tcp = std::make_shared<TcpStore>(info.master_addr, info.master_port, token, info.rank, timeout);
+      client_addr = tcp->local_address();
+      client_endpoint = tcp->endpoint();
+      client = tcp;
+    }
     // Gloo listens on the address this host used to reach the store: one
     // that the store's host, hence usually every node, can reach.
-    if (!is_loopback(info.master_addr)) local_addr = tcp->local_address();
+    if (!is_loopback(info.master_addr)) local_addr = client_addr;
     if (auto a = env::get("TRIPOD_LOCAL_ADDR")) local_addr = *a;
     else if (is_loopback(local_addr) && info.local_world_size < info.world_size)
       log::warn("rank {}: this job spans nodes ({} of {} ranks here) but this rank's address is {} "
                 "(MASTER_ADDR {}); other nodes cannot reach it. Set TRIPOD_LOCAL_ADDR to this "
                 "node's address, or MASTER_ADDR to rank 0's routable address",
                 info.rank, info.local_world_size, info.world_size, local_addr, info.master_addr);
-    endpoint = tcp->endpoint();
-    store = tcp;
+    endpoint = client_endpoint;
+    store = client;
   }
   std::unique_ptr<DistContext> ctx(new DistContext());
   ctx->config_.local_rank = info.local_rank;

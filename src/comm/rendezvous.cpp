@@ -112,6 +112,11 @@ RankInfo resolve_rank_info(const Env& env) {
       TRIPOD_CHECK_HINT(r == info.rank, "start the ranks with one launcher only",
                         "RANK={} (from {}) disagrees with OMPI_COMM_WORLD_RANK={}", info.rank, who, r);
     }
+    if (info.launcher == "torchrun") {
+      const std::string* a = find(env, "TORCHELASTIC_USE_AGENT_STORE");
+      info.agent_store = a && (*a == "True" || *a == "true" || *a == "1");
+      info.restart_count = int_var_or(env, "TORCHELASTIC_RESTART_COUNT", who, 0);
+    }
     if (info.world_size > 1) {
       TRIPOD_CHECK_HINT(find(env, "MASTER_ADDR") && find(env, "MASTER_PORT"),
                         "export MASTER_ADDR (rank 0's host) and MASTER_PORT (a free port)",

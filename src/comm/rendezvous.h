@@ -8,7 +8,10 @@
 // Launchers understood, first match wins:
 //   tripod launch / torchrun : RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //                              MASTER_ADDR, MASTER_PORT (TRIPOD_LAUNCHER=tripod
-//                              marks tripod's own launcher)
+//                              marks tripod's own launcher);
+//                              TORCHELASTIC_USE_AGENT_STORE=True: the store at
+//                              MASTER_ADDR:MASTER_PORT is torchrun's own
+//                              (comm/torch_store.h)
 //   Open MPI (mpirun)        : OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE
 //   Slurm (srun)             : SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID,
 //                              first host of SLURM_STEP_NODELIST/SLURM_NODELIST
@@ -28,6 +31,11 @@ struct RankInfo {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string launcher = "none";  // "none", "torchrun", "slurm", "mpi", "tripod"
+  // torchrun's agent already hosts a TCPStore on MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True: static rendezvous, and c10d in recent
+  // PyTorch): every rank is a client of it; nobody hosts tripod's own store.
+  bool agent_store = false;
+  int restart_count = 0;  // TORCHELASTIC_RESTART_COUNT: keys are per attempt
   // Shared by every rank of one job and by nobody else; the store refuses
   // connections that do not present it. See NOTE [Job token].
   std::string job_token;

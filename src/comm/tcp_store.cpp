@@ -331,23 +331,24 @@ bool recv_frame(int fd, Clock::time_point deadline, std::vector<Bytes>& parts, B
 
 }  // namespace
 
-void TcpStore::connect_locked(Millis timeout) {
-  const auto t0 = Clock::now();
-  const auto deadline = t0 + timeout;
-  std::string last_error = "no attempt";
+int tcp_connect(const std::string& host, int port, Millis timeout, std::string& last_error,
+                int& attempts) {
+  const auto deadline = Clock::now() + timeout;
+  last_error = "no attempt";
+  attempts = 0;
   Millis backoff{50};
-  int attempts = 0;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  int out = -1;
   while (Clock::now() < deadline) {
     ++attempts;
     addrinfo* res = nullptr;
-    int gai = ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &res);
+    int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
     if (gai != 0) {
       last_error = std::string("cannot resolve host: ") + ::gai_strerror(gai);
     }
-    for (addrinfo* a = res; a && fd_ < 0; a = a->ai_next) {
+    for (addrinfo* a = res; a && out < 0; a = a->ai_next) {
       int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
       if (fd < 0) continue;
       int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
@@ -362,18 +363,41 @@ void TcpStore::connect_locked(Millis timeout) {
         rc = err == 0 ? 0 : -1;
       }
       if (rc == 0) {
-        fd_ = fd;
+        out = fd;
       } else {
         last_error = std::strerror(errno);
         ::close(fd);
       }
     }
     if (res) ::freeaddrinfo(res);
-    if (fd_ >= 0) break;
+    if (out >= 0) break;
     std::this_thread::sleep_for(std::min(backoff, std::chrono::duration_cast<Millis>(
                                                       deadline - Clock::now() + Millis{1})));
     backoff = std::min(backoff * 2, Millis{1000});
   }
+  if (out < 0) return -1;
+  // Blocking from here on; deadlines come from poll().
+  ::fcntl(out, F_SETFL, ::fcntl(out, F_GETFL) & ~O_NONBLOCK);
+  int one = 1;
+  ::setsockopt(out, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return out;
+}
+
+std::string socket_local_address(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  char host[NI_MAXHOST] = "127.0.0.1";
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
+  return host;
+}
+
+void TcpStore::connect_locked(Millis timeout) {
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + timeout;
+  std::string last_error;
+  int attempts = 0;
+  fd_ = tcp_connect(host_, port_, timeout, last_error, attempts);
   if (fd_ < 0) {
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     throw TimeoutError(
@@ -386,16 +410,7 @@ void TcpStore::connect_locked(Millis timeout) {
                     "--distributed-timeout-minutes if rank 0 starts late.",
                     port_, host_, port_));
   }
-  // Blocking from here on; deadlines come from poll().
-  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
-  int one = 1;
-  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  char host[NI_MAXHOST] = "127.0.0.1";
-  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
-    ::getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST);
-  local_addr_ = host;
+  local_addr_ = socket_local_address(fd_);
 
   TRIPOD_CHECK(send_all(fd_, encode({str_bytes("HELLO"), str_bytes(token_),
                                      str_bytes(std::to_string(rank_))})),

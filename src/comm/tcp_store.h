@@ -24,6 +24,14 @@
 
 namespace tripod::comm {
 
+// Connects to host:port, retrying with exponential backoff (50 ms doubling to
+// 1 s) until `timeout`. Returns a blocking socket with TCP_NODELAY, or -1
+// with the last error and the number of attempts.
+int tcp_connect(const std::string& host, int port, Millis timeout, std::string& last_error,
+                int& attempts);
+// The numeric local address of a connected socket.
+std::string socket_local_address(int fd);
+
 class TcpStoreServer {
  public:
   // Binds 0.0.0.0:port (0 = any free port; see port()). Throws Error when the

@@ -252,8 +252,12 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
           continue;
         }
         r->error = fmt::format("{}:{}: {}", c.input, b.lines[i], problem);
-        r->hint = "fix the line, choose the keys with --json-keys, or pass --skip-invalid to "
-                  "skip (and count) such lines";
+        const size_t first = rec.find_first_not_of(" \t\r");
+        r->hint = first != std::string_view::npos && rec[first] != '{'
+                      ? "this line is not a JSON object: for plain text (one document per line) pass "
+                        "--input-format text; for JSON lines, fix the line or pass --skip-invalid"
+                      : "fix the line, choose the keys with --json-keys, or pass --skip-invalid to "
+                        "skip (and count) such lines";
         return;
       }
     } else {
@@ -480,6 +484,10 @@ PreprocessStats preprocess(const PreprocessConfig& c) {
     }
   }
   for (auto& w : writers) w->finish();
+  if (stats.documents == 0)
+    log::warn("preprocess: the dataset has 0 documents ({} records read, {} invalid and {} empty skipped); "
+              "training on it will fail. Check --input-format and --json-keys",
+              stats.records, stats.skipped_invalid, stats.skipped_empty);
   stats.seconds = timer.seconds();
   progress.update(stats, true);
   progress.finish();

@@ -398,6 +398,11 @@ void Trainer::run() {
       if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
       break;
     }
+    if (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0 && iteration_ != args_.train_iters) {
+      if (!args_.save.empty() && !interval) save_checkpoint();
+      if (logger) log::info("exiting after iteration {} (--exit-interval {})", iteration_, args_.exit_interval);
+      break;
+    }
   }
   finish_param_gather();  // nothing in flight into the buffers after run()
 }

@@ -163,6 +163,19 @@ TEST_F(PreprocessCli, MalformedLineStopsWithFileLineAndLeavesNothing) {
   EXPECT_EQ(read_bytes(dir_ / "o5_text_document.bin"), bin);
 }
 
+// A plain-text file passed without --input-format: the hint names the flag,
+// and a run that keeps no document warns instead of passing quietly.
+TEST_F(PreprocessCli, PlainTextWithoutInputFormatNamesTheFlag) {
+  const std::string in = dir_ / "plain.txt";
+  std::ofstream(in) << "In the beginning was the word.\nAnd the word was good.\n";
+  std::string log;
+  EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "p"), &log), 0);
+  EXPECT_NE(log.find("pass --input-format text"), std::string::npos) << log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --skip-invalid", in, dir_ / "p"), &log), 0)
+      << log;
+  EXPECT_NE(log.find("the dataset has 0 documents"), std::string::npos) << log;
+}
+
 TEST_F(PreprocessCli, IllFormedUtf8IsRepairedAndCounted) {
   std::ofstream(dir_ / "u.txt") << "Hello\xff world\n" << "Hello world\n";
   std::string log;

@@ -245,4 +245,30 @@ TEST(Checkpoint, CorruptFilesAreClearErrors) {
   fs::remove_all(d);
 }
 
+// --load DIR as Megatron reads it: nothing there yet is a fresh start; a
+// damaged checkpoint is an error, never a silent start over.
+TEST(Checkpoint, LoadDirWithoutCheckpointIsAFreshStart) {
+  const fs::path d = fresh_dir("fresh");
+  std::string why;
+  EXPECT_FALSE(load_dir_has_checkpoint((d / "not_yet").string(), &why));
+  EXPECT_EQ(why, "the directory does not exist yet");
+  fs::create_directories(d);
+  EXPECT_FALSE(load_dir_has_checkpoint(d.string(), &why));  // exists, empty
+  EXPECT_NE(why.find(kLatestFile), std::string::npos) << why;
+  fs::create_directories(d / "iter_0000002.tmp");  // an interrupted first save
+  EXPECT_FALSE(load_dir_has_checkpoint(d.string()));
+  save_tp2(d, 5);
+  EXPECT_TRUE(load_dir_has_checkpoint(d.string()));
+  write_text_synced((d / kLatestFile).string(), "5x\n");
+  EXPECT_THROW(load_dir_has_checkpoint(d.string()), Error);
+  fs::remove(d / kLatestFile);  // committed iter_0000005, no marker
+  try {
+    load_dir_has_checkpoint(d.string());
+    ADD_FAILURE() << "a committed checkpoint without its marker must be an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("iter_0000005"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
+
 }  // namespace
