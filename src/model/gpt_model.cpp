@@ -12,29 +12,41 @@
 namespace tripod::model {
 
 std::vector<ParamSpec> GptModel::all_param_specs(const GptConfig& c, int64_t Vp) {
+  using R = ParamRole;
+  using Col = ColumnParallelLinear;
+  using Row = RowParallelLinear;
   const int64_t C = c.hidden_size, F = c.ffn_hidden_size;
+  constexpr ShardDim kReplicated = ShardDim::None;
   std::vector<ParamSpec> s;
-  s.push_back({"embedding.word_embeddings.weight", {Vp, C}, ShardDim::Rows, InitKind::Normal, true, -1});
-  s.push_back({"embedding.position_embeddings.weight", {c.max_position_embeddings, C}, ShardDim::None,
-               InitKind::Normal, true, -1});
+  auto add = [&](std::string name, Shape shape, ShardDim shard, InitKind init, bool decay, int layer, R role) {
+    s.push_back({std::move(name), std::move(shape), shard, init, decay, layer, role});
+  };
+  add("embedding.word_embeddings.weight", {Vp, C}, VocabParallelEmbedding::kWeightShard, InitKind::Normal, true, -1,
+      R::WordEmbeddings);
+  add("embedding.position_embeddings.weight", {c.max_position_embeddings, C}, kReplicated, InitKind::Normal, true,
+      -1, R::PositionEmbeddings);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("decoder.layers.{}.", l);
     const int li = static_cast<int>(l);
-    s.push_back({p + "input_layernorm.weight", {C}, ShardDim::None, InitKind::Ones, false, li});
-    s.push_back({p + "input_layernorm.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
-    s.push_back({p + "self_attention.linear_qkv.weight", {3 * C, C}, ShardDim::QkvRows, InitKind::Normal, true, li});
-    s.push_back({p + "self_attention.linear_qkv.bias", {3 * C}, ShardDim::QkvRows, InitKind::Zeros, false, li});
-    s.push_back({p + "self_attention.linear_proj.weight", {C, C}, ShardDim::Cols, InitKind::ScaledNormal, true, li});
-    s.push_back({p + "self_attention.linear_proj.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
-    s.push_back({p + "pre_mlp_layernorm.weight", {C}, ShardDim::None, InitKind::Ones, false, li});
-    s.push_back({p + "pre_mlp_layernorm.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
-    s.push_back({p + "mlp.linear_fc1.weight", {F, C}, ShardDim::Rows, InitKind::Normal, true, li});
-    s.push_back({p + "mlp.linear_fc1.bias", {F}, ShardDim::Rows, InitKind::Zeros, false, li});
-    s.push_back({p + "mlp.linear_fc2.weight", {C, F}, ShardDim::Cols, InitKind::ScaledNormal, true, li});
-    s.push_back({p + "mlp.linear_fc2.bias", {C}, ShardDim::None, InitKind::Zeros, false, li});
+    add(p + "input_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, li, R::InputLayernormWeight);
+    add(p + "input_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::InputLayernormBias);
+    add(p + "self_attention.linear_qkv.weight", {3 * C, C}, Col::kFusedQkvShard, InitKind::Normal, true, li,
+        R::LinearQkvWeight);
+    add(p + "self_attention.linear_qkv.bias", {3 * C}, Col::kFusedQkvShard, InitKind::Zeros, false, li,
+        R::LinearQkvBias);
+    add(p + "self_attention.linear_proj.weight", {C, C}, Row::kWeightShard, InitKind::ScaledNormal, true, li,
+        R::LinearProjWeight);
+    add(p + "self_attention.linear_proj.bias", {C}, Row::kBiasShard, InitKind::Zeros, false, li, R::LinearProjBias);
+    add(p + "pre_mlp_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, li, R::PreMlpLayernormWeight);
+    add(p + "pre_mlp_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::PreMlpLayernormBias);
+    add(p + "mlp.linear_fc1.weight", {F, C}, Col::kWeightShard, InitKind::Normal, true, li, R::LinearFc1Weight);
+    add(p + "mlp.linear_fc1.bias", {F}, Col::kBiasShard, InitKind::Zeros, false, li, R::LinearFc1Bias);
+    add(p + "mlp.linear_fc2.weight", {C, F}, Row::kWeightShard, InitKind::ScaledNormal, true, li,
+        R::LinearFc2Weight);
+    add(p + "mlp.linear_fc2.bias", {C}, Row::kBiasShard, InitKind::Zeros, false, li, R::LinearFc2Bias);
   }
-  s.push_back({"decoder.final_layernorm.weight", {C}, ShardDim::None, InitKind::Ones, false, -1});
-  s.push_back({"decoder.final_layernorm.bias", {C}, ShardDim::None, InitKind::Zeros, false, -1});
+  add("decoder.final_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, -1, R::FinalLayernormWeight);
+  add("decoder.final_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, -1, R::FinalLayernormBias);
   return s;
 }
 
@@ -46,8 +58,9 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                "stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
                stage_.first_layer + stage_.num_local_layers, config_.num_layers);
   padded_vocab_ = config_.padded_vocab_size(stage_.tp_size);
-  tpp_.tp = stage_.tp;
-  tpp_.sp = stage_.sequence_parallel && stage_.tp_size > 1;
+  tp_.group = stage_.tp;
+  tp_.sequence_parallel = stage_.sequence_parallel && stage_.tp_size > 1;
+  tp_.rank = stage_.tp_rank;
   TRIPOD_CHECK(stage_.tp_size == 1 || (stage_.tp && stage_.tp->size() == stage_.tp_size),
                "tensor-parallel size {} needs a tp group of that size", stage_.tp_size);
   const int64_t tp = stage_.tp_size;
@@ -57,26 +70,30 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   TRIPOD_CHECK_HINT(config_.ffn_hidden_size % tp == 0, "choose a --tensor-model-parallel-size that divides the MLP width",
                     "--ffn-hidden-size {} is not divisible by --tensor-model-parallel-size {}",
                     config_.ffn_hidden_size, tp);
-  TRIPOD_CHECK_HINT(!tpp_.sp || config_.seq_length % tp == 0,
+  TRIPOD_CHECK_HINT(!tp_.sequence_parallel || config_.seq_length % tp == 0,
                     "use a --seq-length divisible by --tensor-model-parallel-size, or drop --sequence-parallel",
                     "--sequence-parallel needs --seq-length {} divisible by --tensor-model-parallel-size {}",
                     config_.seq_length, tp);
   // Keep the parameters this stage holds. The tied output layer reuses the
   // word embedding, so the last stage holds a copy of it too (Megatron).
   std::vector<ParamSpec> mine;
-  for (auto& s : all_param_specs(config_, padded_vocab_)) {
-    const bool in_stage = s.layer >= stage_.first_layer && s.layer < stage_.first_layer + stage_.num_local_layers;
-    const bool embedding = s.name.rfind("embedding.", 0) == 0;
-    const bool final_norm = s.name.rfind("decoder.final_layernorm", 0) == 0;
-    const bool keep = in_stage || (s.layer < 0 && embedding && s.name.find("word_") != std::string::npos &&
-                                   (stage_.pre_process || stage_.post_process)) ||
-                      (embedding && s.name.find("position_") != std::string::npos && stage_.pre_process) ||
-                      (final_norm && stage_.post_process);
-    if (keep) mine.push_back(std::move(s));
-  }
+  for (auto& s : all_param_specs(config_, padded_vocab_))
+    if (stage_holds(s, stage_.first_layer, stage_.num_local_layers, stage_.pre_process, stage_.post_process))
+      mine.push_back(std::move(s));
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_,
                                          stage_.param_buffer_pad, stage_.compute_dtype);
   ws_ = std::make_unique<Workspace>();
+  sp_ = resolve_params(*params_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
+                       stage_.post_process);
+  for (const LayerParams& l : sp_.layers)
+    linears_.push_back({ColumnParallelLinear(l.linear_qkv_weight, l.linear_qkv_bias, tp_),
+                        RowParallelLinear(l.linear_proj_weight, l.linear_proj_bias, tp_),
+                        ColumnParallelLinear(l.linear_fc1_weight, l.linear_fc1_bias, tp_),
+                        RowParallelLinear(l.linear_fc2_weight, l.linear_fc2_bias, tp_)});
+  if (stage_.pre_process)
+    embedding_ = VocabParallelEmbedding(sp_.embedding.word_embeddings, sp_.embedding.position_embeddings, tp_);
+  if (stage_.post_process) output_layer_ = ColumnParallelLinear(sp_.embedding.word_embeddings, nullptr, tp_);
+  cross_entropy_ = VocabParallelCrossEntropy(tp_);
   // The hook groups (param_groups()): embedding, one per local layer, head.
   std::vector<size_t> embedding, head;
   std::vector<std::vector<size_t>> layers(static_cast<size_t>(stage_.num_local_layers));
@@ -85,7 +102,8 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
     const ParamSpec& s = ps[i].spec;
     if (s.layer >= 0)
       layers[static_cast<size_t>(s.layer - stage_.first_layer)].push_back(i);
-    else if (s.name.rfind("decoder.final_layernorm", 0) == 0 || !stage_.pre_process)
+    else if (s.role == ParamRole::FinalLayernormWeight || s.role == ParamRole::FinalLayernormBias ||
+             !stage_.pre_process)
       head.push_back(i);  // final norm, or the tied output weight of a last stage
     else
       embedding.push_back(i);
@@ -102,19 +120,11 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   }
 }
 
-bool GptModel::has_partial_sp_grad(const Param& p) const {
-  return tpp_.sp && p.spec.name.find("layernorm") != std::string::npos;
-}
-
 GptModel::~GptModel() = default;
 
 const Tensor& GptModel::last_logits() const {
   TRIPOD_CHECK(stage_.post_process && ws_->logits.defined(), "no logits: not the last stage, or no forward yet");
   return ws_->logits;
-}
-
-Param& GptModel::layer_param(int64_t l, const char* suffix) {
-  return params_->get(fmt::format("decoder.layers.{}.{}", l, suffix));
 }
 
 MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
@@ -194,23 +204,7 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
   };
   if (stage_.pre_process) {
     use(embedding_group_);
-    const Param& wte = params_->get("embedding.word_embeddings.weight");
-    const Param& wpe = params_->get("embedding.position_embeddings.weight");
-    const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
-    // Vocab-parallel embedding: each tp rank writes its vocab rows (zeros
-    // elsewhere), then the tp group sums (reduce_from_tp_region, or
-    // reduce_scatter_to_sp_region). Positions are added on tp rank 0 only so
-    // the sum holds them once, exactly.
-    const Tensor* wpe_here = stage_.tp_rank == 0 ? &wpe.compute : nullptr;
-    if (!tpp_.active()) {
-      Tensor x = acts.input.view({acts.B, acts.T, config_.hidden_size});
-      be_.embedding_forward(x, acts.tokens, wte.compute, wpe_here, vocab_start);
-    } else {
-      Tensor x = ws_->full_b.view({acts.B, acts.T, config_.hidden_size});
-      be_.embedding_forward(x, acts.tokens, wte.compute, wpe_here, vocab_start);
-      Tensor& reduced = tpp_.exit(ws_->full_b, acts.input);
-      if (reduced.raw() != acts.input.raw()) be_.copy(acts.input, reduced);
-    }
+    embedding_.forward(be_, acts.input, acts.tokens, ws_->full_b);
     if (config_.hidden_dropout > 0 && training_)
       be_.dropout_forward(acts.input, acts.input, config_.hidden_dropout,
                           backend::mix64(dropout_seed, 0xE3B0), dropout_counter(acts));
@@ -234,38 +228,24 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
 // buffer, dwte accumulates, and only d lnf (N,C) is kept for backward(). So
 // no (N, V_tp) buffer lives per micro-batch, whatever the pipeline schedule.
 void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss) {
-  const Param& lnw = params_->get("decoder.final_layernorm.weight");
-  const Param& lnb = params_->get("decoder.final_layernorm.bias");
-  const Param& wte = params_->get("embedding.word_embeddings.weight");
+  const FinalNormParams& lnf_p = sp_.final_layernorm;
   const Tensor& x = acts.output();
-  be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnw.compute, lnb.compute,
+  be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnf_p.weight->compute, lnf_p.bias->compute,
                         config_.layernorm_epsilon);
-  const Tensor& lnf = tpp_.enter(acts.lnf, ws_->full_a);  // (N, C)
   Tensor& logits = ws_->logits;  // (N, V_tp)
-  be_.matmul_forward(logits, lnf, wte.compute, nullptr);
-  const int64_t vocab_start = stage_.tp_rank * wte.shape[0];
+  const Tensor& lnf = output_layer_.forward(be_, logits, acts.lnf, ws_->full_a);  // lnf (N, C)
+  const int64_t vocab_start = stage_.tp_rank * output_layer_.weight().shape[0];
   Tensor targets = acts.targets.view({acts.B * acts.T});
-  // Vocab-parallel cross-entropy: the full logits are never gathered.
-  be_.ce_row_max(ws_->row_max, logits);
-  if (tpp_.active()) {
-    comm::AllReduceOptions o;
-    o.op = comm::ReduceOp::Max;
-    tpp_.tp->all_reduce(ws_->row_max, o)->wait();
-  }
-  be_.ce_row_sums(ws_->ce_sums, logits, ws_->row_max, targets, vocab_start);
-  parallel::tp_all_reduce(tpp_.tp, ws_->ce_sums);
-  be_.ce_loss(acts.losses, ws_->ce_sums, ws_->row_max);
+  cross_entropy_.forward(be_, acts.losses, logits, targets, vocab_start, ws_->row_max, ws_->ce_sums);
   if (!with_grad) return;
-  be_.ce_backward(logits, logits, ws_->row_max, ws_->ce_sums, targets, vocab_start, dloss);
-  Param& wte_m = params_->get("embedding.word_embeddings.weight");
-  be_.matmul_backward(&ws_->full_b, &wte_m.grad, nullptr, logits, lnf, wte.compute);
-  const Tensor& dlnf = tpp_.enter_backward(ws_->full_b, acts.dlnf);
+  cross_entropy_.backward(be_, logits, logits, targets, vocab_start, ws_->row_max, ws_->ce_sums, dloss);
+  const Tensor& dlnf = output_layer_.backward(be_, logits, lnf, ws_->full_b, acts.dlnf);
   if (dlnf.raw() != acts.dlnf.raw()) be_.copy(acts.dlnf, dlnf);
 }
 
 void GptModel::reduce_sequence_parallel_grads() {
   for (auto& p : params_->params())
-    if (has_partial_sp_grad(p)) parallel::tp_all_reduce(tpp_.tp, p.grad);
+    if (has_partial_sp_grad(p)) parallel::tensor_model_parallel_all_reduce(tp_.group, p.grad);
 }
 
 void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed,
@@ -276,11 +256,10 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   };
   Tensor& dres = ws_->dresidual;  // (N,C): gradient w.r.t. the current residual stream
   if (stage_.post_process) {
-    Param& lnw = params_->get("decoder.final_layernorm.weight");
-    Param& lnb = params_->get("decoder.final_layernorm.bias");
+    const FinalNormParams& lnf_p = sp_.final_layernorm;
     be_.zero(dres);
-    be_.layernorm_backward(dres, lnw.grad, lnb.grad, acts.dlnf, acts.output(), lnw.compute,
-                           acts.lnf_mean, acts.lnf_rstd);
+    be_.layernorm_backward(dres, lnf_p.weight->grad, lnf_p.bias->grad, acts.dlnf, acts.output(),
+                           lnf_p.weight->compute, acts.lnf_mean, acts.lnf_rstd);
     ready(head_group_);
   } else {
     TRIPOD_CHECK(grad_output && grad_output->numel() == dres.numel(),
@@ -304,13 +283,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     if (config_.hidden_dropout > 0)
       be_.dropout_backward(dres, dres, config_.hidden_dropout, backend::mix64(dropout_seed, 0xE3B0),
                            dropout_counter(acts));
-    Param& wte = params_->get("embedding.word_embeddings.weight");
-    Param& wpe = params_->get("embedding.position_embeddings.weight");
-    // Backward of the tp sum is identity (or an all-gather under SP): every
-    // tp rank sees the full gradient, so wpe's gradient is complete everywhere.
-    const Tensor& dfull = tpp_.exit_backward(dres, ws_->full_b);
-    Tensor d = dfull.view({acts.B, acts.T, config_.hidden_size});
-    be_.embedding_backward(&wte.grad, &wpe.grad, d, acts.tokens, stage_.tp_rank * wte.shape[0]);
+    embedding_.backward(be_, dres, acts.tokens, ws_->full_b);
     ready(embedding_group_);
   } else {
     be_.copy(acts.grad_input, dres);

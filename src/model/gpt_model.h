@@ -21,8 +21,9 @@
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "model/gpt_config.h"
+#include "model/layer_params.h"
 #include "model/param_table.h"
-#include "model/tp_points.h"
+#include "model/tensor_parallel.h"
 
 namespace tripod::model {
 
@@ -93,16 +94,19 @@ class GptModel {
   const StageConfig& stage() const { return stage_; }
   ParamStore& params() { return *params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
-  bool sequence_parallel() const { return tpp_.sp; }
+  bool sequence_parallel() const { return tp_.sequence_parallel; }
   // Rows of the residual stream this rank holds for B*T tokens (N_sp).
-  int64_t local_rows(int64_t B, int64_t T) const { return tpp_.sp ? B * T / stage_.tp_size : B * T; }
+  int64_t local_rows(int64_t B, int64_t T) const { return tp_.sequence_parallel ? B * T / stage_.tp_size : B * T; }
+  // This stage's parameters as typed handles, resolved at construction.
+  const StageParams& stage_params() const { return sp_; }
   // Sequence parallelism leaves LayerNorm gradients partial per tp rank:
   // all-reduce them over tp before the optimizer (Megatron's
   // allreduce_layernorm_grads). No-op otherwise.
   void reduce_sequence_parallel_grads();
   backend::Backend& backend() { return be_; }
 
-  // Every parameter of the whole model (global shapes), in a fixed order.
+  // Every parameter of the whole model (global shapes, shard rules of the
+  // tensor-parallel layers that use them, roles), in a fixed order.
   static std::vector<ParamSpec> all_param_specs(const GptConfig& config, int64_t padded_vocab);
 
   // Allocates activation buffers for micro-batches of (B, T).
@@ -130,8 +134,9 @@ class GptModel {
   // stage without the embedding)]. Every parameter of the stage is in at
   // least one group.
   const std::vector<std::vector<size_t>>& param_groups() const { return groups_; }
-  // Sequence parallelism leaves this parameter's gradient partial per tp rank.
-  bool has_partial_sp_grad(const Param& p) const;
+  // Sequence parallelism leaves this parameter's gradient partial per tp
+  // rank (the LayerNorms, by role).
+  bool has_partial_sp_grad(const Param& p) const { return tp_.sequence_parallel && is_layernorm(p.spec); }
   // Last stage: the logits (N, V_tp) of the last forward without grad
   // (training overwrites them with their gradient).
   const Tensor& last_logits() const;
@@ -145,7 +150,6 @@ class GptModel {
   void layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& dresidual,
                       const MicroBatchActs& mb, uint64_t seed);
   void head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss);
-  Param& layer_param(int64_t l, const char* suffix);
   uint64_t dropout_counter(const MicroBatchActs& mb) const;
 
   GptConfig config_;
@@ -154,7 +158,19 @@ class GptModel {
   int64_t padded_vocab_;
   std::unique_ptr<ParamStore> params_;
   std::unique_ptr<Workspace> ws_;
-  TpPoints tpp_;
+  TpContext tp_;
+  // Resolved once from params_ (no lookups by name after construction).
+  struct LayerLinears {
+    ColumnParallelLinear linear_qkv;
+    RowParallelLinear linear_proj;
+    ColumnParallelLinear linear_fc1;
+    RowParallelLinear linear_fc2;
+  };
+  StageParams sp_;
+  std::vector<LayerLinears> linears_;  // per local layer
+  VocabParallelEmbedding embedding_;   // first stage
+  ColumnParallelLinear output_layer_;  // last stage: weight tied to the word embedding, no bias
+  VocabParallelCrossEntropy cross_entropy_;
   bool training_ = false;
   std::vector<std::vector<size_t>> groups_;  // see param_groups()
   int embedding_group_ = -1, head_group_ = -1, first_layer_group_ = 0;  // dropout only while training (forward with grad)

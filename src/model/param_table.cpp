@@ -145,7 +145,16 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
   }
 }
 
-bool is_layernorm(const ParamSpec& spec) { return spec.name.find("layernorm.") != std::string::npos; }
+bool is_layernorm(const ParamSpec& spec) {
+  switch (spec.role) {
+    case ParamRole::InputLayernormWeight: case ParamRole::InputLayernormBias:
+    case ParamRole::PreMlpLayernormWeight: case ParamRole::PreMlpLayernormBias:
+    case ParamRole::FinalLayernormWeight: case ParamRole::FinalLayernormBias:
+      return true;
+    default:
+      return false;
+  }
+}
 
 void ParamStore::sync_compute() {
   if (compute_dtype_ != DType::F32) be_.cast(compute_values_, values_);

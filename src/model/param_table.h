@@ -32,6 +32,19 @@ namespace tripod::model {
 enum class ShardDim { None, Rows, Cols, QkvRows };
 enum class InitKind { Normal, ScaledNormal, Zeros, Ones };
 
+// What a parameter is in the model. Stage membership, the hook groups,
+// resolve_params() (model/layer_params.h) and the LayerNorm rules go by it,
+// never by the name (the name is the checkpoint key).
+enum class ParamRole : uint8_t {
+  None,  // a spec made outside the model's table (tests, checkpoint readers)
+  WordEmbeddings, PositionEmbeddings,
+  InputLayernormWeight, InputLayernormBias,
+  LinearQkvWeight, LinearQkvBias, LinearProjWeight, LinearProjBias,
+  PreMlpLayernormWeight, PreMlpLayernormBias,
+  LinearFc1Weight, LinearFc1Bias, LinearFc2Weight, LinearFc2Bias,
+  FinalLayernormWeight, FinalLayernormBias,
+};
+
 struct ParamSpec {
   std::string name;       // Megatron-core names, e.g. decoder.layers.0.mlp.linear_fc1.weight
   Shape global_shape;
@@ -39,11 +52,12 @@ struct ParamSpec {
   InitKind init = InitKind::Normal;
   bool weight_decay = true;  // false for biases and LayerNorm (Megatron's default)
   int layer = -1;            // transformer layer index, -1 for embedding / final norm
+  ParamRole role = ParamRole::None;
 };
 
 Shape local_shape(const ParamSpec& spec, int tp_size);
-// LayerNorm weights and biases: computed with in f32 even under bf16/fp16
-// (NOTE [fp32 LayerNorm params] in param_table.cpp).
+// LayerNorm weights and biases (by role): computed with in f32 even under
+// bf16/fp16 (NOTE [fp32 LayerNorm params] in param_table.cpp).
 bool is_layernorm(const ParamSpec& spec);
 // Host tensors: the shard of `full` owned by tp_rank, and the inverse.
 Tensor take_shard(const Tensor& full, ShardDim shard, int tp_size, int tp_rank);
@@ -71,6 +85,8 @@ class ParamStore {
              int64_t pad_multiple = 1, DType compute_dtype = DType::F32);
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
+  // By name: for checkpoints and tests. The model resolves its parameters
+  // once at construction (model/layer_params.h), never per call.
   Param& get(const std::string& name);
   const Param* find(const std::string& name) const;
   Tensor& values() { return values_; }  // (padded_numel) f32

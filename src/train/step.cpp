@@ -18,9 +18,6 @@
 #include "train/trainer.h"
 
 namespace tripod::train {
-namespace {
-const char* kWordEmbeddings = "embedding.word_embeddings.weight";
-}
 
 // TRIPOD_STEP_TIMING=1: synchronise between the phases of an iteration and
 // log where the time goes (forward+backward schedule, reductions + grad
@@ -128,7 +125,7 @@ void Trainer::on_grads_ready(int chunk, const std::vector<size_t>& params) {
   Chunk& c = chunks_.at(static_cast<size_t>(chunk));
   for (size_t i : params) {
     model::Param& p = c.model->params().params()[i];
-    if (c.model->has_partial_sp_grad(p)) parallel::tp_all_reduce(groups_.tp.get(), p.grad);
+    if (c.model->has_partial_sp_grad(p)) parallel::tensor_model_parallel_all_reduce(groups_.tp.get(), p.grad);
   }
   c.buckets->grads_ready(params);
 }
@@ -144,7 +141,7 @@ void Trainer::reduce_gradients() {
   if (args_.pp > 1 && groups_.embd) {
     for (auto& c : chunks_) {
       const auto& st = c.model->stage();
-      if (st.pre_process || st.post_process) groups_.embd->all_reduce(c.model->params().get(kWordEmbeddings).grad)->wait();
+      if (st.pre_process || st.post_process) groups_.embd->all_reduce(c.model->stage_params().embedding.word_embeddings->grad)->wait();
     }
   }
   if (dp_size_ == 1 && !args_.use_distributed_optimizer) return;

@@ -1,0 +1,62 @@
+// The parameters of one pipeline stage as typed handles, resolved once when
+// the model is built (llm.c's ParameterTensors): the forward, backward and
+// optimizer paths never look a parameter up by name. Each handle points into
+// the stage's ParamStore (value, grad, compute copy); the shapes are this tp
+// rank's (model/gpt_config.h has the letters). Names in the comments are
+// the Megatron-core checkpoint keys, which stay as they are.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/param_table.h"
+
+namespace tripod::model {
+
+// decoder.layers.<l>.*
+struct LayerParams {
+  Param* input_layernorm_weight = nullptr;    // [C]        input_layernorm.weight, f32
+  Param* input_layernorm_bias = nullptr;      // [C]        input_layernorm.bias, f32
+  Param* linear_qkv_weight = nullptr;         // [3C/tp, C] qkv weight, column-parallel ([Q_tp | K_tp | V_tp])
+  Param* linear_qkv_bias = nullptr;           // [3C/tp]    qkv bias, column-parallel
+  Param* linear_proj_weight = nullptr;        // [C, C/tp]  attention output weight, row-parallel
+  Param* linear_proj_bias = nullptr;          // [C]        replicated, added after the tp reduction
+  Param* pre_mlp_layernorm_weight = nullptr;  // [C]        pre_mlp_layernorm.weight, f32
+  Param* pre_mlp_layernorm_bias = nullptr;    // [C]        pre_mlp_layernorm.bias, f32
+  Param* linear_fc1_weight = nullptr;         // [F/tp, C]  MLP up weight, column-parallel
+  Param* linear_fc1_bias = nullptr;           // [F/tp]     column-parallel
+  Param* linear_fc2_weight = nullptr;         // [C, F/tp]  MLP down weight, row-parallel
+  Param* linear_fc2_bias = nullptr;           // [C]        replicated, added after the tp reduction
+};
+
+// embedding.*: the word embedding on the first stage (input) and on the
+// last stage (the tied output layer's weight); positions on the first only.
+struct EmbeddingParams {
+  Param* word_embeddings = nullptr;      // [Vp/tp, C] vocab-parallel
+  Param* position_embeddings = nullptr;  // [P, C]     replicated (P = max positions)
+};
+
+// decoder.final_layernorm.*: last stage only.
+struct FinalNormParams {
+  Param* weight = nullptr;  // [C] f32
+  Param* bias = nullptr;    // [C] f32
+};
+
+struct StageParams {
+  EmbeddingParams embedding;
+  std::vector<LayerParams> layers;  // local layers: index l - first_layer
+  FinalNormParams final_layernorm;
+};
+
+// Whether a stage holding layers [first_layer, first_layer + num_layers)
+// (pre_process: the embedding; post_process: final norm and tied output
+// layer) holds the parameter, by its role.
+bool stage_holds(const ParamSpec& spec, int64_t first_layer, int64_t num_layers, bool pre_process,
+                 bool post_process);
+
+// Walks the store once and fills the handles by role. Checks that every
+// local layer is complete and that nothing is held twice.
+StageParams resolve_params(ParamStore& store, int64_t first_layer, int64_t num_layers, bool pre_process,
+                           bool post_process);
+
+}  // namespace tripod::model

@@ -1,0 +1,103 @@
+// Implementation of model/tensor_parallel.h.
+#include "model/tensor_parallel.h"
+
+namespace tripod::model {
+
+using namespace parallel;
+
+const Tensor& ColumnParallelLinear::input(const Tensor& x, Tensor& full_buf) const {
+  if (!tp_.sequence_parallel) return copy_to_tensor_model_parallel_region(x);
+  gather_from_sequence_parallel_region(tp_.group, full_buf, x);
+  return full_buf;
+}
+
+const Tensor& ColumnParallelLinear::forward(backend::Backend& be, Tensor& y, const Tensor& x,
+                                            Tensor& full_buf) const {
+  const Tensor& x_full = input(x, full_buf);
+  be.matmul_forward(y, x_full, weight_->compute, bias_ ? &bias_->compute : nullptr);
+  return x_full;
+}
+
+const Tensor& ColumnParallelLinear::backward(backend::Backend& be, const Tensor& dy, const Tensor& x_full,
+                                             Tensor& dfull_buf, Tensor& dshard_buf) const {
+  be.matmul_backward(&dfull_buf, &weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, weight_->compute);
+  if (tp_.sequence_parallel) {
+    gather_from_sequence_parallel_region_backward(tp_.group, dshard_buf, dfull_buf);
+    return dshard_buf;
+  }
+  copy_to_tensor_model_parallel_region_backward(tp_.group, dfull_buf);
+  return dfull_buf;
+}
+
+Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor& partial_buf,
+                                   Tensor& shard_buf) const {
+  be.matmul_forward(partial_buf, x, weight_->compute, nullptr);
+  Tensor* out = &partial_buf;
+  if (tp_.sequence_parallel) {
+    reduce_scatter_to_sequence_parallel_region(tp_.group, shard_buf, partial_buf);
+    out = &shard_buf;
+  } else {
+    reduce_from_tensor_model_parallel_region(tp_.group, partial_buf);
+  }
+  be.add_bias(*out, bias_->compute);
+  return *out;
+}
+
+void RowParallelLinear::backward(backend::Backend& be, Tensor& dx, const Tensor& dy, const Tensor& x,
+                                 Tensor& full_buf) const {
+  const Tensor* dy_full = &reduce_from_tensor_model_parallel_region_backward(dy);
+  if (tp_.sequence_parallel) {
+    reduce_scatter_to_sequence_parallel_region_backward(tp_.group, full_buf, dy);
+    dy_full = &full_buf;
+  }
+  be.matmul_backward(&dx, &weight_->grad, &bias_->grad, *dy_full, x, weight_->compute);
+}
+
+void VocabParallelEmbedding::forward(backend::Backend& be, Tensor& out, const Tensor& tokens,
+                                     Tensor& full_buf) const {
+  const int64_t B = tokens.size(0), T = tokens.size(1), C = word_->shape[1];
+  const Tensor* position_here = tp_.rank == 0 ? &position_->compute : nullptr;
+  if (!tp_.active()) {
+    Tensor x = out.view({B, T, C});
+    be.embedding_forward(x, tokens, word_->compute, position_here, vocab_start());
+    return;
+  }
+  Tensor x = full_buf.view({B, T, C});
+  be.embedding_forward(x, tokens, word_->compute, position_here, vocab_start());
+  if (tp_.sequence_parallel) {
+    reduce_scatter_to_sequence_parallel_region(tp_.group, out, full_buf);
+  } else {
+    reduce_from_tensor_model_parallel_region(tp_.group, full_buf);
+    be.copy(out, full_buf);
+  }
+}
+
+void VocabParallelEmbedding::backward(backend::Backend& be, const Tensor& dout, const Tensor& tokens,
+                                      Tensor& full_buf) const {
+  const int64_t B = tokens.size(0), T = tokens.size(1), C = word_->shape[1];
+  const Tensor* dfull = &reduce_from_tensor_model_parallel_region_backward(dout);
+  if (tp_.sequence_parallel) {
+    reduce_scatter_to_sequence_parallel_region_backward(tp_.group, full_buf, dout);
+    dfull = &full_buf;
+  }
+  Tensor d = dfull->view({B, T, C});
+  be.embedding_backward(&word_->grad, &position_->grad, d, tokens, vocab_start());
+}
+
+void VocabParallelCrossEntropy::forward(backend::Backend& be, Tensor& losses, const Tensor& logits,
+                                        const Tensor& targets, int64_t vocab_start, Tensor& row_max,
+                                        Tensor& sums) const {
+  be.ce_row_max(row_max, logits);
+  tensor_model_parallel_all_reduce(tp_.group, row_max, comm::ReduceOp::Max);
+  be.ce_row_sums(sums, logits, row_max, targets, vocab_start);
+  tensor_model_parallel_all_reduce(tp_.group, sums);
+  be.ce_loss(losses, sums, row_max);
+}
+
+void VocabParallelCrossEntropy::backward(backend::Backend& be, Tensor& dlogits, const Tensor& logits,
+                                         const Tensor& targets, int64_t vocab_start, const Tensor& row_max,
+                                         const Tensor& sums, float dloss) const {
+  be.ce_backward(dlogits, logits, row_max, sums, targets, vocab_start, dloss);
+}
+
+}  // namespace tripod::model
