@@ -236,9 +236,9 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
   const Tensor& lnf = output_layer_.forward(be_, logits, acts.lnf, ws_->full_a);  // lnf (N, C)
   const int64_t vocab_start = stage_.tp_rank * output_layer_.weight().shape[0];
   Tensor targets = acts.targets.view({acts.B * acts.T});
-  cross_entropy_.forward(be_, acts.losses, logits, targets, vocab_start, ws_->row_max, ws_->ce_sums);
+  cross_entropy_.forward_backward(be_, acts.losses, with_grad ? &logits : nullptr, logits, targets, vocab_start,
+                                  ws_->row_max, ws_->ce_sums, dloss);
   if (!with_grad) return;
-  cross_entropy_.backward(be_, logits, logits, targets, vocab_start, ws_->row_max, ws_->ce_sums, dloss);
   const Tensor& dlnf = output_layer_.backward(be_, logits, lnf, ws_->full_b, acts.dlnf);
   if (dlnf.raw() != acts.dlnf.raw()) be_.copy(acts.dlnf, dlnf);
 }

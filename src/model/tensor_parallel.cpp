@@ -18,6 +18,13 @@ const Tensor& ColumnParallelLinear::forward(backend::Backend& be, Tensor& y, con
   return x_full;
 }
 
+const Tensor& ColumnParallelLinear::forward_gelu(backend::Backend& be, Tensor& y, Tensor& pre, const Tensor& x,
+                                                 Tensor& full_buf) const {
+  const Tensor& x_full = input(x, full_buf);
+  be.matmul_forward_gelu(y, pre, x_full, weight_->compute, bias_ ? &bias_->compute : nullptr);
+  return x_full;
+}
+
 const Tensor& ColumnParallelLinear::backward(backend::Backend& be, const Tensor& dy, const Tensor& x_full,
                                              Tensor& dfull_buf, Tensor& dshard_buf) const {
   be.matmul_backward(&dfull_buf, &weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, weight_->compute);
@@ -31,6 +38,12 @@ const Tensor& ColumnParallelLinear::backward(backend::Backend& be, const Tensor&
 
 Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor& partial_buf,
                                    Tensor& shard_buf) const {
+  // Unsplit (tp size 1): the bias rides in the matmul's epilogue. Split, it
+  // must wait for the sum of the partial products.
+  if (!tp_.active()) {
+    be.matmul_forward(partial_buf, x, weight_->compute, &bias_->compute);
+    return partial_buf;
+  }
   be.matmul_forward(partial_buf, x, weight_->compute, nullptr);
   Tensor* out = &partial_buf;
   if (tp_.sequence_parallel) {
@@ -43,14 +56,21 @@ Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor
   return *out;
 }
 
+const Tensor& RowParallelLinear::full_output_grad(const Tensor& dy, Tensor& full_buf) const {
+  if (!tp_.sequence_parallel) return reduce_from_tensor_model_parallel_region_backward(dy);
+  reduce_scatter_to_sequence_parallel_region_backward(tp_.group, full_buf, dy);
+  return full_buf;
+}
+
 void RowParallelLinear::backward(backend::Backend& be, Tensor& dx, const Tensor& dy, const Tensor& x,
                                  Tensor& full_buf) const {
-  const Tensor* dy_full = &reduce_from_tensor_model_parallel_region_backward(dy);
-  if (tp_.sequence_parallel) {
-    reduce_scatter_to_sequence_parallel_region_backward(tp_.group, full_buf, dy);
-    dy_full = &full_buf;
-  }
-  be.matmul_backward(&dx, &weight_->grad, &bias_->grad, *dy_full, x, weight_->compute);
+  be.matmul_backward(&dx, &weight_->grad, &bias_->grad, full_output_grad(dy, full_buf), x, weight_->compute);
+}
+
+void RowParallelLinear::backward_dgelu(backend::Backend& be, Tensor& dpre, const Tensor& dy, const Tensor& x,
+                                       const Tensor& pre, Tensor& full_buf) const {
+  be.matmul_backward_dgelu(dpre, &weight_->grad, &bias_->grad, full_output_grad(dy, full_buf), x,
+                           weight_->compute, pre);
 }
 
 void VocabParallelEmbedding::forward(backend::Backend& be, Tensor& out, const Tensor& tokens,
@@ -98,6 +118,17 @@ void VocabParallelCrossEntropy::backward(backend::Backend& be, Tensor& dlogits, 
                                          const Tensor& targets, int64_t vocab_start, const Tensor& row_max,
                                          const Tensor& sums, float dloss) const {
   be.ce_backward(dlogits, logits, row_max, sums, targets, vocab_start, dloss);
+}
+
+void VocabParallelCrossEntropy::forward_backward(backend::Backend& be, Tensor& losses, Tensor* dlogits,
+                                                 const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                                 Tensor& row_max, Tensor& sums, float dloss) const {
+  if (!tp_.active()) {
+    be.cross_entropy_fused(losses, dlogits, logits, targets, dloss);
+    return;
+  }
+  forward(be, losses, logits, targets, vocab_start, row_max, sums);
+  if (dlogits) backward(be, *dlogits, logits, targets, vocab_start, row_max, sums, dloss);
 }
 
 }  // namespace tripod::model

@@ -51,6 +51,11 @@ class ColumnParallelLinear {
   // y (N, OC_tp) = input(x) W^T + b. Returns the input used, which backward
   // takes (the caller may keep it, or call input() again).
   const Tensor& forward(backend::Backend& be, Tensor& y, const Tensor& x, Tensor& full_buf) const;
+  // The MLP's fc1 with its activation: pre (N, OC_tp) = input(x) W^T + b,
+  // y = gelu(pre), in one matmul where the backend fuses GELU as an epilogue
+  // (both are kept: pre for backward_dgelu of the next linear).
+  const Tensor& forward_gelu(backend::Backend& be, Tensor& y, Tensor& pre, const Tensor& x,
+                             Tensor& full_buf) const;
   // Accumulates dW (and db) from dy (N, OC_tp) and x_full = input(x).
   // Returns d x: (N, IC) all-reduced in place in dfull_buf, or under SP
   // (N_sp, IC) reduce-scattered into dshard_buf.
@@ -80,8 +85,14 @@ class RowParallelLinear {
   // under SP); accumulates dW and db; writes dx (N, IC_tp). The bias
   // gradient uses the full dy, so it is complete on every tp rank.
   void backward(backend::Backend& be, Tensor& dx, const Tensor& dy, const Tensor& x, Tensor& full_buf) const;
+  // As backward for x = gelu(pre), with the GELU backward folded in: writes
+  // dpre (N, IC_tp) = (dy W) * gelu'(pre) (the MLP's fc2).
+  void backward_dgelu(backend::Backend& be, Tensor& dpre, const Tensor& dy, const Tensor& x, const Tensor& pre,
+                      Tensor& full_buf) const;
 
  private:
+  const Tensor& full_output_grad(const Tensor& dy, Tensor& full_buf) const;
+
   Param* weight_ = nullptr;
   Param* bias_ = nullptr;
   TpContext tp_;
@@ -131,6 +142,12 @@ class VocabParallelCrossEntropy {
   // dlogits = dloss * (softmax - onehot(target)); may alias logits.
   void backward(backend::Backend& be, Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                 int64_t vocab_start, const Tensor& row_max, const Tensor& sums, float dloss) const;
+  // forward, then (when dlogits is given) backward. With the vocab unsplit
+  // (tp size 1) one pass over the logits does both (cross_entropy_fused);
+  // dlogits may alias logits.
+  void forward_backward(backend::Backend& be, Tensor& losses, Tensor* dlogits, const Tensor& logits,
+                        const Tensor& targets, int64_t vocab_start, Tensor& row_max, Tensor& sums,
+                        float dloss) const;
 
  private:
   TpContext tp_;

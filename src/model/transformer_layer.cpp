@@ -51,13 +51,12 @@ void GptModel::layer_forward(int64_t l, const Tensor& x, LayerActs& a, const Mic
   be_.attention_forward(a.att, a.lse, a.qkv, static_cast<int>(NH_tp));
   Tensor& attn_out = M.linear_proj.forward(be_, a.att, w.full_b, w.tmp);  // (N_sp, C)
   if (p > 0) be_.dropout_forward(attn_out, attn_out, p, dropout_key(seed, l, 0), counter);
-  be_.add(a.res1, x, attn_out);
 
-  // ---- MLP block ----
-  be_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, P.pre_mlp_layernorm_weight->compute,
-                        P.pre_mlp_layernorm_bias->compute, eps);
-  M.linear_fc1.forward(be_, a.fc1, a.ln2, w.full_a);
-  be_.gelu_forward(a.gelu, a.fc1);
+  // ---- MLP block (the residual add and its LayerNorm in one pass) ----
+  be_.fused_residual_layernorm_forward(a.res1, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn_out,
+                                       P.pre_mlp_layernorm_weight->compute, P.pre_mlp_layernorm_bias->compute,
+                                       eps);
+  M.linear_fc1.forward_gelu(be_, a.gelu, a.fc1, a.ln2, w.full_a);  // fc1 keeps the pre-GELU values
   Tensor& mlp_out = M.linear_fc2.forward(be_, a.gelu, w.full_b, w.tmp);
   if (p > 0) be_.dropout_forward(mlp_out, mlp_out, p, dropout_key(seed, l, 1), counter);
   be_.add(a.out, a.res1, mlp_out);
@@ -80,8 +79,7 @@ void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& 
     be_.dropout_backward(w.tmp, dres, p, dropout_key(seed, l, 1), counter);
     dmlp = &w.tmp;
   }
-  M.linear_fc2.backward(be_, w.dgelu, *dmlp, a.gelu, w.full_b);
-  be_.gelu_backward(w.dfc1, a.fc1, w.dgelu);
+  M.linear_fc2.backward_dgelu(be_, w.dfc1, *dmlp, a.gelu, a.fc1, w.full_b);  // GELU backward folded in
   const Tensor& ln2 = M.linear_fc1.input(a.ln2, w.full_a);  // re-gathered under SP
   const Tensor& dln2 = M.linear_fc1.backward(be_, w.dfc1, ln2, w.full_b, w.dln);
   be_.layernorm_backward(dres, P.pre_mlp_layernorm_weight->grad, P.pre_mlp_layernorm_bias->grad, dln2, a.res1,

@@ -17,7 +17,7 @@ struct GptModel::Workspace {
   Tensor full_a, full_b; // (N,C) gathered LayerNorm outputs / partial sums of row-parallel linears
   Tensor dqkv;           // (N, 3*C_tp)
   Tensor datt;           // (N, C_tp)
-  Tensor dfc1, dgelu;    // (N, F_tp)
+  Tensor dfc1;           // (N, F_tp): d pre-GELU
   Tensor logits;         // (N, V_tp), last stage only; reused for dlogits
   Tensor row_max;        // (N)
   Tensor ce_sums;        // (2, N)
@@ -42,7 +42,6 @@ struct GptModel::Workspace {
     dqkv = act({b, t, 3 * C / tp});
     datt = act({b, t, C / tp});
     dfc1 = act({N, c.ffn_hidden_size / tp});
-    dgelu = act({N, c.ffn_hidden_size / tp});
     if (s.post_process) {
       logits = act({N, padded_vocab / tp});
       row_max = f32({N});
