@@ -82,7 +82,7 @@ void check_model_args(const model::GptConfig& now, const model::GptConfig& saved
 
 void Trainer::save_checkpoint() {
   namespace fs = std::filesystem;
-  finish_param_gather();  // --overlap-param-gather: the updated values must have arrived
+  ddp_->finish_param_sync();  // --overlap-param-gather: the updated values must have arrived
   Timer timer;
   const std::string& dir = args_.save;
   const bool rank0 = is_rank0(groups_);
@@ -91,14 +91,14 @@ void Trainer::save_checkpoint() {
   collective_step(groups_, be_, "prepare", [&] { if (rank0) ckpt::prepare_save(dir, iteration_); });
   // Every model chunk's shards go into this rank's one file (the names are global).
   std::vector<std::pair<Tensor, Tensor>> moments;
-  for (size_t c = 0; c < chunks_.size(); ++c)
-    moments.push_back(optimizer_state(static_cast<int>(c)));  // collective with the distributed optimizer
+  for (size_t c = 0; c < models_.size(); ++c)
+    moments.push_back(optimizer_->state(static_cast<int>(c)));  // collective with the distributed optimizer
   collective_step(groups_, be_, "write", [&] {
     if (dp_rank_ != 0) return;  // dp replicas hold the same shards
     std::vector<ckpt::ShardTensor> tensors;
-    for (size_t c = 0; c < chunks_.size(); ++c) {
+    for (size_t c = 0; c < models_.size(); ++c) {
       const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);
-      auto& store = chunks_[c].model->params();
+      auto& store = models_[c]->params();
       for (const auto& p : store.params()) {
         const auto& s = p.spec;
         tensors.push_back({"model." + s.name, s.global_shape, s.shard, store.value_to_host(p)});
@@ -120,7 +120,7 @@ void Trainer::save_checkpoint() {
                       {"sequence_parallel", args_.sequence_parallel},
                       {"use_distributed_optimizer", args_.use_distributed_optimizer},
                       {"virtual_pipeline_size", vpp_}, {"padded_vocab_size", model().padded_vocab()}};
-    meta["optimizer"] = {{"saved", true}, {"type", "adamw"}, {"steps", chunks_.front().optimizer->steps()},
+    meta["optimizer"] = {{"saved", true}, {"type", "adamw"}, {"steps", optimizer_->steps()},
                          {"beta1", args_.adam_beta1}, {"beta2", args_.adam_beta2}, {"eps", args_.adam_eps},
                          {"weight_decay", args_.weight_decay}};
     meta["rng"] = {{"seed", args_.seed}, {"iteration", iteration_}};
@@ -154,7 +154,7 @@ void Trainer::load_checkpoint() {
   saved.finalize();
   check_model_args(model().config(), saved, where);
   const auto& cfg = model().config();
-  for (auto& c : chunks_) ckpt::load_params(reader, c.model->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
+  for (auto& m : models_) ckpt::load_params(reader, m->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
   const bool has_optim = meta.contains("optimizer") && meta["optimizer"].value("saved", false);
   if (args_.finetune) {
     iteration_ = 0;
@@ -172,11 +172,11 @@ void Trainer::load_checkpoint() {
       TRIPOD_CHECK_HINT(has_optim, "pass --finetune or --no-load-optim to start a fresh optimizer",
                         "{} holds no optimizer state (imported or weights-only)", where);
       const int64_t steps = meta["optimizer"].value("steps", int64_t{0});
-      for (size_t c = 0; c < chunks_.size(); ++c) {
-        auto [cur_m, cur_v] = optimizer_state(static_cast<int>(c));
+      for (size_t c = 0; c < models_.size(); ++c) {
+        auto [cur_m, cur_v] = optimizer_->state(static_cast<int>(c));
         Tensor m = Tensor::empty({cur_m.numel()}, DType::F32), v = Tensor::empty({cur_v.numel()}, DType::F32);
-        ckpt::load_optimizer_moments(reader, chunks_[c].model->params(), m, v);
-        set_optimizer_state(m, v, steps, static_cast<int>(c));
+        ckpt::load_optimizer_moments(reader, models_[c]->params(), m, v);
+        optimizer_->set_state(static_cast<int>(c), m, v, steps);
       }
       // As Megatron, the grad scaler travels with the optimizer state.
       if (meta.contains("loss_scaler")) {

@@ -25,7 +25,7 @@ class GptPipelineStage final : public parallel::PipelineStage {
   // Per iteration (or evaluation pass): gradient scale of each token's loss
   // (0 with forward-only) and the dropout seed.
   void begin(bool with_grad, float dloss, uint64_t dropout_seed);
-  // Data-parallel overlap hooks (train/grad_buckets.h), per chunk c:
+  // Data-parallel overlap hooks (distributed/distributed_data_parallel.h), per chunk c:
   // grads_ready is passed to the model's backward of micro-batch
   // last_microbatch only (the one after which gradients are final; with
   // interleaving each chunk reaches it at its own time), before_use to every

@@ -40,7 +40,7 @@ struct TrainArgs {
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;    // --sequence-parallel
   bool use_distributed_optimizer = false;
-  // data-parallel gradient buckets (train/grad_buckets.h)
+  // data parallelism (distributed/distributed_data_parallel.h)
   int64_t ddp_bucket_size = 0;       // --ddp-bucket-size, elements (0: Megatron's default, max(4e7, 1e6 x dp))
   bool overlap_grad_reduce = false;  // --overlap-grad-reduce
   bool overlap_param_gather = false; // --overlap-param-gather (with --use-distributed-optimizer and --overlap-grad-reduce)

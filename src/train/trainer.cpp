@@ -148,43 +148,19 @@ void Trainer::setup(data::DatasetSplits* given) {
   }
 
   std::vector<model::GptModel*> models;
-  for (auto& c : chunks_) models.push_back(c.model.get());
+  for (auto& m : models_) models.push_back(m.get());
   stage_ = std::make_unique<GptPipelineStage>(
       models, args_.micro_batch_size, cfg.seq_length, [this](int m, Tensor& tokens, Tensor& targets, int64_t& first) {
         first = batch_base_ + (static_cast<int64_t>(m) * dp_size_ + dp_rank_) * args_.micro_batch_size;
         if (tokens.defined()) fill_batch(*batch_ds_, first, tokens, targets);
       });
-  install_overlap_hooks();
-}
-
-// Megatron's DDP: without --overlap-grad-reduce the bucket size is infinite
-// (one bucket per chunk, reduced after the backward); with it,
-// --ddp-bucket-size or max(4e7, 1e6 x dp) elements.
-int64_t Trainer::bucket_size() const {
-  if (!overlap_grads()) return 0;
-  return args_.ddp_bucket_size > 0 ? args_.ddp_bucket_size : default_bucket_size(dp_size_);
-}
-
-void Trainer::install_overlap_hooks() {
-  GptPipelineStage::ParamHook ready, use;
-  if (overlap_grads()) ready = [this](int c, const std::vector<size_t>& p) { on_grads_ready(c, p); };
-  if (overlap_params())
-    use = [this](int c, const std::vector<size_t>& p) { chunks_.at(static_cast<size_t>(c)).buckets->params_needed(p); };
-  stage_->set_param_hooks(static_cast<int>(num_microbatches_) - 1, ready, use);
-}
-
-// Megatron's clip_grad_norm_fp32 counts every parameter once: sharded ones
-// on every tp rank, replicated ones on tp rank 0 only
-// (param_is_not_tensor_parallel_duplicate), and the last stage's copy of the
-// tied embedding not at all.
-bool Trainer::counts_in_grad_norm(const model::Param& p, const model::StageConfig& st) const {
-  if (tp_rank_ != 0 && p.spec.shard == model::ShardDim::None) return false;
-  return !(args_.pp > 1 && st.post_process && !st.pre_process &&
-           p.spec.name == "embedding.word_embeddings.weight");
+  // Data-parallel overlap: the DDP's hooks run during the last micro-batch.
+  stage_->set_param_hooks(static_cast<int>(num_microbatches_) - 1, ddp_->grad_ready_hook(), ddp_->param_use_hook());
 }
 
 // Chunk c of pp rank r is virtual stage s = c * pp + r and holds layers
 // [s * Lv, (s + 1) * Lv), Lv = L / (pp * vpp) (Megatron's interleaving).
+// Then data parallelism over the chunks and the optimizer over its buffers.
 void Trainer::build_chunks() {
   const int P = args_.pp;
   const int64_t Lv = args_.model.num_layers / (static_cast<int64_t>(P) * vpp_);
@@ -205,31 +181,20 @@ void Trainer::build_chunks() {
                    : (args_.recompute_activations || args_.recompute_granularity == "selective")
                        ? model::Recompute::Selective
                        : model::Recompute::None;
-    Chunk ch;
-    ch.model = std::make_unique<model::GptModel>(args_.model, st, be_);
-    auto& params = ch.model->params();
-    params.init(args_.seed, ch.model->config().init_method_std, ch.model->config().num_layers);
-    // NOTE [Deferred embedding bucket]: the tied word embedding's gradient
-    // is summed over the embedding group (first and last stage) before the
-    // dp reduction, at the end of the iteration, so with overlap it gets a
-    // bucket of its own that only reduce_gradients launches.
-    std::vector<bool> deferred;
-    for (const auto& p : params.params())
-      deferred.push_back(overlap_grads() && args_.pp > 1 && p.spec.name == "embedding.word_embeddings.weight");
-    ch.buckets = std::make_unique<GradBuckets>(params, *groups_.dp, be_, bucket_size(), args_.use_distributed_optimizer,
-                                               deferred);
-    const int64_t len = ch.buckets->shard_numel();
-    ch.segments = ch.buckets->shard_segments([](const model::Param&) { return true; });
-    ch.norm_segments =
-        ch.buckets->shard_segments([&](const model::Param& p) { return counts_in_grad_norm(p, st); }, false);
-    optim::AdamWConfig oc{args_.adam_beta1, args_.adam_beta2, args_.adam_eps, args_.weight_decay};
-    ch.optimizer = std::make_unique<optim::AdamW>(be_, len, oc);
-    if (args_.use_distributed_optimizer) {
-      ch.value_shard = be_.empty({len}, DType::F32);
-      be_.zero(ch.value_shard);
-    }
-    chunks_.push_back(std::move(ch));
+    auto m = std::make_unique<model::GptModel>(args_.model, st, be_);
+    m->params().init(args_.seed, m->config().init_method_std, m->config().num_layers);
+    models_.push_back(std::move(m));
   }
+  std::vector<model::GptModel*> models;
+  for (auto& m : models_) models.push_back(m.get());
+  distributed::DistributedDataParallelConfig dc;
+  dc.overlap_grad_reduce = args_.overlap_grad_reduce;
+  dc.overlap_param_gather = args_.overlap_param_gather;
+  dc.use_distributed_optimizer = args_.use_distributed_optimizer;
+  dc.bucket_size = args_.ddp_bucket_size;
+  ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, groups_, be_, dc);
+  optim::AdamWConfig oc{args_.adam_beta1, args_.adam_beta2, args_.adam_eps, args_.weight_decay};
+  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, groups_, be_, oc);
 }
 
 parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
@@ -302,21 +267,15 @@ void Trainer::log_startup() {
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
               args_.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(), args_.micro_batch_size,
               args_.global_batch_size, num_microbatches_);
-    std::string sizes;
-    for (size_t c = 0; c < chunks_.size(); ++c) {
-      const auto& b = chunks_[c].buckets->buckets();
-      sizes += fmt::format("{}chunk {}: {} bucket{} [", c ? "; " : "", c, b.size(), b.size() == 1 ? "" : "s");
-      for (size_t k = 0; k < b.size(); ++k) sizes += fmt::format("{}{}", k ? " " : "", b[k].numel());
-      sizes += "]";
-    }
-    const int64_t bs = bucket_size();
+    const std::string sizes = ddp_->describe_buckets();
+    const int64_t bs = ddp_->bucket_size();
     log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
               "size {}{}; overlap grad reduce {}, overlap param gather {}",
               dp_size_, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
-              args_.ddp_bucket_size > 0 && !overlap_grads()
+              args_.ddp_bucket_size > 0 && !ddp_->overlap_grad_reduce()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
-              overlap_grads() ? "on" : "off", overlap_params() ? "on" : "off");
+              ddp_->overlap_grad_reduce() ? "on" : "off", ddp_->overlap_param_gather() ? "on" : "off");
   }
 }
 
@@ -335,7 +294,7 @@ void Trainer::run() {
   int64_t since_log = 0, skipped = 0;
   if (!args_.load.empty()) {
     load_checkpoint();
-    sync_compute_weights();
+    for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
   Timer timer;
@@ -404,7 +363,7 @@ void Trainer::run() {
       break;
     }
   }
-  finish_param_gather();  // nothing in flight into the buffers after run()
+  ddp_->finish_param_sync();  // nothing in flight into the buffers after run()
 }
 
 }  // namespace tripod::train

@@ -1,12 +1,14 @@
 // The training loop (Megatron's pretrain()/train_step()):
 //   for each iteration: the pipeline schedule runs every micro-batch through
 //   this rank's model chunks (forward, backward, grads accumulate in fp32)
-//   -> tied-embedding and sequence-parallel grad reductions -> data-parallel
-//   reduction per bucket (all-reduce, or reduce-scatter with the distributed
-//   optimizer; with --overlap-grad-reduce launched during the last
-//   micro-batch's backward, see train/grad_buckets.h) -> global grad norm over every parameter once -> clip -> AdamW at the
-//   scheduled lr (on this rank's shard with the distributed optimizer, then
-//   all-gather) -> log -> eval -> save.
+//   -> the optimizer's reduce_grads (finalize_model_grads: tied-embedding
+//   and sequence-parallel grad reductions, then the data-parallel reduction
+//   per bucket; with --overlap-grad-reduce launched during the last
+//   micro-batch's backward) -> global grad norm over every parameter once
+//   -> clip -> AdamW at the scheduled lr -> log -> eval -> save.
+// Data parallelism (buffers, buckets, the reductions, the sharded or
+// replicated optimizer) lives in distributed/; the trainer owns the loop,
+// the batches, loss scaling, evaluation, logging and checkpoints.
 // The loss of an iteration is the mean over every token of the global batch.
 // With TP = PP = DP = 1 every step is a no-op or a plain loop.
 #pragma once
@@ -18,11 +20,11 @@
 #include "backend/ops.h"
 #include "data/dataset.h"
 #include "comm/context.h"
+#include "distributed/distributed_data_parallel.h"
+#include "distributed/distributed_optimizer.h"
 #include "model/gpt_model.h"
-#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
-#include "train/grad_buckets.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
 #include "train/tensorboard.h"
@@ -42,18 +44,6 @@ struct StepResult {
   double data_seconds = 0, tp_comm_seconds = 0, dp_comm_seconds = 0, optimizer_seconds = 0;
 };
 
-// One model chunk (virtual pipeline stage) of this rank with its optimizer.
-struct Chunk {
-  std::unique_ptr<model::GptModel> model;
-  // Data-parallel buckets of the flat grad buffer and, with the distributed
-  // optimizer, this rank's shard layout (per-bucket pieces, concatenated).
-  std::unique_ptr<GradBuckets> buckets;
-  std::unique_ptr<optim::AdamW> optimizer;  // over the shard (the whole buffer unless distributed)
-  std::vector<optim::Segment> segments;     // relative to the shard
-  std::vector<optim::Segment> norm_segments;  // the ranges the grad norm counts, relative to the shard
-  Tensor value_shard;                       // distributed optimizer: (shard) fp32 master weights being stepped
-};
-
 class Trainer {
  public:
   // groups: this rank's process groups (null: a single process).
@@ -70,9 +60,12 @@ class Trainer {
   // Mean loss over --eval-iters global batches of the validation split.
   double evaluate();
 
-  // This rank's model chunks (one unless interleaved); model() is the first.
-  std::vector<Chunk>& chunks() { return chunks_; }
-  model::GptModel& model() { return *chunks_.front().model; }
+  // This rank's model chunks (virtual pipeline stages; one unless
+  // interleaved); model() is the first.
+  std::vector<std::unique_ptr<model::GptModel>>& models() { return models_; }
+  model::GptModel& model() { return *models_.front(); }
+  distributed::DistributedDataParallel& ddp() { return *ddp_; }
+  distributed::DistributedOptimizer& optimizer() { return *optimizer_; }
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   int64_t num_microbatches() const { return num_microbatches_; }
@@ -80,10 +73,6 @@ class Trainer {
     iteration_ = iteration;
     consumed_samples_ = consumed_samples;
   }
-  // --overlap-param-gather: waits for every outstanding parameter
-  // all-gather. Call before reading parameter values outside a forward
-  // (checkpoints, dumps); forwards wait per bucket themselves.
-  void finish_param_gather();
   // Writes this rank's parameter shards (names, shard rule, tp coordinates,
   // f32 values) to DIR/rank<global>.bin, for parity tests and debugging.
   void dump_weights(const std::string& dir);
@@ -92,12 +81,8 @@ class Trainer {
   // Collective over the world. Writes --save/iter_<N>/ atomically.
   void save_checkpoint();
   // Collective. Restores from --load (latest iteration), at any layout.
+  // (Optimizer moments: DistributedOptimizer::state / set_state.)
   void load_checkpoint();
-  // Optimizer moments of a chunk as flat f32 tensors on the backend device,
-  // aligned with chunks()[c].model->params().values() (gathered over dp when
-  // the optimizer is distributed); set_optimizer_state is the inverse.
-  std::pair<Tensor, Tensor> optimizer_state(int chunk = 0);
-  void set_optimizer_state(const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps, int chunk = 0);
   const TrainArgs& args() const { return args_; }
   const parallel::ProcessGroups& groups() const { return groups_; }
   int tp_rank() const { return tp_rank_; }
@@ -108,19 +93,9 @@ class Trainer {
   void setup(data::DatasetSplits* data);
   void build_chunks();
   void fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets);
-  void reduce_gradients();
-  bool overlap_grads() const { return args_.overlap_grad_reduce && dp_size_ > 1; }
-  bool overlap_params() const { return args_.overlap_param_gather && dp_size_ > 1; }
-  int64_t bucket_size() const;  // 0: one bucket per chunk
-  void install_overlap_hooks();
-  void on_grads_ready(int chunk, const std::vector<size_t>& params);
-  double global_grad_norm();
-  bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& stage) const;
-  void optimizer_step(double lr, float clip);
   double reduce_loss(double local_sum);
   void check_finite(double loss, double grad_norm);
   void inject_grad_overflow();
-  void sync_compute_weights();
   bool is_logger() const;
   bool exit_requested();
   void log_startup();
@@ -132,7 +107,11 @@ class Trainer {
   std::unique_ptr<comm::DistContext> own_ctx_;  // when no groups were given
   parallel::ProcessGroups groups_;
   parallel::CommTimers comm_timers_;     // host time in tp / dp communication (time split)
-  std::vector<Chunk> chunks_;
+  // Destroyed in reverse: the optimizer and the buffers (whose outstanding
+  // collectives write into the models' buffers) before the models.
+  std::vector<std::unique_ptr<model::GptModel>> models_;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp_;
+  std::unique_ptr<distributed::DistributedOptimizer> optimizer_;
   std::unique_ptr<GptPipelineStage> stage_;
   optim::LrSchedule schedule_;
   data::DatasetSplits data_;

@@ -1,4 +1,5 @@
-// Data-parallel gradient buckets (train/grad_buckets.h):
+// The data-parallel param/grad buffer and its buckets
+// (distributed/param_and_grad_buffer.h):
 //  - the split, against a hand count and as properties over many random
 //    parameter lists (parameter boundaries, reverse order, Megatron's size
 //    rule, every parameter in exactly one bucket, lone parameters);
@@ -7,7 +8,7 @@
 //    are launched during the last micro-batch's backward, last layers first,
 //    each at a moment when its own gradients are already final while the
 //    embedding's are not;
-//  - the tied embedding's deferred bucket is launched by launch_remaining()
+//  - the tied embedding's deferred bucket is launched by start_grad_sync()
 //    only, in every iteration;
 //  - the distributed-optimizer layout on 2 ranks (threads, Gloo) with bucket
 //    sizes that are not multiples of dp: per-bucket reduce-scatter, shard
@@ -22,17 +23,18 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "comm/local_communicator.h"
+#include "distributed/param_and_grad_buffer.h"
 #include "model/gpt_model.h"
 #include "parallel/pp_schedule.h"
 #include "testing/threads_as_ranks.h"
-#include "train/grad_buckets.h"
 #include "train/pipeline_stage.h"
 
 namespace tripod {
 namespace {
 
-using train::BucketRange;
-using train::split_buckets;
+using distributed::BucketRange;
+using distributed::ParamAndGradBuffer;
+using distributed::split_buckets;
 
 struct Params {
   std::vector<int64_t> offsets, numels;
@@ -165,7 +167,7 @@ class RecordingComm final : public comm::Communicator {
   comm::LocalCommunicator local_{"dp-local"};
 };
 
-TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
+TEST(ParamAndGradBuffer, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   auto be = backend::make_cpu_backend();
   model::GptConfig cfg;
   cfg.num_layers = 4;
@@ -178,7 +180,7 @@ TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   auto& store = m.params();
   RecordingComm dp(store.grads());
   // ~12.7k elements a layer: a 10000-element limit closes about one bucket a layer.
-  train::GradBuckets buckets(store, dp, *be, 10000, false, std::vector<bool>(store.params().size(), false));
+  ParamAndGradBuffer buckets(store, dp, *be, 10000, false, std::vector<bool>(store.params().size(), false));
   const auto& b = buckets.buckets();
   ASSERT_GE(b.size(), 4u);
 
@@ -197,10 +199,10 @@ TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   stage.set_param_hooks(M - 1, [&](int, const std::vector<size_t>& p) {
     for (size_t g = 0; g < groups.size(); ++g)
       if (groups[g] == p) events.push_back("R" + std::to_string(g));
-    buckets.grads_ready(p);
+    buckets.register_grad_ready(p);
   }, {});
   store.zero_grad();
-  buckets.begin_grad_sync();
+  buckets.reset();
   stage.begin(true, 1.f / (M * 2 * cfg.seq_length), 9);
   comm::LocalCommunicator pp("pp");
   parallel::ScheduleConfig sc;
@@ -246,15 +248,15 @@ TEST(GradBuckets, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
 }
 
 // The tied embedding (deferred): its own bucket, never launched by the
-// hooks, only by launch_remaining() after the embedding-group all-reduce.
-TEST(GradBuckets, DeferredBucketWaitsForLaunchRemaining) {
+// hooks, only by start_grad_sync() after the embedding-group all-reduce.
+TEST(ParamAndGradBuffer, DeferredBucketWaitsForStartGradSync) {
   auto be = backend::make_cpu_backend();
   std::vector<model::ParamSpec> specs;
   for (int i = 0; i < 4; ++i)
     specs.push_back({"p" + std::to_string(i), {8}, model::ShardDim::None, model::InitKind::Zeros, true, -1});
   model::ParamStore store(std::move(specs), 1, 0, *be);
   RecordingComm dp(store.grads());
-  train::GradBuckets gb(store, dp, *be, 1000, false, {true, false, false, false});
+  ParamAndGradBuffer gb(store, dp, *be, 1000, false, {true, false, false, false});
   const auto& b = gb.buckets();
   ASSERT_EQ(b.size(), 2u);  // {p1..p3} then {p0} alone
   EXPECT_EQ(b[0].begin, 8);
@@ -263,20 +265,20 @@ TEST(GradBuckets, DeferredBucketWaitsForLaunchRemaining) {
   gb.on_launch = [&](int k) { launches.push_back(k); };
   for (int it = 0; it < 2; ++it) {  // twice: the per-iteration state resets
     launches.clear();
-    gb.begin_grad_sync();
-    gb.grads_ready({3, 2});
+    gb.reset();
+    gb.register_grad_ready({3, 2});
     EXPECT_TRUE(launches.empty());
-    gb.grads_ready({1, 0});
+    gb.register_grad_ready({1, 0});
     EXPECT_EQ(launches, std::vector<int>{0}) << "the deferred bucket must not launch from the hook";
     EXPECT_TRUE(gb.all_grads_ready());
-    gb.launch_remaining();
+    gb.start_grad_sync();
     EXPECT_EQ(launches, (std::vector<int>{0, 1}));
     gb.finish_grad_sync();
   }
 }
 
 // Two ranks: params of odd sizes so buckets are not multiples of dp.
-TEST(GradBuckets, DistributedLayoutTwoRanks) {
+TEST(ParamAndGradBuffer, DistributedLayoutTwoRanks) {
   using namespace std::chrono_literals;
   const std::vector<int64_t> sizes = {5, 9, 7, 4, 11, 3};  // 39 elements, padded to 40
   testing::run_ranks(2, 20s, [&](int rank, comm::DistContext& ctx) {
@@ -289,7 +291,7 @@ TEST(GradBuckets, DistributedLayoutTwoRanks) {
     ASSERT_EQ(store.padded_numel(), 40);
     auto dp = ctx.world();
     std::vector<bool> alone(sizes.size(), false);
-    train::GradBuckets gb(store, *dp, *be, 10, true, alone);
+    ParamAndGradBuffer gb(store, *dp, *be, 10, true, alone);
     // Offsets 0 5 14 21 25 36. Walk back from 40: {3 + pad 1} = 4, +11 = 15
     // closes [25,40); 4, +7 = 11 closes [14,25); 9, +5 = 14 closes [0,14).
     const auto& b = gb.buckets();
@@ -300,9 +302,9 @@ TEST(GradBuckets, DistributedLayoutTwoRanks) {
 
     float* g = store.grads().data<float>();
     for (int64_t i = 0; i < 40; ++i) g[i] = i < 39 ? static_cast<float>((rank + 1) * 1000 + i) : 0.f;
-    gb.begin_grad_sync();
-    gb.grads_ready({5, 4});  // completes bucket 0 only
-    gb.grads_ready({3, 2, 1, 0});
+    gb.reset();
+    gb.register_grad_ready({5, 4});  // completes bucket 0 only
+    gb.register_grad_ready({3, 2, 1, 0});
     gb.finish_grad_sync();
     // Expected shard: per bucket, this rank's piece of the summed buffer
     // (sum over ranks of (r+1)*1000 + i = 3000 + 2i), zero in the padding.
@@ -342,12 +344,12 @@ TEST(GradBuckets, DistributedLayoutTwoRanks) {
     // Async param all-gather: values arrive per bucket as they are needed.
     Tensor vs = Tensor::empty({21}, DType::F32);
     for (int64_t j = 0; j < 21; ++j) vs.data<float>()[j] = want[static_cast<size_t>(j)] + 0.5f;
-    gb.start_param_gather(vs);
-    EXPECT_TRUE(gb.param_gather_pending());
-    gb.params_needed({0});  // bucket 2
+    gb.start_param_sync(vs);
+    EXPECT_TRUE(gb.param_sync_pending());
+    gb.finish_param_sync({0});  // bucket 2
     for (int64_t i = 0; i < 13; ++i) EXPECT_EQ(store.values().data<float>()[i], 3000.5f + 2 * i);
-    gb.finish_param_gather();
-    EXPECT_FALSE(gb.param_gather_pending());
+    gb.finish_param_sync();
+    EXPECT_FALSE(gb.param_sync_pending());
     for (int64_t i = 0; i < 39; ++i) EXPECT_EQ(store.values().data<float>()[i], 3000.5f + 2 * i) << i;
   });
 }

@@ -1,11 +1,11 @@
-// Implementation of train/grad_buckets.h.
-#include "train/grad_buckets.h"
+// Implementation of distributed/param_and_grad_buffer.h.
+#include "distributed/param_and_grad_buffer.h"
 
 #include <algorithm>
 
 #include "base/error.h"
 
-namespace tripod::train {
+namespace tripod::distributed {
 namespace {
 // Backend::copy takes its destination by reference; views are temporaries.
 void copy_to(backend::Backend& be, Tensor dst, const Tensor& src) { be.copy(dst, src); }
@@ -37,8 +37,8 @@ std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, cons
 
 int64_t default_bucket_size(int dp_size) { return std::max<int64_t>(40000000, 1000000 * int64_t{dp_size}); }
 
-GradBuckets::GradBuckets(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be,
-                         int64_t bucket_size, bool distributed_optimizer, const std::vector<bool>& deferred)
+ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be,
+                                       int64_t bucket_size, bool distributed_optimizer, const std::vector<bool>& deferred)
     : params_(params), dp_(dp), be_(be), distributed_(distributed_optimizer), dp_size_(dp.size()),
       dp_rank_(dp.rank()) {
   const auto& ps = params_.params();
@@ -69,10 +69,10 @@ GradBuckets::GradBuckets(model::ParamStore& params, comm::Communicator& dp, back
   pending_.assign(buckets_.size(), 0);
   grad_work_.resize(buckets_.size());
   gather_work_.resize(buckets_.size());
-  begin_grad_sync();
+  reset();
 }
 
-GradBuckets::~GradBuckets() {
+ParamAndGradBuffer::~ParamAndGradBuffer() {
   // Outstanding collectives write into buffers about to be freed: let them
   // end (an aborted group ends them with an error, ignored here).
   for (auto* works : {&grad_work_, &gather_work_})
@@ -80,7 +80,7 @@ GradBuckets::~GradBuckets() {
       if (w) try { w->wait(); } catch (...) {}
 }
 
-std::vector<optim::Segment> GradBuckets::shard_segments(const std::function<bool(const model::Param&)>& keep,
+std::vector<optim::Segment> ParamAndGradBuffer::shard_segments(const std::function<bool(const model::Param&)>& keep,
                                                         bool decay_flags) const {
   std::vector<optim::Segment> segs;
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -100,7 +100,7 @@ std::vector<optim::Segment> GradBuckets::shard_segments(const std::function<bool
   return optim::merge_segments(std::move(segs));
 }
 
-void GradBuckets::take_shard(Tensor& shard, const Tensor& full) const {
+void ParamAndGradBuffer::take_shard(Tensor& shard, const Tensor& full) const {
   if (!distributed_) {
     be_.copy(shard, full);
     return;
@@ -113,14 +113,14 @@ void GradBuckets::take_shard(Tensor& shard, const Tensor& full) const {
   }
 }
 
-Tensor GradBuckets::input_of(size_t b, const Tensor& full) {
+Tensor ParamAndGradBuffer::input_of(size_t b, const Tensor& full) {
   const BucketRange& r = buckets_[b];
   if (!staging_[b].defined()) return full.flat(r.begin, {r.numel()});
   copy_to(be_, staging_[b].flat(0, {r.numel()}), full.flat(r.begin, {r.numel()}));
   return staging_[b];
 }
 
-void GradBuckets::gather_shards(Tensor& full, const Tensor& shard) {
+void ParamAndGradBuffer::gather_shards(Tensor& full, const Tensor& shard) {
   if (!distributed_) {
     be_.copy(full, shard);
     return;
@@ -133,14 +133,14 @@ void GradBuckets::gather_shards(Tensor& full, const Tensor& shard) {
   }
 }
 
-void GradBuckets::begin_grad_sync() {
+void ParamAndGradBuffer::reset() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
   param_ready_.assign(params_.params().size(), false);
 }
 
-void GradBuckets::grads_ready(const std::vector<size_t>& params) {
+void ParamAndGradBuffer::register_grad_ready(const std::vector<size_t>& params) {
   for (size_t i : params) {
-    TRIPOD_CHECK(i < param_ready_.size(), "grads_ready: parameter {} of {}", i, param_ready_.size());
+    TRIPOD_CHECK(i < param_ready_.size(), "register_grad_ready: parameter {} of {}", i, param_ready_.size());
     if (param_ready_[i]) continue;
     param_ready_[i] = true;
     const size_t b = static_cast<size_t>(bucket_of_[i]);
@@ -148,7 +148,7 @@ void GradBuckets::grads_ready(const std::vector<size_t>& params) {
   }
 }
 
-void GradBuckets::launch(size_t b) {
+void ParamAndGradBuffer::launch(size_t b) {
   TRIPOD_CHECK(!grad_work_[b], "bucket {} launched twice in one iteration", b);
   wait_gather(b);  // its staging buffer may still be the previous all-gather's output
   if (on_launch) on_launch(static_cast<int>(b));
@@ -162,12 +162,12 @@ void GradBuckets::launch(size_t b) {
   }
 }
 
-void GradBuckets::launch_remaining() {
+void ParamAndGradBuffer::start_grad_sync() {
   for (size_t b = 0; b < buckets_.size(); ++b)
     if (!grad_work_[b]) launch(b);
 }
 
-void GradBuckets::finish_grad_sync() {
+void ParamAndGradBuffer::finish_grad_sync() {
   for (auto& w : grad_work_)
     if (w) {
       w->wait();
@@ -175,15 +175,15 @@ void GradBuckets::finish_grad_sync() {
     }
 }
 
-bool GradBuckets::all_grads_ready() const {
+bool ParamAndGradBuffer::all_grads_ready() const {
   return std::all_of(pending_.begin(), pending_.end(), [](int n) { return n == 0; });
 }
 
-Tensor& GradBuckets::reduced_grads() { return distributed_ ? grad_shard_ : params_.grads(); }
+Tensor& ParamAndGradBuffer::reduced_grads() { return distributed_ ? grad_shard_ : params_.grads(); }
 
-void GradBuckets::start_param_gather(const Tensor& value_shard) {
+void ParamAndGradBuffer::start_param_sync(const Tensor& value_shard) {
   TRIPOD_CHECK(distributed_, "the parameter all-gather needs the distributed optimizer");
-  finish_param_gather();
+  finish_param_sync();
   for (size_t k = buckets_.size(); k-- > 0;) {  // forward order: the first layers first
     const BucketRange& r = buckets_[k];
     Tensor out = staging_[k].defined() ? staging_[k] : params_.values().flat(r.begin, {r.numel()});
@@ -191,7 +191,7 @@ void GradBuckets::start_param_gather(const Tensor& value_shard) {
   }
 }
 
-void GradBuckets::wait_gather(size_t b) {
+void ParamAndGradBuffer::wait_gather(size_t b) {
   if (!gather_work_[b]) return;
   gather_work_[b]->wait();
   gather_work_[b].reset();
@@ -201,16 +201,16 @@ void GradBuckets::wait_gather(size_t b) {
   params_.sync_compute(r.begin, r.numel());
 }
 
-void GradBuckets::params_needed(const std::vector<size_t>& params) {
+void ParamAndGradBuffer::finish_param_sync(const std::vector<size_t>& params) {
   for (size_t i : params) wait_gather(static_cast<size_t>(bucket_of_[i]));
 }
 
-void GradBuckets::finish_param_gather() {
+void ParamAndGradBuffer::finish_param_sync() {
   for (size_t b = 0; b < buckets_.size(); ++b) wait_gather(b);
 }
 
-bool GradBuckets::param_gather_pending() const {
+bool ParamAndGradBuffer::param_sync_pending() const {
   return std::any_of(gather_work_.begin(), gather_work_.end(), [](const auto& w) { return w != nullptr; });
 }
 
-}  // namespace tripod::train
+}  // namespace tripod::distributed

@@ -1,6 +1,7 @@
-// Data-parallel gradient buckets of one model chunk (Megatron-core's
-// _ParamAndGradBuffer / bucket groups in distributed/param_and_grad_buffer.py,
-// --ddp-bucket-size, --overlap-grad-reduce, --overlap-param-gather).
+// The data-parallel parameter/gradient buffer of one model chunk and its
+// buckets (Megatron-core's _ParamAndGradBuffer and bucket groups in
+// distributed/param_and_grad_buffer.py; --ddp-bucket-size,
+// --overlap-grad-reduce, --overlap-param-gather).
 //
 // The chunk's flat f32 grad buffer (model/param_table.h, ParamStore::grads())
 // is cut into buckets at parameter boundaries, walking the parameters in
@@ -17,9 +18,16 @@
 // of dp go through a zero-padded staging copy (the ParamStore buffer has no
 // gaps between parameters).
 //
-// Relates to: train/step.cpp (Trainer::reduce_gradients, optimizer_step),
-// model/gpt_model.h (ParamHook: when a group's gradients are final),
-// comm/communicator.h (async Work), docs/parallelism.md (overlap section).
+// Per iteration: reset() -> register_grad_ready() as the backward makes
+// gradients final (launches complete buckets) -> start_grad_sync() (the rest)
+// -> finish_grad_sync(); after the optimizer step, with the distributed
+// optimizer, start_param_sync() -> finish_param_sync() (per parameter group
+// from the next forward, or all at once).
+//
+// Relates to: distributed/distributed_data_parallel.h (one buffer per chunk,
+// the backward hooks), distributed/distributed_optimizer.h (the shard it
+// steps), model/param_table.h (the flat buffers), comm/communicator.h (async
+// Work), docs/parallelism.md (overlap section).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +40,7 @@
 #include "model/param_table.h"
 #include "optim/adamw.h"
 
-namespace tripod::train {
+namespace tripod::distributed {
 
 // Buckets [begin, end) of the flat buffer holding parameters [first_param,
 // end_param) (indices in ParamStore order).
@@ -57,17 +65,19 @@ std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, cons
 // elements, used only with --overlap-grad-reduce (else one bucket).
 int64_t default_bucket_size(int dp_size);
 
-class GradBuckets {
+class ParamAndGradBuffer {
  public:
   // deferred[i]: parameter i needs a reduction over another group before the
   // dp one (the tied embedding over the embedding group): it gets its own
-  // bucket, which grads_ready never launches; launch_remaining() does.
+  // bucket, which register_grad_ready never launches; start_grad_sync() does.
   // dp: the data-parallel group (its size sets the shard split).
-  GradBuckets(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be, int64_t bucket_size,
-              bool distributed_optimizer, const std::vector<bool>& deferred);
-  ~GradBuckets();
-  GradBuckets(const GradBuckets&) = delete;
-  GradBuckets& operator=(const GradBuckets&) = delete;
+  ParamAndGradBuffer(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be, int64_t bucket_size,
+                     bool distributed_optimizer, const std::vector<bool>& deferred);
+  ~ParamAndGradBuffer();
+  ParamAndGradBuffer(const ParamAndGradBuffer&) = delete;
+  ParamAndGradBuffer& operator=(const ParamAndGradBuffer&) = delete;
+
+  model::ParamStore& params() { return params_; }
 
   const std::vector<BucketRange>& buckets() const { return buckets_; }
   bool distributed() const { return distributed_; }
@@ -86,11 +96,11 @@ class GradBuckets {
   void gather_shards(Tensor& full, const Tensor& shard);
 
   // ---- gradient reduction, once per iteration ----
-  void begin_grad_sync();  // every bucket pending again
+  void reset();  // every bucket pending again
   // The gradients of these parameters are final: launches every bucket that
   // became complete (deferred ones excepted), in the order they complete.
-  void grads_ready(const std::vector<size_t>& params);
-  void launch_remaining();  // launches every bucket not launched yet, in bucket order
+  void register_grad_ready(const std::vector<size_t>& params);
+  void start_grad_sync();   // launches every bucket not launched yet, in bucket order
   void finish_grad_sync();  // waits for every launched bucket
   bool all_grads_ready() const;
   // The dp-reduced gradients of this rank's shard (distributed), else grads().
@@ -101,12 +111,12 @@ class GradBuckets {
   // ---- parameter all-gather (distributed optimizer) ----
   // Launches the all-gather of every bucket from value_shard into values(),
   // async, in forward order (last bucket first).
-  void start_param_gather(const Tensor& value_shard);
+  void start_param_sync(const Tensor& value_shard);
   // Waits for the buckets holding these parameters (and casts their compute
   // copies under bf16/fp16). No-op for buckets already gathered.
-  void params_needed(const std::vector<size_t>& params);
-  void finish_param_gather();  // waits for all
-  bool param_gather_pending() const;
+  void finish_param_sync(const std::vector<size_t>& params);
+  void finish_param_sync();  // waits for all
+  bool param_sync_pending() const;
 
  private:
   void launch(size_t b);
@@ -132,4 +142,4 @@ class GradBuckets {
   std::vector<std::shared_ptr<comm::Work>> grad_work_, gather_work_;
 };
 
-}  // namespace tripod::train
+}  // namespace tripod::distributed

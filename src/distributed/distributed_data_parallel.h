@@ -1,0 +1,105 @@
+// Data parallelism over this rank's model chunks (Megatron-core's
+// DistributedDataParallel in distributed/distributed_data_parallel.py): one
+// ParamAndGradBuffer per chunk, whose buckets are reduced over the
+// data-parallel group, with --overlap-grad-reduce during the last
+// micro-batch's backward (the backward hooks below), and, with the
+// distributed optimizer and --overlap-param-gather, the updated parameters
+// all-gathered per bucket as the next forward needs them.
+//
+// Per iteration (driven by the trainer and finalize_model_grads):
+//   zero_grad_buffer()                 grads to zero, every bucket pending
+//   grad_ready_hook() during backward  complete buckets start reducing
+//   start_grad_sync(), finish_grad_sync()  the rest, then wait for all
+//   (optimizer step: distributed_optimizer.h starts the param sync)
+//   param_use_hook() during forward    waits for the buckets a forward reads
+//
+// With TP = PP = DP = 1 every call is a no-op or a plain loop.
+//
+// Relates to: distributed/param_and_grad_buffer.h (buckets, shard layout),
+// distributed/finalize_model_grads.h (the reductions before the optimizer),
+// train/pipeline_stage.h (where the hooks are called), docs/parallelism.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "distributed/param_and_grad_buffer.h"
+#include "model/gpt_model.h"
+#include "parallel/groups.h"
+
+namespace tripod::distributed {
+
+// Megatron's DistributedDataParallelConfig (the subset tripod has).
+struct DistributedDataParallelConfig {
+  bool overlap_grad_reduce = false;        // --overlap-grad-reduce
+  bool overlap_param_gather = false;       // --overlap-param-gather (needs the distributed optimizer)
+  bool use_distributed_optimizer = false;  // --use-distributed-optimizer: buffers sharded over dp
+  int64_t bucket_size = 0;                 // --ddp-bucket-size; 0: Megatron's default (with overlap only)
+};
+
+class DistributedDataParallel {
+ public:
+  // (chunk, indices of parameters in the chunk's ParamStore order)
+  using ParamHook = std::function<void(int chunk, const std::vector<size_t>& params)>;
+
+  // chunks: this rank's model chunks (virtual pipeline stages), not owned;
+  // groups: this rank's process groups (dp for the buckets, tp for the
+  // sequence-parallel LayerNorm grads in the backward hook).
+  DistributedDataParallel(std::vector<model::GptModel*> chunks, const parallel::ProcessGroups& groups,
+                          backend::Backend& be, const DistributedDataParallelConfig& config);
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  model::GptModel& model(int chunk) { return *chunks_.at(static_cast<size_t>(chunk)); }
+  ParamAndGradBuffer& buffer(int chunk) { return *buffers_.at(static_cast<size_t>(chunk)); }
+  const ParamAndGradBuffer& buffer(int chunk) const { return *buffers_.at(static_cast<size_t>(chunk)); }
+  const DistributedDataParallelConfig& config() const { return config_; }
+  int dp_size() const { return dp_size_; }
+  // The overlap flags in effect (both need dp > 1).
+  bool overlap_grad_reduce() const { return config_.overlap_grad_reduce && dp_size_ > 1; }
+  bool overlap_param_gather() const { return config_.overlap_param_gather && dp_size_ > 1; }
+  // Megatron's DDP: without overlap the bucket size is infinite (one bucket
+  // per chunk, reduced after the backward); with it, --ddp-bucket-size or
+  // max(4e7, 1e6 x dp) elements. 0: one bucket per chunk.
+  int64_t bucket_size() const;
+
+  // Start of an iteration: zero gradients, every bucket pending again.
+  void zero_grad_buffer();
+  // For GptPipelineStage::set_param_hooks: gradients final (empty without
+  // overlap of the grad reduce), parameters about to be read by a forward
+  // (empty without overlap of the param gather).
+  ParamHook grad_ready_hook();
+  ParamHook param_use_hook();
+  // A group of a chunk's parameters has final gradients (the body of
+  // grad_ready_hook): sequence-parallel LayerNorm grads are summed over tp
+  // right here (every tp rank reaches the same hook in the same order), then
+  // the buckets that became complete start their dp reduction.
+  void register_grad_ready(int chunk, const std::vector<size_t>& params);
+  // Launches every bucket not launched yet (without overlap: all of them;
+  // with it: the deferred embedding bucket), chunk by chunk; then waits.
+  // Nothing to do with dp 1 and no distributed optimizer.
+  void start_grad_sync();
+  void finish_grad_sync();
+  // --overlap-param-gather: waits for every outstanding parameter
+  // all-gather. Call before reading parameter values outside a forward
+  // (checkpoints, dumps); forwards wait per bucket themselves.
+  void finish_param_sync();
+
+  // The buckets for the start-up log: count and sizes in launch order per chunk.
+  std::string describe_buckets() const;
+
+ private:
+  std::vector<model::GptModel*> chunks_;
+  parallel::ProcessGroups groups_;
+  DistributedDataParallelConfig config_;
+  int dp_size_ = 1;
+  std::vector<std::unique_ptr<ParamAndGradBuffer>> buffers_;
+};
+
+}  // namespace tripod::distributed

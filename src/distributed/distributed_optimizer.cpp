@@ -1,0 +1,118 @@
+// Implementation of distributed/distributed_optimizer.h.
+#include "distributed/distributed_optimizer.h"
+
+#include <cmath>
+
+#include "base/error.h"
+#include "distributed/finalize_model_grads.h"
+
+namespace tripod::distributed {
+namespace {
+
+// Whether a parameter counts in the grad norm (see get_grad_norm): the last
+// stage's copy of the tied embedding (post_process without pre_process
+// means more than one stage) and tp duplicates on tp ranks > 0 do not.
+bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& st, int tp_rank, bool pipeline) {
+  if (tp_rank != 0 && p.spec.shard == model::ShardDim::None) return false;
+  return !(pipeline && st.post_process && !st.pre_process && p.spec.role == model::ParamRole::WordEmbeddings);
+}
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const parallel::ProcessGroups& groups,
+                                           backend::Backend& be, const optim::AdamWConfig& config)
+    : ddp_(ddp), groups_(groups), be_(be), sharded_(ddp.config().use_distributed_optimizer) {
+  const int tp_rank = groups_.layout.tp_rank(groups_.global_rank);
+  const bool pipeline = groups_.layout.pp > 1;
+  for (int c = 0; c < ddp_.num_chunks(); ++c) {
+    const ParamAndGradBuffer& buf = ddp_.buffer(c);
+    const model::StageConfig& st = ddp_.model(c).stage();
+    ChunkState cs;
+    const int64_t len = buf.shard_numel();
+    cs.segments = buf.shard_segments([](const model::Param&) { return true; });
+    // The counted ranges are merged once here, with no decay flags.
+    cs.norm_segments = buf.shard_segments(
+        [&](const model::Param& p) { return counts_in_grad_norm(p, st, tp_rank, pipeline); }, false);
+    cs.adam = std::make_unique<optim::AdamW>(be_, len, config);
+    if (sharded_) {
+      cs.value_shard = be_.empty({len}, DType::F32);
+      be_.zero(cs.value_shard);
+    }
+    chunks_.push_back(std::move(cs));
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+void DistributedOptimizer::reduce_grads() { finalize_model_grads(ddp_, groups_); }
+
+double DistributedOptimizer::get_grad_norm() {
+  Tensor acc = be_.empty({1}, DType::F32);
+  be_.zero(acc);
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    const Tensor& grads = ddp_.buffer(static_cast<int>(c)).reduced_grads();
+    for (const auto& seg : chunks_[c].norm_segments) be_.sum_squares(acc, grads.flat(seg.offset, {seg.numel}));
+  }
+  auto& group = sharded_ ? groups_.world : groups_.mp;
+  if (group->size() > 1) group->all_reduce(acc)->wait();
+  Tensor h = Tensor::empty({1}, DType::F32);
+  be_.copy(h, acc);
+  be_.synchronize();
+  return std::sqrt(static_cast<double>(h.data<float>()[0]));
+}
+
+void DistributedOptimizer::step(double lr, float grad_scale) {
+  ddp_.finish_param_sync();  // normally already waited for by the forwards
+  const bool overlap = ddp_.overlap_param_gather();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    ChunkState& cs = chunks_[c];
+    ParamAndGradBuffer& buf = ddp_.buffer(static_cast<int>(c));
+    auto& params = buf.params();
+    if (!sharded_) {
+      cs.adam->step(params.values(), params.grads(), cs.segments, lr, grad_scale);
+      continue;
+    }
+    // Step the fp32 master shard, then all-gather the updated parameters
+    // (with --overlap-param-gather: launched now, waited per bucket by the
+    // next forward, which also casts the compute copies).
+    buf.take_shard(cs.value_shard, params.values());
+    cs.adam->step(cs.value_shard, buf.reduced_grads(), cs.segments, lr, grad_scale);
+    if (overlap)
+      buf.start_param_sync(cs.value_shard);
+    else
+      buf.gather_shards(params.values(), cs.value_shard);
+  }
+  // bf16/fp16 compute copies from the updated fp32 masters.
+  if (!overlap)
+    for (int c = 0; c < ddp_.num_chunks(); ++c) ddp_.model(c).params().sync_compute();
+}
+
+int64_t DistributedOptimizer::steps() const { return chunks_.front().adam->steps(); }
+
+int64_t DistributedOptimizer::shard_numel() const {
+  int64_t n = 0;
+  for (int c = 0; c < ddp_.num_chunks(); ++c) n += ddp_.buffer(c).shard_numel();
+  return n;
+}
+
+std::pair<Tensor, Tensor> DistributedOptimizer::state(int chunk) {
+  ChunkState& cs = chunks_.at(static_cast<size_t>(chunk));
+  if (!sharded_) return {cs.adam->exp_avg(), cs.adam->exp_avg_sq()};
+  // Full-parameter order (the checkpoint format), whatever the shard layout.
+  ParamAndGradBuffer& buf = ddp_.buffer(chunk);
+  const int64_t total = buf.params().padded_numel();
+  Tensor m = be_.empty({total}, DType::F32), v = be_.empty({total}, DType::F32);
+  buf.gather_shards(m, cs.adam->exp_avg());
+  buf.gather_shards(v, cs.adam->exp_avg_sq());
+  return {m, v};
+}
+
+void DistributedOptimizer::set_state(int chunk, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps) {
+  ChunkState& cs = chunks_.at(static_cast<size_t>(chunk));
+  const ParamAndGradBuffer& buf = ddp_.buffer(chunk);
+  buf.take_shard(cs.adam->exp_avg(), exp_avg);
+  buf.take_shard(cs.adam->exp_avg_sq(), exp_avg_sq);
+  cs.adam->set_steps(steps);
+}
+
+}  // namespace tripod::distributed

@@ -1,0 +1,91 @@
+// AdamW over the data-parallel model chunks (Megatron-core's
+// DistributedOptimizer in optimizer/distrib_optimizer.py, ZeRO-1, and its
+// non-sharded counterpart): one class for both cases.
+//
+//   not sharded (default)          every dp rank holds the whole fp32 master
+//                                  weights, all-reduced gradients and both
+//                                  AdamW moments, and steps all of them;
+//   sharded (--use-distributed-optimizer)
+//                                  each dp rank holds the moments and steps
+//                                  the master weights of its shard only (its
+//                                  piece of every bucket, see
+//                                  param_and_grad_buffer.h), on gradients
+//                                  reduce-scattered into that shard, then the
+//                                  updated parameters are all-gathered.
+//
+// Per iteration: reduce_grads() -> get_grad_norm() -> (clip) step().
+// Checkpoints see the moments in full-parameter order whatever the shard
+// layout (state() gathers over dp, set_state() takes this rank's pieces), so
+// the checkpoint format does not depend on the layout.
+//
+// Relates to: distributed/distributed_data_parallel.h (the buffers),
+// distributed/finalize_model_grads.h, optim/adamw.h (the update),
+// train/checkpointing.cpp, docs/parallelism.md (distributed optimizer).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "backend/ops.h"
+#include "distributed/distributed_data_parallel.h"
+#include "optim/adamw.h"
+#include "parallel/groups.h"
+
+namespace tripod::distributed {
+
+class DistributedOptimizer {
+ public:
+  // Sharded when ddp.config().use_distributed_optimizer. groups: the grad
+  // norm sums over mp (tp x pp), or over the world when sharded.
+  DistributedOptimizer(DistributedDataParallel& ddp, const parallel::ProcessGroups& groups, backend::Backend& be,
+                       const optim::AdamWConfig& config);
+  ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  bool sharded() const { return sharded_; }
+
+  // Makes the gradients this optimizer reads final: finalize_model_grads
+  // (sequence-parallel and tied-embedding sums, the dp reduction).
+  void reduce_grads();
+  // Megatron's clip_grad_norm_fp32 before clipping: the L2 norm of the
+  // reduced gradients (as they are: still carrying the fp16 loss scale),
+  // every parameter counted once. Sharded parameters count on every tp
+  // rank, replicated ones on tp rank 0 only
+  // (param_is_not_tensor_parallel_duplicate), the last stage's copy of the
+  // tied embedding not at all; summed over the model-parallel group, and
+  // over dp too when sharded. Collective; synchronises with the device.
+  double get_grad_norm();
+  // One AdamW step at this lr on gradients x grad_scale (clip coefficient /
+  // loss scale), then the compute copies (bf16/fp16) or, sharded, the
+  // parameter all-gather (with --overlap-param-gather: launched here, waited
+  // for per bucket by the next forward).
+  void step(double lr, float grad_scale);
+  int64_t steps() const;  // optimizer steps taken (bias correction), the same in every chunk
+
+  // Elements of this rank's optimizer shard over all chunks (each moment).
+  int64_t shard_numel() const;
+  // The moments of a chunk as flat f32 tensors on the backend device,
+  // aligned with the chunk's ParamStore::values() (gathered over dp when
+  // sharded: collective). set_state is the inverse (this rank's pieces).
+  std::pair<Tensor, Tensor> state(int chunk = 0);
+  void set_state(int chunk, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps);
+
+ private:
+  struct ChunkState {
+    std::unique_ptr<optim::AdamW> adam;        // over the shard (the whole buffer unless sharded)
+    std::vector<optim::Segment> segments;      // relative to the shard
+    std::vector<optim::Segment> norm_segments;  // the ranges the grad norm counts, relative to the shard
+    Tensor value_shard;                        // sharded: the fp32 master weights being stepped
+  };
+
+  DistributedDataParallel& ddp_;
+  parallel::ProcessGroups groups_;
+  backend::Backend& be_;
+  bool sharded_;
+  std::vector<ChunkState> chunks_;
+};
+
+}  // namespace tripod::distributed

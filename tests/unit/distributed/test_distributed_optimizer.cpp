@@ -1,0 +1,160 @@
+// The optimizer over data-parallel model chunks
+// (distributed/distributed_optimizer.h), through its public API only, on 2
+// ranks (threads, Gloo, CPU backend), not sharded and sharded, with and
+// without the overlap paths of the DDP: each rank puts its own gradients in
+// the buffer; reduce_grads, get_grad_norm and two steps must give the numbers
+// of an independent computation in the test (the dp sum, the L2 norm, and
+// AdamW with bias correction and per-parameter weight decay, written out in
+// double), on both ranks; state() must hold the same moments in
+// full-parameter order whatever the sharding, and set_state() must restore
+// them.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "distributed/distributed_data_parallel.h"
+#include "distributed/distributed_optimizer.h"
+#include "model/gpt_model.h"
+#include "parallel/groups.h"
+#include "testing/threads_as_ranks.h"
+
+namespace tripod {
+namespace {
+
+using distributed::DistributedDataParallel;
+using distributed::DistributedDataParallelConfig;
+using distributed::DistributedOptimizer;
+
+struct Case {
+  const char* name;
+  bool sharded, overlap_grads, overlap_params;
+};
+
+model::GptConfig tiny_config() {
+  model::GptConfig cfg;
+  cfg.num_layers = 2;
+  cfg.hidden_size = 16;
+  cfg.num_attention_heads = 2;
+  cfg.seq_length = 8;
+  cfg.vocab_size = 40;
+  return cfg;
+}
+
+// Rank r's gradient of element i (distinct per rank, both signs, not all
+// representable sums: the reference sums them in float as the reduction does).
+float grad_of(int rank, int64_t i) {
+  return static_cast<float>(static_cast<int>((i * 37 + rank * 11) % 23) - 11) * 1.7e-3f + 1e-4f * rank;
+}
+
+void run_case(const Case& cs) {
+  using namespace std::chrono_literals;
+  constexpr int kDp = 2;
+  const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+  const float grad_scale[2] = {1.0f, 0.5f};  // step 2 as if clipped / loss-scaled
+  testing::run_ranks(kDp, 30s, [&](int rank, comm::DistContext& ctx) {
+    auto be = backend::make_cpu_backend();
+    const parallel::ProcessGroups groups = parallel::make_process_groups(ctx, parallel::Layout::make(kDp, 1, 1, 1));
+    model::StageConfig st;
+    st.param_buffer_pad = cs.sharded ? kDp : 1;
+    model::GptModel m(tiny_config(), st, *be);
+    auto& store = m.params();
+    store.init(7, 0.02f, tiny_config().num_layers);
+
+    DistributedDataParallelConfig dc;
+    dc.use_distributed_optimizer = cs.sharded;
+    dc.overlap_grad_reduce = cs.overlap_grads;
+    dc.overlap_param_gather = cs.overlap_params;
+    dc.bucket_size = 3000;  // several buckets when overlapping (else one)
+    DistributedDataParallel ddp({&m}, groups, *be, dc);
+    DistributedOptimizer opt(ddp, groups, *be, optim::AdamWConfig{b1, b2, eps, wd});
+    ASSERT_EQ(opt.sharded(), cs.sharded);
+    if (cs.overlap_grads) ASSERT_GT(ddp.buffer(0).buckets().size(), 1u);
+    const int64_t padded = store.padded_numel();
+    EXPECT_EQ(opt.shard_numel(), cs.sharded ? ddp.buffer(0).shard_numel() : padded);
+    if (cs.sharded && !cs.overlap_grads) EXPECT_EQ(opt.shard_numel(), padded / kDp);
+
+    // The reference, in double from the same float inputs.
+    const auto& params = store.params();
+    std::vector<double> p_ref(static_cast<size_t>(padded)), m_ref(p_ref.size(), 0.0), v_ref(p_ref.size(), 0.0);
+    for (int64_t i = 0; i < padded; ++i) p_ref[static_cast<size_t>(i)] = store.values().data<float>()[i];
+
+    for (int it = 0; it < 2; ++it) {
+      ddp.zero_grad_buffer();
+      float* g = store.grads().data<float>();
+      for (const auto& p : params)
+        for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i) g[i] = grad_of(rank, i) * (it + 1);
+      if (cs.overlap_grads) {  // as the backward hooks would: every group final, last layers first
+        const auto& pg = m.param_groups();
+        for (size_t k = pg.size(); k-- > 0;) ddp.register_grad_ready(0, pg[k]);
+      }
+      opt.reduce_grads();
+
+      double sq = 0;
+      std::vector<float> gsum(p_ref.size(), 0.f);
+      for (const auto& p : params)
+        for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i) {
+          const float s = grad_of(0, i) * (it + 1) + grad_of(1, i) * (it + 1);  // the dp sum, in float
+          gsum[static_cast<size_t>(i)] = s;
+          sq += static_cast<double>(s) * s;
+        }
+      const double norm = opt.get_grad_norm();
+      EXPECT_NEAR(norm, std::sqrt(sq), 1e-5 * std::sqrt(sq)) << "iteration " << it;
+
+      opt.step(lr, grad_scale[it]);
+      EXPECT_EQ(opt.steps(), it + 1);
+      const double bc1 = 1 - std::pow(b1, it + 1), bc2 = 1 - std::pow(b2, it + 1);
+      for (const auto& p : params) {
+        const double decay = p.spec.weight_decay ? wd : 0.0;
+        for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i) {
+          const size_t k = static_cast<size_t>(i);
+          const double gi = static_cast<double>(gsum[k]) * grad_scale[it];
+          m_ref[k] = b1 * m_ref[k] + (1 - b1) * gi;
+          v_ref[k] = b2 * v_ref[k] + (1 - b2) * gi * gi;
+          p_ref[k] -= lr * ((m_ref[k] / bc1) / (std::sqrt(v_ref[k] / bc2) + eps) + decay * p_ref[k]);
+        }
+      }
+      ddp.finish_param_sync();  // with --overlap-param-gather the values arrive here
+      const float* val = store.values().data<float>();
+      for (const auto& p : params)
+        for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i)
+          ASSERT_NEAR(val[i], p_ref[static_cast<size_t>(i)], 1e-6 + 1e-5 * std::fabs(p_ref[static_cast<size_t>(i)]))
+              << p.spec.name << " element " << i - p.offset << ", iteration " << it << ", rank " << rank;
+    }
+
+    // The moments in full-parameter order (gathered over dp when sharded).
+    auto [m0, v0] = opt.state(0);
+    ASSERT_EQ(m0.numel(), padded);
+    for (const auto& p : params)
+      for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i) {
+        const size_t k = static_cast<size_t>(i);
+        ASSERT_NEAR(m0.data<float>()[i], m_ref[k], 1e-9 + 1e-5 * std::fabs(m_ref[k])) << p.spec.name;
+        ASSERT_NEAR(v0.data<float>()[i], v_ref[k], 1e-12 + 1e-5 * std::fabs(v_ref[k])) << p.spec.name;
+      }
+    // set_state takes full-order tensors: a modified copy comes back as given.
+    Tensor m1 = Tensor::empty({padded}, DType::F32), v1 = Tensor::empty({padded}, DType::F32);
+    for (int64_t i = 0; i < padded; ++i) {
+      m1.data<float>()[i] = m0.data<float>()[i] * 2.f + 1.f;
+      v1.data<float>()[i] = v0.data<float>()[i] + 0.25f;
+    }
+    opt.set_state(0, m1, v1, 9);
+    EXPECT_EQ(opt.steps(), 9);
+    auto [m2, v2] = opt.state(0);
+    for (const auto& p : params)
+      for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i) {
+        ASSERT_EQ(m2.data<float>()[i], m1.data<float>()[i]);
+        ASSERT_EQ(v2.data<float>()[i], v1.data<float>()[i]);
+      }
+  });
+}
+
+TEST(DistributedOptimizer, NotShardedMatchesAdamWOnTheDpSum) { run_case({"plain", false, false, false}); }
+TEST(DistributedOptimizer, NotShardedWithOverlappedGradReduce) { run_case({"overlap", false, true, false}); }
+TEST(DistributedOptimizer, ShardedMatchesAdamWOnTheDpSum) { run_case({"sharded", true, false, false}); }
+TEST(DistributedOptimizer, ShardedWithBothOverlaps) { run_case({"sharded+overlap", true, true, true}); }
+
+}  // namespace
+}  // namespace tripod
