@@ -11,6 +11,11 @@ function(tripod_add_test name)
   if(NOT TARGET ${T_EXECUTABLE})
     add_executable(${T_EXECUTABLE} ${T_SOURCES})
     target_link_libraries(${T_EXECUTABLE} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main)
+    # Every test may run on the CPU reference backend (the modules above
+    # backend/ link only its interface, tripod_backend).
+    if(TARGET tripod_backend_cpu)
+      target_link_libraries(${T_EXECUTABLE} PRIVATE tripod_backend_cpu)
+    endif()
     target_include_directories(${T_EXECUTABLE} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
     target_compile_features(${T_EXECUTABLE} PRIVATE cxx_std_20)
   endif()
