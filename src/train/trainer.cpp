@@ -1,5 +1,5 @@
 // Implementation of train/trainer.h: set-up, the loop, evaluation, logging.
-// The per-iteration reductions and the optimizer step are in step.cpp.
+// One iteration (train_step, the memory report, the weight dump) is in step.cpp.
 #include "train/trainer.h"
 
 #include <atomic>
