@@ -137,6 +137,7 @@ struct LaunchArgs {
 int supervise(std::vector<Rank>& ranks, double grace_s) {
   using Clock = std::chrono::steady_clock;
   int failed = -1;                 // index of the first failing rank
+  bool failed_by_signal = false;   // that failure was a signal from outside, the likely root cause
   int forwarded = 0;               // signal we forwarded
   Clock::time_point stop_at{};     // when we began stopping the others
   bool stopping = false, killed = false;
@@ -179,12 +180,23 @@ int supervise(std::vector<Rank>& ranks, double grace_s) {
         r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (r.exit_code != 0 && failed < 0 && !forwarded) {
           failed = int(i);
+          failed_by_signal = WIFSIGNALED(status);
           std::fprintf(stderr, "tripod launch: rank %d (pid %d) %s %d; stopping the other ranks\n",
                        r.global, int(pid), WIFEXITED(status) ? "exited with code" : "was killed by signal",
                        WIFEXITED(status) ? r.exit_code : WTERMSIG(status));
           signal_all(SIGTERM);
           stopping = true;
           stop_at = Clock::now();
+        } else if (failed >= 0 && !failed_by_signal && !killed && WIFSIGNALED(status) &&
+                   WTERMSIG(status) != SIGTERM) {
+          // A rank that a signal killed from outside (not our SIGTERM) while
+          // another had just failed with an error is the likely cause: the
+          // others' errors are its peers losing their connections to it. On a
+          // loaded machine their exits can be reaped first.
+          failed = int(i);
+          failed_by_signal = true;
+          std::fprintf(stderr, "tripod launch: rank %d (pid %d) was killed by signal %d (the likely cause "
+                       "of the failure above)\n", r.global, int(pid), WTERMSIG(status));
         }
       }
     }
@@ -205,8 +217,9 @@ int supervise(std::vector<Rank>& ranks, double grace_s) {
   }
   if (failed >= 0) {
     const Rank& r = ranks[size_t(failed)];
-    std::fprintf(stderr, "tripod launch: failed: rank %d exited with code %d (first failure; the "
-                 "other ranks were stopped)\n", r.global, r.exit_code);
+    std::fprintf(stderr, "tripod launch: failed: rank %d exited with code %d (%s; the "
+                 "other ranks were stopped)\n", r.global, r.exit_code,
+                 failed_by_signal ? "killed from outside" : "first failure");
     return r.exit_code;
   }
   if (forwarded) return 128 + forwarded;
