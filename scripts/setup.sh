@@ -5,6 +5,8 @@
 #   ./scripts/setup.sh            packages + release build
 #   TRIPOD_SKIP_APT=1 ./scripts/setup.sh   build only
 #   TRIPOD_CUDA=OFF ./scripts/setup.sh     CPU-only build even where nvcc exists
+#   TRIPOD_CUDA=ON ./scripts/setup.sh      CUDA backend too, even without a visible GPU
+#   (default: CUDA when nvcc is found and a GPU is visible)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,7 +47,19 @@ if [[ "${TRIPOD_SKIP_APT:-0}" != "1" ]]; then
 fi
 
 BUILD_TYPE="${TRIPOD_BUILD_TYPE:-Release}"
+# The CUDA kernels take most of a first build on a small machine. Without a
+# visible GPU they cannot run, so a first build skips them unless asked:
+# TRIPOD_CUDA=ON (or AUTO: whenever nvcc is found, as CI does) builds them.
+if [[ -z "${TRIPOD_CUDA:-}" ]]; then
+  if command -v nvcc >/dev/null && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+    TRIPOD_CUDA=OFF
+    echo "[setup] nvcc found but no GPU visible: building the CPU version only" \
+         "(TRIPOD_CUDA=ON ./scripts/setup.sh builds the CUDA backend too)"
+  else
+    TRIPOD_CUDA=AUTO
+  fi
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
-  -DTRIPOD_CUDA="${TRIPOD_CUDA:-AUTO}" ${TRIPOD_CMAKE_ARGS:-} >/dev/null
+  -DTRIPOD_CUDA="$TRIPOD_CUDA" ${TRIPOD_CMAKE_ARGS:-} >/dev/null
 cmake --build build -j"$(nproc)"
 echo "[setup] built build/tripod"
