@@ -32,7 +32,11 @@ fi
 
 echo "== 3/3 train a 4-layer GPT (7M parameters) for $ITERS iterations on the CPU"
 rm -rf "$OUT/metrics.jsonl" "$OUT/checkpoints"
-OMP_NUM_THREADS="$(nproc)" ./build/tripod train \
+# tripod's own advice (it warns when the load already fills the cores): as
+# many threads as there are free cores, at least one.
+THREADS=$(awk -v n="$(nproc)" '{f = n - int($1 + 0.5); print (f < 1 ? 1 : f)}' /proc/loadavg)
+echo "   threads $THREADS (free cores of $(nproc); OMP_NUM_THREADS overrides)"
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-$THREADS}" ./build/tripod train \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
   --micro-batch-size 8 --global-batch-size 8 --train-iters "$ITERS" \
   --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 20 --clip-grad 1.0 --weight-decay 0.1 \
