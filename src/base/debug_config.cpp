@@ -44,6 +44,7 @@ DebugConfig read_debug_config() {
   c.ln_params_in_compute_dtype = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
   c.cpu_memory_limit_mb = non_negative("TRIPOD_CPU_MEMORY_LIMIT_MB");
   c.ckpt_fail_at = non_negative("TRIPOD_CKPT_FAIL_AT");
+  c.ckpt_fail_enospc = env::get_int_or("TRIPOD_CKPT_FAIL_ENOSPC", 0) != 0;
   c.testing_data_sleep_ms = non_negative("TRIPOD_TESTING_DATA_SLEEP_MS");
   return c;
 }

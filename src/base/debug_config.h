@@ -37,6 +37,9 @@ struct DebugConfig {
   // TRIPOD_CKPT_FAIL_AT=n: the n-th checkpoint file operation fails (fault
   // injection for the checkpoint tests), 0: never.
   int64_t ckpt_fail_at = 0;
+  // TRIPOD_CKPT_FAIL_ENOSPC=1: when the failing operation is a file write, it
+  // fails as a full disk would (ENOSPC after half the bytes) instead.
+  bool ckpt_fail_enospc = false;
   // TRIPOD_TESTING_DATA_SLEEP_MS=n: each pipeline stage's batch load sleeps
   // n ms (tests of the time split), 0: no sleep.
   int64_t testing_data_sleep_ms = 0;

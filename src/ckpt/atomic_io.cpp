@@ -2,6 +2,7 @@
 #include "ckpt/atomic_io.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,30 +25,67 @@ std::string parent_of(const std::string& path) {
   auto p = std::filesystem::path(path).parent_path();
   return p.empty() ? "." : p.string();
 }
+
+// Counts one operation; true when it is the one TRIPOD_CKPT_FAIL_AT names.
+bool fault_here(int64_t* n) {
+  *n = ++g_points;
+  const int64_t at = debug_config().ckpt_fail_at;
+  return at > 0 && at == *n;
+}
+
+[[noreturn]] void injected(int64_t n, const std::string& what) {
+  TRIPOD_FAIL("injected checkpoint failure at file operation {} ({}) by TRIPOD_CKPT_FAIL_AT", n, what);
+}
+
+int64_t free_bytes(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+// A write that failed: a full disk (or quota) names the folder and the bytes
+// still needed, anything else the error.
+[[noreturn]] void write_failed(const std::string& path, size_t written, size_t n, int e) {
+  if (e == ENOSPC || e == EDQUOT) {
+    const std::string dir = parent_of(path);
+    const int64_t free = free_bytes(dir);
+    TRIPOD_CHECK_HINT(false,
+                      fmt::format("free at least {} bytes in {} (earlier checkpoints: --save-retain; "
+                                  "unfinished saves: iter_*.tmp folders), or save to another folder",
+                                  n - written, dir),
+                      "no space left in {} ({}): {} needs {} bytes, {} were written, {} more are needed{}", dir,
+                      std::strerror(e), path, n, written, n - written,
+                      free >= 0 ? fmt::format(" ({} bytes free)", free) : std::string());
+  }
+  TRIPOD_FAIL("cannot write {} ({} of {} bytes written): {}", path, written, n, std::strerror(e));
+}
 }  // namespace
 
 void reset_fault_points() { g_points.store(0); }
 int64_t fault_points_passed() { return g_points.load(); }
 
 void fault_point(const std::string& what) {
-  const int64_t n = ++g_points;
-  if (const int64_t at = debug_config().ckpt_fail_at; at > 0 && at == n)
-    TRIPOD_FAIL("injected checkpoint failure at file operation {} ({}) by TRIPOD_CKPT_FAIL_AT", n, what);
+  int64_t n = 0;
+  if (fault_here(&n)) injected(n, what);
 }
 
 void write_file_synced(const std::string& path, const void* bytes, size_t n) {
-  fault_point("write " + path);
+  int64_t point = 0;
+  const bool fail = fault_here(&point);
+  const bool full_disk = fail && debug_config().ckpt_fail_enospc;  // see NOTE [Failure injection]
+  if (fail && !full_disk) injected(point, "write " + path);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", path, std::strerror(errno));
   const char* p = static_cast<const char*>(bytes);
   size_t left = n;
   while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
+    const bool disk_full_now = full_disk && left <= n - n / 2;  // half of the bytes got in
+    const ssize_t w = disk_full_now ? (errno = ENOSPC, -1) : ::write(fd, p, full_disk ? n / 2 : left);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      const int e = errno;
+      const int e = w == 0 ? ENOSPC : errno;  // a write of 0 bytes: the device is full
       ::close(fd);
-      TRIPOD_FAIL("cannot write {} ({} of {} bytes written): {}", path, n - left, n, std::strerror(e));
+      write_failed(path, n - left, n, e);
     }
     p += w;
     left -= static_cast<size_t>(w);

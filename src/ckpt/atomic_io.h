@@ -11,6 +11,10 @@
 // would stop the save. tests/unit/ckpt/test_atomic_commit.cpp runs a save
 // with every n from 1 to the number of operations and checks that the
 // previous checkpoint still loads after each one.
+// With TRIPOD_CKPT_FAIL_ENOSPC=1 as well, a failing write_file_synced fails
+// as a full disk does instead (ENOSPC after half the bytes), through the
+// same error path as a real one: the message names the folder and the bytes
+// still needed.
 #pragma once
 
 #include <cstdint>

@@ -146,7 +146,12 @@ model::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& sa
   }
   reset_fault_points();
   const std::string tmp = prepare_save(save_dir, 0);
-  write_rank_file(tmp, 0, 1, 0, tensors);
+  try {
+    write_rank_file(tmp, 0, 1, 0, tensors);
+  } catch (...) {
+    discard_save(save_dir, 0);
+    throw;
+  }
   json meta = extra;
   meta["model"] = config_to_json(c);
   meta["consumed_samples"] = 0;

@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/temp_files.h"
 #include "ckpt/atomic_io.h"
 
 namespace tripod::ckpt {
@@ -127,16 +128,68 @@ std::string tmp_dir_for(const std::string& save_dir, int64_t it) {
   return (fs::path(save_dir) / (iter_dir_name(it) + ".tmp")).string();
 }
 
+static bool is_tmp_dir_name(const std::string& n) {
+  return n.size() == iter_dir_name(0).size() + 4 && n.rfind("iter_", 0) == 0 && n.substr(n.size() - 4) == ".tmp" &&
+         all_digits(n.substr(5, n.size() - 9));
+}
+
+static uint64_t bytes_under(const fs::path& p) {
+  std::error_code ec;
+  uint64_t total = 0;
+  for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file(ec)) total += it->file_size(ec);
+  return total;
+}
+
+// NOTE [Stale temporaries]: only rank 0 of one job saves into a folder, and
+// every rank saves the same iteration, so when a save starts every
+// iter_*.tmp/ there is the debris of a save that failed or was killed. The
+// marker's temporary (write_text_atomic: <marker>.tmp.<pid>) is removed when
+// its process is gone.
 std::string prepare_save(const std::string& save_dir, int64_t it) {
   const std::string tmp = tmp_dir_for(save_dir, it);
   fs::create_directories(save_dir);
-  if (fs::exists(tmp)) {
-    fault_point("remove stale " + tmp);
-    fs::remove_all(tmp);
+  std::vector<fs::path> stale;
+  for (const auto& e : fs::directory_iterator(save_dir)) {
+    const std::string n = e.path().filename().string();
+    const std::string marker_tmp = std::string(kLatestFile) + ".tmp.";
+    if (is_tmp_dir_name(n) && e.is_directory()) {
+      stale.push_back(e.path());
+    } else if (n.rfind(marker_tmp, 0) == 0 && all_digits(n.substr(marker_tmp.size())) &&
+               n.size() - marker_tmp.size() <= 9 && !pid_alive(std::stoll(n.substr(marker_tmp.size())))) {
+      stale.push_back(e.path());
+    }
+  }
+  std::sort(stale.begin(), stale.end());
+  for (const auto& p : stale) {
+    const uint64_t bytes = bytes_under(p);
+    fault_point("remove stale " + p.string());
+    fs::remove_all(p);
+    log::info("removed {} ({} bytes), left by a checkpoint save that failed or was killed", p.string(), bytes);
   }
   fault_point("mkdir " + tmp);
   fs::create_directories(tmp);
   return tmp;
+}
+
+void discard_save(const std::string& save_dir, int64_t it) {
+  const fs::path tmp = tmp_dir_for(save_dir, it);
+  const fs::path final_dir = fs::path(save_dir) / iter_dir_name(it);
+  const fs::path old = final_dir.string() + ".old";
+  std::error_code ec;
+  if (fs::exists(tmp, ec)) {
+    const uint64_t bytes = bytes_under(tmp);
+    fs::remove_all(tmp, ec);
+    if (ec)
+      log::warn("could not remove {} after the failed save: {}; remove it by hand", tmp.string(), ec.message());
+    else
+      log::info("removed {} ({} bytes) of the failed save", tmp.string(), bytes);
+  }
+  if (fs::exists(old, ec) && !fs::exists(final_dir, ec)) {
+    fs::rename(old, final_dir, ec);  // the checkpoint this save was replacing
+    if (ec) log::warn("could not move {} back to {}: {}", old.string(), final_dir.string(), ec.message());
+  }
 }
 
 void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
@@ -232,7 +285,18 @@ static void remove_old_checkpoints(const std::string& save_dir, int64_t current,
   }
 }
 
+static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain);
+
 void commit_save(const std::string& save_dir, int64_t it, json meta, int retain) {
+  try {
+    commit_save_impl(save_dir, it, std::move(meta), retain);
+  } catch (...) {
+    discard_save(save_dir, it);
+    throw;
+  }
+}
+
+static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain) {
   const std::string tmp = tmp_dir_for(save_dir, it);
   const std::string final_dir = (fs::path(save_dir) / iter_dir_name(it)).string();
   meta["format_version"] = kFormatVersion;

@@ -65,9 +65,16 @@ struct ShardTensor {
   Tensor local;       // host f32, this tp rank's shard
 };
 
-// Rank 0, before the first barrier: removes a stale temporary directory of
-// this iteration and creates it empty. Returns its path.
+// Rank 0, before the first barrier: removes what failed or killed saves left
+// in `save_dir` (every iter_*.tmp/ directory, marker temporaries of dead
+// processes; a log line each) and creates this iteration's temporary
+// directory empty. Returns its path.
 std::string prepare_save(const std::string& save_dir, int64_t iteration);
+// Rank 0, after a save failed on any rank (all ranks are past their writes):
+// removes the temporary directory, so that a full disk is not kept full by
+// it, and puts back a checkpoint of the same iteration that was moved aside.
+// Never throws (logs what it could not remove).
+void discard_save(const std::string& save_dir, int64_t iteration);
 std::string tmp_dir_for(const std::string& save_dir, int64_t iteration);
 // Every dp-rank-0 rank: its shards into tmp_dir/model_rank_<tp>_<pp>.safetensors.
 void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,

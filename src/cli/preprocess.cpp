@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "base/log.h"
+#include "base/temp_files.h"
 #include "cli/command.h"
 #include "data/preprocess.h"
 
@@ -37,6 +38,8 @@ int run_preprocess(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   c.progress = !quiet;
 
+  // SIGTERM/SIGINT remove the .bin/.idx temporaries (NOTE [Temporaries] in base/temp_files.h).
+  remove_temporaries_on_signal();
   const data::PreprocessStats s = data::preprocess(c);
   const double mb = static_cast<double>(s.input_bytes) / 1e6;
   log::info("preprocess: done in {:.2f} s: {} records, {} documents, {} tokens; skipped {} empty, "

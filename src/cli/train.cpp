@@ -19,6 +19,7 @@
 #include "comm/context.h"
 #include "comm/rendezvous.h"
 #include "parallel/groups.h"
+#include "train/args_agreement.h"
 #include "train/trainer.h"
 
 namespace tripod::cli {
@@ -232,6 +233,9 @@ int run_train(int argc, char** argv) {
   auto be = make_backend(args.device, info, comm_backend);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
   auto ctx = comm::DistContext::init(info, be->device().type, timeout, comm_backend);
+  // Every rank started with the same model, layout, batch, optimizer and data
+  // flags, or every rank stops naming the first difference (NOTE [Args agreement]).
+  if (auto store = ctx->store()) train::check_args_agree(*store, ctx->rank(), ctx->world_size(), args, timeout);
   // NCCL collectives (and the host staging of Gloo ones) queue after the
   // model's kernels instead of waiting for the whole device.
   ctx->set_device_stream(be->native_stream());

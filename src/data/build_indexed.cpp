@@ -14,12 +14,14 @@
 // costs the rebuild (a warning is printed). The largest token id of each
 // file is cached the same way in <prefix>.tripod-maxid for the vocab check.
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/temp_files.h"
 #include "data/gpt_dataset.h"
 
 namespace tripod::data {
@@ -27,6 +29,7 @@ namespace {
 
 constexpr char kCacheMagic[8] = {'T', 'R', 'P', 'G', 'I', 'D', 'X', '1'};
 const char* const kSplitNames[3] = {"train", "valid", "test"};
+constexpr int64_t kStaleTemporaryAge = 600;  // seconds; a cache is written in far less
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -84,6 +87,8 @@ void save_cache(const std::string& path, const std::string& description, const G
   append(&s, r.doc_idx.data(), r.doc_idx.size());
   append(&s, r.sample_idx.data(), r.sample_idx.size());
   append(&s, r.shuffle_idx.data(), r.shuffle_idx.size());
+  // Cache temporaries of killed runs; only old ones, as ranks of other hosts may write here right now.
+  remove_stale_temporaries(std::filesystem::path(path).parent_path().string(), kStaleTemporaryAge);
   try {
     write_file_atomic(path, s.data(), static_cast<int64_t>(s.size()));
   } catch (const Error& e) {

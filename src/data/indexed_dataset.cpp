@@ -14,6 +14,7 @@
 #include <random>
 
 #include "base/error.h"
+#include "base/temp_files.h"
 
 namespace tripod::data {
 namespace {
@@ -256,20 +257,24 @@ std::string IndexedDataset::identity() const {
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, TokenDType dtype)
     : prefix_(std::move(prefix)), dtype_(dtype) {
   TRIPOD_CHECK(dtype_max_id(dtype) > 0, "cannot write tokens as {}", dtype_name(dtype));
-  std::random_device rd;
-  const std::string tag = fmt::format(".tmp-{}-{:08x}", static_cast<int>(::getpid()), rd());
-  bin_tmp_ = bin_path(prefix_) + tag;
-  idx_tmp_ = idx_path(prefix_) + tag;
+  // The same tag on both names; see NOTE [Temporaries] in base/temp_files.h.
+  bin_tmp_ = temporary_name(bin_path(prefix_));
+  idx_tmp_ = idx_path(prefix_) + bin_tmp_.substr(bin_path(prefix_).size());
+  bin_slot_ = register_temporary(bin_tmp_);
+  idx_slot_ = register_temporary(idx_tmp_);
   fd_ = ::open(bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK_HINT(fd_ >= 0, "check that the folder of --output-prefix exists and is writable",
                     "cannot create {}: {}", bin_tmp_, std::strerror(errno));
 }
 
 IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (finished_) return;
-  if (fd_ >= 0) ::close(fd_);
-  ::unlink(bin_tmp_.c_str());
-  ::unlink(idx_tmp_.c_str());
+  if (!finished_) {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(bin_tmp_.c_str());
+    ::unlink(idx_tmp_.c_str());
+  }
+  unregister_temporary(bin_slot_);
+  unregister_temporary(idx_slot_);
 }
 
 void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
@@ -372,9 +377,12 @@ void IndexedDatasetWriter::finish() {
 }
 
 void write_file_atomic(const std::string& path, const void* data, int64_t size) {
-  // pid alone can collide between hosts sharing a file system.
-  std::random_device rd;
-  const std::string tmp = fmt::format("{}.tmp-{}-{:08x}", path, static_cast<int>(::getpid()), rd());
+  // pid alone can collide between hosts sharing a file system: temporary_name adds a random tag.
+  const std::string tmp = temporary_name(path);
+  struct Registered {
+    int slot;
+    ~Registered() { unregister_temporary(slot); }
+  } registered{register_temporary(tmp)};
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
   try {

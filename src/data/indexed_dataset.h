@@ -90,7 +90,9 @@ class IndexedDataset {
   const int64_t* doc_indices_ = nullptr;
 };
 
-// Writer. Tokens go to "<prefix>.bin.tmp-<pid>-<random>" as they arrive; finish()
+// Writer. Tokens go to "<prefix>.bin.tmp-<pid>-<random>" as they arrive (NOTE
+// [Temporaries] in base/temp_files.h: removed on errors and on SIGTERM/SIGINT
+// once the program called remove_temporaries_on_signal()); finish()
 // writes the index, fsyncs both and renames them into place (removing any
 // old .idx first), so an interrupted run never leaves a pair that looks
 // valid. Memory: 4 bytes per document (the lengths), independent of tokens.
@@ -120,6 +122,7 @@ class IndexedDatasetWriter {
   int64_t used_ = 0;
   int64_t num_tokens_ = 0;
   bool finished_ = false;
+  int bin_slot_ = -1, idx_slot_ = -1;  // base/temp_files.h: removed on SIGTERM/SIGINT
 };
 
 // Writes `data` to `path` atomically: temp file in the same folder, fsync,

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,7 @@
 
 #include "base/error.h"
 #include "base/log.h"
+#include "base/temp_files.h"
 #include "base/timer.h"
 #include "data/indexed_dataset.h"
 #include "data/utf8.h"
@@ -446,6 +448,8 @@ PreprocessStats preprocess(const PreprocessConfig& c) {
   if (c.append_eod) (void)tok->eod();  // fail now if the tokenizer has none
   const TokenDType dtype = dtype_for_vocab(tok->vocab_size());
   PreprocessStats stats;
+  // Temporaries of earlier runs that were killed (SIGKILL, a crash) before they could remove them.
+  remove_stale_temporaries(std::filesystem::path(c.output_prefix).parent_path().string());
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto& key : c.json_keys) {
     const std::string name = output_name(c.output_prefix, c.input_format == "jsonl" ? key : "text");

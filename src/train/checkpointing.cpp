@@ -88,6 +88,23 @@ void Trainer::save_checkpoint() {
   const bool rank0 = is_rank0(groups_);
   ckpt::reset_fault_points();
   const std::string tmp = ckpt::tmp_dir_for(dir, iteration_);
+  try {
+    save_checkpoint_steps(tmp);
+  } catch (...) {
+    // Every rank is past its write (collective_step agreed on the failure):
+    // the partial iter_N.tmp/ goes, so that it does not keep a disk full.
+    if (rank0) ckpt::discard_save(dir, iteration_);
+    throw;
+  }
+  if (rank0)
+    log::info("saved checkpoint at iteration {} to {} ({:.2f} s)", iteration_,
+              (fs::path(dir) / ckpt::iter_dir_name(iteration_)).string(), timer.seconds());
+}
+
+void Trainer::save_checkpoint_steps(const std::string& tmp) {
+  namespace fs = std::filesystem;
+  const std::string& dir = args_.save;
+  const bool rank0 = is_rank0(groups_);
   collective_step(groups_, be_, "prepare", [&] { if (rank0) ckpt::prepare_save(dir, iteration_); });
   // Every model chunk's shards go into this rank's one file (the names are global).
   std::vector<std::pair<Tensor, Tensor>> moments;
@@ -140,9 +157,6 @@ void Trainer::save_checkpoint() {
                         {"train_iters", args_.train_iters}, {"lr", args_.lr}, {"min_lr", args_.min_lr}};
     ckpt::commit_save(dir, iteration_, meta, args_.save_retain);
   });
-  if (rank0)
-    log::info("saved checkpoint at iteration {} to {} ({:.2f} s)", iteration_,
-              (fs::path(dir) / ckpt::iter_dir_name(iteration_)).string(), timer.seconds());
 }
 
 void Trainer::load_checkpoint() {

@@ -80,6 +80,7 @@ class Trainer {
   // ---- checkpoints (train/checkpointing.cpp) ----
   // Collective over the world. Writes --save/iter_<N>/ atomically.
   void save_checkpoint();
+  void save_checkpoint_steps(const std::string& tmp);  // prepare, write, commit
   // Collective. Restores from --load (latest iteration), at any layout.
   // (Optimizer moments: DistributedOptimizer::state / set_state.)
   void load_checkpoint();

@@ -184,6 +184,40 @@ TEST(SaveFailure, EveryFileOperationOneRank) {
   failure_case("fail1", 1, "", all);
 }
 
+// A save that finds the disk full (TRIPOD_CKPT_FAIL_ENOSPC: the rank file's
+// write stops with ENOSPC after half its bytes): the error names the folder
+// and the bytes needed, no iter_N.tmp/ is left to keep the disk full, and
+// the next run saves and resumes. A .tmp/ of a save that was killed (SIGKILL
+// gives no chance to clean up) is removed by the next save, with a log line.
+TEST(SaveFailure, FullDiskNamesFolderAndBytesAndLeavesNoTemporary) {
+  Scratch s("fail_enospc");
+  const std::string ck = (s / "ck").string();
+  run(s, "first", 1, "--train-iters 2 --save " + ck);
+  // Operations of the save at iteration 4: 1 mkdir iter_0000004.tmp, 2 the rank file.
+  const std::string cmd = "TRIPOD_CKPT_FAIL_AT=2 TRIPOD_CKPT_FAIL_ENOSPC=1 " +
+                          train_cmd(1, "--train-iters 4 --load " + ck + " --save " + ck) + " > " +
+                          (s / "full.log").string() + " 2>&1";
+  EXPECT_NE(sh(cmd), 0);
+  const std::string log = slurp(s / "full.log");
+  const std::string tmp = (s / "ck" / "iter_0000004.tmp").string();
+  EXPECT_NE(log.find("no space left in " + tmp), std::string::npos) << log;
+  EXPECT_NE(log.find("more are needed"), std::string::npos) << log;
+  EXPECT_NE(log.find("free at least"), std::string::npos) << log;
+  EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(tmp)) << log;
+  EXPECT_EQ(slurp(s / "ck" / "latest_checkpointed_iteration.txt"), "2\n");
+  // A killed save's debris (and a marker temporary of a dead process): removed by the next save.
+  fs::create_directories(s / "ck" / "iter_0000003.tmp");
+  std::ofstream(s / "ck" / "iter_0000003.tmp" / "model_rank_0_0.safetensors") << std::string(1000, 'x');
+  run(s, "next", 1, "--train-iters 4 --load " + ck + " --save " + ck);
+  const std::string next = slurp(s / "next.log");
+  EXPECT_NE(next.find("removed " + (s / "ck" / "iter_0000003.tmp").string() + " (1000 bytes)"), std::string::npos)
+      << next;
+  EXPECT_FALSE(fs::exists(s / "ck" / "iter_0000003.tmp"));
+  EXPECT_EQ(slurp(s / "ck" / "latest_checkpointed_iteration.txt"), "4\n");
+  if (!HasFailure()) fs::remove_all(s.dir);
+}
+
 TEST(SaveFailure, Tp2Dp2) { failure_case("fail_tp2dp2", 4, "--tensor-model-parallel-size 2", {1, 3}); }
 
 }  // namespace

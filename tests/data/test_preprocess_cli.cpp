@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -250,6 +251,66 @@ TEST(PreprocessCliSentencePiece, BinHoldsSpmEncodeIds) {
   ASSERT_EQ(lengths.size(), 2u);
   EXPECT_EQ(read_bytes(dir / "out_text_document.bin"), bin);
   EXPECT_EQ(read_bytes(dir / "out_text_document.idx"), hand_idx(lengths));
+}
+
+// NOTE [Temporaries] in base/temp_files.h. Starts `tripod preprocess` on a
+// large input, waits for its .bin temporary, sends `sig`; returns the names
+// left in `dir` that hold ".tmp-" and the exit status as the shell saw it.
+std::vector<std::string> interrupt_preprocess(const TempDir& dir, const char* sig, int* status) {
+  const auto& g = gpt2_files();
+  const std::string run = fmt::format(
+      "{} preprocess --tokenizer-type GPT2BPETokenizer --vocab-file {} --merge-file {} --input {} "
+      "--input-format text --output-prefix {} --workers 1 --no-progress > {} 2>&1",
+      env("TRIPOD_BIN"), g.vocab, g.merges, dir / "big.txt", dir / "out", dir / "killed.log");
+  const std::string script = fmt::format(
+      "{} & pid=$!; for i in $(seq 2000); do ls {} | grep -q 'bin.tmp-' && break; sleep 0.005; done; "
+      "kill -{} $pid; wait $pid; echo $? > {}",
+      run, dir.path(), sig, dir / "rc");
+  const std::string shell = dir / "kill.sh";
+  std::ofstream(shell) << script << "\n";
+  std::system(("bash " + shell + " 2>/dev/null").c_str());  // no "Killed" line from bash
+  *status = std::atoi(read_bytes(dir / "rc").c_str());
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) left.push_back(e.path().string());
+  return left;
+}
+
+void write_big_input(const TempDir& dir) {
+  std::ofstream f(dir / "big.txt");
+  for (int i = 0; i < 400000; ++i) f << "In the beginning God created the heaven and the earth " << i << ".\n";
+}
+
+// SIGKILL cannot be caught: the .bin temporary stays, and the next run into
+// the same folder removes it (its process is gone), says so, and finishes.
+TEST_F(PreprocessCli, RerunRemovesTemporariesOfAKilledRun) {
+  write_big_input(dir_);
+  int status = 0;
+  const auto left = interrupt_preprocess(dir_, "KILL", &status);
+  ASSERT_EQ(status, 128 + SIGKILL) << read_bytes(dir_ / "killed.log");
+  ASSERT_FALSE(left.empty()) << "the killed run left no temporary: nothing to test";
+  std::ofstream(dir_ / "small.txt") << "Hello world\n";
+  std::string log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --input-format text --output-prefix {}", dir_ / "small.txt",
+                                   dir_ / "out"), &log), 0) << log;
+  for (const auto& f : left) {
+    EXPECT_FALSE(std::filesystem::exists(f)) << f;
+    EXPECT_NE(log.find("removed " + f), std::string::npos) << log;
+  }
+  EXPECT_NE(log.find("a temporary file left by process"), std::string::npos) << log;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "out_text_document.bin"));
+}
+
+// SIGTERM and SIGINT: the run removes its own temporaries, then dies of the signal.
+TEST_F(PreprocessCli, SigtermAndSigintRemoveTheTemporaries) {
+  write_big_input(dir_);
+  for (const char* sig : {"TERM", "INT"}) {
+    int status = 0;
+    const auto left = interrupt_preprocess(dir_, sig, &status);
+    EXPECT_EQ(status, 128 + (std::string(sig) == "TERM" ? SIGTERM : SIGINT)) << sig << read_bytes(dir_ / "killed.log");
+    EXPECT_TRUE(left.empty()) << sig << ": " << (left.empty() ? "" : left.front());
+    EXPECT_FALSE(std::filesystem::exists(dir_ / "out_text_document.bin")) << sig;
+  }
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace {
 const char* const kVars[] = {"TRIPOD_CUDA_ATTENTION",         "TRIPOD_CUDA_LN_BWD_BLOCKS",
                              "TRIPOD_STEP_TIMING",            "TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE",
                              "TRIPOD_CPU_MEMORY_LIMIT_MB",    "TRIPOD_CKPT_FAIL_AT",
-                             "TRIPOD_TESTING_DATA_SLEEP_MS"};
+                             "TRIPOD_CKPT_FAIL_ENOSPC",       "TRIPOD_TESTING_DATA_SLEEP_MS"};
 
 class DebugConfigTest : public ::testing::Test {
  protected:

@@ -5,6 +5,9 @@
 // corrupt metadata, headers, markers and missing files.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -268,6 +271,76 @@ TEST(Checkpoint, LoadDirWithoutCheckpointIsAFreshStart) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("iter_0000005"), std::string::npos) << e.what();
   }
+  fs::remove_all(d);
+}
+
+// NOTE [Stale temporaries] in ckpt/sharded_checkpoint.cpp: a save removes the
+// .tmp/ directories of failed or killed saves of any iteration and the marker
+// temporaries of dead processes; a live process's marker temporary stays.
+TEST(Checkpoint, SaveRemovesStaleTemporariesOfEarlierSaves) {
+  const fs::path d = fresh_dir("stale");
+  save_tp2(d, 1);
+  fs::create_directories(d / "iter_0000007.tmp");
+  std::ofstream(d / "iter_0000007.tmp" / "model_rank_0_0.safetensors") << "partial";
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a pid that is no longer alive
+  const fs::path dead = d / ("latest_checkpointed_iteration.txt.tmp." + std::to_string(child));
+  const fs::path live = d / ("latest_checkpointed_iteration.txt.tmp." + std::to_string(::getppid()));
+  std::ofstream(dead) << "7\n";
+  std::ofstream(live) << "7\n";
+  save_tp2(d, 2);
+  EXPECT_FALSE(fs::exists(d / "iter_0000007.tmp"));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  check_load(d, 2, 2);
+  fs::remove_all(d);
+}
+
+// A failed save re-saving an existing iteration: discard_save removes the
+// temporary directory and puts the checkpoint that was moved aside back.
+TEST(Checkpoint, DiscardSaveRestoresTheCheckpointMovedAside) {
+  const fs::path d = fresh_dir("discard");
+  save_tp2(d, 1);
+  save_tp2(d, 2);
+  const std::string tmp = prepare_save(d.string(), 2);
+  std::ofstream(fs::path(tmp) / "model_rank_0_0.safetensors") << "partial";
+  fs::rename(d / "iter_0000002", d / "iter_0000002.old");  // as commit_save does before its rename
+  discard_save(d.string(), 2);
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_FALSE(fs::exists(d / "iter_0000002.old"));
+  check_load(d, 2, 2);
+  fs::remove_all(d);
+}
+
+// TRIPOD_CKPT_FAIL_ENOSPC: the injected failure of a write is a full disk;
+// the error names the folder, the file and the bytes still needed, and the
+// commit's own clean-up leaves no temporary directory.
+TEST(Checkpoint, FullDiskErrorNamesFolderAndBytes) {
+  const fs::path d = fresh_dir("enospc");
+  save_tp2(d, 1);
+  const std::string meta = (d / "iter_0000002.tmp" / "metadata.json").string();
+  // Operations of save_tp2: 1 mkdir, 2-3 the rank files, 4 metadata.json.
+  ::setenv("TRIPOD_CKPT_FAIL_AT", "4", 1);
+  ::setenv("TRIPOD_CKPT_FAIL_ENOSPC", "1", 1);
+  reload_debug_config();
+  std::string what;
+  try {
+    save_tp2(d, 2);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  ::unsetenv("TRIPOD_CKPT_FAIL_AT");
+  ::unsetenv("TRIPOD_CKPT_FAIL_ENOSPC");
+  reload_debug_config();
+  EXPECT_NE(what.find("no space left in " + (d / "iter_0000002.tmp").string()), std::string::npos) << what;
+  EXPECT_NE(what.find(meta + " needs "), std::string::npos) << what;
+  EXPECT_NE(what.find("more are needed"), std::string::npos) << what;
+  EXPECT_FALSE(fs::exists(d / "iter_0000002.tmp")) << what;
+  EXPECT_EQ(read_latest_iteration(d.string()), 1);
+  save_tp2(d, 2);
+  check_load(d, 2, 2);
   fs::remove_all(d);
 }
 
