@@ -33,9 +33,11 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
           {"recompute", plan::to_string(l.recompute)},
           {"memory_gib",
            {{"total", c.mem.total() / kGiB},
+            {"allocator_peak", c.mem.allocator_peak() / kGiB},
             {"model_states", c.mem.model_states / kGiB},
             {"activations", c.mem.activations / kGiB},
             {"workspace", c.mem.workspace / kGiB},
+            {"reserved", c.mem.reserved / kGiB},
             {"params_per_gpu", c.mem.params_per_gpu},
             {"bytes_per_param", c.mem.bytes_per_param},
             {"busiest_stage", c.mem.stage}}},
@@ -52,7 +54,8 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
 }
 
 
-void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::PlanResult& r, int top) {
+void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::PlanResult& r, int top,
+                 plan::MemoryModelKind mm) {
   std::printf("# model: %lld layers, hidden %lld, %lld heads, ffn %lld, seq %lld, vocab %lld (padded at tp1: %lld), "
               "%.3g B params\n",
               (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,
@@ -62,6 +65,10 @@ void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::
               "%.0f GB/s inter\n",
               mc.nnodes, mc.gpus_per_node, mc.gpu_memory_gb, mc.peak_tflops, mc.assumed_mfu, mc.intra_node_bw_gbs,
               mc.inter_node_bw_gbs);
+  std::printf("# memory model: %s\n", mm == plan::MemoryModelKind::kTripod
+                                             ? "tripod (what tripod allocates: flash-style activations, its buffers, "
+                                               "1 GiB CUDA context)"
+                                             : "megatron (Korthikanti et al.: attention scores stored, 16-bit)");
   std::printf("# %lld layouts obey the rules, %zu fit, %lld do not fit\n", (long long)r.valid_layouts, r.fits.size(),
               (long long)r.too_big);
   for (const auto& n : r.notes) std::printf("# %s\n", n.c_str());
@@ -142,8 +149,13 @@ int run_plan(int argc, char** argv) {
   app.add_option("--recompute-granularity", granularity, "force: none, selective or full");
   app.add_option("--recompute-search", recompute_search, "granularities to try")->capture_default_str();
   app.add_flag("--allow-tp-across-nodes", o.allow_tp_across_nodes, "also list TP groups that span nodes");
-  app.add_option("--workspace-gb", o.memory.workspace_fixed_gib, "fixed GiB per GPU for CUDA context and buffers")
+  std::string memory_model = "tripod";
+  app.add_option("--memory-model", memory_model,
+                 "tripod: what tripod allocates (flash-style activations); megatron: Korthikanti et al.'s "
+                 "activations (attention scores stored), for planning a Megatron-LM run")
       ->capture_default_str();
+  app.add_option("--workspace-gb", o.memory.workspace_fixed_gib,
+                 "fixed GiB per GPU outside the model's buffers (default: tripod 1, the CUDA context; megatron 2)");
   app.add_option("--top", top, "rows to show")->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of the table");
   try {
@@ -179,6 +191,7 @@ int run_plan(int argc, char** argv) {
                "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
+  o.memory.model = plan::memory_model_from_string(memory_model);
   const plan::PlanResult r = plan::plan_layouts(m, mc, o);
   if (json) {
     nlohmann::json j;
@@ -190,6 +203,7 @@ int run_plan(int argc, char** argv) {
                     {"peak_tflops", mc.peak_tflops}, {"assumed_mfu", mc.assumed_mfu},
                     {"intra_node_bandwidth_gbs", mc.intra_node_bw_gbs},
                     {"inter_node_bandwidth_gbs", mc.inter_node_bw_gbs}};
+    j["memory_model"] = plan::to_string(o.memory.model);
     j["valid_layouts"] = r.valid_layouts;
     j["too_big"] = r.too_big;
     j["plain_dp_fits"] = r.plain_dp_fits;
@@ -202,7 +216,7 @@ int run_plan(int argc, char** argv) {
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    print_table(m, mc, r, top);
+    print_table(m, mc, r, top, o.memory.model);
   }
   return r.fits.empty() ? 1 : 0;
 }

@@ -26,6 +26,14 @@ Recompute recompute_from_string(const std::string& s) {
   TRIPOD_FAIL("unknown recompute granularity '{}': use none, selective or full", s);
 }
 
+std::string to_string(MemoryModelKind k) { return k == MemoryModelKind::kTripod ? "tripod" : "megatron"; }
+
+MemoryModelKind memory_model_from_string(const std::string& s) {
+  if (s == "tripod") return MemoryModelKind::kTripod;
+  if (s == "megatron") return MemoryModelKind::kMegatron;
+  TRIPOD_FAIL("unknown memory model '{}': use tripod or megatron", s);
+}
+
 // ---- model ----
 
 int64_t ModelSpec::padded_vocab(int tp) const {
@@ -156,6 +164,51 @@ static double stage_activations(const ModelSpec& m, const Layout& l, int stage) 
   return bytes;
 }
 
+static int act_bytes_of(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
+
+double tripod_model_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process, Recompute r) {
+  const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
+  const double C = double(m.hidden_size), F = double(m.ffn()), act = act_bytes_of(m.precision);
+  // dresidual, dln, tmp (N_sp, C); full_a, full_b (N, C); dqkv, datt, dfc1.
+  double n = act * (3.0 * Nsp * C + 2.0 * N * C + N * (3.0 * C + C + F) / tp);
+  if (post_process) n += act * N * double(m.padded_vocab(tp)) / tp + 4.0 * 3.0 * N;  // logits, row_max, ce_sums
+  // The layer being recomputed: selective att + lse; full all but out.
+  if (r == Recompute::kSelective)
+    n += tripod_layer_activation_bytes(m, b, tp, sp, int(act), Recompute::kNone) -
+         tripod_layer_activation_bytes(m, b, tp, sp, int(act), Recompute::kSelective);
+  if (r == Recompute::kFull)
+    n += tripod_layer_activation_bytes(m, b, tp, sp, int(act), Recompute::kNone) -
+         tripod_layer_activation_bytes(m, b, tp, sp, int(act), Recompute::kFull);
+  return n;
+}
+
+double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t b, int tp) {
+  if (m.precision == Precision::kFp32) return 0;
+  const int64_t t64 = (m.seq_length + 63) / 64 * 64;
+  const int64_t bytes = b * (m.num_attention_heads / tp) * t64 * t64 * 2;
+  return bytes <= (int64_t(1) << 30) ? double(bytes) : 0.0;
+}
+
+// What tripod keeps: every in-flight micro-batch's MicroBatchActs (per model
+// chunk: its input and layers; the last chunk's loss head), each chunk's
+// scratch buffers, and the CUDA library workspaces.
+static void tripod_stage(const ModelSpec& m, const Layout& l, int stage, const MemoryOptions& o, MemoryBreakdown& mb) {
+  const int act = act_bytes_of(m.precision);
+  const bool post = stage == l.pp - 1;
+  const double inflight = inflight_on_rank(l.pp, l.vpp, l.num_microbatches(), stage);
+  const double layers = double((m.num_layers + l.pp - 1) / l.pp);
+  const double layer = tripod_layer_activation_bytes(m, l.micro_batch, l.tp, l.sp(), act, l.recompute);
+  const double input = tripod_stage_extra_activation_bytes(m, l.micro_batch, l.tp, l.sp(), false, act);
+  const double head = tripod_stage_extra_activation_bytes(m, l.micro_batch, l.tp, l.sp(), true, act) - input;
+  // inflight counts micro-batches of the whole stage; with vpp each holds vpp chunk inputs.
+  mb.activations = inflight * (layers * layer + double(l.vpp) * input) + (post ? inflight * head : 0.0);
+  const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute);
+  const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute) - chunk_ws;
+  mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0);
+  if (o.cuda) mb.workspace += double(32ll << 20) + cudnn_dq_workspace_bytes(m, l.micro_batch, l.tp);
+  mb.reserved = (o.workspace_fixed_gib < 0 ? 1.0 : o.workspace_fixed_gib) * double(1ll << 30);
+}
+
 MemoryBreakdown estimate_memory(const ModelSpec& m, const Layout& l, const MemoryOptions& o) {
   MemoryBreakdown best;
   for (int stage : {0, l.pp - 1}) {
@@ -164,8 +217,13 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const Layout& l, const Memor
     mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
     mb.bytes_per_param = model_state_bytes_per_param(m.precision, l.distributed_optimizer, l.dp);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param;
-    mb.activations = stage_activations(m, l, stage);
-    mb.workspace = o.workspace_fixed_gib * double(1ll << 30) + o.fragmentation * mb.activations;
+    if (o.model == MemoryModelKind::kTripod) {
+      tripod_stage(m, l, stage, o, mb);
+    } else {
+      mb.activations = stage_activations(m, l, stage);
+      const double fixed = o.workspace_fixed_gib < 0 ? 2.0 : o.workspace_fixed_gib;
+      mb.workspace = fixed * double(1ll << 30) + o.fragmentation * mb.activations;
+    }
     if (stage == 0 || mb.total() > best.total()) best = mb;
   }
   return best;

@@ -73,9 +73,12 @@ struct MemoryBreakdown {
   double bytes_per_param = 0;  // model-state bytes per parameter (18, 6 + 12/DP, ...)
   double model_states = 0;     // params + grads + optimizer state
   double activations = 0;      // all micro-batches in flight + loss head
-  double workspace = 0;        // CUDA context, library workspaces, fragmentation
+  double workspace = 0;        // library workspaces, scratch buffers (logits, ...), fragmentation
+  double reserved = 0;         // outside the caching allocator (CUDA context); tripod model only
   int stage = 0;               // which pipeline stage is the busiest
-  double total() const { return model_states + activations + workspace; }
+  double total() const { return model_states + activations + workspace + reserved; }
+  // What the caching allocator's peak (mem_peak_bytes) should read.
+  double allocator_peak() const { return total() - reserved; }
 };
 
 // Model-state bytes per parameter (Megatron's distributed optimizer table,
@@ -124,12 +127,36 @@ double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t micro_bat
 // i.e. P (1 + (P-1)/(P v)) when m is large. 1 without pipelining.
 double inflight_microbatches(int pp, int vpp, int64_t num_microbatches);
 
+// kTripod (default): what tripod itself allocates -- flash-style
+// activations (MicroBatchActs::bytes()), the model's scratch buffers
+// (model/workspace.h: activation gradients, logits (N, V_pad/tp) in the
+// compute dtype, recompute buffers), cuBLASLt's 32 MiB workspace, cuDNN's
+// deterministic-dQ workspace B*H*T^2*2 bytes when <= 1 GiB (bf16/fp16), and
+// 1 GiB outside the allocator for the CUDA context (as the CUDA allocator
+// reserves per process). kMegatron: Korthikanti et al.'s activations
+// (attention scores stored), for planning a Megatron-LM run.
+enum class MemoryModelKind { kTripod, kMegatron };
+std::string to_string(MemoryModelKind k);                       // "tripod" | "megatron"
+MemoryModelKind memory_model_from_string(const std::string& s);  // throws Error on unknown names
+
 struct MemoryOptions {
-  double workspace_fixed_gib = 2.0;    // CUDA context, cuBLAS/NCCL buffers
-  double fragmentation = 0.10;         // allocator slack, fraction of activations
+  MemoryModelKind model = MemoryModelKind::kTripod;
+  double workspace_fixed_gib = -1;     // < 0: the model's default (megatron 2.0; tripod 1.0, the CUDA context)
+  double fragmentation = 0.10;         // megatron model: allocator slack, fraction of activations
+  bool cuda = true;                    // tripod model: CUDA workspaces (cuBLASLt, cuDNN); false for the CPU device
 };
 
-// Full estimate for the busiest stage (the larger of the first and last).
+// tripod model: bytes of one model chunk's scratch buffers (model/workspace.h),
+// sized for micro-batch b; the logits (N, V_pad/tp) only with post_process.
+double tripod_model_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp, bool post_process,
+                                    Recompute r);
+// tripod model: cuDNN's deterministic-dQ workspace (cuda/cudnn_attention.cpp):
+// B * H/tp * T64^2 * 2 bytes (T rounded up to 64) when that is <= 1 GiB and
+// the compute dtype is bf16/fp16, else 0 (atomic dQ).
+double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp);
+
+// Full estimate for the busiest stage (the larger of the first and last),
+// with the model o.model.
 MemoryBreakdown estimate_memory(const ModelSpec& m, const Layout& l, const MemoryOptions& o = {});
 
 }  // namespace tripod::plan

@@ -64,10 +64,13 @@ TEST(PlanMemory, InflightMicrobatches) {
   EXPECT_DOUBLE_EQ(inflight_microbatches(4, 2, 64), 5.5);
 }
 
+// The Megatron-style model (Korthikanti et al.), --memory-model megatron.
+const MemoryOptions kMegatron{MemoryModelKind::kMegatron};
+
 TEST(PlanMemory, Gpt2_124mPlainDp) {
   Layout l;
   l.dp = 8, l.micro_batch = 4, l.global_batch = 32;
-  const MemoryBreakdown mb = estimate_memory(gpt2_124m(), l);
+  const MemoryBreakdown mb = estimate_memory(gpt2_124m(), l, kMegatron);
   EXPECT_EQ(mb.stage, 0);
   EXPECT_DOUBLE_EQ(mb.model_states, 124475904.0 * 18);  // 2,240,566,272
   // 12 layers x sbh (34 + 80) with sbh = 1024 x 4 x 768 = 3,145,728, + embedding
@@ -75,13 +78,13 @@ TEST(PlanMemory, Gpt2_124mPlainDp) {
   EXPECT_DOUBLE_EQ(mb.activations, 5143265280.0);
   EXPECT_DOUBLE_EQ(mb.workspace, 2.0 * (1 << 30) + 0.1 * 5143265280.0);
   l.distributed_optimizer = true;
-  EXPECT_DOUBLE_EQ(estimate_memory(gpt2_124m(), l).model_states, 124475904.0 * 7.5);
+  EXPECT_DOUBLE_EQ(estimate_memory(gpt2_124m(), l, kMegatron).model_states, 124475904.0 * 7.5);
 }
 
 TEST(PlanMemory, Gpt2_1558mTp2Pp2Sp) {
   Layout l;
   l.tp = 2, l.pp = 2, l.dp = 2, l.micro_batch = 1, l.global_batch = 64, l.sequence_parallel = true;
-  const MemoryBreakdown mb = estimate_memory(gpt2_1558m(), l);
+  const MemoryBreakdown mb = estimate_memory(gpt2_1558m(), l, kMegatron);
   EXPECT_EQ(mb.stage, 0);  // first stage: 2 micro-batches in flight + the embedding
   EXPECT_EQ(mb.params_per_gpu, 410988800);
   EXPECT_DOUBLE_EQ(mb.model_states, 7397798400.0);
@@ -98,7 +101,7 @@ TEST(PlanMemory, RecomputeInterleavingAndDistOptOrder) {
   auto acts = [&](Recompute r, int vpp) {
     Layout x = l;
     x.recompute = r, x.vpp = vpp;
-    return estimate_memory(m, x).activations;
+    return estimate_memory(m, x, kMegatron).activations;
   };
   EXPECT_GT(acts(Recompute::kNone, 1), acts(Recompute::kSelective, 1));
   EXPECT_GT(acts(Recompute::kSelective, 1), acts(Recompute::kFull, 1));
