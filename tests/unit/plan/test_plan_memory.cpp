@@ -140,5 +140,45 @@ TEST(PlanTime, GroupsLeavingANode) {
   EXPECT_TRUE(group_crosses_nodes(3, 8));  // 3 does not tile a node of 8
 }
 
+// The tripod model (the default), piece by piece at GPT-2 124M, bf16.
+TEST(PlanMemory, TripodModelPieces) {
+  ModelSpec m = gpt2_124m();  // bf16
+  // cuDNN deterministic dQ: B x H x T64^2 x 2 bytes while <= 1 GiB, else atomics (0).
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1), 32.0 * 12 * 1024 * 1024 * 2);  // 768 MiB
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 1), 0.0);                          // 1.5 GiB: atomic
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 2), 64.0 * 6 * 1024 * 1024 * 2);   // heads split over tp
+  // Scratch buffers, b 1 (N 1024), tp 1, 2-byte: 3 N C + 2 N C + N (3C + C + F) = 9 N C + N F
+  // = 1024 x (6912 + 3072) = 10,223,616 elements; the head adds logits N x 50304 and 3 N floats.
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone), 2.0 * 10223616);
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, true, Recompute::kNone),
+                   2.0 * 10223616 + 2.0 * 1024 * 50304 + 4.0 * 3 * 1024);
+  // Selective recompute adds one layer's att + lse buffer.
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kSelective) -
+                       tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone),
+                   2.0 * 1024 * 768 + 4.0 * 12 * 1024);
+
+  Layout l;
+  l.micro_batch = 32, l.global_batch = 32;
+  const MemoryBreakdown mb = estimate_memory(m, l);
+  EXPECT_DOUBLE_EQ(mb.model_states, 124475904.0 * 18);
+  const double acts = 12 * tripod_layer_activation_bytes(m, 32, 1, false, 2) +
+                      tripod_stage_extra_activation_bytes(m, 32, 1, false, true, 2);
+  EXPECT_DOUBLE_EQ(mb.activations, acts);
+  EXPECT_DOUBLE_EQ(mb.workspace, tripod_model_workspace_bytes(m, 32, 1, false, true, Recompute::kNone) +
+                                     double(32 << 20) + cudnn_dq_workspace_bytes(m, 32, 1));
+  EXPECT_DOUBLE_EQ(mb.reserved, double(1 << 30));
+  EXPECT_DOUBLE_EQ(mb.allocator_peak(), mb.model_states + mb.activations + mb.workspace);
+  // The distributed optimizer shards master + Adam state over dp.
+  l.dp = 4, l.global_batch = 128, l.distributed_optimizer = true;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 124475904.0 * (6 + 12.0 / 4));
+  // 1F1B at pp 4, 8 micro-batches: the first stage holds 4 of its 3 layers (+ input).
+  Layout p;
+  p.pp = 4, p.micro_batch = 2, p.global_batch = 16;
+  const MemoryBreakdown pb = estimate_memory(m, p);
+  EXPECT_EQ(pb.stage, 0);  // 4 in flight + the embedding outweigh the last stage's 1 + logits
+  EXPECT_DOUBLE_EQ(pb.activations, 4 * (3 * tripod_layer_activation_bytes(m, 2, 1, false, 2) +
+                                        tripod_stage_extra_activation_bytes(m, 2, 1, false, false, 2)));
+}
+
 }  // namespace
 }  // namespace tripod::plan
