@@ -32,25 +32,6 @@ void add_fused_cases(std::vector<OpCase>& v) {
                  be.fused_residual_layernorm_forward(t[0], t[1], t[2], t[3], t[0], t[4], t[5], t[6], 1e-5f);
                }});
 
-  // ---- LayerNorm backward on the packed CUDA kernel's shapes (C % 8 == 0:
-  // 16-byte packs for f32, bf16 and f16), with fp32 params, narrow and wide ----
-  for (int64_t C : {int64_t(96), int64_t(1600)}) {
-    const int64_t N = C == 96 ? 67 : 21;
-    v.push_back({C == 96 ? "layernorm_backward_packed" : "layernorm_backward_packed_wide_f32_params",
-                 {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
-                  in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, Kind::F32, 0.5, 1.0),
-                  in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)},
-                 [](Backend& be, Args& t) {
-                   be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-                 },
-                 [](Backend& be, Args& t) {  // mean, rstd of inp from the reference forward
-                   Tensor y = be.empty(t[4].shape(), t[4].dtype());
-                   Tensor b = be.empty(t[5].shape(), t[5].dtype());
-                   be.zero(b);
-                   be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
-                 }});
-  }
-
   // ---- matmul + GELU (the MLP's fc) and its backward through the proj ----
   struct MM { const char* tag; int64_t n, c, oc; };
   for (MM s : {MM{"", 64, 96, 160}, MM{"_odd", 33, 36, 20}}) {

@@ -8,6 +8,24 @@ namespace tripod::testing {
 
 using backend::Backend;
 
+namespace {
+// LayerNorm backward on (N, C) with weights of kind wk; mean and rstd come
+// from the reference forward of the same input.
+OpCase layernorm_backward_case(std::string name, int64_t N, int64_t C, Kind wk) {
+  return {std::move(name),
+          {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
+           in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, wk, 0.5, 1.0),
+           in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)},
+          [](Backend& be, Args& t) { be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]); },
+          [](Backend& be, Args& t) {
+            Tensor y = be.empty(t[4].shape(), t[4].dtype());
+            Tensor b = be.empty(t[5].shape(), t[5].dtype());
+            be.zero(b);
+            be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
+          }};
+}
+}  // namespace
+
 void add_layer_cases(std::vector<OpCase>& v) {
   const int64_t N = 67, C = 100;
 
@@ -66,37 +84,15 @@ void add_layer_cases(std::vector<OpCase>& v) {
                  [](Backend& be, Args& t) {
                    be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
                  }});
-    v.push_back({"layernorm_backward" + tag,
-                 {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
-                  in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, wk, 0.5, 1.0),
-                  in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)},
-                 [](Backend& be, Args& t) {
-                   be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-                 },
-                 [](Backend& be, Args& t) {  // mean, rstd of inp from the reference forward
-                   Tensor y = be.empty(t[4].shape(), t[4].dtype());
-                   Tensor b = be.empty(t[5].shape(), t[5].dtype());
-                   be.zero(b);
-                   be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
-                 }});
+    v.push_back(layernorm_backward_case("layernorm_backward" + tag, N, C, wk));
   }
 
   // GPT-2 1.5B width: the backward's per-warp accumulators need > 48 KB of shared memory.
-  const int64_t Nw = 21, Cw = 1600;
-  v.push_back({"layernorm_backward_wide",
-               {acc("dinp", {Nw, Cw}), acc("dweight", {Cw}, Kind::F32), acc("dbias", {Cw}, Kind::F32),
-                in("dout", {Nw, Cw}), in("inp", {Nw, Cw}, Kind::Act, 2.0, 0.5),
-                in("weight", {Cw}, Kind::Act, 0.5, 1.0), in("mean", {Nw}, Kind::F32),
-                in("rstd", {Nw}, Kind::F32)},
-               [](Backend& be, Args& t) {
-                 be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
-               },
-               [](Backend& be, Args& t) {
-                 Tensor y = be.empty(t[4].shape(), t[4].dtype());
-                 Tensor b = be.empty(t[5].shape(), t[5].dtype());
-                 be.zero(b);
-                 be.layernorm_forward(y, t[6], t[7], t[4], t[5], b, 1e-5f);
-               }});
+  v.push_back(layernorm_backward_case("layernorm_backward_wide", 21, 1600, Kind::Act));
+  // The packed CUDA kernel's shapes (C % 8 == 0: 16-byte packs for f32, bf16
+  // and f16) with fp32 params, narrow and wide.
+  v.push_back(layernorm_backward_case("layernorm_backward_packed", 67, 96, Kind::F32));
+  v.push_back(layernorm_backward_case("layernorm_backward_packed_wide_f32_params", 21, 1600, Kind::F32));
 
   // Matmul: one GPT-like aligned shape and one odd shape (unaligned rows).
   struct MM { const char* tag; int64_t n, c, oc; };
