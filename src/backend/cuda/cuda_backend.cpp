@@ -52,6 +52,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(device_); }
   std::string name() const override { return name_; }
   bool computes_in(DType d) const override { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
+  void set_deterministic(bool on) override { deterministic_ = on; }
 
   // ---- memory ----
   Tensor empty(const Shape& shape, DType dtype) override {
@@ -197,7 +198,8 @@ class CudaBackend final : public Backend {
     int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
     float* scratch = scratch_floats(size_t(B * n_head * T));
     cuda::attention_backward(dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(), B, T,
-                             n_head, static_cast<int>(C / n_head), qkv.dtype(), scratch, stream_);
+                             n_head, static_cast<int>(C / n_head), qkv.dtype(), scratch, stream_,
+                             deterministic_);
   }
 
   // ---- dropout ----
@@ -274,6 +276,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<BlasLt> blas_;
   Tensor scratch_;  // f32 (n)
+  bool deterministic_ = false;  // set_deterministic
 };
 
 }  // namespace
