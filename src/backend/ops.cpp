@@ -247,7 +247,7 @@ void Backend::layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const T
 
 void Backend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                  const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                                 const Tensor& rstd) {
+                                 const Tensor& rstd, Tensor* out, const Tensor* bias) {
   Checks k(*this, "layernorm_backward");
   const DType dt = k.act(inp, "inp");
   const int64_t C = inp.size(-1), N = rows_of(inp);
@@ -260,7 +260,14 @@ void Backend::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, c
          fmt::format("dbias {} and dweight {} must have one dtype", dbias.str(), dweight.str()));
   k.stat(mean, "mean", dt, N, "one per row of inp");
   k.stat(rstd, "rstd", dt, N, "one per row of inp");
-  layernorm_backward_impl(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  k.that((out == nullptr) == (bias == nullptr), "out and bias must be given together (the recomputed output)");
+  if (out) {
+    k.like(*out, "out", dt, inp.numel(), "as many as inp");
+    k.wide(*bias, "bias", dt, C, "the width C of inp");
+    k.that(bias->dtype() == weight.dtype(),
+           fmt::format("bias {} and weight {} must have one dtype", bias->str(), weight.str()));
+  }
+  layernorm_backward_impl(dinp, dweight, dbias, dout, inp, weight, mean, rstd, out, bias);
 }
 
 void Backend::fused_residual_layernorm_forward(Tensor& residual, Tensor& out, Tensor& mean, Tensor& rstd,

@@ -105,10 +105,14 @@ class Backend {
   // weight/bias: wide (the dtype of inp, or f32 under a bf16/f16 inp).
   void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                          const Tensor& weight, const Tensor& bias, float eps);
-  // dinp += d/dinp; dweight += ; dbias += .
+  // dinp += d/dinp; dweight += ; dbias += . With out (and bias) given, the
+  // same pass also writes the forward's output again, out(N,C) =
+  // (inp - mean) * rstd * weight + bias from the saved statistics: the
+  // model keeps no LayerNorm output per layer and gets it back here for the
+  // next linear's weight gradient (NOTE [LayerNorm outputs] in model/).
   void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                           const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                          const Tensor& rstd);
+                          const Tensor& rstd, Tensor* out = nullptr, const Tensor* bias = nullptr);
   // Fused residual add + LayerNorm (the pre-LN block boundary):
   // residual(N,C) = a + b; out = layernorm(residual) with mean/rstd saved, as
   // add() then layernorm_forward(). residual may alias a or b.
@@ -197,7 +201,8 @@ class Backend {
                                       const Tensor& weight, const Tensor& bias, float eps) = 0;
   virtual void layernorm_backward_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias,
                                        const Tensor& dout, const Tensor& inp, const Tensor& weight,
-                                       const Tensor& mean, const Tensor& rstd) = 0;
+                                       const Tensor& mean, const Tensor& rstd, Tensor* out,
+                                       const Tensor* bias) = 0;
   virtual void fused_residual_layernorm_forward_impl(Tensor& residual, Tensor& out, Tensor& mean,
                                                      Tensor& rstd, const Tensor& a, const Tensor& b,
                                                      const Tensor& weight, const Tensor& bias,

@@ -144,11 +144,11 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
     LayerActs la;
     la.out = act({Ns, C});
     if (stage_.recompute != Recompute::Full) {
-      la.ln1 = act({Ns, C}); la.ln1_mean = f32({Ns}); la.ln1_rstd = f32({Ns});
+      la.ln1_mean = f32({Ns}); la.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
       la.qkv = act({B, T, 3 * C_tp});
       if (stage_.recompute == Recompute::None) { la.att = act({B, T, C_tp}); la.lse = f32({B, NH_tp, T}); }
       la.res1 = act({Ns, C});
-      la.ln2 = act({Ns, C}); la.ln2_mean = f32({Ns}); la.ln2_rstd = f32({Ns});
+      la.ln2_mean = f32({Ns}); la.ln2_rstd = f32({Ns});
       la.fc1 = act({N, F_tp}); la.gelu = act({N, F_tp});
     }
     a.layers.push_back(std::move(la));
@@ -164,10 +164,12 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
 }
 
 LayerActs GptModel::working_acts(const LayerActs& stored, bool for_backward) const {
-  if (stage_.recompute == Recompute::None) return stored;
   LayerActs w;
-  if (stage_.recompute == Recompute::Selective) {
+  if (stage_.recompute != Recompute::Full) {
     w = stored;
+    w.ln1 = ws_->ln;  // NOTE [LayerNorm outputs]
+    w.ln2 = ws_->ln;
+    if (stage_.recompute == Recompute::None) return w;
     w.att = ws_->recomputed.att;
     w.lse = ws_->recomputed.lse;
     return w;

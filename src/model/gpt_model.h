@@ -69,7 +69,7 @@ int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max
 // compute dtype, statistics (mean, rstd, lse, losses) in f32. Under
 // recompute the tensors that are not kept stay undefined (see Recompute).
 struct LayerActs {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (N_sp,C), (N_sp), (N_sp)
+  Tensor ln1, ln1_mean, ln1_rstd;  // (N_sp,C), (N_sp), (N_sp); ln1 and ln2 are workspace (NOTE [LayerNorm outputs])
   Tensor qkv;                      // (N, 3*C_tp)
   Tensor att, lse;                 // (N, C_tp), (B, NH_tp, T)
   Tensor res1;                     // (N_sp,C) residual after attention

@@ -31,6 +31,18 @@ const Tensor& ColumnParallelLinear::backward(backend::Backend& be, const Tensor&
   return reduce_input_grad(dfull_buf, dshard_buf);
 }
 
+const Tensor& ColumnParallelLinear::backward_input(backend::Backend& be, const Tensor& dy, Tensor& dfull_buf,
+                                                   Tensor& dshard_buf) const {
+  // d x = dy W: matmul_backward reads its inp only for dweight, so the
+  // output buffer (the shape of x_full) stands in for it.
+  be.matmul_backward(&dfull_buf, nullptr, nullptr, dy, dfull_buf, weight_->compute);
+  return reduce_input_grad(dfull_buf, dshard_buf);
+}
+
+void ColumnParallelLinear::backward_weight(backend::Backend& be, const Tensor& dy, const Tensor& x_full) const {
+  be.matmul_backward(nullptr, &weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, weight_->compute);
+}
+
 const Tensor& ColumnParallelLinear::reduce_input_grad(Tensor& dfull_buf, Tensor& dshard_buf) const {
   if (tp_.sequence_parallel) {
     gather_from_sequence_parallel_region_backward(tp_.group, dshard_buf, dfull_buf);

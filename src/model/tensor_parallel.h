@@ -61,6 +61,12 @@ class ColumnParallelLinear {
   // (N_sp, IC) reduce-scattered into dshard_buf.
   const Tensor& backward(backend::Backend& be, const Tensor& dy, const Tensor& x_full, Tensor& dfull_buf,
                          Tensor& dshard_buf) const;
+  // backward in two halves, for a caller that has x_full only later (the
+  // LayerNorm output, recomputed by the LayerNorm backward that needs d x):
+  // backward_input writes d x as backward does (no weight gradient);
+  // backward_weight accumulates dW (and db) from dy and x_full = input(x).
+  const Tensor& backward_input(backend::Backend& be, const Tensor& dy, Tensor& dfull_buf, Tensor& dshard_buf) const;
+  void backward_weight(backend::Backend& be, const Tensor& dy, const Tensor& x_full) const;
   // The tensor-parallel half of backward alone, for a caller that formed
   // d x_full (N, IC) itself (the loss head, a row chunk at a time): the
   // all-reduce in place, or under SP the reduce-scatter into dshard_buf.

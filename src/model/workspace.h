@@ -6,7 +6,7 @@
 // The loss head computes the logits in row chunks of at most
 // StageConfig::loss_chunk_bytes (see head_chunk_rows) and runs its backward
 // at once, inside forward(): the logits buffer is dead outside the head.
-// The layers' backward scratch (dresidual, dln, tmp, dqkv, datt, dfc1) is
+// The layers' scratch (ln, dresidual, dln, tmp, dqkv, datt, dfc1) is
 // never live during the head (the layers' forward has finished, backward()
 // has not started), so on the last stage it lives inside the logits buffer
 // when that is large enough, instead of next to it.
@@ -22,6 +22,7 @@ namespace tripod::model {
 
 struct GptModel::Workspace {
   int64_t B = 0, T = 0;
+  Tensor ln;             // (N_sp,C) the LayerNorm output in use (NOTE [LayerNorm outputs])
   Tensor dresidual;      // (N_sp,C)
   Tensor dln;            // (N_sp,C)
   Tensor tmp;            // (N_sp,C) attention/MLP output before the residual add
@@ -49,10 +50,10 @@ struct GptModel::Workspace {
     auto act = [&](Shape sh) { return be.empty(sh, s.compute_dtype); };
     auto f32 = [&](Shape sh) { return be.empty(sh, DType::F32); };
     const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, es = static_cast<int64_t>(dtype_size(s.compute_dtype));
-    // Backward scratch, in elements: dresidual, dln, tmp, dqkv, datt, dfc1,
+    // Layer scratch, in elements: ln, dresidual, dln, tmp, dqkv, datt, dfc1,
     // each starting on a 128-byte boundary (vectorised kernels).
     auto padded = [](int64_t n) { return (n + 63) / 64 * 64; };
-    const int64_t scratch = 3 * padded(N_sp * C) + padded(N * 3 * C_tp) + padded(N * C_tp) + padded(N * F_tp);
+    const int64_t scratch = 4 * padded(N_sp * C) + padded(N * 3 * C_tp) + padded(N * C_tp) + padded(N * F_tp);
     Tensor region;  // the logits buffer, or a buffer of the scratch alone
     if (s.post_process) {
       const int64_t V_tp = padded_vocab / tp;
@@ -71,6 +72,7 @@ struct GptModel::Workspace {
       at += padded(t.numel());
       return t;
     };
+    ln = carve({N_sp, C});
     dresidual = carve({N_sp, C});
     dln = carve({N_sp, C});
     tmp = carve({N_sp, C});

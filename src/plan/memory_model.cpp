@@ -118,7 +118,10 @@ double tripod_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool
   const double h = double(m.hidden_size), a = double(m.num_attention_heads), F = double(m.ffn());
   const double act = act_bytes;
   if (r == Recompute::kFull) return act * Nsp * h;  // out only
-  double bytes = act * (4.0 * Nsp * h + N * (3.0 * h + 2.0 * F) / tp) + 4.0 * (4.0 * Nsp);
+  // res1, out (N_sp, C); qkv, fc1, gelu; 4 LayerNorm statistics. The
+  // LayerNorm outputs are workspace (model/transformer_layer.cpp, NOTE
+  // [LayerNorm outputs]).
+  double bytes = act * (2.0 * Nsp * h + N * (3.0 * h + 2.0 * F) / tp) + 4.0 * (4.0 * Nsp);
   if (r == Recompute::kNone) bytes += act * N * h / tp + 4.0 * N * a / tp;  // att, lse
   return bytes;
 }
@@ -179,8 +182,8 @@ int64_t head_chunk_rows_like_model(int64_t N, int64_t V_tp, int64_t elem_bytes) 
 double tripod_model_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process, Recompute r) {
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
   const double C = double(m.hidden_size), F = double(m.ffn()), act = act_bytes_of(m.precision);
-  // Backward scratch dresidual, dln, tmp (N_sp, C); dqkv, datt, dfc1 (N, *_tp).
-  const double scratch = act * (3.0 * Nsp * C + N * (3.0 * C + C + F) / tp);
+  // Layer scratch ln, dresidual, dln, tmp (N_sp, C); dqkv, datt, dfc1 (N, *_tp).
+  const double scratch = act * (4.0 * Nsp * C + N * (3.0 * C + C + F) / tp);
   // full_b (N, C); full_a (N, C) under sequence parallelism only.
   double n = act * N * C * (sp && tp > 1 ? 2.0 : 1.0);
   if (post_process) {

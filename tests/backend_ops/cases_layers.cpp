@@ -10,13 +10,23 @@ using backend::Backend;
 
 namespace {
 // LayerNorm backward on (N, C) with weights of kind wk; mean and rstd come
-// from the reference forward of the same input.
-OpCase layernorm_backward_case(std::string name, int64_t N, int64_t C, Kind wk) {
-  return {std::move(name),
-          {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
-           in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5), in("weight", {C}, wk, 0.5, 1.0),
-           in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)},
-          [](Backend& be, Args& t) { be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]); },
+// from the reference forward of the same input. With recompute, the same
+// call also writes the forward's output again (out, from bias).
+OpCase layernorm_backward_case(std::string name, int64_t N, int64_t C, Kind wk, bool recompute = false) {
+  std::vector<ArgSpec> args = {acc("dinp", {N, C}), acc("dweight", {C}, Kind::F32), acc("dbias", {C}, Kind::F32),
+                               in("dout", {N, C}), in("inp", {N, C}, Kind::Act, 2.0, 0.5),
+                               in("weight", {C}, wk, 0.5, 1.0), in("mean", {N}, Kind::F32), in("rstd", {N}, Kind::F32)};
+  if (recompute) {
+    args.push_back(out("out", {N, C}));
+    args.push_back(in("bias", {C}, wk, 0.2));
+  }
+  return {std::move(name), std::move(args),
+          [recompute](Backend& be, Args& t) {
+            if (recompute)
+              be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], &t[8], &t[9]);
+            else
+              be.layernorm_backward(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]);
+          },
           [](Backend& be, Args& t) {
             Tensor y = be.empty(t[4].shape(), t[4].dtype());
             Tensor b = be.empty(t[5].shape(), t[5].dtype());
@@ -93,6 +103,11 @@ void add_layer_cases(std::vector<OpCase>& v) {
   // and f16) with fp32 params, narrow and wide.
   v.push_back(layernorm_backward_case("layernorm_backward_packed", 67, 96, Kind::F32));
   v.push_back(layernorm_backward_case("layernorm_backward_packed_wide_f32_params", 21, 1600, Kind::F32));
+  // With the forward's output recomputed in the same pass (the model's path):
+  // odd width (element kernel) and packed widths.
+  v.push_back(layernorm_backward_case("layernorm_backward_recompute", N, C, Kind::F32, true));
+  v.push_back(layernorm_backward_case("layernorm_backward_recompute_packed", 67, 96, Kind::F32, true));
+  v.push_back(layernorm_backward_case("layernorm_backward_recompute_packed_act_params", 21, 1600, Kind::Act, true));
 
   // Matmul: one GPT-like aligned shape and one odd shape (unaligned rows).
   struct MM { const char* tag; int64_t n, c, oc; };

@@ -84,12 +84,13 @@ class CpuBackend final : public Backend {
   }
   void layernorm_backward_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                               const Tensor& rstd) override {
+                               const Tensor& rstd, Tensor* out, const Tensor* bias) override {
     const int64_t C = inp.size(-1), N = rows(inp);
     TRIPOD_CPU_DISPATCH(inp.dtype(),
         cpu::layernorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dbias.data<T>(), dout.data<T>(),
                                    inp.data<T>(), weight.data<T>(), mean.data<cpu::stat_t<T>>(),
-                                   rstd.data<cpu::stat_t<T>>(), N, C));
+                                   rstd.data<cpu::stat_t<T>>(), N, C, out ? out->data<T>() : nullptr,
+                                   bias ? bias->data<T>() : nullptr));
   }
 
   void matmul_forward_impl(Tensor& out, const Tensor& inp, const Tensor& weight,

@@ -26,7 +26,8 @@ void layernorm_forward(T* out, stat_t<T>* mean, stat_t<T>* rstd, const T* inp, c
                        int64_t N, int64_t C, float eps);
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                        const stat_t<T>* mean, const stat_t<T>* rstd, int64_t N, int64_t C);
+                        const stat_t<T>* mean, const stat_t<T>* rstd, int64_t N, int64_t C,
+                        T* out = nullptr, const T* b = nullptr);
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* w, const T* bias, int64_t N, int64_t C,

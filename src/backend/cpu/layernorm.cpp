@@ -30,9 +30,11 @@ void layernorm_forward(T* out, stat_t<T>* mean, stat_t<T>* rstd, const T* inp, c
 // dinp (N,C) +=, dw (C) +=, db (C) +=
 // With xhat = (x - mean) * rstd and g = dout * w:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+// out (N,C), when given: the forward's output xhat * w + b again (b given too).
 template <typename T>
 void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, const T* w,
-                        const stat_t<T>* mean, const stat_t<T>* rstd, int64_t N, int64_t C) {
+                        const stat_t<T>* mean, const stat_t<T>* rstd, int64_t N, int64_t C, T* out,
+                        const T* b) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const T* x = inp + i * C;
@@ -51,6 +53,7 @@ void layernorm_backward(T* dinp, T* dw, T* db, const T* dout, const T* inp, cons
       const double xhat = (x[c] - mean[i]) * rstd[i];
       const double g = static_cast<double>(d[c]) * w[c];
       dx[c] += static_cast<T>(rstd[i] * (g - g_mean - xhat * gx_mean));
+      if (out) out[i * C + c] = static_cast<T>(xhat * w[c] + b[c]);
     }
   }
   // Parameter gradients: reduce over rows, one column per thread.
@@ -72,9 +75,11 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
                                         const double*, int64_t, int64_t, float);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, const float*, const float*, int64_t, int64_t);
+                                        const float*, const float*, const float*, int64_t, int64_t,
+                                        float*, const float*);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
                                          const double*, const double*, const double*, int64_t,
-                                         int64_t);
+                                         int64_t,
+                                         double*, const double*);
 
 }  // namespace tripod::backend::cpu

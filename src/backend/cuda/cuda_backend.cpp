@@ -116,12 +116,13 @@ class CudaBackend final : public Backend {
   }
   void layernorm_backward_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, const Tensor& mean,
-                               const Tensor& rstd) override {
+                               const Tensor& rstd, Tensor* out, const Tensor* bias) override {
     int64_t C = weight.numel(), N = inp.numel() / C;
     float* scratch = scratch_floats(2 * size_t(cuda::layernorm_backward_blocks(N)) * C);
     cuda::layernorm_backward(dinp.raw(), dweight.raw(), dbias.raw(), dweight.dtype(), dout.raw(),
                              inp.raw(), weight.raw(), weight.dtype(), mean.data<float>(), rstd.data<float>(), N, C,
-                             inp.dtype(), scratch, stream_);
+                             inp.dtype(), scratch, stream_, out ? out->raw() : nullptr,
+                             bias ? bias->raw() : nullptr);
   }
   void fused_residual_layernorm_forward_impl(Tensor& residual, Tensor& out, Tensor& mean, Tensor& rstd,
                                              const Tensor& a, const Tensor& b, const Tensor& weight,

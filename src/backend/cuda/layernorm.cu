@@ -114,7 +114,7 @@ constexpr int kBwdWarps = 4;
 template <typename T, typename W>
 __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
     T* dinp, float* partial, const T* dout, const T* inp, const W* weight, const float* mean,
-    const float* rstd, int64_t N, int C) {
+    const float* rstd, int64_t N, int C, T* out, const W* bias) {
   extern __shared__ float acc[];  // (kBwdWarps, 2, C)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float* aw = acc + warp * 2 * C;
@@ -138,6 +138,7 @@ __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
       float d = to_f(dy[c]), xhat = (to_f(x[c]) - m) * r;
       float g = to_f(weight[c]) * d;
       dx[c] = from_f<T>(to_f(dx[c]) + (g - a - xhat * b) * r);
+      if (out) out[row * C + c] = from_f<T>((to_f(x[c]) - m) * r * to_f(weight[c]) + to_f(bias[c]));
       aw[c] += d * xhat;
       ab[c] += d;
     }
@@ -165,7 +166,7 @@ __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_kernel(
 template <typename T, typename W>
 __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_packed_kernel(
     T* dinp, float* partial, const T* dout, const T* inp, const W* weight, const float* mean,
-    const float* rstd, int64_t N, int C) {
+    const float* rstd, int64_t N, int C, T* out, const W* bias) {
   constexpr int VW = kPack<T>;
   extern __shared__ float acc[];  // (kBwdWarps, 2, S) with S = K * VW * 32 slots
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -199,16 +200,20 @@ __global__ void __launch_bounds__(32 * kBwdWarps) layernorm_backward_packed_kern
       if (c0 >= C) break;
       const Pack<T> xp = load_pack(x + c0), dp = load_pack(dy + c0);
       Pack<T> gp = load_pack(dx + c0);
+      Pack<T> yp;
 #pragma unroll
       for (int j = 0; j < VW; ++j) {
         const float d = to_f(dp.v[j]), xhat = (to_f(xp.v[j]) - m) * r;
         const float g = to_f(weight[c0 + j]) * d;
         gp.v[j] = from_f<T>(to_f(gp.v[j]) + (g - a - xhat * b) * r);
+        // The forward's expression, term for term (layernorm_forward_kernel).
+        if (out) yp.v[j] = from_f<T>((to_f(xp.v[j]) - m) * r * to_f(weight[c0 + j]) + to_f(bias[c0 + j]));
         const int s = (k * VW + j) * 32 + lane;
         aw[s] += d * xhat;
         ab[s] += d;
       }
       store_pack(dx + c0, gp);
+      if (out) store_pack(out + row * C + c0, yp);
     }
   }
   __syncthreads();
@@ -286,25 +291,27 @@ int layernorm_backward_blocks(int64_t N) {
 void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
                         const void* inp, const void* weight, DType weight_dt, const float* mean,
                         const float* rstd, int64_t N, int64_t C, DType dt, float* scratch,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, void* out, const void* bias) {
   if (N == 0) return;
   const int P = layernorm_backward_blocks(N);
   TRIPOD_DISPATCH_ACT(dt, T, TRIPOD_DISPATCH_LN_WEIGHT(weight_dt, T, W, {
     constexpr int VW = kPack<T>;
-    if (packable<T>(C, dinp, dout, inp)) {
+    if (packable<T>(C, dinp, dout, inp) && (!out || packable<T>(C, out, out, out))) {
       const size_t smem = sizeof(float) * kBwdWarps * 2 * ceil_div(C / VW, 32) * VW * 32;
       TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_packed_kernel<T, W>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       layernorm_backward_packed_kernel<T, W><<<P, 32 * kBwdWarps, smem, stream>>>(
           static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
-          static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C));
+          static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C), static_cast<T*>(out),
+          static_cast<const W*>(bias));
     } else {
       const size_t smem = sizeof(float) * kBwdWarps * 2 * C;
       TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T, W>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
       layernorm_backward_kernel<T, W><<<P, 32 * kBwdWarps, smem, stream>>>(
           static_cast<T*>(dinp), scratch, static_cast<const T*>(dout), static_cast<const T*>(inp),
-          static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C));
+          static_cast<const W*>(weight), mean, rstd, N, static_cast<int>(C), static_cast<T*>(out),
+          static_cast<const W*>(bias));
     }
     TRIPOD_LAUNCH_CHECK();
   }));

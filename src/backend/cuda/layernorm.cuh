@@ -26,9 +26,10 @@ void fused_residual_layernorm_forward(void* residual, void* out, float* mean, fl
 // Blocks of the backward; scratch needs 2 * layernorm_backward_blocks(N) * C floats.
 int layernorm_backward_blocks(int64_t N);
 // C up to ~7000 (per-warp shared accumulators of 2*C floats, 4 warps).
+// out (N, C) and bias (weight_dt), when given: the forward's output again.
 void layernorm_backward(void* dinp, void* dweight, void* dbias, DType grad_dt, const void* dout,
                         const void* inp, const void* weight, DType weight_dt, const float* mean,
                         const float* rstd, int64_t N, int64_t C, DType dt, float* scratch,
-                        cudaStream_t stream);
+                        cudaStream_t stream, void* out = nullptr, const void* bias = nullptr);
 
 }  // namespace tripod::backend::cuda

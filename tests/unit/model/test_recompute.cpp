@@ -75,10 +75,10 @@ TEST(Recompute, ActivationBytesDropByTheTensorsNotKept) {
   const Result sel = run(model::Recompute::Selective);
   const Result full = run(model::Recompute::Full);
   const size_t N = kB * kT, F = 4 * kC, f = sizeof(float);
-  // Per layer, stored without recompute (f32): ln1, res1, ln2, out (N,C);
-  // qkv (N,3C); att (N,C); fc1, gelu (N,F); 4 LayerNorm statistics (N);
-  // lse (B,NH,T) = N * NH / ... = B*NH*T values.
-  const size_t per_layer = (4 * N * kC + 3 * N * kC + N * kC + 2 * N * F + 4 * N + kB * kNH * kT) * f;
+  // Per layer, stored without recompute (f32): res1, out (N,C); qkv (N,3C);
+  // att (N,C); fc1, gelu (N,F); 4 LayerNorm statistics (N); lse (B,NH,T) =
+  // B*NH*T values. (LayerNorm outputs are workspace.)
+  const size_t per_layer = (2 * N * kC + 3 * N * kC + N * kC + 2 * N * F + 4 * N + kB * kNH * kT) * f;
   const size_t head = (N * kC /*input*/ + N * kC /*lnf*/ + 2 * N /*stats*/ + N /*losses*/ + N * kC /*dlnf*/) * f;
   EXPECT_EQ(none.act_bytes, kL * per_layer + head);
   // Selective: att and lse not kept.

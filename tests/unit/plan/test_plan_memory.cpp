@@ -148,9 +148,9 @@ TEST(PlanMemory, TripodModelPieces) {
   EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1), 32.0 * 1024 * 768 * 4);
   EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1, true), 32.0 * 12 * 1024 * 1024 * 2);  // 768 MiB
   EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 2, true), 64.0 * 6 * 1024 * 1024 * 2);   // heads split over tp
-  // Scratch buffers, b 1 (N 1024), tp 1, 2-byte: dresidual, dln, tmp 3 N C, dqkv + datt + dfc1
-  // N (3C + C + F), full_b N C (full_a only under SP) = 1024 x (6144 + 3072) = 9,437,184 elements.
-  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone), 2.0 * 9437184);
+  // Scratch buffers, b 1 (N 1024), tp 1, 2-byte: ln, dresidual, dln, tmp 4 N C, dqkv + datt + dfc1
+  // N (3C + C + F), full_b N C (full_a only under SP) = 1024 x (6912 + 3072) = 10,223,616 elements.
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone), 2.0 * 10223616);
   // On the last stage the scratch (all but full_b) lives in the logits (N x 50304, larger), + 3 N floats.
   EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, true, Recompute::kNone),
                    2.0 * 1024 * 768 + 2.0 * 1024 * 50304 + 4.0 * 3 * 1024);
