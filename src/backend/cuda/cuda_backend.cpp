@@ -143,11 +143,17 @@ class CudaBackend final : public Backend {
   void matmul_backward_impl(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                             const Tensor& inp, const Tensor& weight) override {
     int64_t OC = weight.size(0), C = weight.size(1), N = inp.numel() / C;
+    // The bias gradient rides in the weight gradient's GEMM (BGRADB) into
+    // scratch, then adds into dbias (gradients accumulate); else its own pass.
+    float* bgrad = (dbias && dweight && dbias->dtype() == DType::F32) ? scratch_floats(size_t(OC)) : nullptr;
+    bool bias_done = false;
     if (dinp || dweight)
-      cuda::matmul_backward(*blas_, dinp ? dinp->raw() : nullptr, dweight ? dweight->raw() : nullptr,
-                            dweight ? dweight->dtype() : DType::F32, dout.raw(), inp.raw(),
-                            weight.raw(), N, C, OC, inp.dtype(), stream_);
-    if (dbias) {
+      bias_done = cuda::matmul_backward(*blas_, dinp ? dinp->raw() : nullptr, dweight ? dweight->raw() : nullptr,
+                                        dweight ? dweight->dtype() : DType::F32, dout.raw(), inp.raw(),
+                                        weight.raw(), N, C, OC, inp.dtype(), stream_, bgrad);
+    if (bias_done) {
+      cuda::add(dbias->raw(), dbias->raw(), bgrad, OC, DType::F32, stream_);
+    } else if (dbias) {
       float* scratch = scratch_floats(size_t(cuda::colsum_chunks(N)) * OC);
       cuda::bias_backward(dbias->raw(), dbias->dtype(), dout.raw(), dout.dtype(), N, OC, scratch,
                           stream_);

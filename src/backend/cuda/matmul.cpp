@@ -58,11 +58,11 @@ BlasLt::~BlasLt() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
+bool BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
                   int64_t lda, const void* B, int64_t ldb, DType ab_dt, void* D, int64_t ldd,
                   DType d_dt, float beta, const void* bias, cudaStream_t stream,
                   Epilogue epilogue, void* aux) {
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return true;
   cudaDataType_t ab = cuda_type(ab_dt), dd = cuda_type(d_dt);
   MatmulDesc desc;
   TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -74,13 +74,17 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     case Epilogue::None: epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT; break;
     case Epilogue::GeluAux: epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX; break;
     case Epilogue::DGelu: epi = CUBLASLT_EPILOGUE_DGELU; break;
+    case Epilogue::BGradB: epi = CUBLASLT_EPILOGUE_BGRADB; break;
   }
   TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (bias) {
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dd, sizeof(dd)));
   }
-  if (epilogue != Epilogue::None) {
+  if (epilogue == Epilogue::BGradB) {
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &aux, sizeof(aux)));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &dd, sizeof(dd)));
+  } else if (epilogue != Epilogue::None) {
     const int64_t ld_aux = m;
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld_aux, sizeof(ld_aux)));
@@ -95,6 +99,7 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
                         bias ? alignment_of(bias) : 256, aux ? alignment_of(aux) : 256});
   Key key{trans_a, trans_b, m, n, k, static_cast<int>(ab_dt), static_cast<int>(d_dt),
           bias != nullptr, beta != 0.f, align, static_cast<int>(epilogue)};
+  if (unsupported_.count(key)) return false;
   auto it = algos_.find(key);
   if (it == algos_.end()) {
     Preference pref;
@@ -109,6 +114,10 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     int found = 0;
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, la.l, lb.l, ld.l, ld.l,
                                                        pref.p, 1, &result, &found));
+    if (found == 0 && epilogue == Epilogue::BGradB) {
+      unsupported_.emplace(key, true);
+      return false;
+    }
     TRIPOD_CHECK(found > 0, "cuBLASLt found no algorithm for m={} n={} k={} ({} -> {}, bias={}, epilogue={})",
                  m, n, k, dtype_name(ab_dt), dtype_name(d_dt), bias != nullptr, static_cast<int>(epilogue));
     it = algos_.emplace(key, result.algo).first;
@@ -116,6 +125,7 @@ void BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   float alpha = 1.f;
   TRIPOD_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, A, la.l, B, lb.l, &beta, D, ld.l, D,
                                      ld.l, &it->second, workspace_, workspace_bytes_, stream));
+  return true;
 }
 
 // out^T (OC, N) = W (OC, C) . inp^T (C, N): A = W stored (C, OC) col-major, transposed.
@@ -125,15 +135,20 @@ void matmul_forward(BlasLt& blas, void* out, const void* inp, const void* weight
   blas.gemm(true, false, OC, N, C, weight, C, inp, C, dt, out, OC, dt, 0.f, bias, stream);
 }
 
-void matmul_backward(BlasLt& blas, void* dinp, void* dweight, DType dweight_dt, const void* dout,
+bool matmul_backward(BlasLt& blas, void* dinp, void* dweight, DType dweight_dt, const void* dout,
                      const void* inp, const void* weight, int64_t N, int64_t C, int64_t OC,
-                     DType dt, cudaStream_t stream) {
+                     DType dt, cudaStream_t stream, float* dbias_out) {
   // dinp^T (C, N) = W^T (C, OC) . dout^T (OC, N)
   if (dinp) blas.gemm(false, false, C, N, OC, weight, C, dout, OC, dt, dinp, C, dt, 0.f, nullptr, stream);
-  // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC)
-  if (dweight)
-    blas.gemm(false, true, C, OC, N, inp, C, dout, OC, dt, dweight, C, dweight_dt, 1.f, nullptr,
-              stream);
+  // dweight^T (C, OC) += inp^T (C, N) . dout (N, OC); the column sums of
+  // op(B) = dout over k = N are the bias gradient (BGRADB), written to dbias_out.
+  if (!dweight) return false;
+  if (dbias_out && dweight_dt == DType::F32 &&
+      blas.gemm(false, true, C, OC, N, inp, C, dout, OC, dt, dweight, C, dweight_dt, 1.f, nullptr, stream,
+                BlasLt::Epilogue::BGradB, dbias_out))
+    return true;
+  blas.gemm(false, true, C, OC, N, inp, C, dout, OC, dt, dweight, C, dweight_dt, 1.f, nullptr, stream);
+  return false;
 }
 
 void matmul_forward_gelu(BlasLt& blas, void* out, void* pre, const void* inp, const void* weight,
