@@ -79,6 +79,11 @@ class Backend {
   virtual void* native_stream() const { return nullptr; }
   // Peak bytes held by this device's allocator since the last reset.
   virtual size_t peak_memory_bytes() const = 0;
+  // Megatron's --deterministic-mode: prefer kernels whose results do not
+  // depend on the order of floating-point atomics (cuda: cuDNN attention's
+  // deterministic dQ, which costs workspace and ~10% of the attention
+  // backward). The CPU reference is deterministic always.
+  virtual void set_deterministic(bool) {}
 
   // ---- elementwise ----
   void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b; out may alias a or b

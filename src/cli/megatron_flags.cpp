@@ -107,7 +107,6 @@ const std::vector<CompatFlag>& megatron_compat_flags() {
     {"--tp-comm-bootstrap-backend", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: tensor-parallel communication overlap (Transformer Engine userbuffers)"},
     {"--use-cpu-initialization", FlagTakes::None, FlagAnswer::Accepted, "the CPU parameter initialization is the reference; results match across devices anyway"},
     {"--empty-unused-memory-level", FlagTakes::Value, FlagAnswer::Accepted, "the caching allocator is not emptied between iterations"},
-    {"--deterministic-mode", FlagTakes::None, FlagAnswer::Accepted, "results are deterministic already"},
     {"--check-weight-hash-across-dp-replicas-interval", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: use --train-iters and --eval-interval/--eval-iters"},
     {"--calculate-per-token-loss", FlagTakes::None, FlagAnswer::Accepted, "the loss is always the mean over tokens of the global batch"},
     {"--train-sync-interval", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: use --train-iters and --eval-interval/--eval-iters"},

@@ -109,6 +109,8 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
                "next forward");
   app.add_option("--device", a.device, "cpu | cuda (default: cuda when a GPU is visible and the build has CUDA)");
   app.add_flag("--bf16", a.bf16, "bf16 compute, fp32 master weights (cuda)");
+  app.add_flag("--deterministic-mode", a.deterministic_mode,
+               "bitwise-repeatable kernels where the backend has a choice (cuda: cuDNN attention's deterministic dQ)");
   app.add_flag("--fp16", a.fp16, "fp16 compute with loss scaling (cuda)");
   app.add_option("--loss-scale", a.loss_scale, "fp16: static loss scale (default: dynamic)");
   app.add_option("--initial-loss-scale", a.initial_loss_scale, "fp16: first dynamic loss scale")->capture_default_str();
@@ -231,6 +233,7 @@ int run_train(int argc, char** argv) {
   backend::configure_cpu_threads(info.local_world_size);
   const comm::CommBackend comm_backend = comm_backend_for(args.device, dist_backend);
   auto be = make_backend(args.device, info, comm_backend);
+  be->set_deterministic(args.deterministic_mode);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args.distributed_timeout_minutes * 60000));
   auto ctx = comm::DistContext::init(info, be->device().type, timeout, comm_backend);
   // Every rank started with the same model, layout, batch, optimizer and data

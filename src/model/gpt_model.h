@@ -52,7 +52,16 @@ struct StageConfig {
   // --fp16). Master weights, gradients and statistics stay f32.
   DType compute_dtype = DType::F32;
   Recompute recompute = Recompute::None;
+  // The loss head's logits are computed in row chunks of at most this many
+  // bytes (0: one chunk), see head_chunk_rows and NOTE [Loss head].
+  int64_t loss_chunk_bytes = int64_t(1) << 30;
 };
+
+// Rows of one loss-head chunk for N rows of V_tp logits of elem_bytes each:
+// N when the (N, V_tp) logits fit in max_bytes (or max_bytes is 0), else N
+// split into the fewest equal chunks that fit, rounded up to a multiple of
+// 64 rows (the last chunk takes the rest).
+int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max_bytes);
 
 // Shapes: N = B*T; N_sp = N / tp with sequence parallelism, else N. The
 // residual stream and LayerNorm outputs are (N_sp, C); everything between a
@@ -138,7 +147,8 @@ class GptModel {
   // rank (the LayerNorms, by role).
   bool has_partial_sp_grad(const Param& p) const { return tp_.sequence_parallel && is_layernorm(p.spec); }
   // Last stage: the logits (N, V_tp) of the last forward without grad
-  // (training overwrites them with their gradient).
+  // (training overwrites them with their gradient). Only when the head ran
+  // in one chunk (N rows within StageConfig::loss_chunk_bytes).
   const Tensor& last_logits() const;
 
  private:
@@ -172,6 +182,7 @@ class GptModel {
   ColumnParallelLinear output_layer_;  // last stage: weight tied to the word embedding, no bias
   VocabParallelCrossEntropy cross_entropy_;
   bool training_ = false;
+  bool last_head_chunked_ = false;  // the last head ran in more than one chunk
   std::vector<std::vector<size_t>> groups_;  // see param_groups()
   int embedding_group_ = -1, head_group_ = -1, first_layer_group_ = 0;  // dropout only while training (forward with grad)
 };

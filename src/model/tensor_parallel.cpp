@@ -28,6 +28,10 @@ const Tensor& ColumnParallelLinear::forward_gelu(backend::Backend& be, Tensor& y
 const Tensor& ColumnParallelLinear::backward(backend::Backend& be, const Tensor& dy, const Tensor& x_full,
                                              Tensor& dfull_buf, Tensor& dshard_buf) const {
   be.matmul_backward(&dfull_buf, &weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, weight_->compute);
+  return reduce_input_grad(dfull_buf, dshard_buf);
+}
+
+const Tensor& ColumnParallelLinear::reduce_input_grad(Tensor& dfull_buf, Tensor& dshard_buf) const {
   if (tp_.sequence_parallel) {
     gather_from_sequence_parallel_region_backward(tp_.group, dshard_buf, dfull_buf);
     return dshard_buf;

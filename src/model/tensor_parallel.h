@@ -61,6 +61,10 @@ class ColumnParallelLinear {
   // (N_sp, IC) reduce-scattered into dshard_buf.
   const Tensor& backward(backend::Backend& be, const Tensor& dy, const Tensor& x_full, Tensor& dfull_buf,
                          Tensor& dshard_buf) const;
+  // The tensor-parallel half of backward alone, for a caller that formed
+  // d x_full (N, IC) itself (the loss head, a row chunk at a time): the
+  // all-reduce in place, or under SP the reduce-scatter into dshard_buf.
+  const Tensor& reduce_input_grad(Tensor& dfull_buf, Tensor& dshard_buf) const;
   Param& weight() const { return *weight_; }
 
  private:

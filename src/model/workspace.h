@@ -1,7 +1,18 @@
 // Scratch buffers shared by all micro-batches and layers of one GptModel
 // (gradients of activations and the logits), sized for the largest
 // micro-batch seen. Internal to model/.
+//
+// NOTE [Scratch in the logits buffer]
+// The loss head computes the logits in row chunks of at most
+// StageConfig::loss_chunk_bytes (see head_chunk_rows) and runs its backward
+// at once, inside forward(): the logits buffer is dead outside the head.
+// The layers' backward scratch (dresidual, dln, tmp, dqkv, datt, dfc1) is
+// never live during the head (the layers' forward has finished, backward()
+// has not started), so on the last stage it lives inside the logits buffer
+// when that is large enough, instead of next to it.
 #pragma once
+
+#include <algorithm>
 
 #include "backend/ops.h"
 #include "model/gpt_config.h"
@@ -14,11 +25,13 @@ struct GptModel::Workspace {
   Tensor dresidual;      // (N_sp,C)
   Tensor dln;            // (N_sp,C)
   Tensor tmp;            // (N_sp,C) attention/MLP output before the residual add
-  Tensor full_a, full_b; // (N,C) gathered LayerNorm outputs / partial sums of row-parallel linears
+  Tensor full_a;         // (N,C) gathered LayerNorm outputs (sequence parallelism only)
+  Tensor full_b;         // (N,C) partial sums of row-parallel linears, gathered gradients
   Tensor dqkv;           // (N, 3*C_tp)
   Tensor datt;           // (N, C_tp)
   Tensor dfc1;           // (N, F_tp): d pre-GELU
-  Tensor logits;         // (N, V_tp), last stage only; reused for dlogits
+  Tensor logits;         // (head_rows, V_tp), last stage only; reused for dlogits
+  int64_t head_rows = 0; // rows of one loss-head chunk (N: unchunked)
   Tensor row_max;        // (N)
   Tensor ce_sums;        // (2, N)
   // Recompute: the activations of the layer being recomputed (full: all but
@@ -28,27 +41,46 @@ struct GptModel::Workspace {
   void ensure(backend::Backend& be, int64_t b, int64_t t, const GptConfig& c, const StageConfig& s,
               int64_t padded_vocab) {
     if (b == B && t == T) return;
+    *this = Workspace{};  // release the old buffers before allocating new ones
     B = b;
     T = t;
     const int64_t N = b * t, C = c.hidden_size, tp = s.tp_size;
     const int64_t N_sp = (s.sequence_parallel && tp > 1) ? N / tp : N;
     auto act = [&](Shape sh) { return be.empty(sh, s.compute_dtype); };
     auto f32 = [&](Shape sh) { return be.empty(sh, DType::F32); };
-    dresidual = act({N_sp, C});
-    dln = act({N_sp, C});
-    tmp = act({N_sp, C});
-    full_a = act({N, C});
-    full_b = act({N, C});
-    dqkv = act({b, t, 3 * C / tp});
-    datt = act({b, t, C / tp});
-    dfc1 = act({N, c.ffn_hidden_size / tp});
+    const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, es = static_cast<int64_t>(dtype_size(s.compute_dtype));
+    // Backward scratch, in elements: dresidual, dln, tmp, dqkv, datt, dfc1,
+    // each starting on a 128-byte boundary (vectorised kernels).
+    auto padded = [](int64_t n) { return (n + 63) / 64 * 64; };
+    const int64_t scratch = 3 * padded(N_sp * C) + padded(N * 3 * C_tp) + padded(N * C_tp) + padded(N * F_tp);
+    Tensor region;  // the logits buffer, or a buffer of the scratch alone
     if (s.post_process) {
-      logits = act({N, padded_vocab / tp});
+      const int64_t V_tp = padded_vocab / tp;
+      head_rows = head_chunk_rows(N, V_tp, es, s.loss_chunk_bytes);
+      const int64_t logits_n = head_rows * V_tp;
+      region = be.empty({std::max(logits_n, scratch)}, s.compute_dtype);
+      logits = region.flat(0, {head_rows, V_tp});
       row_max = f32({N});
       ce_sums = f32({2, N});
+    } else {
+      region = be.empty({scratch}, s.compute_dtype);
     }
+    int64_t at = 0;
+    auto carve = [&](Shape sh) {
+      Tensor t = region.flat(at, sh);
+      at += padded(t.numel());
+      return t;
+    };
+    dresidual = carve({N_sp, C});
+    dln = carve({N_sp, C});
+    tmp = carve({N_sp, C});
+    dqkv = carve({b, t, 3 * C_tp});
+    datt = carve({b, t, C_tp});
+    dfc1 = carve({N, F_tp});
+    full_a = (s.sequence_parallel && tp > 1) ? act({N, C}) : Tensor{};
+    full_b = act({N, C});
     recomputed = LayerActs{};
-    const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, NH_tp = c.num_attention_heads / tp;
+    const int64_t NH_tp = c.num_attention_heads / tp;
     if (s.recompute != Recompute::None) {
       recomputed.att = act({b, t, C_tp});
       recomputed.lse = f32({b, NH_tp, t});

@@ -166,12 +166,32 @@ static double stage_activations(const ModelSpec& m, const Layout& l, int stage) 
 
 static int act_bytes_of(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
 
+// model/gpt_model.h head_chunk_rows with the default 1 GiB chunk (plan does
+// not link the model; tests/unit/plan checks the two agree).
+int64_t head_chunk_rows_like_model(int64_t N, int64_t V_tp, int64_t elem_bytes) {
+  const int64_t max_bytes = int64_t(1) << 30, row_bytes = V_tp * elem_bytes;
+  if (N * row_bytes <= max_bytes) return N;
+  const int64_t fit = std::max<int64_t>(1, max_bytes / row_bytes);
+  const int64_t chunks = (N + fit - 1) / fit;
+  return std::min(((N + chunks - 1) / chunks + 63) / 64 * 64, N);
+}
+
 double tripod_model_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process, Recompute r) {
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
   const double C = double(m.hidden_size), F = double(m.ffn()), act = act_bytes_of(m.precision);
-  // dresidual, dln, tmp (N_sp, C); full_a, full_b (N, C); dqkv, datt, dfc1.
-  double n = act * (3.0 * Nsp * C + 2.0 * N * C + N * (3.0 * C + C + F) / tp);
-  if (post_process) n += act * N * double(m.padded_vocab(tp)) / tp + 4.0 * 3.0 * N;  // logits, row_max, ce_sums
+  // Backward scratch dresidual, dln, tmp (N_sp, C); dqkv, datt, dfc1 (N, *_tp).
+  const double scratch = act * (3.0 * Nsp * C + N * (3.0 * C + C + F) / tp);
+  // full_b (N, C); full_a (N, C) under sequence parallelism only.
+  double n = act * N * C * (sp && tp > 1 ? 2.0 : 1.0);
+  if (post_process) {
+    // The loss head's logits, a row chunk of at most 1 GiB (model's
+    // head_chunk_rows), hold the backward scratch when large enough.
+    const int64_t V_tp = m.padded_vocab(tp) / tp;
+    const double logits = double(head_chunk_rows_like_model(b * m.seq_length, V_tp, int64_t(act))) * double(V_tp) * act;
+    n += std::max(logits, scratch) + 4.0 * 3.0 * N;  // + row_max, ce_sums
+  } else {
+    n += scratch;
+  }
   // The layer being recomputed: selective att + lse; full all but out.
   if (r == Recompute::kSelective)
     n += tripod_layer_activation_bytes(m, b, tp, sp, int(act), Recompute::kNone) -
@@ -182,11 +202,12 @@ double tripod_model_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool 
   return n;
 }
 
-double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t b, int tp) {
+double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool deterministic) {
   if (m.precision == Precision::kFp32) return 0;
+  const int64_t heads = m.num_attention_heads / tp;
+  if (!deterministic) return double(b * m.seq_length * (m.hidden_size / tp) * 4);  // f32 dQ accumulator
   const int64_t t64 = (m.seq_length + 63) / 64 * 64;
-  const int64_t bytes = b * (m.num_attention_heads / tp) * t64 * t64 * 2;
-  return bytes <= (int64_t(1) << 30) ? double(bytes) : 0.0;
+  return double(b * heads * t64 * t64 * 2);  // dS, 2 bytes per score
 }
 
 // What tripod keeps: every in-flight micro-batch's MicroBatchActs (per model
@@ -205,7 +226,7 @@ static void tripod_stage(const ModelSpec& m, const Layout& l, int stage, const M
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute);
   const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute) - chunk_ws;
   mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0);
-  if (o.cuda) mb.workspace += double(32ll << 20) + cudnn_dq_workspace_bytes(m, l.micro_batch, l.tp);
+  if (o.cuda) mb.workspace += double(32ll << 20) + cudnn_dq_workspace_bytes(m, l.micro_batch, l.tp, o.deterministic);
   mb.reserved = (o.workspace_fixed_gib < 0 ? 1.0 : o.workspace_fixed_gib) * double(1ll << 30);
 }
 

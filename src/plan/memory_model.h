@@ -144,16 +144,21 @@ struct MemoryOptions {
   double workspace_fixed_gib = -1;     // < 0: the model's default (megatron 2.0; tripod 1.0, the CUDA context)
   double fragmentation = 0.10;         // megatron model: allocator slack, fraction of activations
   bool cuda = true;                    // tripod model: CUDA workspaces (cuBLASLt, cuDNN); false for the CPU device
+  bool deterministic = false;          // tripod model: --deterministic-mode (cuDNN keeps dS for dQ)
 };
 
 // tripod model: bytes of one model chunk's scratch buffers (model/workspace.h),
 // sized for micro-batch b; the logits (N, V_pad/tp) only with post_process.
 double tripod_model_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp, bool post_process,
                                     Recompute r);
-// tripod model: cuDNN's deterministic-dQ workspace (cuda/cudnn_attention.cpp):
-// B * H/tp * T64^2 * 2 bytes (T rounded up to 64) when that is <= 1 GiB and
-// the compute dtype is bf16/fp16, else 0 (atomic dQ).
-double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp);
+// Rows of one loss-head chunk (model/gpt_model.h head_chunk_rows, 1 GiB chunks).
+int64_t head_chunk_rows_like_model(int64_t N, int64_t V_tp, int64_t elem_bytes);
+// tripod model: the cuDNN attention backward's own workspace
+// (cuda/cudnn_attention.cpp), bf16/fp16 only: by default dQ is summed
+// with atomics into an f32 accumulator of B * T * H/tp * HS * 4 bytes;
+// under --deterministic-mode dS is kept instead, B * H/tp * T64^2 * 2
+// bytes (T rounded up to 64).
+double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool deterministic = false);
 
 // Full estimate for the busiest stage (the larger of the first and last),
 // with the model o.model.

@@ -47,6 +47,7 @@ struct TrainArgs {
   double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes
   // device / precision
   std::string device = "cpu";        // --device cpu|cuda
+  bool deterministic_mode = false;   // --deterministic-mode: no atomics-ordered kernels where a choice exists
   bool bf16 = false, fp16 = false;   // --bf16, --fp16
   // fp16 loss scaling (see train/loss_scaler.h)
   double loss_scale = 0;                       // --loss-scale (0: dynamic)

@@ -373,12 +373,16 @@ void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_
 
 void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                         const float* lse, int64_t B, int64_t T, int NH, int G, int HS, DType dt,
-                        float* scratch, cudaStream_t stream) {
+                        float* scratch, cudaStream_t stream, bool deterministic) {
   if (B * T == 0) return;
   if (cudnn_allowed(dt)) {
     std::string why;
-    bool ran = cudnn_attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, G, HS, dt,
-                                        attention_choice().dq, stream, &why);
+    // dQ by atomics unless the run asked for determinism (--deterministic-mode)
+    // or TRIPOD_CUDA_ATTENTION forces a choice.
+    CudnnDq dq = attention_choice().dq;
+    if (dq == CudnnDq::kAuto) dq = deterministic ? CudnnDq::kDeterministic : CudnnDq::kAtomic;
+    bool ran = cudnn_attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, G, HS, dt, dq, stream,
+                                        &why);
     if (try_cudnn(ran, why, dt, "backward")) return;
   }
   TRIPOD_DISPATCH_ACT(dt, A, {

@@ -24,6 +24,6 @@ void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_
 // products D_i = dout_i . out_i of FlashAttention-2).
 void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                         const float* lse, int64_t B, int64_t T, int NH, int G, int HS, DType dt,
-                        float* scratch, cudaStream_t stream);
+                        float* scratch, cudaStream_t stream, bool deterministic = false);
 
 }  // namespace tripod::backend::cuda

@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(device_); }
   std::string name() const override { return name_; }
   bool computes_in(DType d) const override { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
+  void set_deterministic(bool on) override { deterministic_ = on; }
 
   // ---- memory ----
   Tensor empty(const Shape& shape, DType dtype) override {
@@ -204,7 +205,7 @@ class CudaBackend final : public Backend {
     int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     float* scratch = scratch_floats(size_t(B * n_head * T));
     cuda::attention_backward(dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(), B, T, n_head,
-                             n_kv_head, static_cast<int>(HS), qkv.dtype(), scratch, stream_);
+                             n_kv_head, static_cast<int>(HS), qkv.dtype(), scratch, stream_, deterministic_);
   }
 
   // ---- RMSNorm ----
@@ -338,6 +339,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BlasLt> blas_;
   Tensor scratch_;  // f32 (n)
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
+  bool deterministic_ = false;  // set_deterministic
 };
 
 }  // namespace

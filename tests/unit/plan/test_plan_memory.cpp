@@ -143,15 +143,21 @@ TEST(PlanTime, GroupsLeavingANode) {
 // The tripod model (the default), piece by piece at GPT-2 124M, bf16.
 TEST(PlanMemory, TripodModelPieces) {
   ModelSpec m = gpt2_124m();  // bf16
-  // cuDNN deterministic dQ: B x H x T64^2 x 2 bytes while <= 1 GiB, else atomics (0).
-  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1), 32.0 * 12 * 1024 * 1024 * 2);  // 768 MiB
-  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 1), 0.0);                          // 1.5 GiB: atomic
-  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 2), 64.0 * 6 * 1024 * 1024 * 2);   // heads split over tp
-  // Scratch buffers, b 1 (N 1024), tp 1, 2-byte: 3 N C + 2 N C + N (3C + C + F) = 9 N C + N F
-  // = 1024 x (6912 + 3072) = 10,223,616 elements; the head adds logits N x 50304 and 3 N floats.
-  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone), 2.0 * 10223616);
+  // cuDNN attention backward: atomics into an f32 dQ (B T C x 4 bytes); deterministic
+  // (--deterministic-mode) keeps dS, B x H x T64^2 x 2 bytes.
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1), 32.0 * 1024 * 768 * 4);
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1, true), 32.0 * 12 * 1024 * 1024 * 2);  // 768 MiB
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 2, true), 64.0 * 6 * 1024 * 1024 * 2);   // heads split over tp
+  // Scratch buffers, b 1 (N 1024), tp 1, 2-byte: dresidual, dln, tmp 3 N C, dqkv + datt + dfc1
+  // N (3C + C + F), full_b N C (full_a only under SP) = 1024 x (6144 + 3072) = 9,437,184 elements.
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone), 2.0 * 9437184);
+  // On the last stage the scratch (all but full_b) lives in the logits (N x 50304, larger), + 3 N floats.
   EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, true, Recompute::kNone),
-                   2.0 * 10223616 + 2.0 * 1024 * 50304 + 4.0 * 3 * 1024);
+                   2.0 * 1024 * 768 + 2.0 * 1024 * 50304 + 4.0 * 3 * 1024);
+  // Logits past 1 GiB go in equal chunks of rows (multiples of 64): N 65536 x 50304 x 2 bytes = 6.1 GiB
+  // -> 7 chunks of ceil(65536 / 7) = 9363 -> 9408 rows.
+  EXPECT_EQ(head_chunk_rows_like_model(65536, 50304, 2), 9408);
+  EXPECT_EQ(head_chunk_rows_like_model(1024, 50304, 2), 1024);
   // Selective recompute adds one layer's att + lse buffer.
   EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kSelective) -
                        tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone),
