@@ -8,7 +8,8 @@
 //
 //   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--only SECTION] [--out results.md]
 // SECTION: matmul, attention, attention_shapes, layernorm, gelu, embedding, ce,
-// optimizer (default: all). attention_shapes: bf16 causal attention at
+// optimizer (default: all); llama (opt-in: RMSNorm, SwiGLU, RoPE and
+// grouped-query attention at Llama-style shapes, bf16). attention_shapes: bf16 causal attention at
 // B*T = 8192 with (T, NH, HS) = (1024, 12, 64), (1024, 25, 64), (2048, 16, 128).
 //   kernels_bench --attn-io DIR B T NH HS
 // runs one bf16 attention forward + backward on DIR/qkv.bin (B*T*3C bf16) and
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
   const int64_t T = 1024, N = B * T, V = 50304, HS = C / NH;
   auto be = backend::make_cuda_backend(0);
   auto want = [&](const char* section) { return only.empty() || only == section; };
-  const bool want_attention_shapes = only == "attention_shapes";
+  const bool want_attention_shapes = only == "attention_shapes", want_llama = only == "llama";
   std::vector<Row> rows;
   auto add = [&](std::string op, DType dt, std::string shape, double us, double flops, double bytes) {
     rows.push_back({std::move(op), dtype_name(dt), std::move(shape), us,
@@ -199,6 +200,49 @@ int main(int argc, char** argv) {
       add("attention_fwd", dt, shp({a.b, a.t, a.nh, a.hs}), us, f, 0);
       us = median_us(*be, [&] { be->attention_backward(dqkv, dout, qkv, o, lse, static_cast<int>(a.nh)); }, 10);
       add("attention_bwd", dt, shp({a.b, a.t, a.nh, a.hs}), us, 2.5 * f, 0);
+    }
+    // The Llama-family ops at a Llama-style ~1B shape (hidden 2048, 32 query
+    // heads in 8 groups of HS 64, ffn 5632, T 2048; bf16 only; opt-in
+    // section "llama"), and grouped-query attention at HS 128 (Llama 8B heads).
+    if (want_llama && dt == DType::BF16) {
+      const int64_t LT = 2048, LN = B * LT, LC = 2048, LF = 5632, LNH = 32, LG = 8;
+      Tensor x = be->empty({LN, LC}, dt), y = be->empty({LN, LC}, dt), dx = be->empty({LN, LC}, dt);
+      Tensor w = be->empty({LC}, DType::F32), dw = be->empty({LC}, DType::F32), rstd = be->empty({LN}, DType::F32);
+      for (Tensor* t : {&x, &y, &w}) fill(*be, *t, 1.f);
+      be->zero(dx);
+      be->zero(dw);
+      const double nc = double(LN) * LC * es;
+      double us = median_us(*be, [&] { be->rmsnorm_forward(y, rstd, x, w, 1e-5f); }, 20);
+      add("rmsnorm_fwd", dt, shp({LN, LC}), us, 0, 2 * nc);
+      us = median_us(*be, [&] { be->rmsnorm_backward(dx, dw, y, x, w, rstd); }, 20);
+      add("rmsnorm_bwd", dt, shp({LN, LC}), us, 0, 4 * nc);
+      us = median_us(*be, [&] { be->fused_residual_rmsnorm_forward(dx, y, rstd, x, dx, w, 1e-5f); }, 20);
+      add("fused_residual_rmsnorm", dt, shp({LN, LC}), us, 0, 4 * nc);
+      Tensor g = be->empty({LN, 2 * LF}, dt), h = be->empty({LN, LF}, dt), dg = be->empty({LN, 2 * LF}, dt);
+      fill(*be, g, 1.f);
+      fill(*be, h, 1.f);
+      const double nf = double(LN) * LF * es;
+      us = median_us(*be, [&] { be->swiglu_forward(h, g); }, 20);
+      add("swiglu_fwd", dt, shp({LN, LF}), us, 0, 3 * nf);
+      us = median_us(*be, [&] { be->swiglu_backward(dg, g, h); }, 20);
+      add("swiglu_bwd", dt, shp({LN, LF}), us, 0, 5 * nf);
+      for (int64_t hs : {int64_t(64), int64_t(128)}) {
+        const int64_t W = (LNH + 2 * LG) * hs, c = LNH * hs, lb = hs == 64 ? B : B / 2 > 0 ? B / 2 : 1;
+        Tensor qkv = be->empty({lb, LT, W}, dt), o = be->empty({lb, LT, c}, dt), dout = be->empty({lb, LT, c}, dt);
+        Tensor lse = be->empty({lb, LNH, LT}, DType::F32), dqkv = be->empty({lb, LT, W}, dt);
+        fill(*be, qkv, 1.f);
+        fill(*be, dout, 1.f);
+        const double qk = double(lb) * LT * (LNH + LG) * hs * es;  // the rotated Q and K heads
+        us = median_us(*be, [&] { be->rope_forward(qkv, int(LNH), int(LG), hs, 10000.f); }, 20);
+        add("rope_fwd", dt, shp({lb, LT, LNH, LG, hs}), us, 0, 2 * qk);
+        us = median_us(*be, [&] { be->rope_backward(qkv, int(LNH), int(LG), hs, 10000.f); }, 20);
+        add("rope_bwd", dt, shp({lb, LT, LNH, LG, hs}), us, 0, 2 * qk);
+        const double f = 4.0 * lb * LNH * LT * LT * hs / 2;
+        us = median_us(*be, [&] { be->attention_forward(o, lse, qkv, int(LNH), int(LG)); }, 5);
+        add("attention_gqa_fwd", dt, shp({lb, LT, LNH, LG, hs}), us, f, 0);
+        us = median_us(*be, [&] { be->attention_backward(dqkv, dout, qkv, o, lse, int(LNH), int(LG)); }, 5);
+        add("attention_gqa_bwd", dt, shp({lb, LT, LNH, LG, hs}), us, 2.5 * f, 0);
+      }
     }
     // Memory-bound ops: bytes = each input read once + each output written once.
     if (want("layernorm")) {

@@ -8,6 +8,7 @@
 // Also here: the default _impls of the fused ops, composed of the unfused
 // ops (a backend without a fused kernel gives exactly the unfused results).
 #include "backend/ops.h"
+#include "backend/checks.h"
 
 #include <initializer_list>
 #include <utility>
@@ -17,76 +18,9 @@
 namespace tripod::backend {
 namespace {
 
-bool is_float(DType d) {
-  return d == DType::F32 || d == DType::F64 || d == DType::BF16 || d == DType::F16;
-}
-bool is_half(DType d) { return d == DType::BF16 || d == DType::F16; }
-
-// Checks of one call of one op: every failure names the op and the tensor.
-class Checks {
- public:
-  Checks(const Backend& be, const char* op) : be_(be), op_(op) {}
-
-  // Defined and on this backend's device.
-  void on_device(const Tensor& t, const char* name) const {
-    TRIPOD_CHECK(t.defined(), "{}: {} is undefined", op_, name);
-    TRIPOD_CHECK(t.device() == be_.device(), "{}: {} must be on {} (the {} backend's device), got {}", op_,
-                 name, be_.device().str(), be_.name(), t.str());
-  }
-  // An activation: a floating dtype this backend computes in.
-  DType act(const Tensor& t, const char* name) const {
-    on_device(t, name);
-    TRIPOD_CHECK(is_float(t.dtype()) && be_.computes_in(t.dtype()),
-                 "{}: {} must have an activation dtype the {} backend computes in, got {}", op_, name,
-                 be_.name(), t.str());
-    return t.dtype();
-  }
-  void dtype(const Tensor& t, const char* name, DType d, const char* why) const {
-    on_device(t, name);
-    TRIPOD_CHECK(t.dtype() == d, "{}: {} must have dtype {} ({}), got {}", op_, name, dtype_name(d), why,
-                 t.str());
-  }
-  void numel(const Tensor& t, const char* name, int64_t n, const char* what) const {
-    TRIPOD_CHECK(t.numel() == n, "{}: {} must have {} elements ({}), got {}", op_, name, n, what, t.str());
-  }
-  void dim(const Tensor& t, const char* name, int64_t d, const char* what) const {
-    TRIPOD_CHECK(t.dim() == d, "{}: {} must be {}, got {}", op_, name, what, t.str());
-  }
-  // Same dtype as the activations and n elements.
-  void like(const Tensor& t, const char* name, DType act, int64_t n, const char* what) const {
-    dtype(t, name, act, "the activation dtype");
-    numel(t, name, n, what);
-  }
-  // Statistics: f32, or f64 under f64 activations; n elements.
-  void stat(const Tensor& t, const char* name, DType act, int64_t n, const char* what) const {
-    dtype(t, name, stat_dtype(act), "statistics are f32, f64 under f64 activations");
-    numel(t, name, n, what);
-  }
-  // Wide: the activation dtype, or f32 under bf16/f16 (fp32 LayerNorm
-  // params, fp32 gradient accumulation); n elements.
-  void wide(const Tensor& t, const char* name, DType act, int64_t n, const char* what) const {
-    on_device(t, name);
-    TRIPOD_CHECK(t.dtype() == act || (t.dtype() == DType::F32 && is_half(act)),
-                 "{}: {} must have dtype {}{}, got {}", op_, name, dtype_name(act),
-                 is_half(act) ? " or f32" : "", t.str());
-    numel(t, name, n, what);
-  }
-  void ids(const Tensor& t, const char* name, int64_t n, const char* what) const {
-    dtype(t, name, DType::I32, "token ids");
-    numel(t, name, n, what);
-  }
-  void that(bool cond, const std::string& message) const {
-    TRIPOD_CHECK(cond, "{}: {}", op_, message);
-  }
-
- private:
-  const Backend& be_;
-  const char* op_;
-};
+using namespace checks;
 
 using Named = std::pair<const Tensor*, const char*>;
-
-int64_t rows_of(const Tensor& t) { return t.size(-1) ? t.numel() / t.size(-1) : 0; }
 
 // Shared by layernorm_forward and fused_residual_layernorm_forward.
 void check_layernorm_forward(const Checks& k, const Tensor& out, const Tensor& mean, const Tensor& rstd,
@@ -128,17 +62,6 @@ void check_matmul_backward(const Checks& k, const Tensor* dweight, const Tensor*
   k.like(dout, "dout", dt, rows_of(inp) * OC, "N * OC");
   if (dweight) k.wide(*dweight, "dweight", dt, OC * C, "OC * C");
   if (dbias) k.wide(*dbias, "dbias", dt, OC, "OC");
-}
-
-// (B, T, 3C) qkv with n_head heads; returns C.
-int64_t check_qkv(const Checks& k, const Tensor& qkv, int n_head) {
-  k.act(qkv, "qkv");
-  k.dim(qkv, "qkv", 3, "(B, T, 3*C)");
-  k.that(qkv.size(2) % 3 == 0, fmt::format("qkv {} must be (B, T, 3*C)", qkv.str()));
-  const int64_t C = qkv.size(2) / 3;
-  k.that(n_head > 0 && C % n_head == 0, fmt::format("qkv {} has C = {}, which must split into n_head = {} heads",
-                                                    qkv.str(), C, n_head));
-  return C;
 }
 
 }  // namespace
@@ -333,23 +256,23 @@ void Backend::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout)
 
 // ---- attention ----
 
-void Backend::attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) {
+void Backend::attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head) {
   Checks k(*this, "attention_forward");
-  const int64_t C = check_qkv(k, qkv, n_head), B = qkv.size(0), T = qkv.size(1);
-  k.like(out, "out", qkv.dtype(), B * T * C, "B * T * C");
-  k.stat(lse, "lse", qkv.dtype(), B * n_head * T, "B * n_head * T");
-  attention_forward_impl(out, lse, qkv, n_head);
+  const Heads h = check_qkv(k, qkv, n_head, n_kv_head);
+  k.like(out, "out", qkv.dtype(), h.B * h.T * h.q_width(), "B * T * n_head * HS");
+  k.stat(lse, "lse", qkv.dtype(), h.B * h.NH * h.T, "B * n_head * T");
+  attention_forward_impl(out, lse, qkv, n_head, static_cast<int>(h.G));
 }
 
 void Backend::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                                 const Tensor& lse, int n_head) {
+                                 const Tensor& lse, int n_head, int n_kv_head) {
   Checks k(*this, "attention_backward");
-  const int64_t C = check_qkv(k, qkv, n_head), B = qkv.size(0), T = qkv.size(1);
+  const Heads h = check_qkv(k, qkv, n_head, n_kv_head);
   k.like(dqkv, "dqkv", qkv.dtype(), qkv.numel(), "as many as qkv");
-  k.like(dout, "dout", qkv.dtype(), B * T * C, "B * T * C");
-  k.like(out, "out", qkv.dtype(), B * T * C, "B * T * C");
-  k.stat(lse, "lse", qkv.dtype(), B * n_head * T, "B * n_head * T");
-  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head);
+  k.like(dout, "dout", qkv.dtype(), h.B * h.T * h.q_width(), "B * T * n_head * HS");
+  k.like(out, "out", qkv.dtype(), h.B * h.T * h.q_width(), "B * T * n_head * HS");
+  k.stat(lse, "lse", qkv.dtype(), h.B * h.NH * h.T, "B * n_head * T");
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, static_cast<int>(h.G));
 }
 
 // ---- dropout ----

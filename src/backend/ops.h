@@ -8,8 +8,8 @@
 //    (backend/ops.cpp: shapes, dtypes, device, with messages that name the op
 //    and the tensor), then calls the protected virtual <op>_impl, which a
 //    backend overrides. An _impl may assume its arguments passed the checks.
-//  - The fused ops (fused_residual_layernorm_forward, matmul_forward_gelu,
-//    matmul_backward_dgelu, cross_entropy_fused) have default _impls composed
+//  - The fused ops (fused_residual_layernorm_forward, fused_residual_rmsnorm_forward,
+//    matmul_forward_gelu, matmul_backward_dgelu, cross_entropy_fused) have default _impls composed
 //    of the unfused ops (ops.cpp), so the CPU reference gives exactly the
 //    unfused results; a backend with a fused kernel overrides them.
 //  - Adding an op: docs/adding-an-op.md.
@@ -19,7 +19,7 @@
 //  - Activations may be f32, bf16 or f16 (the compute dtype), or f64 on the
 //    CPU reference (computes_in() says which); statistics (mean, rstd, lse,
 //    CE max/sums/losses) are f32, or f64 when the activations are f64; token
-//    ids are i32. "Wide" tensors (LayerNorm weight/bias, parameter
+//    ids are i32. "Wide" tensors (LayerNorm/RMSNorm weight/bias, parameter
 //    gradients) have the activation dtype, or f32 under bf16/f16 activations
 //    (fp32 LayerNorm params and fp32 gradient accumulation).
 //  - Parameter gradients ACCUMULATE (+=), so micro-batches add up without
@@ -29,7 +29,8 @@
 //  - Ops are enqueued in order on the backend's stream; results are visible
 //    to later ops. Host reads go through copy() + synchronize().
 //  - Shape letters: N rows (= B*T), C width, OC output width, V_tp local
-//    vocab rows, NH_tp local heads, HS head size. See model/gpt_config.h.
+//    vocab rows, NH_tp local heads, G_tp local K/V heads (query groups), HS
+//    head size, F the SwiGLU (ffn) width. See model/gpt_config.h.
 //
 // Usage (factories live with each backend: backend/cpu/cpu_backend.h,
 // backend/cuda/cuda_backend.h):
@@ -143,14 +144,49 @@ class Backend {
   void gelu_forward(Tensor& out, const Tensor& inp);
   void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);  // overwrite
 
-  // ---- causal self-attention ----
-  // qkv(B,T,3*C_tp) holds [Q | K | V], each (B,T,NH_tp,HS). out(B,T,C_tp) =
-  // softmax(Q K^T / sqrt(HS), causal) V per head; lse(B,NH_tp,T) saves
-  // the log-sum-exp of each softmax row, so backward needs no T x T buffer.
-  void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head);
-  // dqkv(B,T,3*C_tp) overwrite.
+  // ---- causal self-attention (multi-head or grouped-query) ----
+  // qkv(B,T,(NH_tp + 2*G_tp)*HS) holds [Q: NH_tp heads | K: G_tp heads | V:
+  // G_tp heads], each head HS wide; n_kv_head = G_tp (0 means n_head: plain
+  // multi-head attention, qkv(B,T,3*C_tp)). Query head h attends with K/V
+  // head h / (NH_tp / G_tp) (NH_tp % G_tp == 0). out(B,T,NH_tp*HS) =
+  // softmax(Q K^T / sqrt(HS), causal) V per head, HS = out width / n_head
+  // (it need not be C/NH: Megatron --kv-channels); lse(B,NH_tp,T) saves the
+  // log-sum-exp of each softmax row, so backward needs no T x T buffer.
+  void attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head = 0);
+  // dqkv has qkv's layout, overwritten; dK and dV of a K/V head are summed
+  // over the query heads of its group.
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                          const Tensor& lse, int n_head);
+                          const Tensor& lse, int n_head, int n_kv_head = 0);
+
+  // ---- RMSNorm (Zhang & Sennrich 2019; Megatron --normalization RMSNorm) ----
+  // out(N,C) = inp * rstd * weight; rstd(N) = 1/sqrt(mean_j inp^2 + eps)
+  // saved (stat dtype). weight: wide.
+  void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
+  // dinp += d/dinp (like layernorm_backward); dweight += .
+  void rmsnorm_backward(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                        const Tensor& weight, const Tensor& rstd);
+  // residual(N,C) = a + b; out = rmsnorm(residual) with rstd saved, as add()
+  // then rmsnorm_forward(). residual may alias a or b.
+  void fused_residual_rmsnorm_forward(Tensor& residual, Tensor& out, Tensor& rstd, const Tensor& a,
+                                      const Tensor& b, const Tensor& weight, float eps);
+
+  // ---- rotary position embedding (Su et al. 2021), rotate-half convention
+  // (GPT-NeoX, Megatron-core, Hugging Face Llama) ----
+  // In place on the Q and K heads of qkv(B,T,(NH_tp + 2*G_tp)*HS) laid out
+  // as for attention (n_kv_head 0 means n_head). For row (b,t) and each Q/K
+  // head x: with r = rot_dim (even, <= HS), h = r/2, theta_i = base^(-2i/r),
+  // angle = t*theta_i (computed in double, cos/sin then in the stat dtype),
+  //   x[i] <- x[i] cos - x[i+h] sin,  x[i+h] <- x[i+h] cos + x[i] sin  (i < h);
+  // dims >= r untouched (Megatron --rotary-percent). V untouched.
+  void rope_forward(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base);
+  // The transpose rotation (angle -> -angle) in place on dqkv's Q and K heads.
+  void rope_backward(Tensor& dqkv, int n_head, int n_kv_head, int64_t rot_dim, float base);
+
+  // ---- SwiGLU (Shazeer 2020; Megatron --swiglu) ----
+  // inp(N,2F) = [gate | up] (Megatron's torch.chunk order); out(N,F) = silu(gate) * up.
+  void swiglu_forward(Tensor& out, const Tensor& inp);
+  // dinp(N,2F) = [dgate | dup] (overwrite).
+  void swiglu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout);
 
   // ---- dropout (counter-based: the mask is recomputed from seed, never stored) ----
   // out = inp * keep / (1 - p), keep = hash(seed, offset + element index) >= p.
@@ -218,9 +254,24 @@ class Backend {
                                           const Tensor& weight, const Tensor& pre);
   virtual void gelu_forward_impl(Tensor& out, const Tensor& inp) = 0;
   virtual void gelu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
-  virtual void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) = 0;
+  // n_kv_head arrives resolved (never 0): n_kv_head == n_head is multi-head attention.
+  virtual void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head,
+                                      int n_kv_head) = 0;
   virtual void attention_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                       const Tensor& out, const Tensor& lse, int n_head) = 0;
+                                       const Tensor& out, const Tensor& lse, int n_head,
+                                       int n_kv_head) = 0;
+  virtual void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                    float eps) = 0;
+  virtual void rmsnorm_backward_impl(Tensor& dinp, Tensor& dweight, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& weight, const Tensor& rstd) = 0;
+  virtual void fused_residual_rmsnorm_forward_impl(Tensor& residual, Tensor& out, Tensor& rstd,
+                                                   const Tensor& a, const Tensor& b,
+                                                   const Tensor& weight, float eps);
+  // backward: the rotation by -angle. n_kv_head resolved as for attention.
+  virtual void rope_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
+                         bool backward) = 0;
+  virtual void swiglu_forward_impl(Tensor& out, const Tensor& inp) = 0;
+  virtual void swiglu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
   virtual void dropout_forward_impl(Tensor& out, const Tensor& inp, float p, uint64_t seed,
                                     uint64_t offset) = 0;
   virtual void dropout_backward_impl(Tensor& dinp, const Tensor& dout, float p, uint64_t seed,

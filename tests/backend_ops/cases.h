@@ -32,5 +32,6 @@ inline ArgSpec ids(std::string name, Shape s, int64_t lo, int64_t hi) {
 void add_layer_cases(std::vector<OpCase>& cases);      // cases_layers.cpp
 void add_attention_cases(std::vector<OpCase>& cases);  // cases_attention.cpp
 void add_fused_cases(std::vector<OpCase>& cases);      // cases_fused.cpp
+void add_llama_cases(std::vector<OpCase>& cases);      // cases_llama.cpp
 
 }  // namespace tripod::testing

@@ -93,6 +93,7 @@ const std::vector<OpCase>& all_cases() {
     add_layer_cases(v);
     add_attention_cases(v);
     add_fused_cases(v);
+    add_llama_cases(v);
     return v;
   }();
   return cases;

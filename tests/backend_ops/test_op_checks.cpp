@@ -100,6 +100,36 @@ std::vector<Bad> bad_calls() {
   v.push_back({"attention_backward", "dqkv", [=](Backend& be) {
     Tensor dqkv = e(be, {2, 3, 8}), dy = e(be, {2, 3, 8}), qkv = e(be, {2, 3, 24}), o = e(be, {2, 3, 8}), lse = e(be, {2, 2, 3});
     be.attention_backward(dqkv, dy, qkv, o, lse, 2); }});
+  // Grouped-query attention: 4 query heads, 2 K/V heads of 2 (qkv width (4 + 2*2) * 2 = 16).
+  v.push_back({"attention_forward", "n_head", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 6}), lse = e(be, {2, 3, 3}), qkv = e(be, {2, 3, 14}); be.attention_forward(o, lse, qkv, 3, 2); }});
+  v.push_back({"attention_forward", "qkv", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3}), qkv = e(be, {2, 3, 15}); be.attention_forward(o, lse, qkv, 4, 2); }});
+  v.push_back({"attention_backward", "dout", [=](Backend& be) {
+    Tensor dqkv = e(be, {2, 3, 16}), dy = e(be, {2, 3, 16}), qkv = e(be, {2, 3, 16}), o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3});
+    be.attention_backward(dqkv, dy, qkv, o, lse, 4, 2); }});
+  v.push_back({"rmsnorm_forward", "weight", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), r = e(be, {6}), x = e(be, {6, 8}), w = e(be, {7}); be.rmsnorm_forward(o, r, x, w, 1e-5f); }});
+  v.push_back({"rmsnorm_forward", "rstd", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), r = e(be, {6}, I), x = e(be, {6, 8}), w = e(be, {8}); be.rmsnorm_forward(o, r, x, w, 1e-5f); }});
+  v.push_back({"rmsnorm_backward", "dweight", [=](Backend& be) {
+    Tensor dx = e(be, {6, 8}), dw = e(be, {9}), dy = e(be, {6, 8}), x = e(be, {6, 8}), w = e(be, {8}), r = e(be, {6});
+    be.rmsnorm_backward(dx, dw, dy, x, w, r); }});
+  v.push_back({"fused_residual_rmsnorm_forward", "residual", [=](Backend& be) {
+    Tensor res = e(be, {6, 7}), o = e(be, {6, 8}), r = e(be, {6}), a = e(be, {6, 8}), b = e(be, {6, 8}), w = e(be, {8});
+    be.fused_residual_rmsnorm_forward(res, o, r, a, b, w, 1e-5f); }});
+  v.push_back({"rope_forward", "rot_dim", [=](Backend& be) {
+    Tensor qkv = e(be, {2, 3, 16}); be.rope_forward(qkv, 4, 2, 3, 10000.f); }});
+  v.push_back({"rope_forward", "rot_dim", [=](Backend& be) {
+    Tensor qkv = e(be, {2, 3, 16}); be.rope_forward(qkv, 4, 2, 4, 10000.f); }});
+  v.push_back({"rope_backward", "dqkv", [=](Backend& be) {
+    Tensor dqkv = e(be, {2, 3, 17}); be.rope_backward(dqkv, 4, 2, 2, 10000.f); }});
+  v.push_back({"rope_backward", "n_head", [=](Backend& be) {
+    Tensor dqkv = e(be, {2, 3, 16}); be.rope_backward(dqkv, 4, 3, 2, 10000.f); }});
+  v.push_back({"swiglu_forward", "out", [=](Backend& be) { Tensor o = e(be, {6, 5}), x = e(be, {6, 8}); be.swiglu_forward(o, x); }});
+  v.push_back({"swiglu_forward", "inp", [=](Backend& be) { Tensor o = e(be, {6, 4}), x = e(be, {6, 9}); be.swiglu_forward(o, x); }});
+  v.push_back({"swiglu_backward", "dout", [=](Backend& be) {
+    Tensor dx = e(be, {6, 8}), x = e(be, {6, 8}), dy = e(be, {6, 8}); be.swiglu_backward(dx, x, dy); }});
   v.push_back({"dropout_forward", "out", [=](Backend& be) { Tensor o = e(be, {5}), x = e(be, {6}); be.dropout_forward(o, x, 0.1f, 1, 0); }});
   v.push_back({"dropout_backward", "probability", [=](Backend& be) {
     Tensor dx = e(be, {6}), dy = e(be, {6}); be.dropout_backward(dx, dy, 1.f, 1, 0); }});

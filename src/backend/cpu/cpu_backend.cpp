@@ -115,17 +115,45 @@ class CpuBackend final : public Backend {
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::gelu_backward<T>(dinp.data<T>(), inp.data<T>(), dout.data<T>(), inp.numel()));
   }
 
-  void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) override {
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C = qkv.size(2) / 3;
+  void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head) override {
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::attention_forward<T>(out.data<T>(), lse.data<cpu::stat_t<T>>(),
-                                                               qkv.data<T>(), B, Tn, C, n_head));
+                                                               qkv.data<T>(), B, Tn, n_head, n_kv_head, HS));
   }
   void attention_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int n_head) override {
-    const int64_t B = qkv.size(0), Tn = qkv.size(1), C = qkv.size(2) / 3;
+                               const Tensor& lse, int n_head, int n_kv_head) override {
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     TRIPOD_CPU_DISPATCH(qkv.dtype(),
         cpu::attention_backward<T>(dqkv.data<T>(), dout.data<T>(), qkv.data<T>(), out.data<T>(),
-                                   lse.data<cpu::stat_t<T>>(), B, Tn, C, n_head));
+                                   lse.data<cpu::stat_t<T>>(), B, Tn, n_head, n_kv_head, HS));
+  }
+
+  void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                            float eps) override {
+    const int64_t C = inp.size(-1), N = rows(inp);
+    TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::rmsnorm_forward<T>(out.data<T>(), rstd.data<cpu::stat_t<T>>(),
+                                                             inp.data<T>(), weight.data<T>(), N, C, eps));
+  }
+  void rmsnorm_backward_impl(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight, const Tensor& rstd) override {
+    const int64_t C = inp.size(-1), N = rows(inp);
+    TRIPOD_CPU_DISPATCH(inp.dtype(),
+        cpu::rmsnorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dout.data<T>(), inp.data<T>(),
+                                 weight.data<T>(), rstd.data<cpu::stat_t<T>>(), N, C));
+  }
+  void rope_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base, bool backward) override {
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::rope<T>(qkv.data<T>(), B, Tn, n_head, n_kv_head, HS, rot_dim, base,
+                                                  backward));
+  }
+  void swiglu_forward_impl(Tensor& out, const Tensor& inp) override {
+    const int64_t F = out.size(-1);
+    TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::swiglu_forward<T>(out.data<T>(), inp.data<T>(), rows(inp), F));
+  }
+  void swiglu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+    const int64_t F = dout.size(-1);
+    TRIPOD_CPU_DISPATCH(inp.dtype(),
+        cpu::swiglu_backward<T>(dinp.data<T>(), inp.data<T>(), dout.data<T>(), rows(inp), F));
   }
 
   void dropout_forward_impl(Tensor& out, const Tensor& inp, float p, uint64_t seed,

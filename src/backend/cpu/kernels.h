@@ -39,12 +39,28 @@ void matmul_backward(T* dinp, T* dw, T* dbias, const T* dout, const T* inp, cons
 template <typename T> void gelu_forward(T* out, const T* inp, int64_t n);
 template <typename T> void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 
+// Causal attention, multi-head (G == NH) or grouped-query (NH % G == 0):
+// qkv (B,T,(NH+2G)*HS) = [Q | K | V], out (B,T,NH*HS), lse (B,NH,T).
 template <typename T>
-void attention_forward(T* out, stat_t<T>* lse, const T* qkv, int64_t B, int64_t Tn, int64_t C,
-                       int64_t NH);
+void attention_forward(T* out, stat_t<T>* lse, const T* qkv, int64_t B, int64_t Tn, int64_t NH,
+                       int64_t G, int64_t HS);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const stat_t<T>* lse,
-                        int64_t B, int64_t Tn, int64_t C, int64_t NH);
+                        int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS);
+
+template <typename T>
+void rmsnorm_forward(T* out, stat_t<T>* rstd, const T* inp, const T* w, int64_t N, int64_t C, float eps);
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, const stat_t<T>* rstd,
+                      int64_t N, int64_t C);
+
+// In place on the NH + G Q/K heads of qkv (B,T,(NH+2G)*HS); backward: angle -> -angle.
+template <typename T>
+void rope(T* qkv, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS, int64_t rot_dim, float base,
+          bool backward);
+
+template <typename T> void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F);
+template <typename T> void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F);
 
 template <typename T> void ce_row_max(stat_t<T>* row_max, const T* logits, int64_t N, int64_t V);
 template <typename T>

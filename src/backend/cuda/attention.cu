@@ -17,6 +17,11 @@
 // padded by one column, so a warp's reads are conflict-free; the
 // accumulators stay in registers (HS floats each).
 // Grid order: the longest tiles (most keys or queries) are scheduled first.
+// Grouped-query attention (G K/V heads, NH % G == 0): qkv rows are
+// [Q: NH heads | K: G | V: G] of width W = (NH + 2G) * HS; query head h reads
+// K/V head h / (NH/G). The dK/dV kernel runs per K/V head and walks the
+// query heads of its group in turn (their contributions summed in its
+// registers, still without atomics); G == NH is multi-head attention.
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_tc.cuh"
 #include "backend/cuda/common.cuh"
@@ -43,12 +48,13 @@ template <int HS> struct AttnTiles {
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(64) attention_forward_kernel(T* out, float* lse, const T* qkv,
-                                                               int T_, int NH, float scale) {
+                                                               int T_, int NH, int G, float scale) {
   constexpr int BQ = AttnTiles<HS>::kFwdQ, BK = AttnTiles<HS>::kFwdK, CH = 16;
   __shared__ float Ks[BK][HS], Vs[BK][HS];
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, C3 = (NH + 2 * G) * HS;
   const int qt = gridDim.x - 1 - blockIdx.x;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, kvh = h / (NH / G);
+  const int koff = C + kvh * HS, voff = C + (G + kvh) * HS;
   const int i = qt * BQ + threadIdx.x;
   const bool valid = i < T_;
   const T* base = qkv + int64_t(b) * T_ * C3;
@@ -66,8 +72,8 @@ __global__ void __launch_bounds__(64) attention_forward_kernel(T* out, float* ls
     for (int e = threadIdx.x; e < BK * HS; e += BQ) {
       int j = e / HS, d = e % HS, jg = k0 + j;
       bool in = jg < T_;
-      Ks[j][d] = in ? to_f(base[int64_t(jg) * C3 + C + h * HS + d]) : 0.f;
-      Vs[j][d] = in ? to_f(base[int64_t(jg) * C3 + 2 * C + h * HS + d]) : 0.f;
+      Ks[j][d] = in ? to_f(base[int64_t(jg) * C3 + koff + d]) : 0.f;
+      Vs[j][d] = in ? to_f(base[int64_t(jg) * C3 + voff + d]) : 0.f;
     }
     __syncthreads();
     if (!valid) continue;
@@ -124,7 +130,7 @@ __global__ void attention_rowdot_backward_kernel(float* D, const T* dout, const 
 template <typename T, int HS>
 __global__ void attention_dkdv_backward_kernel(T* dqkv, const T* dout, const T* qkv,
                                                const float* lse, const float* D, int T_, int NH,
-                                               float scale) {
+                                               int G, float scale) {
   constexpr int BK = AttnTiles<HS>::kBwdK, BQ = AttnTiles<HS>::kBwdQ;
   extern __shared__ float smem[];
   float* Kt = smem;                     // (HS, BK+1)
@@ -133,81 +139,85 @@ __global__ void attention_dkdv_backward_kernel(T* dqkv, const T* dout, const T* 
   float* dOs = Qs + BQ * HS;            // (BQ, HS)
   float* Ls = dOs + BQ * HS;            // (BQ) lse in log2 units
   float* Ds = Ls + BQ;                  // (BQ)
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, C3 = (NH + 2 * G) * HS, group = NH / G;
   const int k0 = blockIdx.x * BK;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int b = blockIdx.y / G, kvh = blockIdx.y % G;
+  const int koff = C + kvh * HS, voff = C + (G + kvh) * HS;
   const int j = k0 + threadIdx.x;
   const T* base = qkv + int64_t(b) * T_ * C3;
   const T* dbase = dout + int64_t(b) * T_ * C;
-  const float* lrow = lse + (int64_t(b) * NH + h) * T_;
-  const float* drow = D + (int64_t(b) * NH + h) * T_;
   for (int e = threadIdx.x; e < BK * HS; e += BK) {
     int jj = e / HS, d = e % HS, jg = k0 + jj;
     bool in = jg < T_;
-    Kt[d * (BK + 1) + jj] = in ? to_f(base[int64_t(jg) * C3 + C + h * HS + d]) : 0.f;
-    Vt[d * (BK + 1) + jj] = in ? to_f(base[int64_t(jg) * C3 + 2 * C + h * HS + d]) : 0.f;
+    Kt[d * (BK + 1) + jj] = in ? to_f(base[int64_t(jg) * C3 + koff + d]) : 0.f;
+    Vt[d * (BK + 1) + jj] = in ? to_f(base[int64_t(jg) * C3 + voff + d]) : 0.f;
   }
   float dk[HS], dv[HS];
 #pragma unroll
   for (int d = 0; d < HS; ++d) dk[d] = dv[d] = 0.f;
   const float sl2 = scale * kLog2e;
-  for (int q0 = k0 / BQ * BQ; q0 < T_; q0 += BQ) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < BQ * HS; e += BK) {
-      int ii = e / HS, d = e % HS, ig = q0 + ii;
-      bool in = ig < T_;
-      Qs[e] = in ? to_f(base[int64_t(ig) * C3 + h * HS + d]) : 0.f;
-      dOs[e] = in ? to_f(dbase[int64_t(ig) * C + h * HS + d]) : 0.f;
-    }
-    for (int ii = threadIdx.x; ii < BQ; ii += BK) {
-      bool in = q0 + ii < T_;
-      Ls[ii] = in ? lrow[q0 + ii] * kLog2e : 0.f;
-      Ds[ii] = in ? drow[q0 + ii] : 0.f;
-    }
-    __syncthreads();
-    if (j >= T_) continue;
-    for (int ii = 0; ii < BQ; ++ii) {
-      int i = q0 + ii;
-      if (i < j || i >= T_) continue;
-      const float* qi = Qs + ii * HS;
-      const float* gi = dOs + ii * HS;
-      float s = 0.f, dp = 0.f;
-#pragma unroll
-      for (int d = 0; d < HS; ++d) {
-        s += qi[d] * Kt[d * (BK + 1) + threadIdx.x];
-        dp += gi[d] * Vt[d * (BK + 1) + threadIdx.x];
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const float* lrow = lse + (int64_t(b) * NH + h) * T_;
+    const float* drow = D + (int64_t(b) * NH + h) * T_;
+    for (int q0 = k0 / BQ * BQ; q0 < T_; q0 += BQ) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < BQ * HS; e += BK) {
+        int ii = e / HS, d = e % HS, ig = q0 + ii;
+        bool in = ig < T_;
+        Qs[e] = in ? to_f(base[int64_t(ig) * C3 + h * HS + d]) : 0.f;
+        dOs[e] = in ? to_f(dbase[int64_t(ig) * C + h * HS + d]) : 0.f;
       }
-      float p = exp2f(s * sl2 - Ls[ii]);
-      float ds = p * (dp - Ds[ii]);
+      for (int ii = threadIdx.x; ii < BQ; ii += BK) {
+        bool in = q0 + ii < T_;
+        Ls[ii] = in ? lrow[q0 + ii] * kLog2e : 0.f;
+        Ds[ii] = in ? drow[q0 + ii] : 0.f;
+      }
+      __syncthreads();
+      if (j >= T_) continue;
+      for (int ii = 0; ii < BQ; ++ii) {
+        int i = q0 + ii;
+        if (i < j || i >= T_) continue;
+        const float* qi = Qs + ii * HS;
+        const float* gi = dOs + ii * HS;
+        float s = 0.f, dp = 0.f;
 #pragma unroll
-      for (int d = 0; d < HS; ++d) {
-        dv[d] += p * gi[d];
-        dk[d] += ds * qi[d];
+        for (int d = 0; d < HS; ++d) {
+          s += qi[d] * Kt[d * (BK + 1) + threadIdx.x];
+          dp += gi[d] * Vt[d * (BK + 1) + threadIdx.x];
+        }
+        float p = exp2f(s * sl2 - Ls[ii]);
+        float ds = p * (dp - Ds[ii]);
+#pragma unroll
+        for (int d = 0; d < HS; ++d) {
+          dv[d] += p * gi[d];
+          dk[d] += ds * qi[d];
+        }
       }
     }
   }
   if (j >= T_) return;
-  T* row = dqkv + (int64_t(b) * T_ + j) * C3 + h * HS;
+  T* row = dqkv + (int64_t(b) * T_ + j) * C3;
 #pragma unroll
   for (int d = 0; d < HS; ++d) {
-    row[C + d] = from_f<T>(dk[d] * scale);
-    row[2 * C + d] = from_f<T>(dv[d]);
+    row[koff + d] = from_f<T>(dk[d] * scale);
+    row[voff + d] = from_f<T>(dv[d]);
   }
 }
 
 template <typename T, int HS>
 __global__ void attention_dq_backward_kernel(T* dqkv, const T* dout, const T* qkv,
                                              const float* lse, const float* D, int T_, int NH,
-                                             float scale) {
+                                             int G, float scale) {
   constexpr int BQ = AttnTiles<HS>::kDqQ, BK = AttnTiles<HS>::kDqK;
   extern __shared__ float smem[];
   float* Qt = smem;                  // (HS, BQ+1)
   float* dOt = Qt + HS * (BQ + 1);   // (HS, BQ+1)
   float* Ks = dOt + HS * (BQ + 1);   // (BK, HS)
   float* Vs = Ks + BK * HS;          // (BK, HS)
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, C3 = (NH + 2 * G) * HS;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * BQ;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, kvh = h / (NH / G);
+  const int koff = C + kvh * HS, voff = C + (G + kvh) * HS;
   const int i = q0 + threadIdx.x;
   const T* base = qkv + int64_t(b) * T_ * C3;
   const T* dbase = dout + int64_t(b) * T_ * C;
@@ -230,8 +240,8 @@ __global__ void attention_dq_backward_kernel(T* dqkv, const T* dout, const T* qk
     for (int e = threadIdx.x; e < BK * HS; e += BQ) {
       int jj = e / HS, d = e % HS, jg = k0 + jj;
       bool in = jg < T_;
-      Ks[e] = in ? to_f(base[int64_t(jg) * C3 + C + h * HS + d]) : 0.f;
-      Vs[e] = in ? to_f(base[int64_t(jg) * C3 + 2 * C + h * HS + d]) : 0.f;
+      Ks[e] = in ? to_f(base[int64_t(jg) * C3 + koff + d]) : 0.f;
+      Vs[e] = in ? to_f(base[int64_t(jg) * C3 + voff + d]) : 0.f;
     }
     __syncthreads();
     if (!valid) continue;
@@ -303,18 +313,18 @@ static bool cudnn_allowed(DType dt) {
 }
 
 template <typename A, int HS>
-void attention_forward_hs(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH,
+void attention_forward_hs(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH, int G,
                           cudaStream_t stream) {
   using Tiles = AttnTiles<HS>;
   dim3 grid(static_cast<unsigned>(ceil_div(T, Tiles::kFwdQ)), static_cast<unsigned>(B * NH));
   attention_forward_kernel<A, HS><<<grid, Tiles::kFwdQ, 0, stream>>>(
-      out, lse, qkv, static_cast<int>(T), NH, 1.f / sqrtf(float(HS)));
+      out, lse, qkv, static_cast<int>(T), NH, G, 1.f / sqrtf(float(HS)));
   TRIPOD_LAUNCH_CHECK();
 }
 
 template <typename A, int HS>
 void attention_backward_hs(A* dqkv, const A* dout, const A* qkv, const float* lse,
-                           const float* D, int64_t B, int64_t T, int NH, cudaStream_t stream) {
+                           const float* D, int64_t B, int64_t T, int NH, int G, cudaStream_t stream) {
   using Tiles = AttnTiles<HS>;
   float scale = 1.f / sqrtf(float(HS));
   size_t kv_smem = sizeof(float) * (2 * HS * (Tiles::kBwdK + 1) + 2 * Tiles::kBwdQ * HS + 2 * Tiles::kBwdQ);
@@ -323,13 +333,13 @@ void attention_backward_hs(A* dqkv, const A* dout, const A* qkv, const float* ls
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(kv_smem)));
   TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(attention_dq_backward_kernel<A, HS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(q_smem)));
-  dim3 kv_grid(static_cast<unsigned>(ceil_div(T, Tiles::kBwdK)), static_cast<unsigned>(B * NH));
+  dim3 kv_grid(static_cast<unsigned>(ceil_div(T, Tiles::kBwdK)), static_cast<unsigned>(B * G));
   attention_dkdv_backward_kernel<A, HS><<<kv_grid, Tiles::kBwdK, kv_smem, stream>>>(
-      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
+      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, G, scale);
   TRIPOD_LAUNCH_CHECK();
   dim3 q_grid(static_cast<unsigned>(ceil_div(T, Tiles::kDqQ)), static_cast<unsigned>(B * NH));
   attention_dq_backward_kernel<A, HS><<<q_grid, Tiles::kDqQ, q_smem, stream>>>(
-      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
+      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, G, scale);
   TRIPOD_LAUNCH_CHECK();
 }
 
@@ -343,26 +353,26 @@ void attention_backward_hs(A* dqkv, const A* dout, const A* qkv, const float* ls
     }                                                                                      \
   } while (0)
 
-void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+void attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G,
                        int HS, DType dt, cudaStream_t stream) {
   if (B * T == 0) return;
   if (cudnn_allowed(dt)) {
     std::string why;
-    bool ran = cudnn_attention_forward(out, lse, qkv, B, T, NH, HS, dt, stream, &why);
+    bool ran = cudnn_attention_forward(out, lse, qkv, B, T, NH, G, HS, dt, stream, &why);
     if (try_cudnn(ran, why, dt, "forward")) return;
   }
   const void* ptrs[] = {out, qkv};
   if (attention_impl() != AttentionImpl::kScalar &&
       attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 2)) {
-    attention_forward_tc(out, lse, qkv, B, T, NH, HS, dt, stream);
+    attention_forward_tc(out, lse, qkv, B, T, NH, G, HS, dt, stream);
     return;
   }
   TRIPOD_DISPATCH_ACT(dt, A, TRIPOD_DISPATCH_HS(HS, attention_forward_hs<A, kHS>(
-      static_cast<A*>(out), lse, static_cast<const A*>(qkv), B, T, NH, stream)));
+      static_cast<A*>(out), lse, static_cast<const A*>(qkv), B, T, NH, G, stream)));
 }
 
 void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                        const float* lse, int64_t B, int64_t T, int NH, int HS, DType dt,
+                        const float* lse, int64_t B, int64_t T, int NH, int G, int HS, DType dt,
                         float* scratch, cudaStream_t stream, bool deterministic) {
   if (B * T == 0) return;
   if (cudnn_allowed(dt)) {
@@ -371,7 +381,8 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
     // or TRIPOD_CUDA_ATTENTION forces a choice.
     CudnnDq dq = attention_choice().dq;
     if (dq == CudnnDq::kAuto) dq = deterministic ? CudnnDq::kDeterministic : CudnnDq::kAtomic;
-    bool ran = cudnn_attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, HS, dt, dq, stream, &why);
+    bool ran = cudnn_attention_backward(dqkv, dout, qkv, out, lse, scratch, B, T, NH, G, HS, dt, dq, stream,
+                                        &why);
     if (try_cudnn(ran, why, dt, "backward")) return;
   }
   TRIPOD_DISPATCH_ACT(dt, A, {
@@ -382,12 +393,12 @@ void attention_backward(void* dqkv, const void* dout, const void* qkv, const voi
     const void* ptrs[] = {dqkv, dout, qkv, out};
     if (attention_impl() != AttentionImpl::kScalar &&
         attention_tc_supported(dt, HS, int64_t(NH) * HS, ptrs, 4)) {
-      attention_backward_tc2(dqkv, dout, qkv, lse, scratch, B, T, NH, HS, dt, stream);
+      attention_backward_tc2(dqkv, dout, qkv, lse, scratch, B, T, NH, G, HS, dt, stream);
       return;
     }
     TRIPOD_DISPATCH_HS(HS, attention_backward_hs<A, kHS>(
         static_cast<A*>(dqkv), static_cast<const A*>(dout), static_cast<const A*>(qkv), lse,
-        scratch, B, T, NH, stream));
+        scratch, B, T, NH, G, stream));
   });
 }
 

@@ -12,6 +12,10 @@
 // per row run the online softmax on it (log2 units), write P (bf16/f16) and
 // rescale the f32 output rows, then O += P V on tensor cores. Q fragments
 // are loaded once. The log-sum-exp is saved for the backward.
+// Grouped-query attention (G K/V heads of NH % G == 0; G == NH is multi-head):
+// qkv rows are [Q: NH | K: G | V: G] heads; query head h reads K/V head
+// h / (NH/G), and the dK/dV kernel runs per K/V head, walking the query
+// heads of its group in turn (summed in its fragments, no atomics).
 // Backward, split as FlashAttention-2 without atomics: a dK/dV kernel (warp
 // = 16 keys, loops over query tiles from the diagonal: S^T = K Q^T and
 // dP^T = V dout^T, P^T and dS^T = P^T (dP^T - D) elementwise, then dV += P^T
@@ -32,7 +36,7 @@ namespace tripod::backend::cuda {
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float* lse, const T* qkv,
-                                                                   int T_, int NH, float scale) {
+                                                                   int T_, int NH, int G, float scale) {
   using L = TcLayout<HS>;
   constexpr int LDT = L::kLdT, LDF = L::kLdF, LDP = L::kLdP, KS = HS / 16;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -43,10 +47,12 @@ __global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float
   float* S = reinterpret_cast<float*>(smem + 3 * L::tile_bytes) + warp * 16 * LDF;
   float* O = reinterpret_cast<float*>(smem + 3 * L::tile_bytes + kWarps * L::warp_f32_bytes) + warp * 16 * LDF;
   T* P = reinterpret_cast<T*>(smem + 3 * L::tile_bytes + 2 * kWarps * L::warp_f32_bytes) + warp * 16 * LDP;
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, C3 = (NH + 2 * G) * HS;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, kvh = h / (NH / G);
   const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
+  const T* kbase = qkv + int64_t(b) * T_ * C3 + C + kvh * HS;
+  const T* vbase = kbase + G * HS;
   load_tile<T, HS>(Qs, base, C3, q0, T_);
   for (int e = lane; e < 16 * LDF; e += 32) O[e] = 0.f;
   __syncthreads();
@@ -60,8 +66,8 @@ __global__ void __launch_bounds__(128) attention_forward_kernel_tc(T* out, float
   const int last_key = min(T_ - 1, q0 + kTile - 1);
   for (int k0 = 0; k0 <= last_key; k0 += kTile) {
     __syncthreads();
-    load_tile<T, HS>(Ks, base + C, C3, k0, T_);
-    load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
+    load_tile<T, HS>(Ks, kbase, C3, k0, T_);
+    load_tile<T, HS>(Vs, vbase, C3, k0, T_);
     __syncthreads();
 #pragma unroll
     for (int n = 0; n < kTile / 16; ++n) {
@@ -132,13 +138,13 @@ void set_smem(K kernel, size_t bytes) {
 }
 
 template <typename A, int HS>
-void forward_tc(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH, cudaStream_t stream) {
+void forward_tc(A* out, float* lse, const A* qkv, int64_t B, int64_t T, int NH, int G, cudaStream_t stream) {
   using L = TcLayout<HS>;
   size_t smem = 3 * L::tile_bytes + kWarps * (2 * L::warp_f32_bytes + L::warp_p_bytes);
   set_smem(attention_forward_kernel_tc<A, HS>, smem);
   dim3 grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * NH));
   attention_forward_kernel_tc<A, HS><<<grid, 32 * kWarps, smem, stream>>>(
-      out, lse, qkv, static_cast<int>(T), NH, 1.f / sqrtf(float(HS)));
+      out, lse, qkv, static_cast<int>(T), NH, G, 1.f / sqrtf(float(HS)));
   TRIPOD_LAUNCH_CHECK();
 }
 
@@ -169,10 +175,10 @@ bool attention_tc_supported(DType dt, int HS, int64_t C, const void* const* ptrs
   return true;
 }
 
-void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G,
                           int HS, DType dt, cudaStream_t stream) {
   TRIPOD_DISPATCH_TC(dt, HS, forward_tc<A, kHS>(static_cast<A*>(out), lse,
-                                                static_cast<const A*>(qkv), B, T, NH, stream));
+                                                static_cast<const A*>(qkv), B, T, NH, G, stream));
 }
 
 }  // namespace tripod::backend::cuda

@@ -14,12 +14,13 @@ namespace tripod::backend::cuda {
 // bf16/f16, HS in {32, 64, 128}, 16-byte aligned rows and pointers.
 bool attention_tc_supported(DType dt, int HS, int64_t C, const void* const* ptrs, int nptrs);
 
-void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+// qkv (B, T, (NH + 2G) * HS): [Q: NH heads | K: G | V: G] (G == NH: multi-head).
+void attention_forward_tc(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G,
                           int HS, DType dt, cudaStream_t stream);
 // Backward (attention_tc_bwd.cu). D (B, NH, T): row dot products
 // dout . out, computed by the caller.
 void attention_backward_tc2(void* dqkv, const void* dout, const void* qkv, const float* lse,
-                            const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
+                            const float* D, int64_t B, int64_t T, int NH, int G, int HS, DType dt,
                             cudaStream_t stream);
 
 // Which attention kernels run, from TRIPOD_CUDA_ATTENTION (read once; see

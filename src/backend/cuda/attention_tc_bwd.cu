@@ -58,7 +58,7 @@ template <int HS> constexpr int kTc2MinBlocks = HS <= 64 ? 3 : 1;
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(128, kTc2MinBlocks<HS>) attention_dkdv_backward_kernel_tc2(
-    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH,
+    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH, int G,
     float scale) {
   using L = TcLayout<HS>;
   constexpr int LDT = L::kLdT, LDP = L::kLdP, KS = HS / 16, QS = kTile / 16;
@@ -76,15 +76,13 @@ __global__ void __launch_bounds__(128, kTc2MinBlocks<HS>) attention_dkdv_backwar
   T* dSt = reinterpret_cast<T*>(mine + 2 * kBlockBytes + L::warp_p_bytes);
   float* Ls = reinterpret_cast<float*>(wbase + kWarps * Tc2Layout<HS>::warp_bytes);
   float* Ds = Ls + kTile;
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, C3 = (NH + 2 * G) * HS, group = NH / G;
   const int k0 = blockIdx.x * kTile;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
-  const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
-  const T* gbase = dout + int64_t(b) * T_ * C + h * HS;
-  const float* lrow = lse + (int64_t(b) * NH + h) * T_;
-  const float* drow = D + (int64_t(b) * NH + h) * T_;
-  load_tile<T, HS>(Ks, base + C, C3, k0, T_);
-  load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
+  const int b = blockIdx.y / G, kvh = blockIdx.y % G;
+  const int koff = C + kvh * HS, voff = C + (G + kvh) * HS;
+  const T* rows = qkv + int64_t(b) * T_ * C3;
+  load_tile<T, HS>(Ks, rows + koff, C3, k0, T_);
+  load_tile<T, HS>(Vs, rows + voff, C3, k0, T_);
   __syncthreads();
   FragA<T> ka[KS], va[KS];
 #pragma unroll
@@ -100,66 +98,73 @@ __global__ void __launch_bounds__(128, kTc2MinBlocks<HS>) attention_dkdv_backwar
   }
   const int cc = lane & 15, r0 = lane >> 4;  // element (r0 + 2k, cc) of each 16x16 block
   const float sl2 = scale * kLog2e;
-  for (int q0 = k0; q0 < T_; q0 += kTile) {
-    __syncthreads();
-    load_tile<T, HS>(Qs, base, C3, q0, T_);
-    load_tile<T, HS>(Gs, gbase, C, q0, T_);
-    for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
-      bool in = q0 + e < T_;
-      Ls[e] = in ? lrow[q0 + e] * kLog2e : 0.f;
-      Ds[e] = in ? drow[q0 + e] : 0.f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int n = 0; n < QS; ++n) {
-      FragC s, dp;
-      wmma::fill_fragment(s, 0.f);
-      wmma::fill_fragment(dp, 0.f);
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        FragBc<T> qb, gb;
-        wmma::load_matrix_sync(qb, Qs + n * 16 * LDT + kk * 16, LDT);
-        wmma::load_matrix_sync(gb, Gs + n * 16 * LDT + kk * 16, LDT);
-        wmma::mma_sync(s, ka[kk], qb, s);
-        wmma::mma_sync(dp, va[kk], gb, dp);
+  // The query heads of this K/V head's group, one after the other.
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const T* base = rows + h * HS;
+    const T* gbase = dout + int64_t(b) * T_ * C + h * HS;
+    const float* lrow = lse + (int64_t(b) * NH + h) * T_;
+    const float* drow = D + (int64_t(b) * NH + h) * T_;
+    for (int q0 = k0; q0 < T_; q0 += kTile) {
+      __syncthreads();
+      load_tile<T, HS>(Qs, base, C3, q0, T_);
+      load_tile<T, HS>(Gs, gbase, C, q0, T_);
+      for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
+        bool in = q0 + e < T_;
+        Ls[e] = in ? lrow[q0 + e] * kLog2e : 0.f;
+        Ds[e] = in ? drow[q0 + e] : 0.f;
       }
-      wmma::store_matrix_sync(Sb, s, kLdB, wmma::mem_row_major);
-      wmma::store_matrix_sync(dPb, dp, kLdB, wmma::mem_row_major);
-      __syncwarp();
+      __syncthreads();
 #pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int rr = r0 + 2 * k, ii = n * 16 + cc, qi = q0 + ii, j = k0 + warp * 16 + rr;
-        const bool valid = qi >= j && qi < T_ && j < T_;
-        const float p = valid ? exp2f(Sb[rr * kLdB + cc] * sl2 - Ls[ii]) : 0.f;
-        Pt[rr * LDP + ii] = from_f<T>(p);
-        dSt[rr * LDP + ii] = from_f<T>(p * (dPb[rr * kLdB + cc] - Ds[ii]));
+      for (int n = 0; n < QS; ++n) {
+        FragC s, dp;
+        wmma::fill_fragment(s, 0.f);
+        wmma::fill_fragment(dp, 0.f);
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+          FragBc<T> qb, gb;
+          wmma::load_matrix_sync(qb, Qs + n * 16 * LDT + kk * 16, LDT);
+          wmma::load_matrix_sync(gb, Gs + n * 16 * LDT + kk * 16, LDT);
+          wmma::mma_sync(s, ka[kk], qb, s);
+          wmma::mma_sync(dp, va[kk], gb, dp);
+        }
+        wmma::store_matrix_sync(Sb, s, kLdB, wmma::mem_row_major);
+        wmma::store_matrix_sync(dPb, dp, kLdB, wmma::mem_row_major);
+        __syncwarp();
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int rr = r0 + 2 * k, ii = n * 16 + cc, qi = q0 + ii, j = k0 + warp * 16 + rr;
+          const bool valid = qi >= j && qi < T_ && j < T_;
+          const float p = valid ? exp2f(Sb[rr * kLdB + cc] * sl2 - Ls[ii]) : 0.f;
+          Pt[rr * LDP + ii] = from_f<T>(p);
+          dSt[rr * LDP + ii] = from_f<T>(p * (dPb[rr * kLdB + cc] - Ds[ii]));
+        }
+        __syncwarp();
       }
-      __syncwarp();
-    }
 #pragma unroll
-    for (int kk = 0; kk < QS; ++kk) {
-      FragA<T> pa, sa;
-      wmma::load_matrix_sync(pa, Pt + kk * 16, LDP);
-      wmma::load_matrix_sync(sa, dSt + kk * 16, LDP);
+      for (int kk = 0; kk < QS; ++kk) {
+        FragA<T> pa, sa;
+        wmma::load_matrix_sync(pa, Pt + kk * 16, LDP);
+        wmma::load_matrix_sync(sa, dSt + kk * 16, LDP);
 #pragma unroll
-      for (int dn = 0; dn < KS; ++dn) {
-        FragBr<T> gb, qb;
-        wmma::load_matrix_sync(gb, Gs + kk * 16 * LDT + dn * 16, LDT);
-        wmma::load_matrix_sync(qb, Qs + kk * 16 * LDT + dn * 16, LDT);
-        wmma::mma_sync(dv[dn], pa, gb, dv[dn]);
-        wmma::mma_sync(dk[dn], sa, qb, dk[dn]);
+        for (int dn = 0; dn < KS; ++dn) {
+          FragBr<T> gb, qb;
+          wmma::load_matrix_sync(gb, Gs + kk * 16 * LDT + dn * 16, LDT);
+          wmma::load_matrix_sync(qb, Qs + kk * 16 * LDT + dn * 16, LDT);
+          wmma::mma_sync(dv[dn], pa, gb, dv[dn]);
+          wmma::mma_sync(dk[dn], sa, qb, dk[dn]);
+        }
       }
     }
   }
   __syncthreads();  // the tiles become staging space
   float* stage = reinterpret_cast<float*>(smem) + warp * 2 * 16 * (HS + 4);
-  write_rows<T, HS>(dqkv + int64_t(b) * T_ * C3 + h * HS, C3, k0 + warp * 16, T_, stage, dk, scale,
-                    C, dv, 1.f, 2 * C, true);
+  write_rows<T, HS>(dqkv + int64_t(b) * T_ * C3, C3, k0 + warp * 16, T_, stage, dk, scale,
+                    koff, dv, 1.f, voff, true);
 }
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(128, kTc2MinBlocks<HS>) attention_dq_backward_kernel_tc2(
-    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH,
+    T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_, int NH, int G,
     float scale) {
   using L = TcLayout<HS>;
   constexpr int LDT = L::kLdT, LDP = L::kLdP, KS = HS / 16, JS = kTile / 16;
@@ -176,10 +181,12 @@ __global__ void __launch_bounds__(128, kTc2MinBlocks<HS>) attention_dq_backward_
   T* dS = reinterpret_cast<T*>(mine + 2 * kBlockBytes);
   float* Li = reinterpret_cast<float*>(wbase + kWarps * Tc2Layout<HS>::warp_bytes);
   float* Di = Li + kTile;
-  const int C = NH * HS, C3 = 3 * C;
+  const int C = NH * HS, C3 = (NH + 2 * G) * HS;
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kTile;
-  const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+  const int b = blockIdx.y / NH, h = blockIdx.y % NH, kvh = h / (NH / G);
   const T* base = qkv + int64_t(b) * T_ * C3 + h * HS;
+  const T* kbase = qkv + int64_t(b) * T_ * C3 + C + kvh * HS;
+  const T* vbase = kbase + G * HS;
   const int64_t r0w = (int64_t(b) * NH + h) * T_;
   load_tile<T, HS>(Qs, base, C3, q0, T_);
   load_tile<T, HS>(Gs, dout + int64_t(b) * T_ * C + h * HS, C, q0, T_);
@@ -203,8 +210,8 @@ __global__ void __launch_bounds__(128, kTc2MinBlocks<HS>) attention_dq_backward_
   const int last_key = min(T_ - 1, q0 + kTile - 1);
   for (int k0 = 0; k0 <= last_key; k0 += kTile) {
     __syncthreads();
-    load_tile<T, HS>(Ks, base + C, C3, k0, T_);
-    load_tile<T, HS>(Vs, base + 2 * C, C3, k0, T_);
+    load_tile<T, HS>(Ks, kbase, C3, k0, T_);
+    load_tile<T, HS>(Vs, vbase, C3, k0, T_);
     __syncthreads();
 #pragma unroll
     for (int n = 0; n < JS; ++n) {
@@ -255,41 +262,42 @@ namespace {
 
 template <typename A, int HS>
 void backward_tc2(A* dqkv, const A* dout, const A* qkv, const float* lse, const float* D, int64_t B,
-                  int64_t T, int NH, cudaStream_t stream) {
+                  int64_t T, int NH, int G, cudaStream_t stream) {
   const float scale = 1.f / sqrtf(float(HS));
   const size_t smem = Tc2Layout<HS>::smem_bytes;
+  dim3 kv_grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * G));
   dim3 grid(static_cast<unsigned>(ceil_div(T, kTile)), static_cast<unsigned>(B * NH));
   TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(attention_dkdv_backward_kernel_tc2<A, HS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  attention_dkdv_backward_kernel_tc2<A, HS><<<grid, 32 * kWarps, smem, stream>>>(
-      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
+  attention_dkdv_backward_kernel_tc2<A, HS><<<kv_grid, 32 * kWarps, smem, stream>>>(
+      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, G, scale);
   TRIPOD_LAUNCH_CHECK();
   TRIPOD_CUDA_CHECK(cudaFuncSetAttribute(attention_dq_backward_kernel_tc2<A, HS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   attention_dq_backward_kernel_tc2<A, HS><<<grid, 32 * kWarps, smem, stream>>>(
-      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, scale);
+      dqkv, dout, qkv, lse, D, static_cast<int>(T), NH, G, scale);
   TRIPOD_LAUNCH_CHECK();
 }
 
 template <typename A>
 void backward_tc2_hs(int HS, A* dqkv, const A* dout, const A* qkv, const float* lse, const float* D,
-                     int64_t B, int64_t T, int NH, cudaStream_t stream) {
-  if (HS == 32) backward_tc2<A, 32>(dqkv, dout, qkv, lse, D, B, T, NH, stream);
-  else if (HS == 64) backward_tc2<A, 64>(dqkv, dout, qkv, lse, D, B, T, NH, stream);
-  else backward_tc2<A, 128>(dqkv, dout, qkv, lse, D, B, T, NH, stream);
+                     int64_t B, int64_t T, int NH, int G, cudaStream_t stream) {
+  if (HS == 32) backward_tc2<A, 32>(dqkv, dout, qkv, lse, D, B, T, NH, G, stream);
+  else if (HS == 64) backward_tc2<A, 64>(dqkv, dout, qkv, lse, D, B, T, NH, G, stream);
+  else backward_tc2<A, 128>(dqkv, dout, qkv, lse, D, B, T, NH, G, stream);
 }
 
 }  // namespace
 
 void attention_backward_tc2(void* dqkv, const void* dout, const void* qkv, const float* lse,
-                            const float* D, int64_t B, int64_t T, int NH, int HS, DType dt,
+                            const float* D, int64_t B, int64_t T, int NH, int G, int HS, DType dt,
                             cudaStream_t stream) {
   if (dt == DType::BF16)
     backward_tc2_hs<bf16>(HS, static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                          static_cast<const bf16*>(qkv), lse, D, B, T, NH, stream);
+                          static_cast<const bf16*>(qkv), lse, D, B, T, NH, G, stream);
   else
     backward_tc2_hs<f16>(HS, static_cast<f16*>(dqkv), static_cast<const f16*>(dout),
-                         static_cast<const f16*>(qkv), lse, D, B, T, NH, stream);
+                         static_cast<const f16*>(qkv), lse, D, B, T, NH, G, stream);
 }
 
 }  // namespace tripod::backend::cuda

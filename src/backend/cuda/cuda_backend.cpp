@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
 
 #include "base/error.h"
 
@@ -22,6 +25,9 @@
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/rmsnorm.cuh"
+#include "backend/cuda/rope.cuh"
+#include "backend/cuda/swiglu.cuh"
 
 namespace tripod::backend {
 namespace cuda {
@@ -45,6 +51,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     if (stream_) cudaStreamSynchronize(stream_);
     scratch_ = Tensor();
+    rope_tables_.clear();
     blas_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -195,18 +202,56 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention ----
-  void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head) override {
-    int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
-    cuda::attention_forward(out.raw(), lse.data<float>(), qkv.raw(), B, T, n_head,
-                            static_cast<int>(C / n_head), qkv.dtype(), stream_);
+  void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head) override {
+    int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    cuda::attention_forward(out.raw(), lse.data<float>(), qkv.raw(), B, T, n_head, n_kv_head,
+                            static_cast<int>(HS), qkv.dtype(), stream_);
   }
   void attention_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                               const Tensor& lse, int n_head) override {
-    int64_t B = qkv.size(0), T = qkv.size(1), C = qkv.size(2) / 3;
+                               const Tensor& lse, int n_head, int n_kv_head) override {
+    int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     float* scratch = scratch_floats(size_t(B * n_head * T));
-    cuda::attention_backward(dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(), B, T,
-                             n_head, static_cast<int>(C / n_head), qkv.dtype(), scratch, stream_,
-                             deterministic_);
+    cuda::attention_backward(dqkv.raw(), dout.raw(), qkv.raw(), out.raw(), lse.data<float>(), B, T, n_head,
+                             n_kv_head, static_cast<int>(HS), qkv.dtype(), scratch, stream_, deterministic_);
+  }
+
+  // ---- RMSNorm ----
+  void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                            float eps) override {
+    int64_t C = weight.numel(), N = inp.numel() / C;
+    cuda::rmsnorm_forward(out.raw(), rstd.data<float>(), inp.raw(), weight.raw(), weight.dtype(), eps, N, C,
+                          inp.dtype(), stream_);
+  }
+  void rmsnorm_backward_impl(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight, const Tensor& rstd) override {
+    int64_t C = weight.numel(), N = inp.numel() / C;
+    float* scratch = scratch_floats(size_t(cuda::rmsnorm_backward_blocks(N)) * C);
+    cuda::rmsnorm_backward(dinp.raw(), dweight.raw(), dweight.dtype(), dout.raw(), inp.raw(), weight.raw(),
+                           weight.dtype(), rstd.data<float>(), N, C, inp.dtype(), scratch, stream_);
+  }
+  void fused_residual_rmsnorm_forward_impl(Tensor& residual, Tensor& out, Tensor& rstd, const Tensor& a,
+                                           const Tensor& b, const Tensor& weight, float eps) override {
+    int64_t C = weight.numel(), N = a.numel() / C;
+    cuda::fused_residual_rmsnorm_forward(residual.raw(), out.raw(), rstd.data<float>(), a.raw(), b.raw(),
+                                         weight.raw(), weight.dtype(), eps, N, C, a.dtype(), stream_);
+  }
+
+  // ---- rotary position embedding ----
+  void rope_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base, bool backward) override {
+    int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    const Tensor& table = rope_table(T, rot_dim, base);
+    cuda::rope(qkv.raw(), table.data<float>(), table.size(1), B, T, n_head, n_kv_head, static_cast<int>(HS),
+               static_cast<int>(rot_dim), backward, qkv.dtype(), stream_);
+  }
+
+  // ---- SwiGLU ----
+  void swiglu_forward_impl(Tensor& out, const Tensor& inp) override {
+    int64_t F = out.size(-1), N = out.numel() / F;
+    cuda::swiglu_forward(out.raw(), inp.raw(), N, F, inp.dtype(), stream_);
+  }
+  void swiglu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+    int64_t F = dout.size(-1), N = dout.numel() / F;
+    cuda::swiglu_backward(dinp.raw(), inp.raw(), dout.raw(), N, F, inp.dtype(), stream_);
   }
 
   // ---- dropout ----
@@ -271,6 +316,23 @@ class CudaBackend final : public Backend {
     return ld % 8 == 0 && reinterpret_cast<uintptr_t>(aux.raw()) % 16 == 0;
   }
 
+  // The RoPE (cos, sin) table for (rot_dim, base): f32 (2, rows, rot_dim/2),
+  // built on the host (cuda::rope_table) and kept; rebuilt with more rows
+  // when a longer sequence comes (rows rounded up to a multiple of 256).
+  const Tensor& rope_table(int64_t T, int64_t rot_dim, float base) {
+    Tensor& t = rope_tables_[{rot_dim, base}];
+    if (!t.defined() || t.size(1) < T) {
+      const int64_t rows = (T + 255) / 256 * 256;
+      std::vector<float> host = cuda::rope_table(rows, rot_dim, base);
+      Tensor fresh = empty({2, rows, rot_dim / 2}, DType::F32);
+      TRIPOD_CUDA_CHECK(cudaMemcpyAsync(fresh.raw(), host.data(), host.size() * sizeof(float),
+                                        cudaMemcpyHostToDevice, stream_));
+      TRIPOD_CUDA_CHECK(cudaStreamSynchronize(stream_));  // host buffer goes out of scope
+      t = fresh;  // the old table's memory returns to the stream-ordered allocator
+    }
+    return t;
+  }
+
   // Scratch for partial sums; reused across ops (all work is stream-ordered).
   float* scratch_floats(size_t n) {
     if (!scratch_.defined() || static_cast<size_t>(scratch_.numel()) < n)
@@ -283,6 +345,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<BlasLt> blas_;
   Tensor scratch_;  // f32 (n)
+  std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
   bool deterministic_ = false;  // set_deterministic
 };
 

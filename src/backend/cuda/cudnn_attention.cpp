@@ -5,9 +5,15 @@
 // recognise an operation graph of primitive ops (the pattern of cuDNN's
 // "flash fused attention" support surface); the graphs below are that
 // pattern for causal, dropout-free self-attention with saved stats.
-// Layouts: qkv (B, T, 3, NH, HS) gives Q, K, V as (B, NH, T, HS) views with
-// strides (T*3C, HS, 3C, 1) at offsets 0, C, 2C; K^T and V^T swap the last
-// two dims and strides. out/dout are (B, NH, T, HS) views of (B, T, C).
+// Layouts: qkv (B, T, NH + 2G, HS) gives Q as a (B, NH, T, HS) view and K, V
+// as (B, G, T, HS) views, all with strides (T*W, HS, W, 1) (W = (NH+2G)*HS)
+// at offsets 0, NH*HS, (NH+G)*HS; K^T and V^T swap the last two dims and
+// strides. out/dout are (B, NH, T, HS) views of (B, T, C), C = NH*HS.
+// Grouped-query attention (G < NH) is the same graph: cuDNN's matmuls take
+// K/V with G heads against Q with NH (head h uses K/V head h / (NH/G)); in
+// the backward, dK and dV come out per query head into virtual
+// (B, NH, T, HS) tensors and a reduction sums each group into the G heads of
+// dqkv (the pattern of cuDNN's own SDPA backward for GQA).
 // Forward:  S = Q K^T * scale; causal mask (row >= col, else -inf);
 //           M = rowmax S, E = exp(S - M), L = rowsum E;
 //           stats = M + log L (the log-sum-exp, saved), P = E / L (bf16/f16);
@@ -63,9 +69,10 @@ struct Plan {
 
 struct Key {
   int device, dtype, kind;  // kind: 0 forward, 1 backward deterministic dQ, 2 backward atomic dQ
-  int64_t B, T, NH, HS;
+  int64_t B, T, NH, G, HS;
   bool operator<(const Key& o) const {
-    return std::tie(device, dtype, kind, B, T, NH, HS) < std::tie(o.device, o.dtype, o.kind, o.B, o.T, o.NH, o.HS);
+    return std::tie(device, dtype, kind, B, T, NH, G, HS) <
+           std::tie(o.device, o.dtype, o.kind, o.B, o.T, o.NH, o.G, o.HS);
   }
 };
 
@@ -100,12 +107,15 @@ cudnnDataType_t cudnn_type(DType dt) { return dt == DType::BF16 ? CUDNN_DATA_BFL
 
 using Dims = std::vector<int64_t>;
 
+// H query heads, G K/V heads of size D; C = H*D (out), W = (H+2G)*D (qkv).
 struct Shapes {
-  int64_t B, T, H, D, C, C3;
+  int64_t B, T, H, G, D, C, W;
   Dims qkv_dims() const { return {B, H, T, D}; }
-  Dims qkv_strides() const { return {T * C3, D, C3, 1}; }      // Q, K, V (and dQ, dK, dV)
-  Dims qkv_t_dims() const { return {B, H, D, T}; }
-  Dims qkv_t_strides() const { return {T * C3, D, 1, C3}; }    // K^T, V^T
+  Dims qkv_strides() const { return {T * W, D, W, 1}; }        // Q, K, V (and dQ, dK, dV)
+  Dims kv_dims() const { return {B, G, T, D}; }                // K, V, dK, dV
+  Dims kv_t_dims() const { return {B, G, D, T}; }
+  Dims qkv_t_strides() const { return {T * W, D, 1, W}; }      // K^T, V^T
+  Dims full_strides() const { return {H * T * D, T * D, D, 1}; }  // per-query-head dK, dV (GQA)
   Dims o_strides() const { return {T * C, D, C, 1}; }          // O, dO
   Dims row_dims() const { return {B, H, T, 1}; }
   Dims row_strides() const { return {H * T, T, 1, 1}; }        // stats, rowsums
@@ -143,8 +153,8 @@ Plan build_forward(const Shapes& sh, DType dt, int variant) {
   Graph& g = *p.graph;
   const cudnnDataType_t io = cudnn_type(dt), F = CUDNN_DATA_FLOAT;
   int64_t q = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t kt = g.tensor({io, sh.qkv_t_dims(), sh.qkv_t_strides()});
-  int64_t v = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t kt = g.tensor({io, sh.kv_t_dims(), sh.qkv_t_strides()});
+  int64_t v = g.tensor({io, sh.kv_dims(), sh.qkv_strides()});
   int64_t o = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
   int64_t stats = g.tensor({F, sh.row_dims(), sh.row_strides()});
   int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
@@ -181,14 +191,22 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   Graph& g = *p.graph;
   const cudnnDataType_t io = cudnn_type(dt), F = CUDNN_DATA_FLOAT;
   int64_t q = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t kt = g.tensor({io, sh.qkv_t_dims(), sh.qkv_t_strides()});
-  int64_t vt = g.tensor({io, sh.qkv_t_dims(), sh.qkv_t_strides()});
+  int64_t kt = g.tensor({io, sh.kv_t_dims(), sh.qkv_t_strides()});
+  int64_t vt = g.tensor({io, sh.kv_t_dims(), sh.qkv_t_strides()});
   int64_t o = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
   int64_t dout = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
   int64_t stats = g.tensor({F, sh.row_dims(), sh.row_strides()});
   int64_t dq = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t dk = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t dv = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
+  int64_t dk = g.tensor({io, sh.kv_dims(), sh.qkv_strides()});
+  int64_t dv = g.tensor({io, sh.kv_dims(), sh.qkv_strides()});
+  // GQA: dK, dV per query head first, then summed over each group.
+  const bool grouped = sh.G != sh.H;
+  auto per_query_head = [&](int64_t dst) {
+    return grouped ? g.virtual_tensor(io, sh.qkv_dims(), sh.full_strides()) : dst;
+  };
+  auto sum_groups = [&](int64_t full, int64_t dst) {
+    if (grouped) g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, dst);
+  };
   int64_t rowsum = g.tensor({F, sh.row_dims(), sh.row_strides()});
   int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
   int64_t masked = g.scalar(masked_value());
@@ -215,7 +233,9 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   // dV = P^T dO
   int64_t pt = g.virtual_tensor(io, sh.s_dims(), sh.st_strides());
   g.reshape(e, pt);
-  g.matmul(pt, dout, dv);
+  int64_t dv_full = per_query_head(dv);
+  g.matmul(pt, dout, dv_full);
+  sum_groups(dv_full, dv);
 
   // dS = (dO V^T - rowsum) * P * scale
   int64_t dp = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
@@ -230,10 +250,12 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   // dK = dS^T Q
   int64_t dst = g.virtual_tensor(io, sh.s_dims(), sh.st_strides());
   g.reshape(ds, dst);
-  g.matmul(dst, q, dk);
+  int64_t dk_full = per_query_head(dk);
+  g.matmul(dst, q, dk_full);
+  sum_groups(dk_full, dk);
 
   // dQ = dS K
-  int64_t k = g.virtual_tensor(variant == 0 ? io : F, sh.qkv_dims(), sh.qkv_strides());
+  int64_t k = g.virtual_tensor(variant == 0 ? io : F, sh.kv_dims(), sh.qkv_strides());
   g.reshape(kt, k);
   p.uids = {q, kt, vt, o, dout, stats, dq, dk, dv, rowsum};
   if (deterministic) {
@@ -274,10 +296,10 @@ const Plan* plan_for(const Key& key, const Shapes& sh, DType dt, std::string* wh
       try {
         p = key.kind == 0 ? build_forward(sh, dt, variant) : build_backward(sh, dt, key.kind == 1, variant);
         p.graph->build(cudnn::handle_for_current_device());
-        log::info("cuDNN {} attention {} plan B={} T={} NH={} HS={}: graph variant {}, {}, workspace {} bytes",
+        log::info("cuDNN {} attention {} plan B={} T={} NH={} G={} HS={}: graph variant {}, {}, workspace {} bytes",
                   cudnn::version(),
                   key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
-                  key.B, key.T, key.NH, key.HS, variant, p.graph->engine_note(), p.graph->workspace_bytes());
+                  key.B, key.T, key.NH, key.G, key.HS, variant, p.graph->engine_note(), p.graph->workspace_bytes());
         errors.clear();
         break;
       } catch (const cudnn::GraphError& e) {
@@ -297,19 +319,19 @@ const Plan* plan_for(const Key& key, const Shapes& sh, DType dt, std::string* wh
 
 }  // namespace
 
-bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G,
                              int HS, DType dt, cudaStream_t stream, std::string* why) {
   const int64_t C = int64_t(NH) * HS;
   const void* ptrs[] = {out, qkv};
   if (!served(dt, HS, C, ptrs, 2, why)) return false;
   int dev = 0;
   cudaGetDevice(&dev);
-  const Shapes sh{B, T, NH, HS, C, 3 * C};
-  const Plan* p = plan_for({dev, int(dt), 0, B, T, NH, HS}, sh, dt, why);
+  const Shapes sh{B, T, NH, G, HS, C, int64_t(NH + 2 * G) * HS};
+  const Plan* p = plan_for({dev, int(dt), 0, B, T, NH, G, HS}, sh, dt, why);
   if (!p) return false;
   const size_t es = dtype_size(dt);
   char* base = static_cast<char*>(const_cast<void*>(qkv));
-  std::vector<void*> ptr = {base, base + C * es, base + 2 * C * es, out, lse};
+  std::vector<void*> ptr = {base, base + C * es, base + (C + int64_t(G) * HS) * es, out, lse};
   try {
     void* ws = workspace(dev, size_t(p->graph->workspace_bytes()), stream);
     p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, ws);
@@ -320,27 +342,28 @@ bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, 
 }
 
 bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, float* scratch, int64_t B, int64_t T, int NH,
+                              const float* lse, float* scratch, int64_t B, int64_t T, int NH, int G,
                               int HS, DType dt, CudnnDq dq, cudaStream_t stream, std::string* why) {
   const int64_t C = int64_t(NH) * HS;
   const void* ptrs[] = {dqkv, dout, qkv, out};
   if (!served(dt, HS, C, ptrs, 4, why)) return false;
   int dev = 0;
   cudaGetDevice(&dev);
-  const Shapes sh{B, T, NH, HS, C, 3 * C};
+  const Shapes sh{B, T, NH, G, HS, C, int64_t(NH + 2 * G) * HS};
   // The deterministic algorithm keeps dS (2 bytes per score, 64-padded) in
   // cuDNN's workspace: used up to 1 GiB of it unless forced. On the H200 it
   // costs 8-16% of the backward against atomics (bench/RESULTS.md).
   const int64_t tp = (T + 63) / 64 * 64;
   bool det = dq == CudnnDq::kDeterministic ||
              (dq == CudnnDq::kAuto && B * NH * tp * tp * 2 <= (int64_t(1) << 30));
-  const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, B, T, NH, HS}, sh, dt, why);
+  const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, B, T, NH, G, HS}, sh, dt, why);
   if (!p) return false;
   const size_t es = dtype_size(dt);
+  const int64_t voff = (C + int64_t(G) * HS) * es;
   char* in = static_cast<char*>(const_cast<void*>(qkv));
   char* g = static_cast<char*>(dqkv);
-  std::vector<void*> ptr = {in, in + C * es, in + 2 * C * es, const_cast<void*>(out), const_cast<void*>(dout),
-                            const_cast<float*>(lse), g, g + C * es, g + 2 * C * es, scratch};
+  std::vector<void*> ptr = {in, in + C * es, in + voff, const_cast<void*>(out), const_cast<void*>(dout),
+                            const_cast<float*>(lse), g, g + C * es, g + voff, scratch};
   try {
     const size_t cws = (size_t(p->graph->workspace_bytes()) + 255) / 256 * 256;
     char* ws = static_cast<char*>(workspace(dev, cws + size_t(p->accum_bytes), stream));
@@ -359,13 +382,13 @@ bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, con
 
 #else  // !TRIPOD_HAVE_CUDNN_GRAPH
 
-bool cudnn_attention_forward(void*, float*, const void*, int64_t, int64_t, int, int, DType, cudaStream_t,
+bool cudnn_attention_forward(void*, float*, const void*, int64_t, int64_t, int, int, int, DType, cudaStream_t,
                              std::string* why) {
   if (why) *why = "built without cudnn_graph.h";
   return false;
 }
 bool cudnn_attention_backward(void*, const void*, const void*, const void*, const float*, float*, int64_t,
-                              int64_t, int, int, DType, CudnnDq, cudaStream_t, std::string* why) {
+                              int64_t, int, int, int, DType, CudnnDq, cudaStream_t, std::string* why) {
   if (why) *why = "built without cudnn_graph.h";
   return false;
 }

@@ -1,8 +1,8 @@
 // Causal attention through cuDNN's fused flash attention (the SDPA operation
 // graphs of cudnn_attention.cpp, built with cudnn_graph.h): the bf16/f16 path
 // of attention.cu when cuDNN 9 loads and a plan exists for the shape. Same
-// contracts as attention.cuh: q/k/v are read in place from qkv (B, T, 3, NH,
-// HS) and dq/dk/dv written in place into dqkv through strides; lse (B, NH, T)
+// contracts as attention.cuh: q/k/v are read in place from qkv (B, T,
+// NH + 2G, HS) and dq/dk/dv written in place into dqkv through strides; lse (B, NH, T)
 // f32 is cuDNN's softmax stats (natural-log log-sum-exp), so the forward's
 // saved buffer feeds either backward. Internal to backend/cuda.
 #pragma once
@@ -25,11 +25,11 @@ enum class CudnnDq { kAuto, kDeterministic, kAtomic };
 // True when cuDNN ran the op; false, with the reason in *why, when cuDNN is
 // missing, the dtype/head size/alignment is not served, or no plan was found
 // for this shape (the failure is cached; the caller falls back).
-bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH,
+bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G,
                              int HS, DType dt, cudaStream_t stream, std::string* why);
 // scratch: B * NH * T floats (cuDNN's rowsum of dout * out goes there).
 bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, float* scratch, int64_t B, int64_t T, int NH,
+                              const float* lse, float* scratch, int64_t B, int64_t T, int NH, int G,
                               int HS, DType dt, CudnnDq dq, cudaStream_t stream, std::string* why);
 
 // Logs `message` once per process (the attention path that runs).
