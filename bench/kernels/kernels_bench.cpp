@@ -8,8 +8,13 @@
 //
 //   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--only SECTION] [--out results.md]
 // SECTION: matmul, attention, attention_shapes, layernorm, gelu, embedding, ce,
+<<<<<<< HEAD
 // optimizer (default: all); llama (opt-in: RMSNorm, SwiGLU, RoPE and
 // grouped-query attention at Llama-style shapes, bf16). attention_shapes: bf16 causal attention at
+=======
+// optimizer (default: all; optimizer times a parameter vector of the
+// --model's size: 124M, 355M or 1.56B elements). attention_shapes: bf16 causal attention at
+>>>>>>> fused-adamw
 // B*T = 8192 with (T, NH, HS) = (1024, 12, 64), (1024, 25, 64), (2048, 16, 128).
 //   kernels_bench --attn-io DIR B T NH HS
 // runs one bf16 attention forward + backward on DIR/qkv.bin (B*T*3C bf16) and
@@ -306,9 +311,15 @@ int main(int argc, char** argv) {
       add("ce_backward", dt, shp({N, V}), us, 0, 2 * nv);
     }
   }
-  // Optimizer over a GPT-2 124M-sized parameter vector (f32 state).
+  // Optimizer over a GPT-2-sized parameter vector (f32 state; the parameter
+  // counts of GPT-2 124M / 350M / 1.5B at V = 50257): the update, the grad
+  // norm, the bf16 compute-copy cast, and the update then the cast (the
+  // unfused mixed-precision step) against the update writing the copy in its
+  // own pass (adamw_update with a compute_out). GB/s counts the bytes each
+  // form must move: 28 per parameter for the update, 6 for the cast, 34 for
+  // both, 30 for the fused pass.
   if (want("optimizer")) {
-    const int64_t P = 124439808;
+    const int64_t P = model == "1.5b" ? 1557611200 : model == "350m" ? 354823168 : 124439808;
     Tensor p = be->empty({P}, DType::F32), g = be->empty({P}, DType::F32), m = be->empty({P}, DType::F32),
            v = be->empty({P}, DType::F32), acc = be->empty({1}, DType::F32);
     for (Tensor* t : {&p, &g}) fill(*be, *t);
@@ -317,13 +328,21 @@ int main(int argc, char** argv) {
     be->zero(acc);
     backend::AdamWStep s;
     s.lr = 1e-4f;
+    const std::string n = std::to_string(P);
     double us = median_us(*be, [&] { be->adamw_update(p, g, m, v, s); }, 5);
-    add("adamw_update", DType::F32, std::to_string(P), us, 0, 28.0 * P);
+    add("adamw_update", DType::F32, n, us, 0, 28.0 * P);
     us = median_us(*be, [&] { be->sum_squares(acc, g); }, 5);
-    add("sum_squares", DType::F32, std::to_string(P), us, 0, 4.0 * P);
+    add("sum_squares", DType::F32, n, us, 0, 4.0 * P);
     Tensor h = be->empty({P}, DType::BF16);
     us = median_us(*be, [&] { be->cast(h, p); }, 5);
-    add("cast f32->bf16", DType::F32, std::to_string(P), us, 0, 6.0 * P);
+    add("cast f32->bf16", DType::F32, n, us, 0, 6.0 * P);
+    us = median_us(*be, [&] {
+      be->adamw_update(p, g, m, v, s);
+      be->cast(h, p);
+    }, 5);
+    add("adamw_update + cast bf16 (unfused)", DType::F32, n, us, 0, 34.0 * P);
+    us = median_us(*be, [&] { be->adamw_update(p, g, m, v, s, &h); }, 5);
+    add("adamw_update -> bf16 copy (fused)", DType::F32, n, us, 0, 30.0 * P);
   }
   std::printf("peak device memory %.2f GiB\n", be->peak_memory_bytes() / 1073741824.0);
 

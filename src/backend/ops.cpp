@@ -22,6 +22,18 @@ using namespace checks;
 
 using Named = std::pair<const Tensor*, const char*>;
 
+<<<<<<< HEAD
+=======
+// Whether the bytes of a and b intersect (same device assumed).
+bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const char*>(a.raw());
+  const auto* pb = static_cast<const char*>(b.raw());
+  return a.nbytes() && b.nbytes() && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+int64_t rows_of(const Tensor& t) { return t.size(-1) ? t.numel() / t.size(-1) : 0; }
+
+>>>>>>> fused-adamw
 // Shared by layernorm_forward and fused_residual_layernorm_forward.
 void check_layernorm_forward(const Checks& k, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                              const Tensor& inp, const char* inp_name, const Tensor& weight,
@@ -350,7 +362,8 @@ void Backend::cross_entropy_fused(Tensor& losses, Tensor* dlogits, const Tensor&
 
 // ---- optimizer ----
 
-void Backend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step) {
+void Backend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step,
+                           Tensor* compute_out) {
   Checks k(*this, "adamw_update");
   k.on_device(param, "param");
   const DType dt = param.dtype();
@@ -361,7 +374,19 @@ void Backend::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
     k.numel(*t, name, param.numel(), "as many as param");
   }
   k.that(step.step >= 1, fmt::format("step {} must be >= 1 (1-based, for bias correction)", step.step));
-  adamw_update_impl(param, grad, m, v, step);
+  if (!compute_out) {
+    adamw_update_impl(param, grad, m, v, step);
+    return;
+  }
+  k.on_device(*compute_out, "compute_out");
+  k.that(is_float(compute_out->dtype()) && stores(compute_out->dtype()),
+         fmt::format("compute_out must have a floating dtype the {} backend stores, got {}", name(),
+                     compute_out->str()));
+  k.numel(*compute_out, "compute_out", param.numel(), "as many as param");
+  for (auto [t, name] : {Named{&param, "param"}, Named{&grad, "grad"}, Named{&m, "m"}, Named{&v, "v"}})
+    k.that(!overlaps(*compute_out, *t), fmt::format("compute_out {} must not overlap {} {}", compute_out->str(),
+                                                    name, t->str()));
+  adamw_update_cast_impl(param, grad, m, v, step, *compute_out);
 }
 
 void Backend::sum_squares(Tensor& acc, const Tensor& x) {
@@ -389,6 +414,12 @@ void Backend::matmul_backward_dgelu_impl(Tensor& dpre, Tensor* dweight, Tensor* 
                                          const Tensor& inp, const Tensor& weight, const Tensor& pre) {
   matmul_backward_impl(&dpre, dweight, dbias, dout, inp, weight);
   gelu_backward_impl(dpre, pre, dpre);  // elementwise: in place is safe
+}
+
+void Backend::adamw_update_cast_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                     const AdamWStep& step, Tensor& compute_out) {
+  adamw_update_impl(param, grad, m, v, step);
+  cast_impl(compute_out, param);
 }
 
 void Backend::cross_entropy_fused_impl(Tensor& losses, Tensor* dlogits, const Tensor& logits,

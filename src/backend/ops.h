@@ -8,8 +8,14 @@
 //    (backend/ops.cpp: shapes, dtypes, device, with messages that name the op
 //    and the tensor), then calls the protected virtual <op>_impl, which a
 //    backend overrides. An _impl may assume its arguments passed the checks.
+<<<<<<< HEAD
 //  - The fused ops (fused_residual_layernorm_forward, fused_residual_rmsnorm_forward,
 //    matmul_forward_gelu, matmul_backward_dgelu, cross_entropy_fused) have default _impls composed
+=======
+//  - The fused ops (fused_residual_layernorm_forward, matmul_forward_gelu,
+//    matmul_backward_dgelu, cross_entropy_fused, and adamw_update with a
+//    compute_out: adamw_update_cast_impl) have default _impls composed
+>>>>>>> fused-adamw
 //    of the unfused ops (ops.cpp), so the CPU reference gives exactly the
 //    unfused results; a backend with a fused kernel overrides them.
 //  - Adding an op: docs/adding-an-op.md.
@@ -216,8 +222,13 @@ class Backend {
 
   // ---- optimizer ----
   // AdamW on f32 master weights (f64 on the cpu reference); param, grad, m,
-  // v all of one dtype, same numel.
-  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step);
+  // v all of one dtype, same numel. compute_out (optional; same numel, a
+  // dtype cast() converts to, overlapping none of the others) receives the
+  // updated param converted as cast() converts it, bit for bit: the bf16/fp16
+  // compute copy of mixed precision, written in the same pass instead of a
+  // second read of the master weights.
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step,
+                    Tensor* compute_out = nullptr);
   // acc(1) += sum of x^2 (accumulated in at least f32; f64 on cpu); acc is
   // a statistics tensor (f32, or f64 under f64 x).
   void sum_squares(Tensor& acc, const Tensor& x);
@@ -287,6 +298,9 @@ class Backend {
                                         const Tensor& targets, float dloss);
   virtual void adamw_update_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                                  const AdamWStep& step) = 0;
+  // adamw_update with a compute_out; default: adamw_update_impl then cast_impl.
+  virtual void adamw_update_cast_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                      const AdamWStep& step, Tensor& compute_out);
   virtual void sum_squares_impl(Tensor& acc, const Tensor& x) = 0;
 };
 

@@ -31,6 +31,10 @@ struct DebugConfig {
   // compute dtype (bf16/fp16) instead of fp32, as before fp32 LayerNorm
   // params (for A/B comparisons).
   bool ln_params_in_compute_dtype = false;
+  // TRIPOD_UNFUSED_ADAMW_CAST=1: the optimizer updates the fp32 masters,
+  // then casts the whole bf16/fp16 compute copy in a second pass, instead of
+  // writing the copy in the update's pass (the same bits; for A/B timings).
+  bool unfused_adamw_cast = false;
   // TRIPOD_CPU_MEMORY_LIMIT_MB=n: the CPU run behaves as a device of n MiB
   // (allocations past it raise OutOfMemoryError), 0: no limit.
   int64_t cpu_memory_limit_mb = 0;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "base/debug_config.h"
 #include "base/error.h"
 #include "distributed/finalize_model_grads.h"
 
@@ -34,7 +35,15 @@ DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const p
     cs.norm_segments = buf.shard_segments(
         [&](const model::Param& p) { return counts_in_grad_norm(p, st, tp_rank, pipeline); }, false);
     cs.adam = std::make_unique<optim::AdamW>(be_, len, config);
-    if (sharded_) {
+    if (!sharded_) {
+      // step() writes the compute copy of exactly these ranges and casts
+      // nothing else: they must cover every parameter (the padding past
+      // them is zero in both copies and never written).
+      int64_t covered = 0;
+      for (const auto& seg : cs.segments) covered += seg.numel;
+      TRIPOD_CHECK(covered == buf.params().numel(), "optimizer segments cover {} of the {} parameters of chunk {}",
+                   covered, buf.params().numel(), c);
+    } else {
       cs.value_shard = be_.empty({len}, DType::F32);
       be_.zero(cs.value_shard);
     }
@@ -69,7 +78,13 @@ void DistributedOptimizer::step(double lr, float grad_scale) {
     ParamAndGradBuffer& buf = ddp_.buffer(static_cast<int>(c));
     auto& params = buf.params();
     if (!sharded_) {
-      cs.adam->step(params.values(), params.grads(), cs.segments, lr, grad_scale);
+      // The update writes the bf16/fp16 compute copy in the same pass over
+      // the master weights (TRIPOD_UNFUSED_ADAMW_CAST=1: update, then a
+      // separate cast of the whole buffer; the same bits, for A/B timings).
+      Tensor* compute = params.compute_dtype() == DType::F32 ? nullptr : &params.compute_values();
+      if (debug_config().unfused_adamw_cast) compute = nullptr;
+      cs.adam->step(params.values(), params.grads(), cs.segments, lr, grad_scale, compute);
+      if (!compute) params.sync_compute();  // no-op in f32
       continue;
     }
     // Step the fp32 master shard, then all-gather the updated parameters
@@ -82,8 +97,11 @@ void DistributedOptimizer::step(double lr, float grad_scale) {
     else
       buf.gather_shards(params.values(), cs.value_shard);
   }
-  // bf16/fp16 compute copies from the updated fp32 masters.
-  if (!overlap)
+  // Sharded: the bf16/fp16 compute copies from the gathered fp32 masters
+  // (this rank updated only its shard; the all-gather moves the fp32
+  // masters, which every rank keeps whole for the LayerNorms, which compute
+  // with them, and for checkpoints).
+  if (sharded_ && !overlap)
     for (int c = 0; c < ddp_.num_chunks(); ++c) ddp_.model(c).params().sync_compute();
 }
 

@@ -92,8 +92,15 @@ class ParamStore {
   Tensor& values() { return values_; }  // (padded_numel) f32
   Tensor& grads() { return grads_; }    // (padded_numel) f32
   DType compute_dtype() const { return compute_dtype_; }
+  // (padded_numel) in the compute dtype, at the offsets of values(): the
+  // bf16/f16 copy, or values() itself in f32. Every element is a cast of its
+  // master weight, LayerNorm params included (they compute with `value`, so
+  // their copy is unused but kept in step).
+  Tensor& compute_values() { return compute_values_; }
   // Copies the master weights into the compute copy (cast; no-op in f32).
-  // Call after every update of values(): optimizer step, load, init. The
+  // Call after every update of values() that did not also write
+  // compute_values() (the optimizer's fused update does: optim::AdamW::step
+  // with a compute copy): load, init, the parameter all-gather. The
   // range form refreshes elements [begin, begin + numel) of the flat buffers
   // only (one bucket after its all-gather, one parameter after a load).
   void sync_compute();

@@ -30,7 +30,7 @@ AdamW::AdamW(backend::Backend& be, int64_t numel, const AdamWConfig& config) : b
 }
 
 void AdamW::step(Tensor& values, const Tensor& grads, const std::vector<Segment>& segments, double lr,
-                 float grad_scale) {
+                 float grad_scale, Tensor* compute) {
   ++steps_;
   backend::AdamWStep s;
   s.lr = static_cast<float>(lr);
@@ -45,7 +45,12 @@ void AdamW::step(Tensor& values, const Tensor& grads, const std::vector<Segment>
     Tensor g = grads.flat(seg.offset, {seg.numel});
     Tensor m = m_.flat(seg.offset, {seg.numel});
     Tensor v = v_.flat(seg.offset, {seg.numel});
-    be_.adamw_update(p, g, m, v, s);
+    if (compute) {
+      Tensor c = compute->flat(seg.offset, {seg.numel});
+      be_.adamw_update(p, g, m, v, s, &c);
+    } else {
+      be_.adamw_update(p, g, m, v, s);
+    }
   }
 }
 

@@ -29,8 +29,11 @@ class AdamW {
  public:
   AdamW(backend::Backend& be, int64_t numel, const AdamWConfig& config);
   // One step on values (numel) with grads (numel) * grad_scale at this lr.
+  // compute (optional, numel, bf16/f16): the mixed-precision compute copy
+  // aligned with values; each segment's updated values are written into it
+  // in the same pass (as cast() would), so no separate cast of them is needed.
   void step(Tensor& values, const Tensor& grads, const std::vector<Segment>& segments, double lr,
-            float grad_scale);
+            float grad_scale, Tensor* compute = nullptr);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
   Tensor& exp_avg() { return m_; }

@@ -3,6 +3,7 @@
 // a shape its CUDA fast path takes (16-byte packs, cuBLASLt epilogues: widths
 // multiples of 8) and on one it does not (element loops, the composed
 // fallback); the reference is the CPU backend in f64 (the unfused sequence).
+// Also AdamW with the compute copy written in its pass.
 #include "cases.h"
 
 namespace tripod::testing {
@@ -78,6 +79,24 @@ void add_fused_cases(std::vector<OpCase>& v) {
   v.push_back({"cross_entropy_fused_inplace",
                {out("losses", {N}, Kind::F32), acc("logits", {N, 1000}, Kind::Act, false), ids("targets", {N}, 0, 1000)},
                [](Backend& be, Args& t) { be.cross_entropy_fused(t[0], &t[1], t[1], t[2], 0.5f); }});
+
+  // ---- AdamW writing the compute copy (adamw_update's compute_out) ----
+  // f32 state, the copy in the tested dtype (f32: the composed default;
+  // bf16/f16: the CUDA one-pass kernel); 16-byte packs and the element loop.
+  // That the copy is exactly cast() of the update: adamw_compute_out_mismatch.
+  for (int64_t P : {int64_t(4096), int64_t(3001)}) {
+    v.push_back({P % 4 ? "adamw_update_compute_out_odd" : "adamw_update_compute_out",
+                 {acc("param", {P}, Kind::F32), in("grad", {P}, Kind::F32, 0.1), acc("m", {P}, Kind::F32),
+                  acc("v", {P}, Kind::F32, true), out("compute", {P})},
+                 [](Backend& be, Args& t) {
+                   backend::AdamWStep s;
+                   s.lr = 1e-3f;
+                   s.weight_decay = 0.1f;
+                   s.step = 7;
+                   s.grad_scale = 0.5f;
+                   be.adamw_update(t[0], t[1], t[2], t[3], s, &t[4]);
+                 }});
+  }
 }
 
 }  // namespace tripod::testing

@@ -65,4 +65,13 @@ struct CaseResult {
 CaseResult run_case(const OpCase& c, backend::Backend& target, DType act, backend::Backend& ref,
                     uint64_t seed);
 
+// Fused ops that promise the unfused bits (bitwise.cpp): adamw_update with
+// a compute_out of dtype `compute` against adamw_update then cast(), three
+// steps on `be`, over n elements that start `offset` elements into their
+// buffers (an offset not a multiple of 4 defeats the 16-byte packs). ""
+// when param, m, v and the copy (and the untouched elements around them)
+// match bit for bit, else a description of the first differences.
+std::string adamw_compute_out_mismatch(backend::Backend& be, DType compute, int64_t n, int64_t offset,
+                                       uint64_t seed);
+
 }  // namespace tripod::testing

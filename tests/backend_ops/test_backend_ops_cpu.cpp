@@ -3,6 +3,8 @@
 // exercised on machines without a GPU (label backend_ops).
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "backend/cpu/cpu_backend.h"
 #include "harness.h"
 
@@ -25,6 +27,16 @@ INSTANTIATE_TEST_SUITE_P(All, CpuOps,
                          [](const ::testing::TestParamInfo<int>& p) {
                            return all_cases()[static_cast<size_t>(p.param)].name;
                          });
+
+// adamw_update with a compute_out writes what adamw_update then cast() do
+// (the CPU backend's composed default; the trainer relies on it).
+TEST(CpuAdamW, ComputeOutIsTheUnfusedBits) {
+  auto be = backend::make_cpu_backend();
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (auto [n, offset] : {std::pair<int64_t, int64_t>{4096, 0}, {3001, 1}})
+      EXPECT_EQ(adamw_compute_out_mismatch(*be, dt, n, offset, 11), "")
+          << dtype_name(dt) << " n=" << n << " offset=" << offset;
+}
 
 }  // namespace
 }  // namespace tripod::testing

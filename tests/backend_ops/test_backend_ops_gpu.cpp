@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -31,6 +32,18 @@ TEST_P(GpuOps, MatchesCpuFloat64) {
   std::printf("[%s %s] %s\n%s", cuda().name().c_str(), dtype_name(dt), c.name.c_str(),
               r.summary.c_str());
   EXPECT_TRUE(r.ok) << c.name << " " << dtype_name(dt) << "\n" << r.summary << r.detail;
+}
+
+// adamw_update with a compute_out (the one-pass kernel for bf16/f16) writes
+// bit for bit what adamw_update then cast() write: the packed kernel (n a
+// multiple of 4 at an aligned offset; 5M elements take several grid-stride
+// rounds), the element loop (odd n, odd offset), and the f32 default.
+TEST(GpuAdamW, ComputeOutIsTheUnfusedBits) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  for (DType dt : {DType::BF16, DType::F16, DType::F32})
+    for (auto [n, offset] : {std::pair<int64_t, int64_t>{4096, 0}, {3001, 0}, {4096, 1}, {5000004, 4}})
+      EXPECT_EQ(adamw_compute_out_mismatch(cuda(), dt, n, offset, 13), "")
+          << dtype_name(dt) << " n=" << n << " offset=" << offset;
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -148,6 +148,12 @@ std::vector<Bad> bad_calls() {
     Tensor loss = e(be, {6}, I), l = e(be, {6, 10}), t = e(be, {6}, I); be.cross_entropy_fused(loss, nullptr, l, t, 1.f); }});
   v.push_back({"adamw_update", "m", [=](Backend& be) {
     Tensor p = e(be, {7}), g = e(be, {7}), m = e(be, {6}), s = e(be, {7}); be.adamw_update(p, g, m, s, {}); }});
+  v.push_back({"adamw_update", "compute_out", [=](Backend& be) {
+    Tensor p = e(be, {7}), g = e(be, {7}), m = e(be, {7}), s = e(be, {7}), c = e(be, {6});
+    be.adamw_update(p, g, m, s, {}, &c); }});
+  v.push_back({"adamw_update", "compute_out", [=](Backend& be) {  // overlapping the master weights
+    Tensor p = e(be, {8}), g = e(be, {8}), m = e(be, {8}), s = e(be, {8});
+    Tensor c = p.flat(0, {8}); be.adamw_update(p, g, m, s, {}, &c); }});
   v.push_back({"sum_squares", "acc", [=](Backend& be) { Tensor a = e(be, {2}), x = e(be, {6}); be.sum_squares(a, x); }});
   return v;
 }

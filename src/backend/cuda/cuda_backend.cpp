@@ -298,11 +298,15 @@ class CudaBackend final : public Backend {
   // ---- optimizer ----
   void adamw_update_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                          const AdamWStep& step) override {
-    cuda::AdamWArgs a{step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.grad_scale,
-                      static_cast<float>(1.0 - std::pow(double(step.beta1), double(step.step))),
-                      static_cast<float>(1.0 - std::pow(double(step.beta2), double(step.step)))};
     cuda::adamw_update(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
-                       param.numel(), a, stream_);
+                       param.numel(), adamw_args(step), stream_);
+  }
+  void adamw_update_cast_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& step,
+                              Tensor& compute_out) override {
+    if (compute_out.dtype() == DType::F32)  // an f32 "copy": the composed default
+      return Backend::adamw_update_cast_impl(param, grad, m, v, step, compute_out);
+    cuda::adamw_update_cast(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
+                            compute_out.raw(), compute_out.dtype(), param.numel(), adamw_args(step), stream_);
   }
   void sum_squares_impl(Tensor& acc, const Tensor& x) override {
     float* scratch = scratch_floats(cuda::kSumSquaresBlocks);
@@ -310,6 +314,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  static cuda::AdamWArgs adamw_args(const AdamWStep& step) {
+    return {step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.grad_scale,
+            static_cast<float>(1.0 - std::pow(double(step.beta1), double(step.step))),
+            static_cast<float>(1.0 - std::pow(double(step.beta2), double(step.step)))};
+  }
   // The cuBLASLt GELU epilogues' auxiliary matrix (pre): leading dimension
   // ld a multiple of 8 and a 16-byte aligned pointer.
   static bool epilogue_ok(int64_t ld, const Tensor& aux) {

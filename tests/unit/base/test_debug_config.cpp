@@ -14,7 +14,8 @@ namespace {
 const char* const kVars[] = {"TRIPOD_CUDA_ATTENTION",         "TRIPOD_CUDA_LN_BWD_BLOCKS",
                              "TRIPOD_STEP_TIMING",            "TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE",
                              "TRIPOD_CPU_MEMORY_LIMIT_MB",    "TRIPOD_CKPT_FAIL_AT",
-                             "TRIPOD_CKPT_FAIL_ENOSPC",       "TRIPOD_TESTING_DATA_SLEEP_MS"};
+                             "TRIPOD_CKPT_FAIL_ENOSPC",       "TRIPOD_TESTING_DATA_SLEEP_MS",
+                             "TRIPOD_UNFUSED_ADAMW_CAST"};
 
 class DebugConfigTest : public ::testing::Test {
  protected:
@@ -34,6 +35,7 @@ TEST_F(DebugConfigTest, DefaultsWhenUnset) {
   EXPECT_EQ(c.cuda_ln_bwd_blocks, 0);
   EXPECT_FALSE(c.step_timing);
   EXPECT_FALSE(c.ln_params_in_compute_dtype);
+  EXPECT_FALSE(c.unfused_adamw_cast);
   EXPECT_EQ(c.cpu_memory_limit_mb, 0);
   EXPECT_EQ(c.ckpt_fail_at, 0);
   EXPECT_EQ(c.testing_data_sleep_ms, 0);
@@ -44,6 +46,7 @@ TEST_F(DebugConfigTest, EachVariableSetsItsField) {
   ::setenv("TRIPOD_CUDA_LN_BWD_BLOCKS", "256", 1);
   ::setenv("TRIPOD_STEP_TIMING", "1", 1);
   ::setenv("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", "1", 1);
+  ::setenv("TRIPOD_UNFUSED_ADAMW_CAST", "1", 1);
   ::setenv("TRIPOD_CPU_MEMORY_LIMIT_MB", "150", 1);
   ::setenv("TRIPOD_CKPT_FAIL_AT", "7", 1);
   ::setenv("TRIPOD_TESTING_DATA_SLEEP_MS", "15", 1);
@@ -52,6 +55,7 @@ TEST_F(DebugConfigTest, EachVariableSetsItsField) {
   EXPECT_EQ(c.cuda_ln_bwd_blocks, 256);
   EXPECT_TRUE(c.step_timing);
   EXPECT_TRUE(c.ln_params_in_compute_dtype);
+  EXPECT_TRUE(c.unfused_adamw_cast);
   EXPECT_EQ(c.cpu_memory_limit_mb, 150);
   EXPECT_EQ(c.ckpt_fail_at, 7);
   EXPECT_EQ(c.testing_data_sleep_ms, 15);

@@ -7,15 +7,19 @@
 // AdamW with bias correction and per-parameter weight decay, written out in
 // double), on both ranks; state() must hold the same moments in
 // full-parameter order whatever the sharding, and set_state() must restore
-// them.
+// them. With a bf16/fp16 compute dtype, the compute copy must be the cast of
+// the master weights after every step, whether the update writes it
+// (not sharded) or the all-gather is followed by a cast (sharded).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "base/debug_config.h"
 #include "distributed/distributed_data_parallel.h"
 #include "distributed/distributed_optimizer.h"
 #include "model/gpt_model.h"
@@ -32,7 +36,19 @@ using distributed::DistributedOptimizer;
 struct Case {
   const char* name;
   bool sharded, overlap_grads, overlap_params;
+  DType compute = DType::F32;  // the model's compute dtype (the copy the optimizer refreshes)
 };
+
+// Every element of the compute copy (padding included) is the cast of its
+// master weight, bit for bit.
+void expect_compute_copy_is_cast(model::ParamStore& store, const char* where) {
+  if (store.compute_dtype() == DType::F32) return;
+  const float* val = store.values().data<float>();
+  const uint16_t* c = store.compute_values().data_u16();
+  const bool bf16 = store.compute_dtype() == DType::BF16;
+  for (int64_t i = 0; i < store.padded_numel(); ++i)
+    ASSERT_EQ(c[i], bf16 ? f32_to_bf16(val[i]) : f32_to_f16(val[i])) << where << ", element " << i;
+}
 
 model::GptConfig tiny_config() {
   model::GptConfig cfg;
@@ -60,6 +76,7 @@ void run_case(const Case& cs) {
     const parallel::ProcessGroups groups = parallel::make_process_groups(ctx, parallel::Layout::make(kDp, 1, 1, 1));
     model::StageConfig st;
     st.param_buffer_pad = cs.sharded ? kDp : 1;
+    st.compute_dtype = cs.compute;
     model::GptModel m(tiny_config(), st, *be);
     auto& store = m.params();
     store.init(7, 0.02f, tiny_config().num_layers);
@@ -118,6 +135,7 @@ void run_case(const Case& cs) {
         }
       }
       ddp.finish_param_sync();  // with --overlap-param-gather the values arrive here
+      expect_compute_copy_is_cast(store, cs.name);
       const float* val = store.values().data<float>();
       for (const auto& p : params)
         for (int64_t i = p.offset; i < p.offset + shape_numel(p.shape); ++i)
@@ -155,6 +173,23 @@ TEST(DistributedOptimizer, NotShardedMatchesAdamWOnTheDpSum) { run_case({"plain"
 TEST(DistributedOptimizer, NotShardedWithOverlappedGradReduce) { run_case({"overlap", false, true, false}); }
 TEST(DistributedOptimizer, ShardedMatchesAdamWOnTheDpSum) { run_case({"sharded", true, false, false}); }
 TEST(DistributedOptimizer, ShardedWithBothOverlaps) { run_case({"sharded+overlap", true, true, true}); }
+// Mixed precision: not sharded, the update writes the compute copy itself
+// (adamw_update's compute_out); TRIPOD_UNFUSED_ADAMW_CAST=1 casts after it.
+TEST(DistributedOptimizer, NotShardedBf16UpdateWritesTheComputeCopy) {
+  run_case({"plain bf16", false, false, false, DType::BF16});
+  run_case({"overlap fp16", false, true, false, DType::F16});
+}
+TEST(DistributedOptimizer, NotShardedBf16UnfusedCast) {
+  ::setenv("TRIPOD_UNFUSED_ADAMW_CAST", "1", 1);
+  reload_debug_config();
+  run_case({"plain bf16 unfused", false, false, false, DType::BF16});
+  ::unsetenv("TRIPOD_UNFUSED_ADAMW_CAST");
+  reload_debug_config();
+}
+TEST(DistributedOptimizer, ShardedBf16CastsAfterTheGather) {
+  run_case({"sharded bf16", true, false, false, DType::BF16});
+  run_case({"sharded+overlap fp16", true, true, true, DType::F16});
+}
 
 }  // namespace
 }  // namespace tripod
