@@ -8,13 +8,9 @@
 //
 //   kernels_bench [--model 124m|350m|1.5b] [--batch B] [--only SECTION] [--out results.md]
 // SECTION: matmul, attention, attention_shapes, layernorm, gelu, embedding, ce,
-<<<<<<< HEAD
-// optimizer (default: all); llama (opt-in: RMSNorm, SwiGLU, RoPE and
-// grouped-query attention at Llama-style shapes, bf16). attention_shapes: bf16 causal attention at
-=======
 // optimizer (default: all; optimizer times a parameter vector of the
-// --model's size: 124M, 355M or 1.56B elements). attention_shapes: bf16 causal attention at
->>>>>>> fused-adamw
+// --model's size: 124M, 355M or 1.56B elements); llama (opt-in: RMSNorm, SwiGLU, RoPE and
+// grouped-query attention at Llama-style shapes, bf16). attention_shapes: bf16 causal attention at
 // B*T = 8192 with (T, NH, HS) = (1024, 12, 64), (1024, 25, 64), (2048, 16, 128).
 //   kernels_bench --attn-io DIR B T NH HS
 // runs one bf16 attention forward + backward on DIR/qkv.bin (B*T*3C bf16) and

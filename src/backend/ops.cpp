@@ -22,18 +22,6 @@ using namespace checks;
 
 using Named = std::pair<const Tensor*, const char*>;
 
-<<<<<<< HEAD
-=======
-// Whether the bytes of a and b intersect (same device assumed).
-bool overlaps(const Tensor& a, const Tensor& b) {
-  const auto* pa = static_cast<const char*>(a.raw());
-  const auto* pb = static_cast<const char*>(b.raw());
-  return a.nbytes() && b.nbytes() && pa < pb + b.nbytes() && pb < pa + a.nbytes();
-}
-
-int64_t rows_of(const Tensor& t) { return t.size(-1) ? t.numel() / t.size(-1) : 0; }
-
->>>>>>> fused-adamw
 // Shared by layernorm_forward and fused_residual_layernorm_forward.
 void check_layernorm_forward(const Checks& k, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                              const Tensor& inp, const char* inp_name, const Tensor& weight,

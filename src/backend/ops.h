@@ -8,14 +8,9 @@
 //    (backend/ops.cpp: shapes, dtypes, device, with messages that name the op
 //    and the tensor), then calls the protected virtual <op>_impl, which a
 //    backend overrides. An _impl may assume its arguments passed the checks.
-<<<<<<< HEAD
 //  - The fused ops (fused_residual_layernorm_forward, fused_residual_rmsnorm_forward,
-//    matmul_forward_gelu, matmul_backward_dgelu, cross_entropy_fused) have default _impls composed
-=======
-//  - The fused ops (fused_residual_layernorm_forward, matmul_forward_gelu,
-//    matmul_backward_dgelu, cross_entropy_fused, and adamw_update with a
-//    compute_out: adamw_update_cast_impl) have default _impls composed
->>>>>>> fused-adamw
+//    matmul_forward_gelu, matmul_backward_dgelu, cross_entropy_fused, and
+//    adamw_update with a compute_out: adamw_update_cast_impl) have default _impls composed
 //    of the unfused ops (ops.cpp), so the CPU reference gives exactly the
 //    unfused results; a backend with a fused kernel overrides them.
 //  - Adding an op: docs/adding-an-op.md.
