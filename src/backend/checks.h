@@ -79,6 +79,13 @@ class Checks {
 
 inline int64_t rows_of(const Tensor& t) { return t.size(-1) ? t.numel() / t.size(-1) : 0; }
 
+// Whether the bytes of a and b intersect (same device assumed).
+inline bool overlaps(const Tensor& a, const Tensor& b) {
+  const auto* pa = static_cast<const char*>(a.raw());
+  const auto* pb = static_cast<const char*>(b.raw());
+  return a.nbytes() && b.nbytes() && pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
 // The heads of a qkv(B, T, (NH + 2*G)*HS) tensor: [Q: NH | K: G | V: G].
 struct Heads {
   int64_t B = 0, T = 0, NH = 0, G = 0, HS = 0;
