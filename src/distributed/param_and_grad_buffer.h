@@ -78,6 +78,7 @@ class ParamAndGradBuffer {
   ParamAndGradBuffer& operator=(const ParamAndGradBuffer&) = delete;
 
   model::ParamStore& params() { return params_; }
+  const model::ParamStore& params() const { return params_; }
 
   const std::vector<BucketRange>& buckets() const { return buckets_; }
   bool distributed() const { return distributed_; }
