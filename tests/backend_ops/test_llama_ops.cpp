@@ -65,7 +65,8 @@ TEST(Rope, MatchesRotationAsComplexMultiplication) {
             const std::complex<double> r = z * std::polar(1.0, double(t) * theta);
             want = e < h ? r.real() : r.imag();
           }
-          EXPECT_NEAR(y.data<double>()[at + e], want, 1e-12) << "b=" << b << " t=" << t << " head=" << head << " e=" << e;
+          EXPECT_NEAR(y.data<double>()[at + e], want, 1e-12)
+              << "b=" << b << " t=" << t << " head=" << head << " e=" << e;
         }
 }
 

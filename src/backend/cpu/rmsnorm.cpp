@@ -35,7 +35,8 @@ void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, c
     const T* x = inp + i * C;
     const T* d = dout + i * C;
     double gx_mean = 0;
-    for (int64_t c = 0; c < C; ++c) gx_mean += static_cast<double>(d[c]) * w[c] * (x[c] * rstd[i]);
+    for (int64_t c = 0; c < C; ++c)
+      gx_mean += static_cast<double>(d[c]) * w[c] * (static_cast<double>(x[c]) * rstd[i]);
     gx_mean /= static_cast<double>(C);
     T* dx = dinp + i * C;
     for (int64_t c = 0; c < C; ++c) {
@@ -48,7 +49,8 @@ void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, c
 #pragma omp parallel for
   for (int64_t c = 0; c < C; ++c) {
     double sw = 0;
-    for (int64_t i = 0; i < N; ++i) sw += static_cast<double>(dout[i * C + c]) * (inp[i * C + c] * static_cast<double>(rstd[i]));
+    for (int64_t i = 0; i < N; ++i)
+      sw += static_cast<double>(dout[i * C + c]) * (inp[i * C + c] * static_cast<double>(rstd[i]));
     dw[c] += static_cast<T>(sw);
   }
 }

@@ -24,7 +24,8 @@ void rope(T* qkv, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS, int6
   std::vector<S> cs(static_cast<size_t>(Tn * h)), sn(cs.size());
   for (int64_t t = 0; t < Tn; ++t)
     for (int64_t i = 0; i < h; ++i) {
-      const double theta = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+      const double theta = std::pow(static_cast<double>(base),
+                                    -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
       const double angle = static_cast<double>(t) * theta;
       cs[t * h + i] = static_cast<S>(std::cos(angle));
       sn[t * h + i] = static_cast<S>(backward ? -std::sin(angle) : std::sin(angle));

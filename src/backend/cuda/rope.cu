@@ -58,7 +58,8 @@ std::vector<float> rope_table(int64_t T, int64_t rot_dim, float base) {
   std::vector<float> t(static_cast<size_t>(2 * T * h));
   for (int64_t r = 0; r < T; ++r)
     for (int64_t i = 0; i < h; ++i) {
-      const double theta = std::pow(static_cast<double>(base), -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
+      const double theta = std::pow(static_cast<double>(base),
+                                    -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
       const double angle = static_cast<double>(r) * theta;
       t[r * h + i] = static_cast<float>(std::cos(angle));
       t[T * h + r * h + i] = static_cast<float>(std::sin(angle));
