@@ -5,13 +5,16 @@
 //   tripod plan --num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048
 //               --global-batch-size 512 --bf16 --nnodes 1 --gpus-per-node 8
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <set>
 #include <sstream>
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/plan_calibrate.h"
 #include "plan/search.h"
 
 namespace tripod::cli {
@@ -47,7 +50,9 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
             {"tp_comm", c.time.tp_comm},
             {"bubble", c.time.bubble},
             {"pp_comm", c.time.pp_comm},
-            {"dp_comm", c.time.dp_comm}}},
+            {"dp_comm", c.time.dp_comm},
+            {"optimizer", c.time.optimizer},
+            {"compute_from_op_times", c.time.compute_from_op_times}}},
           {"tokens_per_second", c.tokens_per_second},
           {"mfu", c.mfu},
           {"reasons", c.reasons}};
@@ -89,8 +94,9 @@ void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::
     const auto& c = r.fits[i];
     std::printf("%d. %s\n", i + 1, plan::megatron_flags(m, c.layout).c_str());
     for (const auto& why : c.reasons) std::printf("     - %s\n", why.c_str());
-    std::printf("     - step %.3f s = compute %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f\n", c.time.total(),
-                c.time.compute, c.time.tp_comm, c.time.bubble, c.time.pp_comm, c.time.dp_comm);
+    std::printf("     - step %.3f s = compute %.3f + optimizer %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f\n",
+                c.time.total(), c.time.compute, c.time.optimizer, c.time.tp_comm, c.time.bubble, c.time.pp_comm,
+                c.time.dp_comm);
   }
 }
 
@@ -156,6 +162,16 @@ int run_plan(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--workspace-gb", o.memory.workspace_fixed_gib,
                  "fixed GiB per GPU outside the model's buffers (default: tripod 1, the CUDA context; megatron 2)");
+  std::string op_times = "auto", device;
+  bool calibrate = false;
+  app.add_option("--op-times", op_times,
+                 "per-op times for the compute term: auto (this machine's --calibrate cache, else the shipped H200 "
+                 "table), h200, assumed (FLOPs / (peak x --assumed-mfu)) or the path of an op-time file")
+      ->capture_default_str();
+  app.add_flag("--calibrate", calibrate,
+               "time the ops of the layouts that fit on this machine's device with tripod's kernels (seconds; "
+               "cached per device and tripod version)");
+  app.add_option("--device", device, "device to calibrate on: cuda or cpu (default: the GPU when one is visible)");
   app.add_option("--top", top, "rows to show")->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of the table");
   try {
@@ -192,7 +208,25 @@ int run_plan(int argc, char** argv) {
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
   o.memory.model = plan::memory_model_from_string(memory_model);
-  const plan::PlanResult r = plan::plan_layouts(m, mc, o);
+  // The ops of the first layouts that fit, for --calibrate to measure.
+  auto shapes_needed = [&](const plan::OpProfile* p) {
+    plan::Machine probe = mc;
+    probe.ops = p;
+    const plan::PlanResult pr = plan::plan_layouts(m, probe, o);
+    std::set<plan::OpShape> uniq;
+    for (size_t i = 0; i < std::min<size_t>(pr.fits.size(), 64); ++i)
+      for (const auto& list : {plan::micro_batch_ops(m, pr.fits[i].layout), plan::step_ops(m, pr.fits[i].layout)})
+        for (const auto& c : list) uniq.insert(c.op);
+    return std::vector<plan::OpShape>(uniq.begin(), uniq.end());
+  };
+  const OpTimesChoice op_choice = resolve_op_times(op_times, calibrate, device, shapes_needed);
+  mc.ops = op_choice.profile ? &*op_choice.profile : nullptr;
+  plan::PlanResult r = plan::plan_layouts(m, mc, o);
+  r.notes.insert(r.notes.begin(), op_choice.note);
+  if (mc.world() > 1)
+    r.notes.insert(r.notes.begin() + 1, fmt::format("communication: assumed link bandwidths ({:.0f} GB/s intra-node, "
+                                                    "{:.0f} GB/s inter-node; set them from `tripod bench comm`)",
+                                                    mc.intra_node_bw_gbs, mc.inter_node_bw_gbs));
   if (json) {
     nlohmann::json j;
     j["model"] = {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
@@ -204,6 +238,7 @@ int run_plan(int argc, char** argv) {
                     {"intra_node_bandwidth_gbs", mc.intra_node_bw_gbs},
                     {"inter_node_bandwidth_gbs", mc.inter_node_bw_gbs}};
     j["memory_model"] = plan::to_string(o.memory.model);
+    j["op_times"] = mc.ops ? mc.ops->origin : std::string("assumed");
     j["valid_layouts"] = r.valid_layouts;
     j["too_big"] = r.too_big;
     j["plain_dp_fits"] = r.plain_dp_fits;
@@ -212,6 +247,10 @@ int run_plan(int argc, char** argv) {
     for (int i = 0; i < std::min<int>(top, int(r.fits.size())); ++i) {
       nlohmann::json c = to_json(r.fits[i]);
       c["megatron_flags"] = plan::megatron_flags(m, r.fits[i].layout);
+      if (mc.ops) {
+        const auto ops = plan::micro_batch_ops(m, r.fits[i].layout);
+        c["op_times"] = {{"measured", mc.ops->measured_count(ops)}, {"ops", ops.size()}};
+      }
       j["layouts"].push_back(c);
     }
     std::printf("%s\n", j.dump(2).c_str());

@@ -41,7 +41,19 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& 
   if (l.recompute == Recompute::kFull) flops_token *= 4.0 / 3.0;
   if (l.recompute == Recompute::kSelective) flops_token += 2.0 * L * s * h;
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
-  const double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l));
+  double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l));
+  if (mc.ops) {
+    // The sum of the ops one micro-batch runs on the busiest stage, each
+    // measured or fitted (plan/op_profile.h).
+    bool ok = true;
+    const double t_ops = mc.ops->seconds_of(micro_batch_ops(m, l), &ok);
+    const double t_opt = mc.ops->seconds_of(step_ops(m, l), &ok);
+    if (ok) {
+      t_compute_mb = t_ops;
+      t.optimizer = t_opt;
+      t.compute_from_op_times = true;
+    }
+  }
 
   // ---- TP: 4 all-reduces of (s, b, h) per layer per micro-batch (2 fwd, 2 bwd),
   // 6 with full recompute (the forward runs twice) ----

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "plan/memory_model.h"
+#include "plan/op_profile.h"
 
 namespace tripod::plan {
 
@@ -33,17 +34,22 @@ struct Machine {
   double intra_node_latency_us = 10;  // per collective
   double inter_node_latency_us = 25;
   double assumed_mfu = 0.45;        // fraction of peak large matmuls reach (see matmul_efficiency)
+  // Per-op times (measured or shipped, plan/op_profile.h); null: the
+  // compute term is FLOPs / (peak x assumed_mfu x matmul_efficiency).
+  const OpProfile* ops = nullptr;
   int world() const { return nnodes * gpus_per_node; }
 };
 
 struct TimeBreakdown {
-  double compute = 0;   // s: FLOPs / (peak x MFU), incl. recompute
+  double compute = 0;   // s: the micro-batches' ops (op times) or FLOPs / (peak x MFU), incl. recompute
   double tp_comm = 0;   // s: TP all-reduces (or SP gather/scatter)
   double bubble = 0;    // s: pipeline fill and drain
   double pp_comm = 0;   // s: activations sent between stages
   double dp_comm = 0;   // s: gradient all-reduce (or reduce-scatter + all-gather)
+  double optimizer = 0; // s: AdamW over this rank's parameters (op times only; 0 under assumed MFU)
+  bool compute_from_op_times = false;  // compute summed from Machine::ops
   bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
-  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm; }
+  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer; }
 };
 
 // Which groups leave a node, with Megatron's rank order (tp fastest, then

@@ -1,0 +1,187 @@
+// `tripod plan --calibrate`: time the ops a plan's layouts would run on this
+// machine's device, with the real backend kernels. See plan/op_profile.h.
+#include "cli/plan_calibrate.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "base/error.h"
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "cli/default_device.h"
+#include "cli/device.h"
+
+namespace tripod::cli {
+namespace {
+
+using backend::Backend;
+using plan::OpKind;
+using plan::OpShape;
+
+// Seconds per call of `run` after one warm-up call (which also builds the
+// cuDNN plans and cuBLASLt heuristics a training run would build once).
+template <typename F>
+double time_calls(Backend& be, int reps, F&& run) {
+  run();
+  be.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < reps; ++i) run();
+  be.synchronize();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+}
+
+double measure(Backend& be, const OpShape& op, int reps) {
+  // 16-bit ops in bf16; a backend without 16-bit compute (the CPU) runs
+  // them in f32, as its training runs do.
+  DType act = op.act_bytes == 4 ? DType::F32 : DType::BF16;
+  if (!be.computes_in(act)) act = DType::F32;
+  auto make = [&](const Shape& s, DType d) {
+    Tensor t = be.empty(s, d);
+    be.zero(t);
+    return t;
+  };
+  const int64_t a = op.d[0], b = op.d[1], c = op.d[2], d = op.d[3];
+  switch (op.kind) {
+    case OpKind::kLinearFwd: {  // (rows a, in b) x (out c, in b)^T + bias
+      Tensor x = make({a, b}, act), w = make({c, b}, act), bias = make({c}, act), y = make({a, c}, act);
+      return time_calls(be, reps, [&] { be.matmul_forward(y, x, w, &bias); });
+    }
+    case OpKind::kLinearBwd: {
+      Tensor x = make({a, b}, act), w = make({c, b}, act), dy = make({a, c}, act), dx = make({a, b}, act);
+      Tensor dw = make({c, b}, DType::F32), db = make({c}, DType::F32);
+      return time_calls(be, reps, [&] { be.matmul_backward(&dx, &dw, &db, dy, x, w); });
+    }
+    case OpKind::kAttentionFwd:
+    case OpKind::kAttentionBwd: {  // batch a, seq b, heads c, head size d; qkv (B*T, 3*NH*HS)
+      const int64_t Cq = c * d;
+      Tensor qkv = make({a, b, 3 * Cq}, act), out = make({a, b, Cq}, act), lse = make({a, c, b}, DType::F32);
+      if (op.kind == OpKind::kAttentionFwd)
+        return time_calls(be, reps, [&] { be.attention_forward(out, lse, qkv, int(c)); });
+      be.attention_forward(out, lse, qkv, int(c));
+      Tensor dout = make({a, b, Cq}, act), dqkv = make({a, b, 3 * Cq}, act);
+      return time_calls(be, reps, [&] { be.attention_backward(dqkv, dout, qkv, out, lse, int(c)); });
+    }
+    case OpKind::kNormFwd: {
+      Tensor x = make({a, b}, act), y = make({a, b}, act), res = make({a, b}, act), out = make({a, b}, act);
+      Tensor w = make({b}, DType::F32), bias = make({b}, DType::F32);
+      Tensor mean = make({a}, DType::F32), rstd = make({a}, DType::F32);
+      return time_calls(be, reps,
+                        [&] { be.fused_residual_layernorm_forward(res, out, mean, rstd, x, y, w, bias, 1e-5f); });
+    }
+    case OpKind::kNormBwd: {
+      Tensor x = make({a, b}, act), out = make({a, b}, act), dout = make({a, b}, act), dx = make({a, b}, act);
+      Tensor w = make({b}, DType::F32), bias = make({b}, DType::F32), dw = make({b}, DType::F32),
+             db = make({b}, DType::F32), mean = make({a}, DType::F32), rstd = make({a}, DType::F32);
+      return time_calls(be, reps,
+                        [&] { be.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, &out, &bias); });
+    }
+    case OpKind::kAdd: {
+      Tensor x = make({a, b}, act), y = make({a, b}, act), out = make({a, b}, act);
+      return time_calls(be, reps, [&] { be.add(out, x, y); });
+    }
+    case OpKind::kCrossEntropy: {
+      Tensor logits = make({a, b}, act), dlogits = make({a, b}, act), losses = make({a}, DType::F32);
+      Tensor targets = make({a}, DType::I32);
+      return time_calls(be, reps, [&] { be.cross_entropy_fused(losses, &dlogits, logits, targets, 1.f / a); });
+    }
+    case OpKind::kAdamW: {
+      Tensor p = make({a}, DType::F32), g = make({a}, DType::F32), m = make({a}, DType::F32),
+             v = make({a}, DType::F32), copy = make({a}, act);
+      backend::AdamWStep step;
+      step.lr = 1e-4f;
+      return time_calls(be, reps, [&] { be.adamw_update(p, g, m, v, step, act == DType::F32 ? nullptr : &copy); });
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string device_model_name(const Backend& be) {
+  const std::string n = be.name();  // "cpu" or "cuda:0 (NVIDIA H200)"
+  const auto l = n.find('('), r = n.rfind(')');
+  return l != std::string::npos && r != std::string::npos && r > l ? n.substr(l + 1, r - l - 1) : n;
+}
+
+int calibrate_ops(Backend& be, const std::vector<plan::OpShape>& ops, plan::OpProfile& profile) {
+  const int reps = be.device().is_cpu() ? 1 : 3;
+  int n = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const OpShape& op : ops) {
+    if (profile.has(op)) continue;
+    profile.measured[op.key()] = measure(be, op, reps);
+    ++n;
+  }
+  profile.refit();
+  if (n > 0)
+    log::info("plan: measured {} op shapes on {} in {:.1f} s", n, be.name(),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return n;
+}
+
+OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
+                               const std::function<std::vector<plan::OpShape>(const plan::OpProfile*)>& shapes_needed) {
+  OpTimesChoice c;
+  if (!calibrate && op_times == "assumed") {
+    c.note = "op times: none (--op-times assumed): compute = FLOPs / (peak x --assumed-mfu x size factor)";
+    return c;
+  }
+  if (!calibrate && op_times != "auto") {
+    if (auto shipped = plan::shipped_profile(op_times)) {
+      c.profile = std::move(shipped);
+    } else {
+      std::ifstream in(op_times);
+      TRIPOD_CHECK_HINT(in.good(), "pass auto, assumed, h200 or the path of a file `tripod plan --calibrate` wrote",
+                        "--op-times {}: no such file and no shipped op times of that name", op_times);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      c.profile = plan::OpProfile::from_json(ss.str(), op_times);
+      c.profile->origin = "from " + op_times + " (measured on " + c.profile->device + ")";
+    }
+    c.note = "op times: " + c.profile->origin;
+    return c;
+  }
+  // auto or --calibrate: this machine's device and its cache (a broken or
+  // stale cache is named in the note, never fatal).
+  const std::string dev = device.empty() ? default_device().device : device;
+  std::unique_ptr<backend::Backend> be;
+  std::string name = "cpu";
+  if (dev != "cpu" || calibrate) {
+    be = make_backend(dev);
+    name = device_model_name(*be);
+  }
+  const std::string path = plan::calibration_cache_path(name);
+  std::string why;
+  c.profile = plan::load_calibration(path, name, &why);
+  if (calibrate) {
+    if (!c.profile) {
+      if (std::filesystem::exists(path)) log::info("plan: {}", why);
+      c.profile = plan::OpProfile{};
+      c.profile->device = name;
+      c.profile->tripod_version = plan::tripod_version();
+    }
+    // The ops of the layouts that fit under the current times; measuring
+    // them can reorder the layouts, so look again with the new times.
+    for (int round = 0; round < 2; ++round) {
+      const plan::OpProfile* current = c.profile->measured.empty() ? nullptr : &*c.profile;
+      if (calibrate_ops(*be, shapes_needed(current), *c.profile) == 0) break;
+    }
+    plan::save_calibration(path, *c.profile);
+    c.profile->origin = fmt::format("measured on this machine ({}, {} ops; cached in {})", name,
+                                    c.profile->measured.size(), path);
+    c.note = "op times: " + c.profile->origin;
+    return c;
+  }
+  if (c.profile) {
+    c.note = "op times: " + c.profile->origin;
+    return c;
+  }
+  c.profile = plan::shipped_profile("h200");
+  c.note = "op times: " + c.profile->origin + " (" + why + ")";
+  return c;
+}
+
+}  // namespace tripod::cli

@@ -1,0 +1,40 @@
+// `tripod plan --calibrate`: measure the ops of the planned layouts on this
+// machine's device with the backend's own kernels (plan/op_profile.h).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "plan/op_profile.h"
+
+namespace tripod::cli {
+
+// "NVIDIA H200" from "cuda:0 (NVIDIA H200)"; "cpu" for the CPU backend.
+std::string device_model_name(const backend::Backend& be);
+
+// Times every op of `ops` that `profile` has not measured yet (one warm-up
+// call, then 3 timed calls on a GPU, 1 on the CPU), adds them to
+// profile.measured and refits. Returns how many were measured.
+int calibrate_ops(backend::Backend& be, const std::vector<plan::OpShape>& ops, plan::OpProfile& profile);
+
+}  // namespace tripod::cli
+
+namespace tripod::cli {
+
+struct OpTimesChoice {
+  std::optional<plan::OpProfile> profile;  // nullopt: the assumed-MFU compute model
+  std::string note;                        // which op times, for the output
+};
+
+// `--op-times` (auto | assumed | h200 | PATH of an op-time file) and
+// `--calibrate` on `device` ("" = this machine's default): auto takes this
+// machine's calibration cache, else the shipped H200 table. With calibrate,
+// `shapes_needed(profile)` lists the ops the plan would add up with that
+// profile; the missing ones are measured and the cache is rewritten.
+OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
+                               const std::function<std::vector<plan::OpShape>(const plan::OpProfile*)>& shapes_needed);
+
+}  // namespace tripod::cli

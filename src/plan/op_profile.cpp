@@ -1,0 +1,294 @@
+// Per-op times of a device. See plan/op_profile.h.
+#include "plan/op_profile.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/error.h"
+
+#ifndef TRIPOD_VERSION_STRING
+#define TRIPOD_VERSION_STRING "unknown"
+#endif
+
+namespace tripod::plan {
+namespace fs = std::filesystem;
+namespace {
+
+struct KindName {
+  OpKind kind;
+  const char* name;
+};
+constexpr KindName kKinds[] = {
+    {OpKind::kLinearFwd, "linear_fwd"},       {OpKind::kLinearBwd, "linear_bwd"},
+    {OpKind::kAttentionFwd, "attention_fwd"}, {OpKind::kAttentionBwd, "attention_bwd"},
+    {OpKind::kNormFwd, "norm_fwd"},           {OpKind::kNormBwd, "norm_bwd"},
+    {OpKind::kAdd, "add"},                    {OpKind::kCrossEntropy, "cross_entropy"},
+    {OpKind::kAdamW, "adamw"},
+};
+constexpr std::pair<OpClass, const char*> kClasses[] = {{OpClass::kLinear, "linear"},
+                                                       {OpClass::kAttentionFwd, "attention_fwd"},
+                                                       {OpClass::kAttentionBwd, "attention_bwd"},
+                                                       {OpClass::kMemory, "memory"}};
+
+const char* kind_name(OpKind k) {
+  for (const auto& e : kKinds)
+    if (e.kind == k) return e.name;
+  return "?";
+}
+
+std::optional<OpShape> parse_key(const std::string& key) {
+  std::istringstream is(key);
+  std::string kind, dims, dtype;
+  if (!(is >> kind >> dims >> dtype)) return std::nullopt;
+  OpShape op;
+  bool found = false;
+  for (const auto& e : kKinds)
+    if (kind == e.name) op.kind = e.kind, found = true;
+  if (!found) return std::nullopt;
+  op.act_bytes = dtype == "f32" ? 4 : 2;
+  std::istringstream ds(dims);
+  std::string item;
+  for (int i = 0; i < 4 && std::getline(ds, item, 'x'); ++i) op.d[i] = std::atoll(item.c_str());
+  return op;
+}
+
+}  // namespace
+
+std::string OpShape::key() const {
+  int n = 4;
+  while (n > 1 && d[n - 1] == 0) --n;
+  std::string dims;
+  for (int i = 0; i < n; ++i) dims += (i ? "x" : "") + std::to_string(d[i]);
+  return fmt::format("{} {} {}", kind_name(kind), dims, act_bytes == 4 ? "f32" : "16bit");
+}
+
+OpClass OpShape::op_class() const {
+  switch (kind) {
+    case OpKind::kLinearFwd:
+    case OpKind::kLinearBwd: return OpClass::kLinear;
+    case OpKind::kAttentionFwd: return OpClass::kAttentionFwd;
+    case OpKind::kAttentionBwd: return OpClass::kAttentionBwd;
+    default: return OpClass::kMemory;
+  }
+}
+
+double OpShape::work() const {
+  const double a = double(d[0]), b = double(d[1]), c = double(d[2]), e = double(d[3]), s = act_bytes;
+  switch (kind) {
+    case OpKind::kLinearFwd: return 2 * a * b * c;
+    case OpKind::kLinearBwd: return 4 * a * b * c;       // d input and d weight
+    case OpKind::kAttentionFwd: return 2 * a * c * b * b * e;  // causal: half of 4 B NH T^2 HS
+    case OpKind::kAttentionBwd: return 5 * a * c * b * b * e;  // 2.5x the forward
+    case OpKind::kNormFwd: return 4 * a * b * s;         // read x, y; write residual, out
+    case OpKind::kNormBwd: return 5 * a * b * s;         // read dout, inp, dinp; write dinp, out
+    case OpKind::kAdd: return 3 * a * b * s;
+    case OpKind::kCrossEntropy: return 2 * a * b * s;    // read logits, write d logits
+    case OpKind::kAdamW: return a * (28 + s);            // f32 p, g, m, v in; p, m, v out; compute copy
+  }
+  return 0;
+}
+
+std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
+  const int64_t N = l.micro_batch * m.seq_length, Nsp = l.sp() ? N / l.tp : N;
+  const int64_t C = m.hidden_size, Ctp = C / l.tp, Ftp = m.ffn() / l.tp, NHtp = m.num_attention_heads / l.tp;
+  const int64_t HS = C / m.num_attention_heads, Vtp = m.padded_vocab(l.tp) / l.tp;
+  const int s = m.precision == Precision::kFp32 ? 4 : 2;
+  const double layers = double(m.num_layers) / l.pp;
+  auto op = [&](OpKind k, int64_t a, int64_t b, int64_t c = 0, int64_t d = 0) {
+    OpShape o;
+    o.kind = k;
+    o.d[0] = a, o.d[1] = b, o.d[2] = c, o.d[3] = d;
+    o.act_bytes = s;
+    return o;
+  };
+  // model/transformer_layer.cpp, layer_forward and layer_backward.
+  const std::vector<OpShape> fwd = {
+      op(OpKind::kNormFwd, Nsp, C),          op(OpKind::kLinearFwd, N, C, 3 * Ctp),
+      op(OpKind::kAttentionFwd, l.micro_batch, m.seq_length, NHtp, HS),
+      op(OpKind::kLinearFwd, N, Ctp, C),     op(OpKind::kNormFwd, Nsp, C),
+      op(OpKind::kLinearFwd, N, C, Ftp),     op(OpKind::kLinearFwd, N, Ftp, C),
+      op(OpKind::kAdd, Nsp, C)};
+  const std::vector<OpShape> bwd = {
+      op(OpKind::kLinearBwd, N, Ftp, C),     op(OpKind::kLinearBwd, N, C, Ftp),
+      op(OpKind::kNormBwd, Nsp, C),          op(OpKind::kLinearBwd, N, Ctp, C),
+      op(OpKind::kAttentionBwd, l.micro_batch, m.seq_length, NHtp, HS),
+      op(OpKind::kLinearBwd, N, C, 3 * Ctp), op(OpKind::kNormBwd, Nsp, C)};
+  std::map<std::string, OpCount> acc;
+  auto add = [&](const OpShape& o, double n) {
+    auto [it, fresh] = acc.try_emplace(o.key(), OpCount{o, 0});
+    it->second.count += n;
+  };
+  for (const auto& o : fwd) add(o, l.recompute == Recompute::kFull ? 2 * layers : layers);
+  for (const auto& o : bwd) add(o, layers);
+  if (l.recompute == Recompute::kSelective) add(fwd[2], layers);  // the attention core again
+  // The busiest stage is the last: final LayerNorm, LM head, cross-entropy
+  // (gpt_model.cpp); with one stage the embedding too (an add each way).
+  add(op(OpKind::kNormFwd, Nsp, C), 1);
+  add(op(OpKind::kNormBwd, Nsp, C), 1);
+  add(op(OpKind::kLinearFwd, N, C, Vtp), 1);
+  add(op(OpKind::kLinearBwd, N, C, Vtp), 1);
+  add(op(OpKind::kCrossEntropy, N, Vtp), 1);
+  if (l.pp == 1) add(op(OpKind::kAdd, Nsp, C), 2);
+  std::vector<OpCount> out;
+  for (auto& [k, c] : acc) out.push_back(c);
+  return out;
+}
+
+std::vector<OpCount> step_ops(const ModelSpec& m, const Layout& l) {
+  const int64_t params = std::max(params_on_stage(m, l.tp, l.pp, 0), params_on_stage(m, l.tp, l.pp, l.pp - 1));
+  OpShape o;
+  o.kind = OpKind::kAdamW;
+  o.d[0] = l.distributed_optimizer ? (params + l.dp - 1) / l.dp : params;
+  o.act_bytes = m.precision == Precision::kFp32 ? 4 : 2;
+  return {OpCount{o, 1}};
+}
+
+double OpProfile::seconds(const OpShape& op, bool* ok) const {
+  if (auto it = measured.find(op.key()); it != measured.end()) return it->second;
+  auto f = fits.find(op.op_class());
+  if (f == fits.end() || f->second.rate <= 0) {
+    if (ok) *ok = false;
+    return 0;
+  }
+  return op.work() / f->second.rate + f->second.overhead_s;
+}
+
+double OpProfile::seconds_of(const std::vector<OpCount>& ops, bool* ok) const {
+  double t = 0;
+  for (const auto& c : ops) t += c.count * seconds(c.op, ok);
+  return t;
+}
+
+int OpProfile::measured_count(const std::vector<OpCount>& ops) const {
+  int n = 0;
+  for (const auto& c : ops) n += has(c.op) ? 1 : 0;
+  return n;
+}
+
+void OpProfile::refit() {
+  std::map<OpClass, std::vector<std::pair<double, double>>> pts;  // (work, seconds)
+  for (const auto& [key, sec] : measured)
+    if (auto op = parse_key(key); op && sec > 0) pts[op->op_class()].push_back({op->work(), sec});
+  fits.clear();
+  for (auto& [cls, p] : pts) {
+    // Ordinary least squares of seconds on work; a negative intercept (or
+    // one point) falls back to a line through the origin.
+    const double n = double(p.size());
+    double sw = 0, st = 0, sww = 0, swt = 0;
+    for (auto [w, t] : p) sw += w, st += t, sww += w * w, swt += w * t;
+    ClassFit f;
+    f.points = int(p.size());
+    const double den = n * sww - sw * sw;
+    double slope = den > 0 ? (n * swt - sw * st) / den : 0, icpt = den > 0 ? (st - slope * sw) / n : 0;
+    if (den <= 0 || slope <= 0 || icpt < 0) slope = swt / sww, icpt = 0;
+    f.rate = 1.0 / slope;
+    f.overhead_s = icpt;
+    fits[cls] = f;
+  }
+}
+
+std::string OpProfile::to_json() const {
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["device"] = device;
+  j["tripod_version"] = tripod_version;
+  j["measured_seconds"] = measured;
+  nlohmann::json f = nlohmann::json::object();
+  for (auto [cls, name] : kClasses)
+    if (auto it = fits.find(cls); it != fits.end())
+      f[name] = {{"rate_per_s", it->second.rate}, {"overhead_s", it->second.overhead_s}, {"points", it->second.points}};
+  j["fits"] = f;
+  return j.dump(1);
+}
+
+OpProfile OpProfile::from_json(const std::string& text, const std::string& source) {
+  OpProfile p;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    TRIPOD_CHECK_HINT(j.value("format", 0) == kFormat, "run `tripod plan --calibrate` again",
+                      "{}: op-time format {}, this tripod reads {}", source, j.value("format", 0), kFormat);
+    p.device = j.at("device").get<std::string>();
+    p.tripod_version = j.at("tripod_version").get<std::string>();
+    p.measured = j.at("measured_seconds").get<std::map<std::string, double>>();
+    for (auto [cls, name] : kClasses)
+      if (j.contains("fits") && j["fits"].contains(name)) {
+        const auto& f = j["fits"][name];
+        p.fits[cls] = ClassFit{f.at("rate_per_s").get<double>(), f.at("overhead_s").get<double>(),
+                               f.value("points", 0)};
+      }
+  } catch (const nlohmann::json::exception& e) {
+    TRIPOD_CHECK_HINT(false, "delete it or run `tripod plan --calibrate` again", "{} is not a tripod op-time file: {}",
+                      source, e.what());
+  }
+  p.origin = source;
+  return p;
+}
+
+std::string tripod_version() { return TRIPOD_VERSION_STRING; }
+
+std::string calibration_cache_path(const std::string& device) {
+  std::string dir;
+  if (const char* d = std::getenv("TRIPOD_CACHE_DIR"); d && *d)
+    dir = d;
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    dir = std::string(h) + "/.cache/tripod";
+  else
+    dir = ".cache/tripod";
+  std::string slug;
+  for (char c : device) slug += std::isalnum(static_cast<unsigned char>(c)) ? char(std::tolower(c)) : '_';
+  return dir + "/plan/" + slug + ".json";
+}
+
+std::optional<OpProfile> load_calibration(const std::string& path, const std::string& device, std::string* why) {
+  std::ifstream in(path);
+  if (!in) {
+    if (why) *why = fmt::format("no calibration for {} ({})", device, path);
+    return std::nullopt;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  OpProfile p;
+  try {
+    p = OpProfile::from_json(ss.str(), path);
+  } catch (const Error& e) {
+    if (why) *why = fmt::format("ignored {}: {}", path, e.what());
+    return std::nullopt;
+  }
+  if (p.device != device || p.tripod_version != tripod_version()) {
+    if (why)
+      *why = fmt::format("ignored {}: measured on {} by tripod {}, this is {} with tripod {} (run --calibrate again)",
+                         path, p.device, p.tripod_version, device, tripod_version());
+    return std::nullopt;
+  }
+  p.origin = fmt::format("measured on this machine ({}, {} ops; {})", device, p.measured.size(), path);
+  return p;
+}
+
+void save_calibration(const std::string& path, const OpProfile& p) {
+  const fs::path target(path);
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  TRIPOD_CHECK(!ec, "cannot create {}: {}", target.parent_path().string(), ec.message());
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    TRIPOD_CHECK(out.good(), "cannot write {}", tmp);
+    out << p.to_json() << "\n";
+    out.flush();
+    TRIPOD_CHECK(out.good(), "cannot write {} (disk full?)", tmp);
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) fs::remove(tmp);
+  TRIPOD_CHECK(!ec, "cannot rename {} to {}: {}", tmp, path, ec.message());
+}
+
+}  // namespace tripod::plan

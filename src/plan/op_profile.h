@@ -1,0 +1,119 @@
+// Per-op times of one device: what `tripod plan` adds up for a step's compute
+// instead of a fixed --assumed-mfu.
+//
+// A micro-batch of tripod's model is a fixed list of backend ops (the same
+// calls model/transformer_layer.cpp and model/gpt_model.cpp make): per layer
+// 4 linear forwards and backwards, the attention forward and backward, 2
+// LayerNorm forwards and backwards and the residual add; the loss head's
+// linear, LayerNorm and one-pass cross-entropy on the last stage; the
+// embedding on the first; AdamW per step. micro_batch_ops() lists them with
+// their shapes for a layout; an OpProfile gives each one's seconds:
+//   - measured: `tripod plan --calibrate` runs every listed op on this
+//     machine's device (the real kernels, 1 warm-up + 3 timed runs on a GPU)
+//     and caches the seconds per op and shape (calibration_cache_path(),
+//     keyed by device name and tripod version: another version's cache is
+//     ignored, with a note);
+//   - shipped: fits measured on known GPUs (shipped_profile(): the H200 of
+//     bench/RESULTS.md) for shapes nobody measured;
+//   - fitted: each op class (linear, attention forward, attention backward,
+//     memory-bound) as seconds = work / rate + overhead, a least-squares
+//     line through the measured points of that class (work: FLOPs for
+//     linears and attention, bytes moved for the memory-bound ops).
+//
+// Usage:
+//   auto ops = plan::micro_batch_ops(model, layout);      // one micro-batch
+//   double s = profile.seconds_of(ops);                    // measured or fitted
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/memory_model.h"
+
+namespace tripod::plan {
+
+enum class OpKind {
+  kLinearFwd,     // rows, in, out (+ bias or GELU epilogue): matmul_forward
+  kLinearBwd,     // rows, in, out: matmul_backward (d input + d weight + d bias)
+  kAttentionFwd,  // batch, seq, heads, head size: causal flash attention forward
+  kAttentionBwd,
+  kNormFwd,       // rows, hidden: (fused residual +) LayerNorm forward
+  kNormBwd,       // rows, hidden: LayerNorm backward (rewrites its output)
+  kAdd,           // rows, hidden: residual add
+  kCrossEntropy,  // rows, vocab: one-pass loss + d logits
+  kAdamW,         // parameters: fused AdamW + compute-copy cast
+};
+enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory };
+
+struct OpShape {
+  OpKind kind = OpKind::kAdd;
+  int64_t d[4] = {0, 0, 0, 0};
+  int act_bytes = 2;  // compute dtype size (2: bf16/fp16, 4: fp32)
+
+  std::string key() const;  // "linear_fwd 8192x768x2304 bf16"
+  OpClass op_class() const;
+  double work() const;      // FLOPs (linear, attention) or bytes moved (memory-bound)
+  bool operator<(const OpShape& o) const { return key() < o.key(); }
+};
+
+struct OpCount {
+  OpShape op;
+  double count = 1;  // calls per micro-batch (or per step for AdamW)
+};
+
+// One micro-batch, forward + backward (+ the recomputed forward), on the
+// busiest pipeline stage (the last: it holds the loss head) at one TP rank.
+std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l);
+// Once per step: the optimizer over this rank's parameters (its shard under
+// the distributed optimizer).
+std::vector<OpCount> step_ops(const ModelSpec& m, const Layout& l);
+
+struct ClassFit {
+  double rate = 0;        // work per second (0: no fit)
+  double overhead_s = 0;  // fixed seconds per call
+  int points = 0;         // measured ops it was fitted on
+};
+
+struct OpProfile {
+  static constexpr int kFormat = 1;
+  std::string device;          // "NVIDIA H200", "cpu"
+  std::string tripod_version;  // of the binary that measured it
+  std::string origin;          // "measured on this machine (cache ...)", "shipped: ..."
+  std::map<std::string, double> measured;  // OpShape::key() -> seconds per call
+  std::map<OpClass, ClassFit> fits;
+
+  bool has(const OpShape& op) const { return measured.count(op.key()) > 0; }
+  // Measured seconds when this shape was measured, else the class fit; 0
+  // (and *ok false) when neither exists.
+  double seconds(const OpShape& op, bool* ok = nullptr) const;
+  double seconds_of(const std::vector<OpCount>& ops, bool* ok = nullptr) const;
+  // Least-squares fits per class from `measured` (keys parsed back to shapes).
+  void refit();
+  // How many of `ops` have a measured time (the rest come from the fits).
+  int measured_count(const std::vector<OpCount>& ops) const;
+
+  std::string to_json() const;
+  // Throws Error naming `source` on malformed input.
+  static OpProfile from_json(const std::string& text, const std::string& source);
+};
+
+// The version string calibration caches are keyed by ("0.1.0+g1a2b3c4").
+std::string tripod_version();
+
+// Where `--calibrate` keeps its measurements for `device`:
+// $TRIPOD_CACHE_DIR/plan (default ~/.cache/tripod/plan)/<device slug>.json.
+std::string calibration_cache_path(const std::string& device);
+
+// The cache for `device` when it exists and was written by this tripod
+// version and format; otherwise nullopt and *why says why (missing, another
+// version, malformed) for the output's notes.
+std::optional<OpProfile> load_calibration(const std::string& path, const std::string& device, std::string* why);
+void save_calibration(const std::string& path, const OpProfile& p);  // write to a temporary, then rename
+
+// Fits measured on known GPUs ("h200"; matched case-insensitively inside a
+// device name such as "NVIDIA H200"), nullopt for others.
+std::optional<OpProfile> shipped_profile(const std::string& gpu);
+
+}  // namespace tripod::plan

@@ -1,0 +1,164 @@
+// plan/op_profile: the op list of a micro-batch against hand counts of the
+// model's FLOPs, the fits against synthetic points they must recover, and
+// the op-time file format.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.h"
+#include "plan/op_profile.h"
+
+namespace tripod::plan {
+namespace {
+
+ModelSpec gpt(int64_t L, int64_t C, int64_t NH) {
+  ModelSpec m;
+  m.num_layers = L, m.hidden_size = C, m.num_attention_heads = NH;
+  m.seq_length = 256;
+  m.vocab_size = 1000;
+  return m;
+}
+
+double sum_work(const std::vector<OpCount>& ops, OpKind k) {
+  double w = 0;
+  for (const auto& c : ops)
+    if (c.op.kind == k) w += c.count * c.op.work();
+  return w;
+}
+
+TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
+  const ModelSpec m = gpt(4, 64, 4);
+  Layout l;
+  l.tp = 2, l.pp = 2, l.micro_batch = 3;
+  const auto ops = micro_batch_ops(m, l);
+  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab(2)), layers = 2;
+  // Per layer: qkv C x 3C, proj C x C, fc1 C x F, fc2 F x C, all split by tp 2;
+  // the LM head C x V/2 once on the last stage.
+  const double fwd = 2 * N * (layers * (3 * C * C + C * C + 2 * C * F) / 2 + C * V / 2);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), fwd);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearBwd), 2 * fwd);
+  // Causal attention: 2 B NH T^2 HS per layer forward (half of 4 B NH T^2 HS), heads split by tp.
+  const double att = layers * 2 * 3 * (4 / 2) * 256.0 * 256.0 * (64 / 4);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kAttentionFwd), att);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kAttentionBwd), 2.5 * att);
+
+  // Full recompute runs every layer's forward twice; selective the attention core.
+  l.recompute = Recompute::kFull;
+  const auto full = micro_batch_ops(m, l);
+  EXPECT_DOUBLE_EQ(sum_work(full, OpKind::kLinearFwd), fwd + 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2);
+  EXPECT_DOUBLE_EQ(sum_work(full, OpKind::kAttentionFwd), 2 * att);
+  l.recompute = Recompute::kSelective;
+  const auto sel = micro_batch_ops(m, l);
+  EXPECT_DOUBLE_EQ(sum_work(sel, OpKind::kLinearFwd), fwd);
+  EXPECT_DOUBLE_EQ(sum_work(sel, OpKind::kAttentionFwd), 2 * att);
+}
+
+TEST(OpProfile, SequenceParallelShardsTheNormRows) {
+  const ModelSpec m = gpt(2, 64, 4);
+  Layout l;
+  l.tp = 2, l.micro_batch = 2;
+  auto rows_of_norm = [&](const Layout& lay) {
+    for (const auto& c : micro_batch_ops(m, lay))
+      if (c.op.kind == OpKind::kNormFwd) return c.op.d[0];
+    return int64_t(-1);
+  };
+  EXPECT_EQ(rows_of_norm(l), 512);
+  l.sequence_parallel = true;
+  EXPECT_EQ(rows_of_norm(l), 256);
+}
+
+TEST(OpProfile, OptimizerShardFollowsTheDistributedOptimizer) {
+  const ModelSpec m = gpt(2, 64, 4);
+  Layout l;
+  l.dp = 4;
+  const int64_t p = params_on_stage(m, 1, 1, 0);
+  EXPECT_EQ(step_ops(m, l)[0].op.d[0], p);
+  l.distributed_optimizer = true;
+  EXPECT_EQ(step_ops(m, l)[0].op.d[0], (p + 3) / 4);
+}
+
+TEST(OpProfile, RefitRecoversRateAndOverheadAndMeasuredTimesWin) {
+  OpProfile p;
+  const double rate = 5e14, over = 7e-6;
+  for (int64_t n : {1024, 4096, 16384}) {
+    OpShape o;
+    o.kind = OpKind::kLinearFwd;
+    o.d[0] = n, o.d[1] = 768, o.d[2] = 2304;
+    p.measured[o.key()] = o.work() / rate + over;
+  }
+  p.refit();
+  ASSERT_EQ(p.fits.at(OpClass::kLinear).points, 3);
+  EXPECT_NEAR(p.fits.at(OpClass::kLinear).rate / rate, 1.0, 1e-9);
+  EXPECT_NEAR(p.fits.at(OpClass::kLinear).overhead_s, over, 1e-12);
+
+  OpShape other;  // not measured: the fit
+  other.kind = OpKind::kLinearBwd;
+  other.d[0] = 2048, other.d[1] = 768, other.d[2] = 768;
+  EXPECT_NEAR(p.seconds(other), other.work() / rate + over, 1e-15);
+  p.measured[other.key()] = 1.0;  // measured: that number
+  EXPECT_EQ(p.seconds(other), 1.0);
+  OpShape att;  // no fit of its class
+  att.kind = OpKind::kAttentionFwd;
+  att.d[0] = 1, att.d[1] = 64, att.d[2] = 2, att.d[3] = 32;
+  bool ok = true;
+  EXPECT_EQ(p.seconds(att, &ok), 0.0);
+  EXPECT_FALSE(ok);
+}
+
+TEST(OpProfile, FileRoundTripsAndBadFilesNameThemselves) {
+  OpProfile p;
+  p.device = "NVIDIA H200";
+  p.tripod_version = tripod_version();
+  OpShape o;
+  o.kind = OpKind::kAttentionBwd;
+  o.d[0] = 8, o.d[1] = 1024, o.d[2] = 12, o.d[3] = 64;
+  p.measured[o.key()] = 1.5e-4;
+  p.refit();
+  const OpProfile q = OpProfile::from_json(p.to_json(), "x.json");
+  EXPECT_EQ(q.device, p.device);
+  EXPECT_EQ(q.measured, p.measured);
+  EXPECT_DOUBLE_EQ(q.fits.at(OpClass::kAttentionBwd).rate, p.fits.at(OpClass::kAttentionBwd).rate);
+
+  try {
+    OpProfile::from_json("{\"format\": 1, \"device\": 3", "/tmp/broken.json");
+    FAIL() << "malformed JSON accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/tmp/broken.json"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(OpProfile::from_json("{\"format\": 99}", "f.json"), Error);
+
+  // The cache is keyed by device and version: another version is ignored.
+  const std::string dir = ::testing::TempDir() + "op_profile_cache";
+  std::filesystem::remove_all(dir);
+  ::setenv("TRIPOD_CACHE_DIR", dir.c_str(), 1);
+  const std::string path = calibration_cache_path("NVIDIA H200");
+  EXPECT_EQ(path, dir + "/plan/nvidia_h200.json");
+  save_calibration(path, p);
+  std::string why;
+  ASSERT_TRUE(load_calibration(path, "NVIDIA H200", &why).has_value()) << why;
+  EXPECT_FALSE(load_calibration(path, "NVIDIA H100", &why).has_value());
+  p.tripod_version = "0.0.1+gdeadbeef";
+  save_calibration(path, p);
+  EXPECT_FALSE(load_calibration(path, "NVIDIA H200", &why).has_value());
+  EXPECT_NE(why.find("0.0.1+gdeadbeef"), std::string::npos) << why;
+  ::unsetenv("TRIPOD_CACHE_DIR");
+}
+
+TEST(OpProfile, ShippedH200CoversEveryOpClass) {
+  const auto p = shipped_profile("NVIDIA H200");
+  ASSERT_TRUE(p.has_value());
+  const ModelSpec m = gpt(12, 768, 12);
+  Layout l;
+  l.micro_batch = 8;
+  bool ok = true;
+  const double t = p->seconds_of(micro_batch_ops(m, l), &ok) + p->seconds_of(step_ops(m, l), &ok);
+  EXPECT_TRUE(ok);
+  EXPECT_GT(t, 0);
+  EXPECT_FALSE(shipped_profile("NVIDIA B200").has_value());
+}
+
+}  // namespace
+}  // namespace tripod::plan
