@@ -355,7 +355,7 @@ def main():
                 for k, items in chunks.items():
                     state[k] = OrderedDict((n, tt(x)) for n, x in items)
                     pos = state[k].get("embedding.position_embeddings.weight")
-                    if pos is not None:  # pickled through _rebuild_from_type_v2
+                    if pos is not None:  # a Python attribute, as Megatron's main params carry
                         pos.tensor_model_parallel = False
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 torch.save(state, path)
