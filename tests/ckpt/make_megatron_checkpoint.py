@@ -312,6 +312,7 @@ def main():
     ap.add_argument("--vpp", type=int, default=1)
     ap.add_argument("--writer", choices=["pickle", "torch"], default="pickle")
     ap.add_argument("--malicious", action="store_true")
+    ap.add_argument("--swiglu", action="store_true", help="record args.swiglu = True (not importable)")
     a = ap.parse_args()
     root = os.path.join(a.out, "megatron")
     it_dir = os.path.join(root, "iter_%07d" % ITERATION)
@@ -343,7 +344,7 @@ def main():
             chunks = {("model" if a.vpp == 1 else "model%d" % v): stage_state(params, t, a.tp, p, a.pp, v, a.vpp)
                       for v in range(a.vpp)}
             args = args_dict(a.tp, a.pp, a.vpp, padded)
-            args.update(tensor_model_parallel_rank=t, pipeline_model_parallel_rank=p)
+            args.update(tensor_model_parallel_rank=t, pipeline_model_parallel_rank=p, swiglu=a.swiglu)
             if torch is not None:
                 def tt(x):
                     if x is None:
