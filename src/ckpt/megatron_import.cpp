@@ -217,8 +217,11 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
     for (int p = 0; p < ranks.pp; ++p)
       TRIPOD_CHECK(ranks.files.count({t, p}) && fs::is_regular_file(ranks.files.at({t, p}), ec),
                    "--import-megatron {}: {} is missing (TP {} x PP {} expected every rank file)", dir,
-                   (iter / (ranks.pp > 1 ? fmt::format("mp_rank_{:02d}_{:03d}", t, p) : fmt::format("mp_rank_{:02d}", t)) /
-                    "model_optim_rng.pt").string(), ranks.tp, ranks.pp);
+                   (iter /
+                    (ranks.pp > 1 ? fmt::format("mp_rank_{:02d}_{:03d}", t, p) : fmt::format("mp_rank_{:02d}", t)) /
+                    "model_optim_rng.pt")
+                       .string(),
+                   ranks.tp, ranks.pp);
 
   // The model arguments, from the first rank's args.
   std::map<std::pair<int, int>, std::unique_ptr<TorchFile>> files;
@@ -238,7 +241,8 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
   const int64_t padded = need_int(*args, "padded_vocab_size", f0);
   c.vocab_size = arg_int(*args, "vocab_size").value_or(padded);
   c.make_vocab_size_divisible_by = arg_int(*args, "make_vocab_size_divisible_by").value_or(128);
-  c.layernorm_epsilon = static_cast<float>(arg_float(*args, "norm_epsilon", arg_float(*args, "layernorm_epsilon", 1e-5)));
+  c.layernorm_epsilon =
+      static_cast<float>(arg_float(*args, "norm_epsilon", arg_float(*args, "layernorm_epsilon", 1e-5)));
   c.init_method_std = static_cast<float>(arg_float(*args, "init_method_std", 0.02));
   out.tp = static_cast<int>(arg_int(*args, "tensor_model_parallel_size").value_or(1));
   out.pp = static_cast<int>(arg_int(*args, "pipeline_model_parallel_size").value_or(1));
@@ -252,7 +256,8 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
                       "embeddings, multi-head attention", "{}: {} is not supported by the import", f0, what);
   };
   refuse(arg_true(*args, "swiglu"), "--swiglu");
-  refuse(arg_str(*args, "normalization", "LayerNorm") != "LayerNorm", "--normalization " + arg_str(*args, "normalization", ""));
+  const std::string norm = arg_str(*args, "normalization", "LayerNorm");
+  refuse(norm != "LayerNorm", "--normalization " + norm);
   refuse(arg_str(*args, "position_embedding_type", "learned_absolute") != "learned_absolute",
          "--position-embedding-type " + arg_str(*args, "position_embedding_type", ""));
   refuse(arg_true(*args, "untie_embeddings_and_output_weights"), "--untie-embeddings-and-output-weights");

@@ -163,7 +163,9 @@ PyPtr make(K k) {
 
 // Globals a Megatron/torch checkpoint uses. kCall: "calling" it builds a value
 // here; kInert: an opaque object (dtype, enum, numpy array, ...).
-enum class Role { kOrderedDict, kRebuildTensor, kRebuildParameter, kRebuildFromType, kStorage, kNamespace, kEncode, kSet, kInert };
+enum class Role {
+  kOrderedDict, kRebuildTensor, kRebuildParameter, kRebuildFromType, kStorage, kNamespace, kEncode, kSet, kInert
+};
 
 bool allowed_global(const std::string& module, const std::string& name, Role* role) {
   const std::string g = module + "." + name;
@@ -432,7 +434,8 @@ class Unpickler {
         for (size_t i = 0; i < u.size(); ++i) {
           const auto c = static_cast<uint8_t>(u[i]);
           if (c < 0x80) v->s += static_cast<char>(c);
-          else if (i + 1 < u.size()) v->s += static_cast<char>(((c & 0x03) << 6) | (static_cast<uint8_t>(u[++i]) & 0x3f));
+          else if (i + 1 < u.size())
+            v->s += static_cast<char>(((c & 0x03) << 6) | (static_cast<uint8_t>(u[++i]) & 0x3f));
         }
         return v;
       }

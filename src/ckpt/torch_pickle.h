@@ -73,7 +73,9 @@ struct PyValue;
 using PyPtr = std::shared_ptr<PyValue>;
 
 struct PyValue {
-  enum class Kind { kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kGlobal, kObject, kStorage, kTensor };
+  enum class Kind {
+    kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kGlobal, kObject, kStorage, kTensor
+  };
   Kind kind = Kind::kNone;
   bool b = false;
   int64_t i = 0;
