@@ -37,19 +37,8 @@ note() { echo "$*" | tee -a "$summary"; }
 note "gpu_plan_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
 command -v nvidia-smi > /dev/null &&
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
-if [[ $mode == prebuilt ]]; then
-  note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt)"
-  if [[ -f "$dir/stage.tgz" ]]; then
-    mkdir -p /tmp/tripod_plan && tar xzf "$dir/stage.tgz" -C /tmp/tripod_plan && dir=/tmp/tripod_plan
-  fi
-  [[ $dir == /* ]] || dir="$PWD/$dir"
-  BIN_TRIPOD="$dir/bin/tripod"
-  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-  for miss in $(ldd "$BIN_TRIPOD" | awk '/not found/ {print $1}' | sort -u); do
-    found=$(find /usr /opt -name "$miss" 2>/dev/null | head -1)
-    [[ -n $found ]] && export LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
-  done
-fi
+source scripts/stage_env.sh
+[[ $mode == prebuilt ]] && use_stage "$dir" /tmp/tripod_plan
 export TRIPOD_CACHE_DIR="$OUT/cache"
 # PLAN_DEVICE=cpu with --models tiny: the plumbing on the CPU backend.
 DEVICE=${PLAN_DEVICE:-cuda}
