@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The quick start: set up if needed, fetch GPT-2's tokenizer files, turn the
 # King James Bible (Debian's bible-kjv) into Megatron .bin/.idx data with
-# `tripod preprocess`, and train a small GPT on it on the CPU. Takes a few
-# minutes on 2 cores after set-up; the loss falls from ~10.8 (ln 50257).
+# `tripod preprocess`, and train a small GPT on it on the CPU. Takes about
+# 2.5 minutes on 2 cores after set-up; the first logged loss (mean of
+# iterations 1-20) is ~9.8, the last ~5.1.
 #
 #   ./scripts/quickstart.sh            outputs under out/quickstart/
 #   QUICKSTART_ITERS=50 ./scripts/quickstart.sh

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/temp_files.h"
 #include "ckpt/atomic_io.h"
+#include "ckpt/megatron_import.h"
 
 namespace tripod::ckpt {
 namespace fs = std::filesystem;
@@ -92,6 +93,11 @@ int64_t read_latest_iteration(const std::string& dir) {
   if (!fs::exists(marker)) return -1;
   std::string s = read_text(marker);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  if (s == "release") {  // Megatron-LM's marker of a released checkpoint
+    const std::string m = describe_megatron_checkpoint(dir);
+    TRIPOD_CHECK_HINT(false, megatron_checkpoint_hint(dir), "{}",
+                      m.empty() ? fmt::format("{}: 'release' marks a Megatron-LM checkpoint", marker) : m);
+  }
   TRIPOD_CHECK(s.size() <= 18 && all_digits(s),
                "{}: expected an iteration number, found '{}' (corrupt marker)", marker, s.substr(0, 40));
   return std::stoll(s);
@@ -335,6 +341,9 @@ CheckpointReader CheckpointReader::open(const std::string& dir, int64_t iteratio
   }
   r.iteration_ = iteration;
   r.path_ = (fs::path(dir) / iter_dir_name(iteration)).string();
+  // Megatron-LM uses the same marker and iter_N names: say what it is.
+  if (const std::string m = describe_megatron_checkpoint(r.path_); !m.empty())
+    TRIPOD_CHECK_HINT(false, megatron_checkpoint_hint(dir), "--load {}: not a tripod checkpoint; {}", dir, m);
   r.meta_ = read_metadata((fs::path(r.path_) / kMetadataFile).string());
   const std::string where = (fs::path(r.path_) / kMetadataFile).string();
   TRIPOD_CHECK(r.meta_.value("iteration", int64_t{-1}) == iteration, "{}: records iteration {}, expected {}", where,

@@ -1,12 +1,15 @@
-// `tripod convert`: Hugging Face GPT-2 export and import (ckpt/hf_gpt2.h).
+// `tripod convert`: Hugging Face GPT-2 export and import (ckpt/hf_gpt2.h),
+// Megatron-LM legacy checkpoint import (ckpt/megatron_import.h).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
+//   tripod convert --import-megatron IN --save DIR Megatron --ckpt-format torch -> tripod (its iteration)
 // Flags only; the conversion lives in ckpt/.
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
 #include "base/log.h"
 #include "ckpt/hf_gpt2.h"
+#include "ckpt/megatron_import.h"
 #include "cli/command.h"
 
 namespace tripod::cli {
@@ -16,8 +19,9 @@ int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT-2 (model.safetensors + config.json).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
                "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F]\n"
+               "        tripod convert --import-megatron MEGATRON_SAVE_DIR --save CKPT [--vocab-file F ...]\n"
                "then:   tripod train --load CKPT --finetune ..."};
-  std::string load, save, export_dir, import_dir;
+  std::string load, save, export_dir, import_dir, megatron_dir;
   int64_t iteration = -1;
   nlohmann::json tok = {{"tokenizer_type", "GPT2BPETokenizer"}, {"vocab_file", ""}, {"merge_file", ""},
                         {"tokenizer_model", ""}};
@@ -26,7 +30,10 @@ int run_convert(int argc, char** argv) {
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
   app.add_option("--export-hf", export_dir, "output folder for the Hugging Face GPT-2 files");
   app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 folder to import");
-  app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf)");
+  app.add_option("--import-megatron", megatron_dir,
+                 "Megatron-LM checkpoint to import (--ckpt-format torch: DIR/iter_N/mp_rank_*/model_optim_rng.pt; "
+                 "any TP/PP; model weights)");
+  app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf / --import-megatron)");
   app.add_option("--tokenizer-type", tok_type, "recorded in the imported checkpoint")->capture_default_str();
   app.add_option("--vocab-file", vocab, "GPT-2 vocab JSON, recorded in the imported checkpoint");
   app.add_option("--merge-file", merges, "GPT-2 merges file, recorded in the imported checkpoint");
@@ -35,9 +42,22 @@ int run_convert(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  const bool exporting = !export_dir.empty(), importing = !import_dir.empty();
-  TRIPOD_CHECK_HINT(exporting != importing, "pass --load DIR --export-hf OUT, or --import-hf IN --save DIR",
-                    "tripod convert needs exactly one of --export-hf and --import-hf");
+  const bool exporting = !export_dir.empty(), importing = !import_dir.empty(), megatron = !megatron_dir.empty();
+  TRIPOD_CHECK_HINT(int(exporting) + int(importing) + int(megatron) == 1,
+                    "pass --load DIR --export-hf OUT, --import-hf IN --save DIR, or --import-megatron IN --save DIR",
+                    "tripod convert needs exactly one of --export-hf, --import-hf and --import-megatron");
+  tok["tokenizer_type"] = tok_type;
+  tok["vocab_file"] = vocab;
+  tok["merge_file"] = merges;
+  if (megatron) {
+    TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-megatron needs --save");
+    const auto r = ckpt::import_megatron(megatron_dir, save, {{"tokenizer", tok}});
+    log::info("imported {} ({}; TP {} x PP {}{}) into {} at iteration {}, {} consumed samples, model weights only; "
+              "train with --load {} --finetune (or --no-load-optim to continue its schedule)",
+              megatron_dir, r.config.describe(), r.tp, r.pp, r.vpp > 1 ? fmt::format(" x vpp {}", r.vpp) : "", save,
+              r.iteration, r.consumed_samples, save);
+    return 0;
+  }
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
@@ -46,9 +66,6 @@ int run_convert(int argc, char** argv) {
               export_dir);
   } else {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
-    tok["tokenizer_type"] = tok_type;
-    tok["vocab_file"] = vocab;
-    tok["merge_file"] = merges;
     const auto cfg = ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
     log::info("imported {} ({}) into {} at iteration 0; fine-tune with tripod train --load {} --finetune",
               import_dir, cfg.describe(), save, save);
@@ -58,6 +75,6 @@ int run_convert(int argc, char** argv) {
 
 }  // namespace
 
-TRIPOD_REGISTER_COMMAND(convert, "convert", "export/import Hugging Face GPT-2 checkpoints", run_convert);
+TRIPOD_REGISTER_COMMAND(convert, "convert", "export/import Hugging Face GPT-2 checkpoints, import Megatron-LM ones", run_convert);
 
 }  // namespace tripod::cli

@@ -115,16 +115,10 @@ int64_t cached_max_token_id(const IndexedDataset& data) {
   return m;
 }
 
+// The ids present, not the file's dtype, decide: a uint16 file whose ids all
+// fit may be blended with an int32 file under a vocabulary above 65,536.
 void check_vocab(const IndexedDataset& data, int64_t padded_vocab_size) {
   if (padded_vocab_size <= 0) return;
-  const int64_t cap = dtype_max_id(data.dtype());
-  TRIPOD_CHECK_HINT(
-      cap + 1 >= padded_vocab_size,
-      "the data was tokenized with a smaller vocabulary than the model's: re-run tripod "
-      "preprocess with the tokenizer the model uses (--vocab-file/--merge-file or "
-      "--tokenizer-model), or fix --vocab-size",
-      "{} stores tokens as {} (ids up to {}) but the model's padded vocabulary has {} entries",
-      idx_path(data.prefix()), dtype_name(data.dtype()), cap, padded_vocab_size);
   const int64_t max_id = cached_max_token_id(data);
   TRIPOD_CHECK_HINT(
       max_id < padded_vocab_size,
@@ -180,35 +174,43 @@ DatasetSplits build_indexed_gpt_datasets(const DataConfig& config) {
   outs[1] = &result.valid;
   outs[2] = &result.test;
 
+  // A weighted --data-path (even "1.0 A") is a blend, as in Megatron-Core:
+  // its datasets are built with a 0.5% surplus, which changes their epochs.
+  const bool blended = config.data_path.size() > 1;
   for (int s = 0; s < 3; ++s) {
     // Validation and test are only built when samples are asked of them;
     // train without a count covers one epoch.
     if (s > 0 && targets[s] <= 0) continue;
-    if (files.size() == 1) {
+    if (!blended) {
       if (ranges[0][s + 1] > ranges[0][s])
         *outs[s] = build_split(files[0], s, ranges[0][s], ranges[0][s + 1], config, targets[s]);
     } else {
       TRIPOD_CHECK_HINT(targets[s] > 0, "set --train-iters (or --train-samples)",
                         "a blended --data-path needs the number of {} samples", kSplitNames[s]);
-      std::vector<std::unique_ptr<TokenDataset>> parts;
       std::vector<double> w;
-      double wsum = 0;
+      std::vector<size_t> used;
       for (size_t f = 0; f < files.size(); ++f) {
         if (ranges[f][s + 1] <= ranges[f][s]) continue;  // this file has no documents here
-        wsum += weights[f];
         w.push_back(weights[f]);
+        used.push_back(f);
       }
-      for (double& x : w) x /= wsum;
-      size_t k = 0;
-      for (size_t f = 0; f < files.size(); ++f) {
-        if (ranges[f][s + 1] <= ranges[f][s]) continue;
-        // Megatron asks each part for 0.5% more than its share.
-        const auto n = static_cast<int64_t>(
-            std::ceil(std::ceil(static_cast<double>(targets[s]) * w[k++]) * 1.005));
+      // Megatron sizes the parts with the normalised weights and its
+      // BlendedDataset normalises them once more for the interleaving.
+      if (used.size() < files.size()) w = numpy_normalize(w);
+      std::vector<double> blend_w = numpy_normalize(w);
+      std::vector<std::unique_ptr<TokenDataset>> parts;
+      int64_t size = 0;
+      for (size_t k = 0; k < used.size(); ++k) {
+        const size_t f = used[k];
+        // Megatron's _get_size_per_split_per_dataset: the blend holds
+        // ceil(N * w) samples of each dataset, which is built with 0.5% more.
+        const double share = std::ceil(static_cast<double>(targets[s]) * w[k]);
+        size += static_cast<int64_t>(share);
+        const auto n = static_cast<int64_t>(std::ceil(share * 1.005));
         parts.push_back(build_split(files[f], s, ranges[f][s], ranges[f][s + 1], config, n));
       }
       if (!parts.empty())
-        *outs[s] = std::make_unique<BlendedDataset>(std::move(parts), std::move(w), targets[s]);
+        *outs[s] = std::make_unique<BlendedDataset>(std::move(parts), std::move(blend_w), size);
     }
     TRIPOD_CHECK_HINT(s > 0 || *outs[s], "give the train split documents, e.g. --split 969,30,1",
                       "--split '{}' leaves no documents for training", config.split);

@@ -74,15 +74,53 @@ std::vector<int64_t> split_document_ranges(const std::string& split, int64_t num
   TRIPOD_CHECK_HINT(!w.empty() && w.size() <= 3, "e.g. --split 969,30,1",
                     "--split '{}' must have 1 to 3 comma-separated weights", split);
   w.resize(3, 0.0);
-  const double total = w[0] + w[1] + w[2];
+  const double total = numpy_sum(w);
   TRIPOD_CHECK_HINT(total > 0, "e.g. --split 969,30,1", "--split '{}' sums to zero", split);
-  // Python's int(round(x)) rounds half to even, as nearbyint does by default.
+  // Megatron-Core (convert_split_vector_to_split_matrix and
+  // _build_megatron_dataset_splits): the normalised shares are accumulated in
+  // order and boundary i is int(round(cumulative_i * N)); Python's round
+  // rounds half to even, as nearbyint does by default. A zero share leaves the
+  // cumulative sum unchanged, hence an empty range. (Megatron before late 2023
+  // rounded each share and shifted the last boundary; see docs/data.md.)
   std::vector<int64_t> idx{0};
-  for (double x : w)
-    idx.push_back(idx.back() + static_cast<int64_t>(std::nearbyint(x / total * num_documents)));
-  const int64_t diff = idx.back() - num_documents;
-  for (size_t i = 1; i < idx.size(); ++i) idx[i] -= diff;
+  double cumulative = 0;
+  for (double x : w) {
+    cumulative += x / total;
+    idx.push_back(static_cast<int64_t>(std::nearbyint(cumulative * static_cast<double>(num_documents))));
+  }
   return idx;
+}
+
+double numpy_sum(std::span<const double> v) {
+  // numpy's pairwise_sum for up to 128 elements: sequential below 8, else
+  // eight running sums combined as ((r0+r1)+(r2+r3))+((r4+r5)+(r6+r7)) plus
+  // the remainder in order. Longer inputs split in halves (multiples of 8).
+  const size_t n = v.size();
+  if (n < 8) {
+    double r = 0;
+    for (double x : v) r += x;
+    return r;
+  }
+  if (n > 128) {
+    size_t h = n / 2;
+    h -= h % 8;
+    return numpy_sum(v.first(h)) + numpy_sum(v.subspan(h));
+  }
+  double r[8];
+  for (size_t j = 0; j < 8; ++j) r[j] = v[j];
+  size_t i = 8;
+  for (; i < n - n % 8; i += 8)
+    for (size_t j = 0; j < 8; ++j) r[j] += v[i + j];
+  double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+  for (; i < n; ++i) res += v[i];
+  return res;
+}
+
+std::vector<double> numpy_normalize(std::span<const double> v) {
+  const double total = numpy_sum(v);
+  std::vector<double> r(v.begin(), v.end());
+  for (double& x : r) x /= total;
+  return r;
 }
 
 // ---- index construction ----
@@ -137,13 +175,19 @@ GPTIndices build_gpt_indices(const int32_t* sizes, int64_t doc_begin, int64_t do
   TRIPOD_CHECK(seq_length >= 1, "--seq-length must be positive, got {}", seq_length);
   int64_t tokens_per_epoch = 0;
   for (int64_t d = doc_begin; d < doc_end; ++d) tokens_per_epoch += sizes[d];
-  TRIPOD_CHECK_HINT(tokens_per_epoch > seq_length, "use more data or a smaller --seq-length",
-                    "documents [{}, {}) hold {} tokens, not enough for one sample of {} tokens",
-                    doc_begin, doc_end, tokens_per_epoch, seq_length + 1);
   GPTIndices r;
   r.num_epochs = 1;
-  if (num_samples > 0)
+  if (num_samples > 0) {
+    // As Megatron's _get_num_epochs: documents shorter in total than one
+    // sample are simply repeated over more epochs.
+    TRIPOD_CHECK_HINT(tokens_per_epoch > 0, "use more data or another --split",
+                      "documents [{}, {}) hold no tokens", doc_begin, doc_end);
     while (r.num_epochs * tokens_per_epoch < num_samples * seq_length + 1) ++r.num_epochs;
+  } else {
+    TRIPOD_CHECK_HINT(tokens_per_epoch > seq_length, "use more data or a smaller --seq-length",
+                      "documents [{}, {}) hold {} tokens, not enough for one sample of {} tokens",
+                      doc_begin, doc_end, tokens_per_epoch, seq_length + 1);
+  }
 
   // Megatron separates the last epoch when less than 80% of it is used, so
   // that its few samples are not drawn from all over the previous epochs.
@@ -271,7 +315,6 @@ void parse_data_path(const std::vector<std::string>& data_path, std::vector<doub
   TRIPOD_CHECK_HINT(data_path.size() % 2 == 0, "e.g. --data-path 0.3 A_text_document 0.7 B_text_document",
                     "--data-path with several datasets needs weight/prefix pairs, got {} values",
                     data_path.size());
-  double total = 0;
   for (size_t i = 0; i < data_path.size(); i += 2) {
     char* end = nullptr;
     const double w = std::strtod(data_path[i].c_str(), &end);
@@ -280,9 +323,8 @@ void parse_data_path(const std::vector<std::string>& data_path, std::vector<doub
                       "--data-path: '{}' is not a positive weight", data_path[i]);
     weights->push_back(w);
     prefixes->push_back(data_path[i + 1]);
-    total += w;
   }
-  for (double& w : *weights) w /= total;
+  *weights = numpy_normalize(*weights);
 }
 
 }  // namespace tripod::data

@@ -5,16 +5,18 @@
 //  - --split "969,30,1" cuts the *documents* of each file into contiguous
 //    train/valid/test ranges (Megatron's _get_split_indices).
 //  - A split needing N samples of T+1 tokens takes E epochs, the fewest with
-//    E * tokens_per_epoch >= N*T + 1. The document order is all E epochs
+//    E * tokens_per_epoch >= N*T + 1 (also when one epoch holds less than a
+//    sample). The document order is all E epochs
 //    concatenated and shuffled with numpy.random.RandomState(seed); when the
 //    last epoch would be used for less than 80% of its samples it is shuffled
 //    separately (Megatron's separate_final_epoch).
 //  - Sample i is tokens [i*T, i*T + T + 1) of that document stream: samples
 //    overlap by one token and span document boundaries (build_sample_idx).
 //  - The samples are then visited in a shuffled order (shuffle_idx).
-//  - Blends (--data-path 0.3 A 0.7 B): each dataset gets
-//    ceil(ceil(N * w) * 1.005) samples and the blend interleaves them greedily
-//    so the prefix proportions track the weights (build_blending_indices).
+//  - Blends (--data-path 0.3 A 0.7 B, also a single weighted 1.0 A): each
+//    dataset gets ceil(ceil(N * w) * 1.005) samples, the blend holds
+//    sum(ceil(N * w)) and interleaves them greedily so the prefix proportions
+//    track the weights (build_blending_indices).
 //
 // See NOTE [GPT index cache] in gpt_dataset.cpp for the on-disk cache.
 #pragma once
@@ -47,8 +49,16 @@ class NumpyRandomState {
 };
 
 // Megatron's split string ("969,30,1", "98,2,0", "1") -> document boundaries
-// [0, b1, b2, num_documents] (4 entries; a split may be empty).
+// [0, b1, b2, num_documents] (4 entries; a split may be empty). Boundary i is
+// round(cumulative normalised share i * num_documents), half to even
+// (Megatron-Core's split matrix).
 std::vector<int64_t> split_document_ranges(const std::string& split, int64_t num_documents);
+
+// numpy.sum of a float64 array (its pairwise summation order) and
+// Megatron's normalize (w / numpy.sum(w)), so that weights and split shares
+// round the same way in the last bit.
+double numpy_sum(std::span<const double> v);
+std::vector<double> numpy_normalize(std::span<const double> v);
 
 struct GPTIndices {
   std::vector<int32_t> doc_idx;      // (sum over epochs of #documents,) document ids

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -95,7 +97,8 @@ std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const L
   if (int64_t(l.tp) * l.pp * l.dp != world)
     return fmt::format("TP x PP x DP = {} x {} x {} != {} GPUs", l.tp, l.pp, l.dp, world);
   if (!allow_tp_across_nodes && group_crosses_nodes(l.tp, mc.gpus_per_node))
-    return fmt::format("TP {} does not divide the {} GPUs of a node (TP would cross nodes)", l.tp, mc.gpus_per_node);
+    return fmt::format("TP {} does not divide the {} GPUs of a node (TP would cross nodes; TP is kept within a "
+                       "node unless --allow-tp-across-nodes)", l.tp, mc.gpus_per_node);
   if (m.num_attention_heads % l.tp != 0)
     return fmt::format("heads {} % TP {} != 0", m.num_attention_heads, l.tp);
   if (m.ffn() % l.tp != 0) return fmt::format("ffn {} % TP {} != 0", m.ffn(), l.tp);
@@ -129,8 +132,14 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
   TRIPOD_CHECK(mc.nnodes >= 1 && mc.gpus_per_node >= 1, "--nnodes and --gpus-per-node must be >= 1");
   TRIPOD_CHECK(o.global_batch >= 1, "--global-batch-size must be >= 1");
   PlanResult res;
+  std::vector<std::pair<std::string, int64_t>> violations;  // distinct reasons, first seen first
   for (const Layout& l : enumerate(m, mc, o)) {
-    if (!layout_rule_violation(m, mc, l, o.allow_tp_across_nodes).empty()) continue;
+    if (std::string why = layout_rule_violation(m, mc, l, o.allow_tp_across_nodes); !why.empty()) {
+      auto it = std::find_if(violations.begin(), violations.end(), [&](const auto& v) { return v.first == why; });
+      if (it == violations.end()) violations.emplace_back(std::move(why), 1);
+      else ++it->second;
+      continue;
+    }
     ++res.valid_layouts;
     Candidate c = evaluate(m, mc, l, o.memory);
     if (!res.smallest || c.mem.total() < res.smallest->mem.total()) res.smallest = c;
@@ -153,8 +162,30 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
     if (complexity(a.layout) != complexity(b.layout)) return complexity(a.layout) < complexity(b.layout);
     return a.mem.total() < b.mem.total();
   });
+  // With TP or PP pinned above 1 no plain-DP layout was searched: whether
+  // one fits is asked separately, so the note never claims what was not tried.
+  std::optional<Candidate> plain_dp;
+  if (o.tp > 1 || o.pp > 1) {
+    SearchOptions q = o;
+    q.tp = 1, q.pp = 1;
+    for (const Layout& l : enumerate(m, mc, q)) {
+      if (!layout_rule_violation(m, mc, l, o.allow_tp_across_nodes).empty()) continue;
+      Candidate c = evaluate(m, mc, l, o.memory);
+      if (c.fits && (!plain_dp || c.time.total() < plain_dp->time.total())) plain_dp = std::move(c);  // fastest
+    }
+  }
+  const std::string pinned =
+      o.tp > 1 && o.pp > 1 ? fmt::format("TP {} and PP {}", o.tp, o.pp)
+                           : (o.tp > 1 ? fmt::format("TP {}", o.tp) : fmt::format("PP {}", o.pp));
   if (res.plain_dp_fits)
     res.notes.push_back("the model fits one GPU: plain DP beats TP/PP (listed first)");
+  else if (plain_dp)
+    res.notes.push_back(fmt::format(
+        "the model also fits one GPU with plain DP ({}: {:.1f} of {:.0f} GiB); {} pinned by the flags, so only "
+        "layouts with it are searched (leave the size unset to compare)",
+        plain_dp->layout.str(), plain_dp->mem.total() / kGiB, mc.gpu_memory_gb, pinned));
+  else if (!res.fits.empty() && (o.tp > 1 || o.pp > 1))
+    res.notes.push_back(fmt::format("{} pinned; the model does not fit one GPU with plain DP either", pinned));
   else if (!res.fits.empty())
     res.notes.push_back("the model does not fit one GPU with plain DP: model parallelism (TP/PP) needed");
   if (res.fits.empty() && res.smallest)
@@ -162,9 +193,17 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
         "no layout fits {:.0f} GiB; the smallest ({}) needs {:.1f} GiB: add GPUs, lower --seq-length, or use "
         "GPUs with more memory",
         mc.gpu_memory_gb, res.smallest->layout.str(), res.smallest->mem.total() / kGiB));
-  if (res.valid_layouts == 0)
-    res.notes.push_back("no layout obeys the rules (heads % TP, layers % (PP x vpp), global % (micro x DP)); "
-                        "check --global-batch-size and --num-layers");
+  if (res.valid_layouts == 0) {
+    // Name the rules that the searched layouts broke, most often broken first.
+    std::stable_sort(violations.begin(), violations.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::string why;
+    for (size_t i = 0; i < violations.size() && i < 3; ++i) why += (i ? "; " : "") + violations[i].first;
+    if (violations.size() > 3) why += fmt::format("; and {} other reasons", violations.size() - 3);
+    res.notes.push_back(fmt::format(
+        "no layout obeys the rules (TP within a node, heads % TP, layers % (PP x vpp), global % (micro x DP)): {}",
+        why.empty() ? "nothing was searched" : why));
+  }
   return res;
 }
 

@@ -83,4 +83,18 @@ TEST(PlanCli, TableNamesTheMemoryModelAndRejectsUnknownOnes) {
   EXPECT_NE(out.output.find("unknown memory model 'deepspeed'"), std::string::npos) << out.output;
 }
 
+TEST(PlanCli, PinnedSizesGetTrueNotes) {
+  const std::string m345 =
+      "plan --num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --global-batch-size 64 "
+      "--gpu-memory-gb 40 --op-times assumed ";
+  // TP 16 on 2 x 8 GPUs: the rule that stops it is named.
+  auto out = tripod::testing::run_tripod(m345 + "--nnodes 2 --gpus-per-node 8 --tensor-model-parallel-size 16", "");
+  EXPECT_NE(out.output.find("TP 16 does not divide the 8 GPUs of a node"), std::string::npos) << out.output;
+  // TP pinned to 2 on 8 GPUs: the 345M model fits one GPU with plain DP, and the notes say so.
+  out = tripod::testing::run_tripod(m345 + "--gpus-per-node 8 --tensor-model-parallel-size 2", "");
+  EXPECT_EQ(out.code, 0) << out.output;
+  EXPECT_EQ(out.output.find("does not fit one GPU"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("also fits one GPU with plain DP"), std::string::npos) << out.output;
+}
+
 }  // namespace

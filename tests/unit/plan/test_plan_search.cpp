@@ -129,5 +129,51 @@ TEST(PlanSearch, NothingFitsSaysWhy) {
   EXPECT_NE(r.notes.back().find("no layout fits"), std::string::npos);
 }
 
+
+TEST(PlanSearch, TpPinnedAboveANodeNamesTheRule) {
+  ModelSpec m;  // 345M-class, 16 heads: only the node rule stands in the way of TP 16
+  m.num_attention_heads = 16, m.hidden_size = 1024, m.num_layers = 24;
+  Machine mc;
+  mc.nnodes = 2, mc.gpus_per_node = 8, mc.gpu_memory_gb = 40;
+  SearchOptions o;
+  o.tp = 16;
+  const PlanResult r = plan_layouts(m, mc, o);
+  EXPECT_EQ(r.valid_layouts, 0);
+  ASSERT_FALSE(r.notes.empty());
+  EXPECT_NE(r.notes.back().find("TP 16 does not divide the 8 GPUs of a node"), std::string::npos) << r.notes.back();
+  EXPECT_NE(r.notes.back().find("--allow-tp-across-nodes"), std::string::npos) << r.notes.back();
+}
+
+bool has_note(const PlanResult& r, const std::string& text) {
+  for (const auto& n : r.notes)
+    if (n.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(PlanSearch, PinnedTpOrPpDoesNotDenyThatPlainDpFits) {
+  ModelSpec m;  // GPT-2 345M: 24 layers, 1024 hidden, 16 heads
+  m.num_layers = 24, m.hidden_size = 1024, m.num_attention_heads = 16, m.seq_length = 1024;
+  Machine mc;
+  mc.gpus_per_node = 8, mc.gpu_memory_gb = 40;
+  SearchOptions o;
+  o.global_batch = 64;
+  ASSERT_TRUE(plan_layouts(m, mc, o).plain_dp_fits);  // unpinned: plain DP fits and comes first
+  for (auto [tp, pp] : {std::pair{2, 0}, std::pair{0, 2}, std::pair{2, 2}}) {
+    o.tp = tp, o.pp = pp;
+    const PlanResult r = plan_layouts(m, mc, o);
+    SCOPED_TRACE(::testing::Message() << "tp " << tp << " pp " << pp);
+    ASSERT_FALSE(r.fits.empty());
+    EXPECT_FALSE(has_note(r, "does not fit one GPU"));
+    EXPECT_TRUE(has_note(r, "also fits one GPU with plain DP (tp1 pp1 dp8"));
+  }
+  // A 13B model pinned to TP 2 on 8 x 80 GiB: plain DP really does not fit.
+  Machine big;
+  big.gpu_memory_gb = 80;
+  o.tp = 2, o.pp = 0, o.global_batch = 256;
+  const PlanResult r = plan_layouts(gpt_13b(), big, o);
+  ASSERT_FALSE(r.fits.empty());
+  EXPECT_TRUE(has_note(r, "TP 2 pinned; the model does not fit one GPU with plain DP either"));
+}
+
 }  // namespace
 }  // namespace tripod::plan
