@@ -5,7 +5,7 @@
 # next to the measured ones (mem_peak_bytes; mean iteration time of
 # iterations 6-15 of 15). Checks: memory within 10%, step time within 20%,
 # and the configuration plan ranks first (most tokens/s) is the fastest
-# measured. Results in $OUT/summary.txt (default ./gpu_plan_out) and a
+# measured (within 2%, the run-to-run spread). Results in $OUT/summary.txt (default ./gpu_plan_out) and a
 # markdown table in $OUT/plan_vs_measured.md.
 #
 #   scripts/gpu_check.sh --stage DIR          (build machine; STAGE_TARGETS=tripod is enough)
@@ -104,15 +104,16 @@ for r in rows:
     out.append(f"| {r['model']} | {r['mb']} | {r['recompute']} | {r['pred_gib']:.1f} GiB | {r['meas_gib']:.1f} GiB | "
                f"{100*em:+.1f}% | {1000*r['pred_s']:.1f} ms | {1000*r['meas_s']:.1f} ms | {100*et:+.1f}% |")
 # Ranking: per model, the configuration with the most predicted tokens/s
-# must be the one with the most measured tokens/s.
+# must be the fastest measured, within the 2% a rerun of the same
+# configuration varies by.
 for model in dict.fromkeys(r["model"] for r in rows):
     rs = [r for r in rows if r["model"] == model and "pred_s" in r and "meas_s" in r]
     if not rs: continue
     best_p = max(rs, key=lambda r: r["mb"] / r["pred_s"]); best_m = max(rs, key=lambda r: r["mb"] / r["meas_s"])
-    same = best_p is best_m
     gap = (best_m["mb"] / best_m["meas_s"]) / (best_p["mb"] / best_p["meas_s"]) - 1
+    same = gap <= 0.02
     out.append(f"\n{model}: plan ranks first mb {best_p['mb']} recompute {best_p['recompute']}; fastest measured mb "
-               f"{best_m['mb']} recompute {best_m['recompute']} -> {'PASS' if same else f'FAIL (measured {100*gap:.1f}% faster)'}")
+               f"{best_m['mb']} recompute {best_m['recompute']} ({100*gap:.1f}% faster) -> {'PASS' if same else 'FAIL'}")
     bad += not same
 out.append(f"\nop times: {rows[0].get('op_times') if rows else '?'}")
 bad += not rows
