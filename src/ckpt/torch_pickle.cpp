@@ -163,7 +163,7 @@ PyPtr make(K k) {
 
 // Globals a Megatron/torch checkpoint uses. kCall: "calling" it builds a value
 // here; kInert: an opaque object (dtype, enum, numpy array, ...).
-enum class Role { kOrderedDict, kRebuildTensor, kRebuildParameter, kStorage, kNamespace, kEncode, kSet, kInert };
+enum class Role { kOrderedDict, kRebuildTensor, kRebuildParameter, kRebuildFromType, kStorage, kNamespace, kEncode, kSet, kInert };
 
 bool allowed_global(const std::string& module, const std::string& name, Role* role) {
   const std::string g = module + "." + name;
@@ -171,6 +171,9 @@ bool allowed_global(const std::string& module, const std::string& name, Role* ro
   if (g == "torch._utils._rebuild_tensor_v2") return *role = Role::kRebuildTensor, true;
   if (g == "torch._utils._rebuild_parameter" || g == "torch._utils._rebuild_parameter_with_state")
     return *role = Role::kRebuildParameter, true;
+  // A tensor with Python attributes (Megatron's fp32 main params carry
+  // tensor_model_parallel etc.): _rebuild_from_type_v2(rebuild, type, args, state).
+  if (g == "torch._tensor._rebuild_from_type_v2") return *role = Role::kRebuildFromType, true;
   if (module == "torch" && name.size() > 7 && name.compare(name.size() - 7, 7, "Storage") == 0)
     return *role = Role::kStorage, true;
   if (g == "argparse.Namespace") return *role = Role::kNamespace, true;
@@ -180,7 +183,8 @@ bool allowed_global(const std::string& module, const std::string& name, Role* ro
       "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64", "torch.int64", "torch.int32",
       "torch.int8", "torch.uint8", "torch.bool", "torch.device", "torch.Size",
       "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray", "numpy.dtype",
-      "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "io.BytesIO", "builtins.slice",
+      "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "io.BytesIO", "_io.BytesIO", "builtins.slice",
+      "torch.Tensor", "torch.nn.parameter.Parameter",
       "builtins.complex", "signal.Signals"};  // Megatron's args hold --exit-signal as signal.SIGTERM
   if (inert.count(g) || module.rfind("megatron.", 0) == 0) return *role = Role::kInert, true;
   return false;
@@ -399,6 +403,10 @@ class Unpickler {
       case Role::kRebuildParameter:
         TRIPOD_CHECK(!a.empty() && a[0]->kind == K::kTensor, "{}: {} without a tensor", what_, fn.s);
         return a[0];
+      case Role::kRebuildFromType:
+        TRIPOD_CHECK(a.size() >= 3 && a[0]->kind == K::kGlobal && a[2]->kind == K::kTuple,
+                     "{}: malformed {} record", what_, fn.s);
+        return call(*a[0], *a[2]);
       case Role::kRebuildTensor: {
         TRIPOD_CHECK(a.size() >= 4 && a[0]->kind == K::kStorage && a[1]->kind == K::kInt &&
                          a[2]->kind == K::kTuple && a[3]->kind == K::kTuple && a[2]->items.size() == a[3]->items.size(),

@@ -17,7 +17,8 @@
 // unpickle() is a restricted interpreter of the pickle opcodes: it builds
 // plain values (None, bool, int, float, str, bytes, tuple, list, dict) and
 // resolves each global against an allowlist of what such files contain:
-// collections.OrderedDict, the tensor and parameter rebuild functions, the
+// collections.OrderedDict, the tensor and parameter rebuild functions (also
+// _rebuild_from_type_v2 of tensors with Python attributes), the
 // torch.*Storage types, argparse.Namespace (Megatron's args), _codecs.encode
 // (protocol 2 bytes) and, as inert objects, torch dtypes, numpy's array
 // reconstruction (the saved RNG state), io.BytesIO and megatron.* enums. Any

@@ -13,7 +13,8 @@ parameter in tripod's layout (full tensors, fused QKV as [Q | K | V]).
 
 --writer pickle (default, needs only Python) emits the pickle opcodes that
 torch.save writes (protocol 2, persistent ids for storages) by hand, with
-some tensors as bf16 and one as a strided view; --writer torch uses torch.save
+some tensors as bf16, one as a strided view and one carrying Python
+attributes (_rebuild_from_type_v2); --writer torch uses torch.save
 itself and exits 77 when PyTorch is not installed. The Megatron-side layout
 (per-head [q, k, v] rows per TP rank, column- and row-parallel slices, local
 layer numbers per pipeline stage) is written out here independently of
@@ -201,6 +202,22 @@ class Pickler:
             self.obj(x)
         self.out += b"u"
 
+    def tensor_with_attributes(self, t):
+        """A tensor carrying Python attributes (as Megatron's main params): _rebuild_from_type_v2."""
+        self.glob("torch._tensor", "_rebuild_from_type_v2")
+        self.out += b"("
+        self.glob("torch._utils", "_rebuild_tensor_v2")
+        self.glob("torch", "Tensor")
+        mark = len(self.out)
+        self.tensor(t)
+        # self.tensor wrote GLOBAL _rebuild_tensor_v2 ( args t R: keep only "( args t" as the args tuple.
+        head = b"ctorch._utils\n_rebuild_tensor_v2\n"
+        assert self.out[mark:mark + len(head)] == head and self.out[-1:] == b"R"
+        del self.out[mark:mark + len(head)]
+        del self.out[-1:]
+        self.obj({"tensor_model_parallel": False, "partition_dim": -1})
+        self.out += b"tR"
+
     def tensor(self, t, transposed_view=False):
         key = str(len(self.storages))
         if t.bf16:
@@ -295,6 +312,7 @@ def main():
     ap.add_argument("--vpp", type=int, default=1)
     ap.add_argument("--writer", choices=["pickle", "torch"], default="pickle")
     ap.add_argument("--malicious", action="store_true")
+    ap.add_argument("--swiglu", action="store_true", help="record args.swiglu = True (not importable)")
     a = ap.parse_args()
     root = os.path.join(a.out, "megatron")
     it_dir = os.path.join(root, "iter_%07d" % ITERATION)
@@ -326,7 +344,7 @@ def main():
             chunks = {("model" if a.vpp == 1 else "model%d" % v): stage_state(params, t, a.tp, p, a.pp, v, a.vpp)
                       for v in range(a.vpp)}
             args = args_dict(a.tp, a.pp, a.vpp, padded)
-            args.update(tensor_model_parallel_rank=t, pipeline_model_parallel_rank=p)
+            args.update(tensor_model_parallel_rank=t, pipeline_model_parallel_rank=p, swiglu=a.swiglu)
             if torch is not None:
                 def tt(x):
                     if x is None:
@@ -337,6 +355,9 @@ def main():
                 state = {"args": argparse.Namespace(**args), "checkpoint_version": 3.0, "iteration": ITERATION}
                 for k, items in chunks.items():
                     state[k] = OrderedDict((n, tt(x)) for n, x in items)
+                    pos = state[k].get("embedding.position_embeddings.weight")
+                    if pos is not None:  # a Python attribute, as Megatron's main params carry
+                        pos.tensor_model_parallel = False
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 torch.save(state, path)
                 continue
@@ -357,6 +378,8 @@ def main():
                         pk.obj(n)
                         if x is not None and n.endswith("linear_fc2.weight"):
                             pk.tensor(x, transposed_view=True)
+                        elif n == "embedding.position_embeddings.weight":
+                            pk.tensor_with_attributes(x)
                         else:
                             pk.obj(x)
                     pk.out += b"u"

@@ -6,6 +6,7 @@
 //    wrote in tripod's layout; the same with a file from torch.save itself
 //    when PyTorch is installed (skipped otherwise);
 //  - a pickle naming os.system is refused, naming the global, and nothing runs;
+//    a model tripod does not have (--swiglu) is refused naming the flag;
 //  - --load of a Megatron directory (legacy, torch_dist, release) says what it
 //    is and how to convert it.
 #include <gtest/gtest.h>
@@ -82,6 +83,18 @@ TEST(MegatronImport, PickleNamingOsSystemIsRefused) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(log.find("the global os.system, which is not allowed"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(s / "pwned"));
+  EXPECT_FALSE(fs::exists(s / "ck" / "latest_checkpointed_iteration.txt"));
+  fs::remove_all(s.dir);
+}
+
+TEST(MegatronImport, UnsupportedModelsAreRefusedNamingTheFlag) {
+  Scratch s("megatron_swiglu");
+  std::string log;
+  ASSERT_EQ(make(s, "--tp 2 --swiglu", &log), 0) << log;
+  int rc = 0;
+  log = tripod(s, "convert --import-megatron " + (s / "megatron").string() + " --save " + (s / "ck").string(), &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(log.find("--swiglu is not supported by the import"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(s / "ck" / "latest_checkpointed_iteration.txt"));
   fs::remove_all(s.dir);
 }

@@ -128,6 +128,15 @@ TEST_F(TrainCli, TokenIdsBeyondVocabAreCaughtBeforeTraining) {
   EXPECT_EQ(r.output.find("iteration        1/"), std::string::npos) << r.output;
 }
 
+TEST_F(TrainCli, InterleavedLayoutLogsItsVirtualPipelineSize) {
+  // 4 layers over PP 2 with 1 layer per virtual stage: 2 virtual stages per rank.
+  Result r = run("launch --nproc-per-node 2 " + base() + "--train-iters 1 --lr-warmup-iters 0 --mock-data --num-layers 4 "
+                 "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 2");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("tp 1 x dp 1 x pp 2 (vpp 2)"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("(vpp 1)"), std::string::npos) << r.output;
+}
+
 TEST_F(TrainCli, HelpListsMegatronFlags) {
   Result r = run("train --help");
   EXPECT_EQ(r.code, 0);

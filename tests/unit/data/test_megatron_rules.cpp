@@ -1,6 +1,8 @@
 // Where today's Megatron-Core builds its datasets differently from a naive
 // reading, each checked against hand counts:
-//  - split boundaries at round(cumulative share x N), half to even
+//  - split boundaries at round(cumulative share x N), half to even (every
+//    expected value below was also printed by numpy 1.24 with Megatron-Core's
+//    formulas: np.sum order, the cumulative shares, int(round(x * N)))
 //    (blended_megatron_dataset_config.py convert_split_vector_to_split_matrix,
 //    blended_megatron_dataset_builder.py _build_megatron_dataset_splits);
 //  - a split shorter than one sample runs more epochs (gpt_dataset.py
