@@ -375,6 +375,41 @@ CheckpointReader CheckpointReader::open(const std::string& dir, int64_t iteratio
   return r;
 }
 
+void CheckpointReader::verify() const {
+  std::vector<std::string> names;
+  if (meta_.contains("files") && meta_["files"].is_object())
+    for (auto it = meta_["files"].begin(); it != meta_["files"].end(); ++it) names.push_back(it.key());
+  for (const auto& [n, t] : tensors_)
+    for (const auto& f : t.slice_files) names.push_back(f);
+  for (const auto& n : names) (void)file(n);
+}
+
+std::vector<int64_t> committed_iterations(const std::string& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("iter_", 0) == 0 && name.size() == iter_dir_name(0).size() && all_digits(name.substr(5)) &&
+        e.is_directory())
+      out.push_back(std::stoll(name.substr(5)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t newest_intact_iteration(const std::string& dir, int64_t before) {
+  const auto iters = committed_iterations(dir);
+  for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
+    if (*it >= before) continue;
+    try {
+      CheckpointReader::open(dir, *it).verify();
+      return *it;
+    } catch (const Error&) {
+    }
+  }
+  return -1;
+}
+
 model::GptConfig CheckpointReader::config() const {
   const std::string where = (fs::path(path_) / kMetadataFile).string();
   TRIPOD_CHECK(meta_.contains("model"), "{}: no model arguments", where);

@@ -173,7 +173,6 @@ const std::vector<CompatFlag>& megatron_compat_flags() {
     {"--non-persistent-local-ckpt-dir", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: one save interval; use --save-interval and --save-retain"},
     {"--non-persistent-local-ckpt-algo", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: one save interval; use --save-interval and --save-retain"},
     {"--pretrained-checkpoint", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: use --load DIR (with --finetune for weights only)"},
-    {"--ckpt-step", FlagTakes::Value, FlagAnswer::Rejected, "not implemented: use --load DIR (with --finetune for weights only)"},
     {"--no-initialization", FlagTakes::None, FlagAnswer::Rejected, "not implemented: use --load DIR (with --finetune for weights only)"},
     {"--use-checkpoint-args", FlagTakes::None, FlagAnswer::Rejected, "not implemented: pass the model flags explicitly; tripod checks them against the checkpoint and names any difference"},
     {"--use-mp-args-from-checkpoint-args", FlagTakes::None, FlagAnswer::Rejected, "not implemented: pass the model flags explicitly; tripod checks them against the checkpoint and names any difference"},

@@ -133,6 +133,7 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_flag("--finetune", a.finetune, "load weights only; start at iteration 0 with a fresh optimizer");
   app.add_flag("--no-load-optim", a.no_load_optim, "do not load the optimizer state");
   app.add_flag("--no-load-rng", a.no_load_rng, "do not load the RNG state");
+  app.add_option("--ckpt-step", a.ckpt_step, "with --load: resume from iteration N instead of the latest");
   app.add_flag("--exit-signal-handler", a.exit_signal_handler,
                "on SIGTERM, save at the next iteration boundary and exit 0");
   app.add_option("--exit-interval", a.exit_interval, "save (with --save) and exit 0 at a multiple of N iterations");
@@ -222,9 +223,11 @@ int run_train(int argc, char** argv) {
   // One job script both starts and resumes a run (Megatron's behaviour):
   // --load naming a directory without a checkpoint yet is a fresh start.
   // A damaged checkpoint still stops the run (ckpt::load_dir_has_checkpoint).
+  TRIPOD_CHECK_HINT(args.ckpt_step < 0 || !args.load.empty(), "pass --load DIR with --ckpt-step",
+                    "--ckpt-step {} names an iteration to load, but there is no --load", args.ckpt_step);
   if (!args.load.empty()) {
     std::string why;
-    if (!ckpt::load_dir_has_checkpoint(args.load, &why)) {
+    if (args.ckpt_step < 0 && !ckpt::load_dir_has_checkpoint(args.load, &why)) {
       if (info.rank == 0)
         log::warn("--load {}: no checkpoint to resume from ({}); starting from scratch", args.load, why);
       args.load.clear();

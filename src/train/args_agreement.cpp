@@ -104,6 +104,7 @@ FlagValues agreed_args(const TrainArgs& a) {
       {"--finetune", flag(a.finetune)},
       {"--no-load-optim", flag(a.no_load_optim)},
       {"--no-load-rng", flag(a.no_load_rng)},
+      {"--ckpt-step", num(a.ckpt_step)},
   };
 }
 
