@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "cli/default_device.h"
 #include "cli/megatron_flags.h"
+#include "cli/model_flags.h"
 #include "cli/device.h"
 #include "cli/oom_advice.h"
 #include "data/tokenizer.h"
@@ -154,6 +155,8 @@ int run_train(int argc, char** argv) {
   app.add_option("--distributed-backend", dist_backend,
                  "nccl (default on cuda) | gloo (cpu default; on cuda: device buffers staged through host "
                  "memory, ranks may share a GPU to rehearse a layout)");
+  ModelFlags model_flags;
+  model_flags.add_to(app, args.model);
   MegatronCompat compat;
   compat.add_to(app);
   bool parse_only = false;
@@ -178,6 +181,7 @@ int run_train(int argc, char** argv) {
     return app.exit(e);
   }
   compat.apply(app, comm::resolve_rank_info().rank == 0);
+  model_flags.apply(app, args.model);
   if (derived.lr_warmup_fraction >= 0) {
     // Megatron: warmup = fraction x decay steps; here in whole iterations.
     TRIPOD_CHECK_HINT(app.count("--lr-warmup-iters") == 0 || args.lr_warmup_iters == 0,

@@ -76,6 +76,15 @@ void check_model_args(const model::GptConfig& now, const model::GptConfig& saved
   same("--ffn-hidden-size", now.ffn_hidden_size, saved.ffn_hidden_size);
   same("--max-position-embeddings", now.max_position_embeddings, saved.max_position_embeddings);
   same("--vocab-size (from the tokenizer)", now.vocab_size, saved.vocab_size);
+  // The Llama-family options that change the parameter set.
+  same("--num-query-groups", now.query_groups(), saved.query_groups());
+  same("--swiglu (0/1)", now.swiglu, saved.swiglu);
+  same("--normalization RMSNorm (0/1)", now.rmsnorm(), saved.rmsnorm());
+  same("--untie-embeddings-and-output-weights (0/1)", now.untie_embeddings_and_output_weights,
+       saved.untie_embeddings_and_output_weights);
+  same("--disable-bias-linear (0: set, 1: not)", now.add_bias_linear, saved.add_bias_linear);
+  same("--position-embedding-type learned_absolute (0/1)", now.learned_positions(), saved.learned_positions());
+  same("--group-query-attention (0/1)", now.group_query_attention, saved.group_query_attention);
 }
 
 }  // namespace
