@@ -44,20 +44,8 @@ note "gpu_layouts_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
 command -v nvidia-smi > /dev/null &&
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
 
-if [[ $mode == prebuilt ]]; then
-  note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt; uncommitted: $(wc -l < "$dir/DIRTY" 2>/dev/null) files)"
-  if [[ -f "$dir/stage.tgz" ]]; then
-    mkdir -p /tmp/tripod_layouts && tar xzf "$dir/stage.tgz" -C /tmp/tripod_layouts && dir=/tmp/tripod_layouts
-  fi
-  [[ $dir == /* ]] || dir="$PWD/$dir"
-  BIN_TRIPOD="$dir/bin/tripod"
-  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-  for miss in $(ldd "$BIN_TRIPOD" | awk '/not found/ {print $1}' | sort -u); do
-    found=$(find /usr /opt -name "$miss" 2>/dev/null | head -1)
-    [[ -n $found ]] && export LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
-    note "library $miss -> ${found:-NOT FOUND}"
-  done
-fi
+source scripts/stage_env.sh
+[[ $mode == prebuilt ]] && use_stage "$dir" /tmp/tripod_layouts
 DEVICE=${LAYOUTS_DEVICE:-cuda}
 [[ $DEVICE == cpu ]] && checks=${checks//bf16/}
 has() { [[ " $checks " == *" $1 "* ]]; }

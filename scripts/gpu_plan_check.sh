@@ -5,7 +5,7 @@
 # next to the measured ones (mem_peak_bytes; mean iteration time of
 # iterations 6-15 of 15). Checks: memory within 10%, step time within 20%,
 # and the configuration plan ranks first (most tokens/s) is the fastest
-# measured. Results in $OUT/summary.txt (default ./gpu_plan_out) and a
+# measured (within 2%, the run-to-run spread). Results in $OUT/summary.txt (default ./gpu_plan_out) and a
 # markdown table in $OUT/plan_vs_measured.md.
 #
 #   scripts/gpu_check.sh --stage DIR          (build machine; STAGE_TARGETS=tripod is enough)
@@ -37,19 +37,8 @@ note() { echo "$*" | tee -a "$summary"; }
 note "gpu_plan_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
 command -v nvidia-smi > /dev/null &&
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
-if [[ $mode == prebuilt ]]; then
-  note "commit: $(cat "$dir/COMMIT" 2>/dev/null) (prebuilt)"
-  if [[ -f "$dir/stage.tgz" ]]; then
-    mkdir -p /tmp/tripod_plan && tar xzf "$dir/stage.tgz" -C /tmp/tripod_plan && dir=/tmp/tripod_plan
-  fi
-  [[ $dir == /* ]] || dir="$PWD/$dir"
-  BIN_TRIPOD="$dir/bin/tripod"
-  export LD_LIBRARY_PATH="$dir/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
-  for miss in $(ldd "$BIN_TRIPOD" | awk '/not found/ {print $1}' | sort -u); do
-    found=$(find /usr /opt -name "$miss" 2>/dev/null | head -1)
-    [[ -n $found ]] && export LD_LIBRARY_PATH="$(dirname "$found"):$LD_LIBRARY_PATH"
-  done
-fi
+source scripts/stage_env.sh
+[[ $mode == prebuilt ]] && use_stage "$dir" /tmp/tripod_plan
 export TRIPOD_CACHE_DIR="$OUT/cache"
 # PLAN_DEVICE=cpu with --models tiny: the plumbing on the CPU backend.
 DEVICE=${PLAN_DEVICE:-cuda}
@@ -115,15 +104,16 @@ for r in rows:
     out.append(f"| {r['model']} | {r['mb']} | {r['recompute']} | {r['pred_gib']:.1f} GiB | {r['meas_gib']:.1f} GiB | "
                f"{100*em:+.1f}% | {1000*r['pred_s']:.1f} ms | {1000*r['meas_s']:.1f} ms | {100*et:+.1f}% |")
 # Ranking: per model, the configuration with the most predicted tokens/s
-# must be the one with the most measured tokens/s.
+# must be the fastest measured, within the 2% a rerun of the same
+# configuration varies by.
 for model in dict.fromkeys(r["model"] for r in rows):
     rs = [r for r in rows if r["model"] == model and "pred_s" in r and "meas_s" in r]
     if not rs: continue
     best_p = max(rs, key=lambda r: r["mb"] / r["pred_s"]); best_m = max(rs, key=lambda r: r["mb"] / r["meas_s"])
-    same = best_p is best_m
     gap = (best_m["mb"] / best_m["meas_s"]) / (best_p["mb"] / best_p["meas_s"]) - 1
+    same = gap <= 0.02
     out.append(f"\n{model}: plan ranks first mb {best_p['mb']} recompute {best_p['recompute']}; fastest measured mb "
-               f"{best_m['mb']} recompute {best_m['recompute']} -> {'PASS' if same else f'FAIL (measured {100*gap:.1f}% faster)'}")
+               f"{best_m['mb']} recompute {best_m['recompute']} ({100*gap:.1f}% faster) -> {'PASS' if same else 'FAIL'}")
     bad += not same
 out.append(f"\nop times: {rows[0].get('op_times') if rows else '?'}")
 bad += not rows

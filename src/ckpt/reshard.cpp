@@ -13,7 +13,8 @@ Tensor fit_rows(const Tensor& saved, const Shape& target, const Tensor* fill, co
   const Shape& s = saved.shape();
   bool same_tail = s.size() == target.size() && !s.empty();
   for (size_t d = 1; same_tail && d < s.size(); ++d) same_tail = s[d] == target[d];
-  TRIPOD_CHECK(same_tail && name.find("word_embeddings") != std::string::npos,
+  TRIPOD_CHECK(same_tail && (name.find("word_embeddings") != std::string::npos ||
+                            name.find("output_layer") != std::string::npos),
                "checkpoint tensor {} has shape {} but the model needs {} (only the padded vocabulary may differ)",
                name, shape_str(s), shape_str(target));
   Tensor out = fill ? fill->view(target) : Tensor::zeros(target, DType::F32);

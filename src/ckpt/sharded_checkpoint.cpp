@@ -42,18 +42,26 @@ const char* shard_name(model::ShardDim s) {
     case model::ShardDim::Rows: return "Rows";
     case model::ShardDim::Cols: return "Cols";
     case model::ShardDim::QkvRows: return "QkvRows";
+    case model::ShardDim::GluRows: return "GluRows";
+    case model::ShardDim::QkvGroups: return "QkvGroups";
   }
   return "?";
 }
 
 model::ShardDim shard_from_name(const std::string& s, const std::string& file) {
-  for (auto d : {model::ShardDim::None, model::ShardDim::Rows, model::ShardDim::Cols, model::ShardDim::QkvRows})
+  for (auto d : {model::ShardDim::None, model::ShardDim::Rows, model::ShardDim::Cols, model::ShardDim::QkvRows,
+                 model::ShardDim::GluRows, model::ShardDim::QkvGroups})
     if (s == shard_name(d)) return d;
   TRIPOD_FAIL("{}: unknown shard rule '{}'", file, s);
 }
 
+const char* position_name(model::GptConfig::Position p) {
+  using P = model::GptConfig::Position;
+  return p == P::Rope ? "rope" : (p == P::None ? "none" : "learned_absolute");
+}
+
 json config_to_json(const model::GptConfig& c) {
-  return {{"num_layers", c.num_layers},
+  json j = {{"num_layers", c.num_layers},
           {"hidden_size", c.hidden_size},
           {"num_attention_heads", c.num_attention_heads},
           {"ffn_hidden_size", c.ffn_hidden_size},
@@ -65,6 +73,20 @@ json config_to_json(const model::GptConfig& c) {
           {"layernorm_epsilon", c.layernorm_epsilon},
           {"hidden_dropout", c.hidden_dropout},
           {"attention_dropout", c.attention_dropout}};
+  // The Llama-family options, only when one differs from GPT-2 (GPT-2
+  // checkpoints keep their metadata as before).
+  if (!c.is_gpt2()) {
+    j["position_embedding_type"] = position_name(c.position_embedding_type);
+    j["rotary_base"] = c.rotary_base;
+    j["rotary_percent"] = c.rotary_percent;
+    j["normalization"] = c.rmsnorm() ? "RMSNorm" : "LayerNorm";
+    j["swiglu"] = c.swiglu;
+    j["group_query_attention"] = c.group_query_attention;
+    j["num_query_groups"] = c.num_query_groups;
+    j["untie_embeddings_and_output_weights"] = c.untie_embeddings_and_output_weights;
+    j["add_bias_linear"] = c.add_bias_linear;
+  }
+  return j;
 }
 
 model::GptConfig config_from_json(const json& j, const std::string& file) {
@@ -82,6 +104,21 @@ model::GptConfig config_from_json(const json& j, const std::string& file) {
     c.layernorm_epsilon = j.at("layernorm_epsilon").get<float>();
     c.hidden_dropout = j.at("hidden_dropout").get<float>();
     c.attention_dropout = j.at("attention_dropout").get<float>();
+    using P = model::GptConfig::Position;
+    const std::string pos = j.value("position_embedding_type", std::string("learned_absolute"));
+    TRIPOD_CHECK(pos == "learned_absolute" || pos == "rope" || pos == "none",
+                 "{}: unknown position_embedding_type '{}'", file, pos);
+    c.position_embedding_type = pos == "rope" ? P::Rope : (pos == "none" ? P::None : P::LearnedAbsolute);
+    c.rotary_base = j.value("rotary_base", 10000.f);
+    c.rotary_percent = j.value("rotary_percent", 1.f);
+    const std::string norm = j.value("normalization", std::string("LayerNorm"));
+    TRIPOD_CHECK(norm == "LayerNorm" || norm == "RMSNorm", "{}: unknown normalization '{}'", file, norm);
+    c.normalization = norm == "RMSNorm" ? model::GptConfig::Norm::RMSNorm : model::GptConfig::Norm::LayerNorm;
+    c.swiglu = j.value("swiglu", false);
+    c.group_query_attention = j.value("group_query_attention", false);
+    c.num_query_groups = j.value("num_query_groups", int64_t{0});
+    c.untie_embeddings_and_output_weights = j.value("untie_embeddings_and_output_weights", false);
+    c.add_bias_linear = j.value("add_bias_linear", true);
   } catch (const json::exception& e) {
     TRIPOD_FAIL("{}: model arguments are incomplete or malformed: {}", file, e.what());
   }
@@ -373,6 +410,41 @@ CheckpointReader CheckpointReader::open(const std::string& dir, int64_t iteratio
     TRIPOD_FAIL("{}: malformed tensor index: {}", where, e.what());
   }
   return r;
+}
+
+void CheckpointReader::verify() const {
+  std::vector<std::string> names;
+  if (meta_.contains("files") && meta_["files"].is_object())
+    for (auto it = meta_["files"].begin(); it != meta_["files"].end(); ++it) names.push_back(it.key());
+  for (const auto& [n, t] : tensors_)
+    for (const auto& f : t.slice_files) names.push_back(f);
+  for (const auto& n : names) (void)file(n);
+}
+
+std::vector<int64_t> committed_iterations(const std::string& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("iter_", 0) == 0 && name.size() == iter_dir_name(0).size() && all_digits(name.substr(5)) &&
+        e.is_directory())
+      out.push_back(std::stoll(name.substr(5)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+int64_t newest_intact_iteration(const std::string& dir, int64_t before) {
+  const auto iters = committed_iterations(dir);
+  for (auto it = iters.rbegin(); it != iters.rend(); ++it) {
+    if (*it >= before) continue;
+    try {
+      CheckpointReader::open(dir, *it).verify();
+      return *it;
+    } catch (const Error&) {
+    }
+  }
+  return -1;
 }
 
 model::GptConfig CheckpointReader::config() const {

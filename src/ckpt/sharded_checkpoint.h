@@ -108,6 +108,9 @@ class CheckpointReader {
   std::vector<std::string> tensor_names() const;
   // The full tensor (its saved global shape, f32), assembled from the tp slices.
   Tensor read_full(const std::string& name) const;
+  // Opens every file the metadata lists (size and header checksum): throws
+  // the first damage found without reading any tensor data.
+  void verify() const;
 
  private:
   const SafetensorsFile& file(const std::string& name) const;
@@ -117,6 +120,12 @@ class CheckpointReader {
   std::map<std::string, TensorInfo> tensors_;
   mutable std::map<std::string, std::shared_ptr<SafetensorsFile>> files_;
 };
+
+// The committed iterations in DIR (iter_NNNNNNN directories), ascending.
+std::vector<int64_t> committed_iterations(const std::string& dir);
+// The newest iteration below `before` whose checkpoint opens and verifies
+// (CheckpointReader::verify), or -1 when there is none.
+int64_t newest_intact_iteration(const std::string& dir, int64_t before);
 
 // Reads and validates DIR/iter_X/metadata.json (checksum included).
 nlohmann::json read_metadata(const std::string& path);

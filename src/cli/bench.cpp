@@ -50,6 +50,7 @@ struct CommArgs {
   double timeout_minutes = 10;
   std::string device = "cpu";
   int fault_hang_rank = -1, fault_kill_rank = -1, fault_kill_after_ms = 300;
+  int fault_size_mismatch_rank = -1;  // this rank's buffers are twice the others'
 };
 
 double bus_factor(const std::string& op, int n) {
@@ -191,7 +192,8 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
   while (std::getline(ss, op, ',')) {
     if (op == "sendrecv" && c.size() == 1) continue;
     for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.step_factor) {
-      OpCase oc = make_case(op, c, bytes, bufs);
+      const bool bigger = pg.global_rank == a.fault_size_mismatch_rank;
+      OpCase oc = make_case(op, c, bigger ? 2 * bytes : bytes, bufs);
       oc.run();  // data check before timing
       const int64_t wrong = int64_t(world_reduce(world, bufs, double(oc.wrong()), comm::ReduceOp::Sum));
       total_wrong += wrong;
@@ -283,6 +285,7 @@ int run_bench_cmd(int argc, char** argv) {
   comm->add_option("--fault-hang-rank", a.fault_hang_rank)->group("");
   comm->add_option("--fault-kill-rank", a.fault_kill_rank)->group("");
   comm->add_option("--fault-kill-after-ms", a.fault_kill_after_ms)->group("");
+  comm->add_option("--fault-size-mismatch-rank", a.fault_size_mismatch_rank)->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

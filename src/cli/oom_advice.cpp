@@ -43,21 +43,15 @@ std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, con
   const int dp = std::max(1, job.world_size / (a.tp * a.pp));
   o.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * dp;
   // A CPU "device" (TRIPOD_CPU_MEMORY_LIMIT_MB) has no CUDA context or
-  // library workspaces to reserve. The tripod memory model follows the CUDA
-  // allocator; the CPU backend's op temporaries are not in it yet (it
-  // undercounts them by ~20% on small models), so there the advice keeps
-  // the conservative Megatron-style estimate.
-  if (a.device == "cpu") {
-    o.memory.workspace_fixed_gib = 0, o.memory.cuda = false;
-    o.memory.model = plan::MemoryModelKind::kMegatron;
-  }
+  // library workspaces to reserve (`tripod plan --device cpu`).
+  if (a.device == "cpu") o.memory.workspace_fixed_gib = 0, o.memory.cuda = false;
   std::string cmd = fmt::format("tripod plan --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
                                 "--vocab-size {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
                                 "--gpu-memory-gb {:.1f}", m.num_layers, m.hidden_size, m.num_attention_heads,
                                 m.seq_length, m.vocab_size, o.global_batch,
                                 a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32", mc.nnodes, mc.gpus_per_node,
                                 mc.gpu_memory_gb);
-  if (o.memory.model == plan::MemoryModelKind::kMegatron) cmd += " --memory-model megatron";
+  if (a.device == "cpu") cmd += " --device cpu";
   plan::PlanResult r;
   try {
     r = plan::plan_layouts(m, mc, o);

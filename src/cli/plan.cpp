@@ -171,7 +171,9 @@ int run_plan(int argc, char** argv) {
   app.add_flag("--calibrate", calibrate,
                "time the ops of the layouts that fit on this machine's device with tripod's kernels (seconds; "
                "cached per device and tripod version)");
-  app.add_option("--device", device, "device to calibrate on: cuda or cpu (default: the GPU when one is visible)");
+  app.add_option("--device", device,
+                 "the device the planned run uses, and --calibrate measures on: cuda (default) or cpu (no CUDA "
+                 "context or library workspaces in the memory model)");
   app.add_option("--top", top, "rows to show")->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of the table");
   try {
@@ -208,6 +210,12 @@ int run_plan(int argc, char** argv) {
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
   o.memory.model = plan::memory_model_from_string(memory_model);
+  TRIPOD_CHECK_HINT(device.empty() || device == "cuda" || device == "cpu", "pass --device cuda or --device cpu",
+                    "--device {}: unknown device", device);
+  if (device == "cpu") {
+    o.memory.cuda = false;
+    if (o.memory.workspace_fixed_gib < 0) o.memory.workspace_fixed_gib = 0;
+  }
   // The ops of the first layouts that fit, for --calibrate to measure.
   auto shapes_needed = [&](const plan::OpProfile* p) {
     plan::Machine probe = mc;

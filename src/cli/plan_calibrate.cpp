@@ -38,20 +38,46 @@ double measure(Backend& be, const OpShape& op, int reps) {
   // them in f32, as its training runs do.
   DType act = op.act_bytes == 4 ? DType::F32 : DType::BF16;
   if (!be.computes_in(act)) act = DType::F32;
+  // Random values in [0, 1), not zeros: a GPU's clocks under its power cap
+  // depend on the data (a GEMM of zeros runs measurably faster).
+  uint64_t state = 0x9E3779B97F4A7C15ull;
   auto make = [&](const Shape& s, DType d) {
     Tensor t = be.empty(s, d);
-    be.zero(t);
+    Tensor h = Tensor::empty(s, d);
+    const int64_t n = h.numel();
+    auto next = [&] {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      return float(state >> 40) / float(1ull << 24);
+    };
+    if (d == DType::F32) {
+      for (int64_t i = 0; i < n; ++i) h.data<float>()[i] = next();
+    } else if (d == DType::BF16 || d == DType::F16) {
+      auto* p = h.data_u16();
+      for (int64_t i = 0; i < n; ++i) p[i] = d == DType::BF16 ? f32_to_bf16(next()) : f32_to_f16(next());
+    } else {
+      be.zero(t);  // ids (targets): 0 is in range
+      return t;
+    }
+    be.copy(t, h);
     return t;
   };
   const int64_t a = op.d[0], b = op.d[1], c = op.d[2], d = op.d[3];
   switch (op.kind) {
-    case OpKind::kLinearFwd: {  // (rows a, in b) x (out c, in b)^T + bias
+    case OpKind::kLinearFwd: {  // (rows a, in b) x (out c, in b)^T + bias (+ GELU when d = 1)
       Tensor x = make({a, b}, act), w = make({c, b}, act), bias = make({c}, act), y = make({a, c}, act);
+      if (d == 1) {
+        Tensor pre = make({a, c}, act);
+        return time_calls(be, reps, [&] { be.matmul_forward_gelu(y, pre, x, w, &bias); });
+      }
       return time_calls(be, reps, [&] { be.matmul_forward(y, x, w, &bias); });
     }
     case OpKind::kLinearBwd: {
       Tensor x = make({a, b}, act), w = make({c, b}, act), dy = make({a, c}, act), dx = make({a, b}, act);
       Tensor dw = make({c, b}, DType::F32), db = make({c}, DType::F32);
+      if (d == 1) {  // the input is the GELU output; its pre-activation is (rows, in)
+        Tensor pre = make({a, b}, act);
+        return time_calls(be, reps, [&] { be.matmul_backward_dgelu(dx, &dw, &db, dy, x, w, pre); });
+      }
       return time_calls(be, reps, [&] { be.matmul_backward(&dx, &dw, &db, dy, x, w); });
     }
     case OpKind::kAttentionFwd:
@@ -93,6 +119,13 @@ double measure(Backend& be, const OpShape& op, int reps) {
       backend::AdamWStep step;
       step.lr = 1e-4f;
       return time_calls(be, reps, [&] { be.adamw_update(p, g, m, v, step, act == DType::F32 ? nullptr : &copy); });
+    }
+    case OpKind::kGradNorm: {
+      Tensor g = make({a}, DType::F32), sq = make({1}, DType::F32);
+      return time_calls(be, reps, [&] {
+        be.sum_squares(sq, g);
+        be.zero(g);
+      });
     }
   }
   return 0;

@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "cli/default_device.h"
 #include "cli/megatron_flags.h"
+#include "cli/model_flags.h"
 #include "cli/device.h"
 #include "cli/oom_advice.h"
 #include "data/tokenizer.h"
@@ -133,6 +134,7 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_flag("--finetune", a.finetune, "load weights only; start at iteration 0 with a fresh optimizer");
   app.add_flag("--no-load-optim", a.no_load_optim, "do not load the optimizer state");
   app.add_flag("--no-load-rng", a.no_load_rng, "do not load the RNG state");
+  app.add_option("--ckpt-step", a.ckpt_step, "with --load: resume from iteration N instead of the latest");
   app.add_flag("--exit-signal-handler", a.exit_signal_handler,
                "on SIGTERM, save at the next iteration boundary and exit 0");
   app.add_option("--exit-interval", a.exit_interval, "save (with --save) and exit 0 at a multiple of N iterations");
@@ -153,6 +155,8 @@ int run_train(int argc, char** argv) {
   app.add_option("--distributed-backend", dist_backend,
                  "nccl (default on cuda) | gloo (cpu default; on cuda: device buffers staged through host "
                  "memory, ranks may share a GPU to rehearse a layout)");
+  ModelFlags model_flags;
+  model_flags.add_to(app, args.model);
   MegatronCompat compat;
   compat.add_to(app);
   bool parse_only = false;
@@ -177,6 +181,7 @@ int run_train(int argc, char** argv) {
     return app.exit(e);
   }
   compat.apply(app, comm::resolve_rank_info().rank == 0);
+  model_flags.apply(app, args.model);
   if (derived.lr_warmup_fraction >= 0) {
     // Megatron: warmup = fraction x decay steps; here in whole iterations.
     TRIPOD_CHECK_HINT(app.count("--lr-warmup-iters") == 0 || args.lr_warmup_iters == 0,
@@ -222,9 +227,11 @@ int run_train(int argc, char** argv) {
   // One job script both starts and resumes a run (Megatron's behaviour):
   // --load naming a directory without a checkpoint yet is a fresh start.
   // A damaged checkpoint still stops the run (ckpt::load_dir_has_checkpoint).
+  TRIPOD_CHECK_HINT(args.ckpt_step < 0 || !args.load.empty(), "pass --load DIR with --ckpt-step",
+                    "--ckpt-step {} names an iteration to load, but there is no --load", args.ckpt_step);
   if (!args.load.empty()) {
     std::string why;
-    if (!ckpt::load_dir_has_checkpoint(args.load, &why)) {
+    if (args.ckpt_step < 0 && !ckpt::load_dir_has_checkpoint(args.load, &why)) {
       if (info.rank == 0)
         log::warn("--load {}: no checkpoint to resume from ({}); starting from scratch", args.load, why);
       args.load.clear();

@@ -9,6 +9,8 @@ void finalize_model_grads(DistributedDataParallel& ddp, const parallel::ProcessG
     for (int c = 0; c < ddp.num_chunks(); ++c) {
       model::GptModel& m = ddp.model(c);
       const auto& st = m.stage();
+      // An untied output layer (--untie-embeddings-and-output-weights) shares nothing.
+      if (m.config().untie_embeddings_and_output_weights) continue;
       if (st.pre_process || st.post_process) groups.embd->all_reduce(m.stage_params().embedding.word_embeddings->grad)->wait();
     }
   }

@@ -8,7 +8,10 @@
 namespace tripod::model {
 
 void GptConfig::finalize() {
-  if (ffn_hidden_size == 0) ffn_hidden_size = 4 * hidden_size;
+  // Megatron's default MLP width: 4C, or with SwiGLU 2/3 of it rounded down
+  // to a multiple of 64 (the same parameter count with three matrices).
+  if (ffn_hidden_size == 0) ffn_hidden_size = swiglu ? (4 * hidden_size * 2 / 3) / 64 * 64 : 4 * hidden_size;
+  if (!group_query_attention) num_query_groups = 0;
   if (max_position_embeddings == 0) max_position_embeddings = seq_length;
   TRIPOD_CHECK_HINT(num_layers > 0, "pass --num-layers N with N >= 1", "--num-layers is {}", num_layers);
   TRIPOD_CHECK_HINT(hidden_size > 0, "pass --hidden-size", "--hidden-size is {}", hidden_size);
@@ -29,6 +32,30 @@ void GptConfig::finalize() {
                     "--make-vocab-size-divisible-by is {}", make_vocab_size_divisible_by);
   TRIPOD_CHECK_HINT(hidden_dropout >= 0.f && hidden_dropout < 1.f, "use a value in [0, 1)",
                     "--hidden-dropout is {}", hidden_dropout);
+  TRIPOD_CHECK_HINT(kv_channels == 0 || kv_channels == hidden_size / num_attention_heads,
+                    "drop --kv-channels (tripod's head size is --hidden-size / --num-attention-heads)",
+                    "--kv-channels {} differs from --hidden-size {} / --num-attention-heads {} = {}: other head "
+                    "sizes are not supported",
+                    kv_channels, hidden_size, num_attention_heads, hidden_size / num_attention_heads);
+  if (group_query_attention) {
+    TRIPOD_CHECK_HINT(num_query_groups > 0, "pass --num-query-groups G with --group-query-attention",
+                      "--group-query-attention needs --num-query-groups (got {})", num_query_groups);
+    TRIPOD_CHECK_HINT(num_attention_heads % num_query_groups == 0,
+                      "choose --num-query-groups that divides --num-attention-heads (e.g. 32 heads, 8 groups)",
+                      "--num-attention-heads {} is not divisible by --num-query-groups {}", num_attention_heads,
+                      num_query_groups);
+  }
+  if (rope()) {
+    TRIPOD_CHECK_HINT(rotary_percent > 0.f && rotary_percent <= 1.f, "use --rotary-percent in (0, 1]",
+                      "--rotary-percent is {}", rotary_percent);
+    TRIPOD_CHECK_HINT(rotary_base > 0.f, "use a positive --rotary-base (Llama: 10000 or 500000)",
+                      "--rotary-base is {}", rotary_base);
+    TRIPOD_CHECK_HINT(rotary_dim() >= 2, "raise --rotary-percent",
+                      "--rotary-percent {} of head size {} rotates no dimension pair", rotary_percent,
+                      head_size());
+  }
+  TRIPOD_CHECK_HINT(layernorm_epsilon > 0.f, "use a positive --norm-epsilon (e.g. 1e-5)",
+                    "--norm-epsilon is {}", layernorm_epsilon);
   TRIPOD_CHECK_HINT(attention_dropout == 0.f, "use --attention-dropout 0 (the default); --hidden-dropout is supported",
                     "--attention-dropout {} is not supported yet: the fused attention kernels keep no probability matrix",
                     attention_dropout);
@@ -39,23 +66,46 @@ int64_t GptConfig::padded_vocab_size(int tp_size) const {
   return (vocab_size + multiple - 1) / multiple * multiple;
 }
 
+int64_t GptConfig::rotary_dim() const {
+  const int64_t r = static_cast<int64_t>(static_cast<double>(head_size()) * rotary_percent);
+  return r / 2 * 2;
+}
+
+bool GptConfig::is_gpt2() const {
+  return position_embedding_type == Position::LearnedAbsolute && normalization == Norm::LayerNorm && !swiglu &&
+         !group_query_attention && !untie_embeddings_and_output_weights && add_bias_linear;
+}
+
 int64_t GptConfig::num_parameters(int64_t Vp) const {
-  const int64_t C = hidden_size, F = ffn_hidden_size;
-  const int64_t per_layer = 2 * C            // input layernorm
-                            + 3 * C * C + 3 * C  // qkv
-                            + C * C + C          // proj
-                            + 2 * C              // pre-mlp layernorm
-                            + F * C + F          // fc1
-                            + C * F + C;         // fc2
-  return Vp * C + max_position_embeddings * C + num_layers * per_layer + 2 * C;
+  const int64_t C = hidden_size, F = ffn_hidden_size, Q = qkv_width(), F1 = fc1_width();
+  const int64_t b = add_bias_linear ? 1 : 0, norm = rmsnorm() ? C : 2 * C;
+  const int64_t per_layer = norm                 // input norm
+                            + Q * C + b * Q      // qkv
+                            + C * C + b * C      // proj
+                            + norm               // pre-mlp norm
+                            + F1 * C + b * F1    // fc1
+                            + C * F + b * C;     // fc2
+  const int64_t positions = learned_positions() ? max_position_embeddings * C : 0;
+  const int64_t output = untie_embeddings_and_output_weights ? Vp * C : 0;
+  return Vp * C + positions + num_layers * per_layer + norm + output;
 }
 
 double GptConfig::flops_per_token() const {
-  return 6.0 * static_cast<double>(num_parameters(vocab_size)) +
+  const int64_t untied_input = untie_embeddings_and_output_weights ? vocab_size * hidden_size : 0;
+  return 6.0 * static_cast<double>(num_parameters(vocab_size) - untied_input) +
          6.0 * static_cast<double>(num_layers * seq_length * hidden_size);
 }
 
 std::string GptConfig::describe() const {
+  if (!is_gpt2())
+    return fmt::format("GPT ({}{}{}{}{}{}): {} layers, hidden {}, {} heads, {} query groups, ffn {}, seq {}, vocab {} "
+                       "({} params at vocab {})",
+                       rmsnorm() ? "RMSNorm" : "LayerNorm",
+                       rope() ? ", RoPE" : (learned_positions() ? ", learned positions" : ", no positions"),
+                       swiglu ? ", SwiGLU" : ", GELU", group_query_attention ? ", GQA" : "",
+                       untie_embeddings_and_output_weights ? ", untied" : "", add_bias_linear ? "" : ", no bias",
+                       num_layers, hidden_size, num_attention_heads, query_groups(), ffn_hidden_size, seq_length,
+                       vocab_size, num_parameters(vocab_size), vocab_size);
   return fmt::format("GPT: {} layers, hidden {}, {} heads, ffn {}, seq {}, vocab {} ({} params at vocab {})",
                      num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length,
                      vocab_size, num_parameters(vocab_size), vocab_size);

@@ -4,8 +4,15 @@
 //   C  hidden size               F  ffn hidden size (4C by default)
 //   V  vocab size                Vp padded vocab (--make-vocab-size-divisible-by x tp)
 //   L  layers                    NH heads, HS = C / NH head size
+//   G  query groups (K/V heads; NH without --group-query-attention), k = NH / G
 //   N  rows = B * T              _tp suffix: this tensor-parallel rank's shard
-//                                (C_tp = C / tp, F_tp = F / tp, V_tp = Vp / tp, NH_tp = NH / tp)
+//                                (C_tp = C / tp, F_tp = F / tp, V_tp = Vp / tp, NH_tp = NH / tp,
+//                                 G_tp = G / tp)
+//
+// The defaults are GPT-2 (LayerNorm, learned absolute positions, GELU MLP,
+// biases, output layer tied to the word embedding). The Llama family sets,
+// with Megatron's flags: RMSNorm, RoPE, SwiGLU, grouped-query attention,
+// untied output layer, no biases (docs/llama.md). One model code path.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +33,17 @@ struct GptConfig {
   float layernorm_epsilon = 1e-5f;
   float hidden_dropout = 0.f;
   float attention_dropout = 0.f;
+  // --position-embedding-type learned_absolute | rope | none
+  enum class Position { LearnedAbsolute, Rope, None } position_embedding_type = Position::LearnedAbsolute;
+  float rotary_base = 10000.f;   // --rotary-base
+  float rotary_percent = 1.f;    // --rotary-percent: rotated share of each head's dims
+  enum class Norm { LayerNorm, RMSNorm } normalization = Norm::LayerNorm;  // --normalization
+  bool swiglu = false;           // --swiglu: fc1 is [gate | up] (2F rows), act = silu(gate) * up
+  bool group_query_attention = false;  // --group-query-attention
+  int64_t num_query_groups = 0;  // --num-query-groups G (0 -> NH)
+  bool untie_embeddings_and_output_weights = false;
+  bool add_bias_linear = true;   // --disable-bias-linear sets false
+  int64_t kv_channels = 0;       // --kv-channels: 0 or C / NH (other head sizes are rejected)
 
   // Fills the derived sizes (ffn, max positions) and checks every rule that
   // does not depend on the layout. Errors name the flag and the fix.
@@ -33,11 +51,26 @@ struct GptConfig {
   // Megatron's padding: smallest multiple of divisible_by * tp >= vocab_size.
   int64_t padded_vocab_size(int tp_size) const;
   int64_t head_size() const { return hidden_size / num_attention_heads; }
+  // K/V heads G (NH without grouped-query attention).
+  int64_t query_groups() const { return group_query_attention ? num_query_groups : num_attention_heads; }
+  bool rmsnorm() const { return normalization == Norm::RMSNorm; }
+  bool rope() const { return position_embedding_type == Position::Rope; }
+  bool learned_positions() const { return position_embedding_type == Position::LearnedAbsolute; }
+  // Rotated dims per head (even): HS * --rotary-percent.
+  int64_t rotary_dim() const;
+  // Width of qkv's output: (NH + 2G) HS.
+  int64_t qkv_width() const { return (num_attention_heads + 2 * query_groups()) * head_size(); }
+  // Width of fc1's output: 2F with SwiGLU, else F.
+  int64_t fc1_width() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
+  // True for the GPT-2 defaults of every Llama option.
+  bool is_gpt2() const;
 
-  // Parameter count at padded vocab Vp (tied output layer counted once).
+  // Parameter count at padded vocab Vp (a tied output layer counted once).
   int64_t num_parameters(int64_t padded_vocab) const;
-  // Training FLOPs per token: 6 N + 6 L T C (N at the *unpadded* vocab, the
-  // attention term counting the full T x T: llm.c's and PaLM's convention).
+  // Training FLOPs per token: 6 N + 6 L T C (N the parameters at the
+  // *unpadded* vocab, less an untied input embedding, which does no matmul;
+  // the attention term counting the full T x T: llm.c's and PaLM's
+  // convention). GQA and SwiGLU enter through N.
   double flops_per_token() const;
   std::string describe() const;
 };

@@ -17,38 +17,53 @@ std::vector<ParamSpec> GptModel::all_param_specs(const GptConfig& c, int64_t Vp)
   using R = ParamRole;
   using Col = ColumnParallelLinear;
   using Row = RowParallelLinear;
-  const int64_t C = c.hidden_size, F = c.ffn_hidden_size;
+  const int64_t C = c.hidden_size, F = c.ffn_hidden_size, F1 = c.fc1_width();
+  const bool bias = c.add_bias_linear, ln_bias = !c.rmsnorm();
   constexpr ShardDim kReplicated = ShardDim::None;
+  // qkv: [Q | K | V] thirds (GPT-2), or grouped-query in Megatron's
+  // per-group layout (G, k+2, HS[, C]) (param_table.h, ShardDim::QkvGroups).
+  const int64_t G = c.query_groups(), HS = c.head_size(), k = c.num_attention_heads / G;
+  const Shape qkv_w = c.group_query_attention ? Shape{G, k + 2, HS, C} : Shape{3 * C, C};
+  const Shape qkv_b = c.group_query_attention ? Shape{G, k + 2, HS} : Shape{3 * C};
+  const ShardDim qkv_shard = c.group_query_attention ? Col::kGroupedQkvShard : Col::kFusedQkvShard;
+  const ShardDim fc1_shard = c.swiglu ? Col::kGluShard : Col::kWeightShard;
   std::vector<ParamSpec> s;
   auto add = [&](std::string name, Shape shape, ShardDim shard, InitKind init, bool decay, int layer, R role) {
     s.push_back({std::move(name), std::move(shape), shard, init, decay, layer, role});
   };
   add("embedding.word_embeddings.weight", {Vp, C}, VocabParallelEmbedding::kWeightShard, InitKind::Normal, true, -1,
       R::WordEmbeddings);
-  add("embedding.position_embeddings.weight", {c.max_position_embeddings, C}, kReplicated, InitKind::Normal, true,
-      -1, R::PositionEmbeddings);
+  if (c.learned_positions())
+    add("embedding.position_embeddings.weight", {c.max_position_embeddings, C}, kReplicated, InitKind::Normal, true,
+        -1, R::PositionEmbeddings);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = fmt::format("decoder.layers.{}.", l);
     const int li = static_cast<int>(l);
     add(p + "input_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, li, R::InputLayernormWeight);
-    add(p + "input_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::InputLayernormBias);
-    add(p + "self_attention.linear_qkv.weight", {3 * C, C}, Col::kFusedQkvShard, InitKind::Normal, true, li,
-        R::LinearQkvWeight);
-    add(p + "self_attention.linear_qkv.bias", {3 * C}, Col::kFusedQkvShard, InitKind::Zeros, false, li,
-        R::LinearQkvBias);
+    if (ln_bias)
+      add(p + "input_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::InputLayernormBias);
+    add(p + "self_attention.linear_qkv.weight", qkv_w, qkv_shard, InitKind::Normal, true, li, R::LinearQkvWeight);
+    if (bias)
+      add(p + "self_attention.linear_qkv.bias", qkv_b, qkv_shard, InitKind::Zeros, false, li, R::LinearQkvBias);
     add(p + "self_attention.linear_proj.weight", {C, C}, Row::kWeightShard, InitKind::ScaledNormal, true, li,
         R::LinearProjWeight);
-    add(p + "self_attention.linear_proj.bias", {C}, Row::kBiasShard, InitKind::Zeros, false, li, R::LinearProjBias);
+    if (bias)
+      add(p + "self_attention.linear_proj.bias", {C}, Row::kBiasShard, InitKind::Zeros, false, li,
+          R::LinearProjBias);
     add(p + "pre_mlp_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, li, R::PreMlpLayernormWeight);
-    add(p + "pre_mlp_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::PreMlpLayernormBias);
-    add(p + "mlp.linear_fc1.weight", {F, C}, Col::kWeightShard, InitKind::Normal, true, li, R::LinearFc1Weight);
-    add(p + "mlp.linear_fc1.bias", {F}, Col::kBiasShard, InitKind::Zeros, false, li, R::LinearFc1Bias);
+    if (ln_bias)
+      add(p + "pre_mlp_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::PreMlpLayernormBias);
+    add(p + "mlp.linear_fc1.weight", {F1, C}, fc1_shard, InitKind::Normal, true, li, R::LinearFc1Weight);
+    if (bias) add(p + "mlp.linear_fc1.bias", {F1}, fc1_shard, InitKind::Zeros, false, li, R::LinearFc1Bias);
     add(p + "mlp.linear_fc2.weight", {C, F}, Row::kWeightShard, InitKind::ScaledNormal, true, li,
         R::LinearFc2Weight);
-    add(p + "mlp.linear_fc2.bias", {C}, Row::kBiasShard, InitKind::Zeros, false, li, R::LinearFc2Bias);
+    if (bias) add(p + "mlp.linear_fc2.bias", {C}, Row::kBiasShard, InitKind::Zeros, false, li, R::LinearFc2Bias);
   }
   add("decoder.final_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, -1, R::FinalLayernormWeight);
-  add("decoder.final_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, -1, R::FinalLayernormBias);
+  if (ln_bias)
+    add("decoder.final_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, -1, R::FinalLayernormBias);
+  if (c.untie_embeddings_and_output_weights)
+    add("output_layer.weight", {Vp, C}, Col::kWeightShard, InitKind::Normal, true, -1, R::OutputLayerWeight);
   return s;
 }
 
@@ -69,6 +84,11 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   TRIPOD_CHECK_HINT(config_.num_attention_heads % tp == 0, "choose a --tensor-model-parallel-size that divides the heads",
                     "--num-attention-heads {} is not divisible by --tensor-model-parallel-size {}",
                     config_.num_attention_heads, tp);
+  TRIPOD_CHECK_HINT(config_.query_groups() % tp == 0,
+                    "choose a --tensor-model-parallel-size that divides --num-query-groups (each rank holds whole "
+                    "groups, as Megatron)",
+                    "--num-query-groups {} is not divisible by --tensor-model-parallel-size {}",
+                    config_.query_groups(), tp);
   TRIPOD_CHECK_HINT(config_.ffn_hidden_size % tp == 0, "choose a --tensor-model-parallel-size that divides the MLP width",
                     "--ffn-hidden-size {} is not divisible by --tensor-model-parallel-size {}",
                     config_.ffn_hidden_size, tp);
@@ -80,12 +100,13 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   // word embedding, so the last stage holds a copy of it too (Megatron).
   std::vector<ParamSpec> mine;
   for (auto& s : all_param_specs(config_, padded_vocab_))
-    if (stage_holds(s, stage_.first_layer, stage_.num_local_layers, stage_.pre_process, stage_.post_process))
+    if (stage_holds(s, stage_.first_layer, stage_.num_local_layers, stage_.pre_process, stage_.post_process,
+                    !config_.untie_embeddings_and_output_weights))
       mine.push_back(std::move(s));
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_,
                                          stage_.param_buffer_pad, stage_.compute_dtype);
   ws_ = std::make_unique<Workspace>();
-  sp_ = resolve_params(*params_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
+  sp_ = resolve_params(*params_, config_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
                        stage_.post_process);
   for (const LayerParams& l : sp_.layers)
     linears_.push_back({ColumnParallelLinear(l.linear_qkv_weight, l.linear_qkv_bias, tp_),
@@ -94,7 +115,9 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                         RowParallelLinear(l.linear_fc2_weight, l.linear_fc2_bias, tp_)});
   if (stage_.pre_process)
     embedding_ = VocabParallelEmbedding(sp_.embedding.word_embeddings, sp_.embedding.position_embeddings, tp_);
-  if (stage_.post_process) output_layer_ = ColumnParallelLinear(sp_.embedding.word_embeddings, nullptr, tp_);
+  if (stage_.post_process)
+    output_layer_ = ColumnParallelLinear(
+        sp_.embedding.output_layer ? sp_.embedding.output_layer : sp_.embedding.word_embeddings, nullptr, tp_);
   cross_entropy_ = VocabParallelCrossEntropy(tp_);
   // The hook groups (param_groups()): embedding, one per local layer, head.
   std::vector<size_t> embedding, head;
@@ -105,8 +128,8 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
     if (s.layer >= 0)
       layers[static_cast<size_t>(s.layer - stage_.first_layer)].push_back(i);
     else if (s.role == ParamRole::FinalLayernormWeight || s.role == ParamRole::FinalLayernormBias ||
-             !stage_.pre_process)
-      head.push_back(i);  // final norm, or the tied output weight of a last stage
+             s.role == ParamRole::OutputLayerWeight || !stage_.pre_process)
+      head.push_back(i);  // final norm, the output layer, or the tied output weight of a last stage
     else
       embedding.push_back(i);
   }
@@ -133,6 +156,7 @@ const Tensor& GptModel::last_logits() const {
 MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
   const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size, Ns = local_rows(B, T);
   const int64_t C_tp = C / tp, F_tp = config_.ffn_hidden_size / tp, NH_tp = config_.num_attention_heads / tp;
+  const int64_t QKV_tp = config_.qkv_width() / tp, F1_tp = config_.fc1_width() / tp;
   auto act = [&](Shape s) { return be_.empty(s, stage_.compute_dtype); };
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
   MicroBatchActs a;
@@ -144,18 +168,21 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
     LayerActs la;
     la.out = act({Ns, C});
     if (stage_.recompute != Recompute::Full) {
-      la.ln1_mean = f32({Ns}); la.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
-      la.qkv = act({B, T, 3 * C_tp});
+      la.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
+      if (!config_.rmsnorm()) la.ln1_mean = f32({Ns});
+      la.qkv = act({B, T, QKV_tp});
       if (stage_.recompute == Recompute::None) { la.att = act({B, T, C_tp}); la.lse = f32({B, NH_tp, T}); }
       la.res1 = act({Ns, C});
-      la.ln2_mean = f32({Ns}); la.ln2_rstd = f32({Ns});
-      la.fc1 = act({N, F_tp}); la.gelu = act({N, F_tp});
+      la.ln2_rstd = f32({Ns});
+      if (!config_.rmsnorm()) la.ln2_mean = f32({Ns});
+      la.fc1 = act({N, F1_tp}); la.gelu = act({N, F_tp});
     }
     a.layers.push_back(std::move(la));
   }
   if (stage_.post_process) {
     a.targets = be_.empty({B, T}, DType::I32);
-    a.lnf = act({Ns, C}); a.lnf_mean = f32({Ns}); a.lnf_rstd = f32({Ns});
+    a.lnf = act({Ns, C}); a.lnf_rstd = f32({Ns});
+    if (!config_.rmsnorm()) a.lnf_mean = f32({Ns});
     a.losses = f32({N});
     a.dlnf = act({Ns, C});
   }
@@ -248,8 +275,11 @@ int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max
 void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss) {
   const FinalNormParams& lnf_p = sp_.final_layernorm;
   const Tensor& x = acts.output();
-  be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnf_p.weight->compute, lnf_p.bias->compute,
-                        config_.layernorm_epsilon);
+  if (config_.rmsnorm())
+    be_.rmsnorm_forward(acts.lnf, acts.lnf_rstd, x, lnf_p.weight->compute, config_.layernorm_epsilon);
+  else
+    be_.layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, x, lnf_p.weight->compute, lnf_p.bias->compute,
+                          config_.layernorm_epsilon);
   const int64_t N = acts.B * acts.T, R = ws_->head_rows;
   Param& W = output_layer_.weight();
   const int64_t V_tp = W.shape[0], vocab_start = stage_.tp_rank * V_tp;
@@ -291,8 +321,12 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   if (stage_.post_process) {
     const FinalNormParams& lnf_p = sp_.final_layernorm;
     be_.zero(dres);
-    be_.layernorm_backward(dres, lnf_p.weight->grad, lnf_p.bias->grad, acts.dlnf, acts.output(),
-                           lnf_p.weight->compute, acts.lnf_mean, acts.lnf_rstd);
+    if (config_.rmsnorm())
+      be_.rmsnorm_backward(dres, lnf_p.weight->grad, acts.dlnf, acts.output(), lnf_p.weight->compute,
+                           acts.lnf_rstd);
+    else
+      be_.layernorm_backward(dres, lnf_p.weight->grad, lnf_p.bias->grad, acts.dlnf, acts.output(),
+                             lnf_p.weight->compute, acts.lnf_mean, acts.lnf_rstd);
     ready(head_group_);
   } else {
     TRIPOD_CHECK(grad_output && grad_output->numel() == dres.numel(),
@@ -307,7 +341,10 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
       training_ = true;  // dropout as in the first forward
       layer_forward(l, x, w, acts, dropout_seed);
     } else if (stage_.recompute == Recompute::Selective) {
-      be_.attention_forward(w.att, w.lse, w.qkv, static_cast<int>(config_.num_attention_heads / stage_.tp_size));
+      be_.attention_forward(w.att, w.lse, w.qkv, static_cast<int>(config_.num_attention_heads / stage_.tp_size),
+                            config_.group_query_attention
+                                ? static_cast<int>(config_.query_groups() / stage_.tp_size)
+                                : 0);
     }
     layer_backward(l, x, w, dres, acts, dropout_seed);
     ready(first_layer_group_ + static_cast<int>(i));

@@ -2,22 +2,24 @@
 #include "model/layer_params.h"
 
 #include "base/error.h"
+#include "model/gpt_config.h"
 
 namespace tripod::model {
 
 bool stage_holds(const ParamSpec& s, int64_t first_layer, int64_t num_layers, bool pre_process,
-                 bool post_process) {
+                 bool post_process, bool tied) {
   if (s.layer >= 0) return s.layer >= first_layer && s.layer < first_layer + num_layers;
   switch (s.role) {
-    case ParamRole::WordEmbeddings: return pre_process || post_process;  // tied output layer
+    case ParamRole::WordEmbeddings: return pre_process || (post_process && tied);  // tied output layer
     case ParamRole::PositionEmbeddings: return pre_process;
     case ParamRole::FinalLayernormWeight: case ParamRole::FinalLayernormBias: return post_process;
+    case ParamRole::OutputLayerWeight: return post_process;
     default: return false;
   }
 }
 
-StageParams resolve_params(ParamStore& store, int64_t first_layer, int64_t num_layers, bool pre_process,
-                           bool post_process) {
+StageParams resolve_params(ParamStore& store, const GptConfig& c, int64_t first_layer, int64_t num_layers,
+                           bool pre_process, bool post_process) {
   StageParams sp;
   sp.layers.resize(static_cast<size_t>(num_layers));
   auto set = [](Param*& slot, Param& p) {
@@ -53,22 +55,31 @@ StageParams resolve_params(ParamStore& store, int64_t first_layer, int64_t num_l
       case ParamRole::PositionEmbeddings: set(sp.embedding.position_embeddings, p); break;
       case ParamRole::FinalLayernormWeight: set(sp.final_layernorm.weight, p); break;
       case ParamRole::FinalLayernormBias: set(sp.final_layernorm.bias, p); break;
+      case ParamRole::OutputLayerWeight: set(sp.embedding.output_layer, p); break;
       default: TRIPOD_CHECK(false, "parameter {} has no role outside the layers", s.name);
     }
   }
+  const bool bias = c.add_bias_linear, ln_bias = !c.rmsnorm();
   for (size_t i = 0; i < sp.layers.size(); ++i) {
     const LayerParams& l = sp.layers[i];
-    for (const Param* h : {l.input_layernorm_weight, l.input_layernorm_bias, l.linear_qkv_weight, l.linear_qkv_bias,
-                           l.linear_proj_weight, l.linear_proj_bias, l.pre_mlp_layernorm_weight,
-                           l.pre_mlp_layernorm_bias, l.linear_fc1_weight, l.linear_fc1_bias, l.linear_fc2_weight,
-                           l.linear_fc2_bias})
-      TRIPOD_CHECK(h != nullptr, "layer {} is missing a parameter", first_layer + static_cast<int64_t>(i));
+    // (handle, whether the model has it)
+    const std::pair<const Param*, bool> want[] = {
+        {l.input_layernorm_weight, true}, {l.input_layernorm_bias, ln_bias}, {l.linear_qkv_weight, true},
+        {l.linear_qkv_bias, bias},        {l.linear_proj_weight, true},      {l.linear_proj_bias, bias},
+        {l.pre_mlp_layernorm_weight, true}, {l.pre_mlp_layernorm_bias, ln_bias}, {l.linear_fc1_weight, true},
+        {l.linear_fc1_bias, bias},        {l.linear_fc2_weight, true},       {l.linear_fc2_bias, bias}};
+    for (const auto& [h, needed] : want)
+      TRIPOD_CHECK((h != nullptr) == needed, "layer {} is missing a parameter or has one its config does not",
+                   first_layer + static_cast<int64_t>(i));
   }
-  TRIPOD_CHECK(!(pre_process || post_process) || sp.embedding.word_embeddings,
-               "the first and last stages need the word embedding");
-  TRIPOD_CHECK(!pre_process || sp.embedding.position_embeddings, "the first stage needs the position embedding");
-  TRIPOD_CHECK(!post_process || (sp.final_layernorm.weight && sp.final_layernorm.bias),
-               "the last stage needs the final LayerNorm");
+  const bool untied = c.untie_embeddings_and_output_weights;
+  TRIPOD_CHECK(!(pre_process || (post_process && !untied)) || sp.embedding.word_embeddings,
+               "the first stage (and the last, with a tied output layer) needs the word embedding");
+  TRIPOD_CHECK(!post_process || !untied || sp.embedding.output_layer, "the last stage needs the output layer");
+  TRIPOD_CHECK(!pre_process || !c.learned_positions() || sp.embedding.position_embeddings,
+               "the first stage needs the position embedding");
+  TRIPOD_CHECK(!post_process || (sp.final_layernorm.weight && (sp.final_layernorm.bias != nullptr) == ln_bias),
+               "the last stage needs the final norm");
   return sp;
 }
 

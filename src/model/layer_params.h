@@ -13,7 +13,9 @@
 
 namespace tripod::model {
 
-// decoder.layers.<l>.*
+// decoder.layers.<l>.*. Biases are null under --disable-bias-linear, the
+// norm biases under --normalization RMSNorm; qkv is (NH_tp + 2 G_tp) HS
+// rows, fc1 [gate_tp | up_tp] 2F/tp rows under --swiglu.
 struct LayerParams {
   Param* input_layernorm_weight = nullptr;    // [C]        input_layernorm.weight, f32
   Param* input_layernorm_bias = nullptr;      // [C]        input_layernorm.bias, f32
@@ -33,13 +35,14 @@ struct LayerParams {
 // last stage (the tied output layer's weight); positions on the first only.
 struct EmbeddingParams {
   Param* word_embeddings = nullptr;      // [Vp/tp, C] vocab-parallel
-  Param* position_embeddings = nullptr;  // [P, C]     replicated (P = max positions)
+  Param* position_embeddings = nullptr;  // [P, C]     replicated (P = max positions); null without learned positions
+  Param* output_layer = nullptr;         // [Vp/tp, C] output_layer.weight, last stage, untied models only
 };
 
 // decoder.final_layernorm.*: last stage only.
 struct FinalNormParams {
   Param* weight = nullptr;  // [C] f32
-  Param* bias = nullptr;    // [C] f32
+  Param* bias = nullptr;    // [C] f32; null under RMSNorm
 };
 
 struct StageParams {
@@ -49,14 +52,17 @@ struct StageParams {
 };
 
 // Whether a stage holding layers [first_layer, first_layer + num_layers)
-// (pre_process: the embedding; post_process: final norm and tied output
-// layer) holds the parameter, by its role.
+// (pre_process: the embedding; post_process: final norm and output layer,
+// the word embedding itself when `tied`) holds the parameter, by its role.
 bool stage_holds(const ParamSpec& spec, int64_t first_layer, int64_t num_layers, bool pre_process,
-                 bool post_process);
+                 bool post_process, bool tied = true);
 
 // Walks the store once and fills the handles by role. Checks that every
 // local layer is complete and that nothing is held twice.
-StageParams resolve_params(ParamStore& store, int64_t first_layer, int64_t num_layers, bool pre_process,
-                           bool post_process);
+// `config` says which parameters the model has (biases, norms, positions,
+// output layer).
+struct GptConfig;
+StageParams resolve_params(ParamStore& store, const GptConfig& config, int64_t first_layer, int64_t num_layers,
+                           bool pre_process, bool post_process);
 
 }  // namespace tripod::model

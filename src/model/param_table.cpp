@@ -19,7 +19,28 @@ uint64_t fnv1a(const std::string& s) {
 
 // Splits dim 0 or dim 1 of a 1-D/2-D tensor into tp chunks and copies chunk
 // `rank` between `full` and `part` (to_part: full -> part).
+// QkvGroups: full (G, k+2, HS[, C]) -> part [Q_tp | K_tp | V_tp] of the
+// rank's G/tp groups (see ShardDim), or back.
+void copy_qkv_groups(const Tensor& full, const Tensor& part, int tp, int rank, bool to_part) {
+  const int64_t G = full.size(0), kk = full.size(1), hs = full.size(2), k = kk - 2;
+  const int64_t cols = full.dim() > 3 ? full.size(3) : 1, G_tp = G / tp;
+  float* f = const_cast<float*>(full.data<float>());
+  float* q = const_cast<float*>(part.data<float>());
+  const size_t head_bytes = static_cast<size_t>(hs * cols) * sizeof(float);
+  for (int64_t gl = 0; gl < G_tp; ++gl) {
+    const int64_t g = rank * G_tp + gl;
+    for (int64_t j = 0; j < kk; ++j) {
+      const int64_t part_head = j < k ? gl * k + j : (j == k ? G_tp * k + gl : G_tp * (k + 1) + gl);
+      float* fr = f + (g * kk + j) * hs * cols;
+      float* pr = q + part_head * hs * cols;
+      if (to_part) std::memcpy(pr, fr, head_bytes);
+      else std::memcpy(fr, pr, head_bytes);
+    }
+  }
+}
+
 void copy_chunk(const Tensor& full, const Tensor& part, ShardDim shard, int tp, int rank, bool to_part) {
+  if (shard == ShardDim::QkvGroups) return copy_qkv_groups(full, part, tp, rank, to_part);
   const float* src_base = to_part ? full.data<float>() : part.data<float>();
   float* dst_base = to_part ? part.data<float>() : full.data<float>();
   const int64_t rows = full.size(0), cols = full.dim() > 1 ? full.size(1) : 1;
@@ -37,11 +58,12 @@ void copy_chunk(const Tensor& full, const Tensor& part, ShardDim shard, int tp, 
       copy_rows(rank * r, 0, r);
       break;
     }
-    case ShardDim::QkvRows: {
-      const int64_t third = rows / 3, r = third / tp;
-      for (int64_t k = 0; k < 3; ++k) copy_rows(k * third + rank * r, k * r, r);
+    case ShardDim::QkvRows: case ShardDim::GluRows: {
+      const int64_t parts = shard == ShardDim::QkvRows ? 3 : 2, part_rows = rows / parts, r = part_rows / tp;
+      for (int64_t k = 0; k < parts; ++k) copy_rows(k * part_rows + rank * r, k * r, r);
       break;
     }
+    case ShardDim::QkvGroups: break;  // copy_qkv_groups
     case ShardDim::Cols: {
       const int64_t c = cols / tp;
       for (int64_t i = 0; i < rows; ++i) {
@@ -68,6 +90,15 @@ Shape local_shape(const ParamSpec& spec, int tp) {
   if (spec.shard == ShardDim::Rows) split(0, tp);
   if (spec.shard == ShardDim::Cols) split(1, tp);
   if (spec.shard == ShardDim::QkvRows) split(0, 3 * static_cast<int64_t>(tp)), s[0] *= 3;
+  if (spec.shard == ShardDim::GluRows) split(0, 2 * static_cast<int64_t>(tp)), s[0] *= 2;
+  if (spec.shard == ShardDim::QkvGroups) {
+    TRIPOD_CHECK(s.size() >= 3 && s.size() <= 4, "parameter {} of shape {}: grouped qkv needs (G, k+2, HS[, C])",
+                 spec.name, shape_str(spec.global_shape));
+    split(0, tp);
+    Shape flat{s[0] * s[1] * s[2]};
+    if (s.size() == 4) flat.push_back(s[3]);
+    s = flat;
+  }
   return s;
 }
 

@@ -29,7 +29,14 @@ namespace tripod::model {
 //   Cols    dim 1 split (row-parallel weight)
 //   QkvRows dim 0 is [Q | K | V]; each third split in tp chunks, so the
 //           shard is [Q_tp | K_tp | V_tp] and heads stay whole.
-enum class ShardDim { None, Rows, Cols, QkvRows };
+//   GluRows dim 0 is [gate | up] (SwiGLU's fc1); each half split in tp
+//           chunks, so the shard is [gate_tp | up_tp].
+//   QkvGroups grouped-query qkv in Megatron's layout, global shape
+//           (G, k+2, HS[, C]): per query group its k query heads, then its K
+//           and its V head. dim 0 (groups) is split in tp chunks and the
+//           shard is laid out [Q_tp | K_tp | V_tp] rows as the attention op
+//           takes it: local shape (G_tp (k+2) HS[, C]).
+enum class ShardDim { None, Rows, Cols, QkvRows, GluRows, QkvGroups };
 enum class InitKind { Normal, ScaledNormal, Zeros, Ones };
 
 // What a parameter is in the model. Stage membership, the hook groups,
@@ -43,6 +50,7 @@ enum class ParamRole : uint8_t {
   PreMlpLayernormWeight, PreMlpLayernormBias,
   LinearFc1Weight, LinearFc1Bias, LinearFc2Weight, LinearFc2Bias,
   FinalLayernormWeight, FinalLayernormBias,
+  OutputLayerWeight,  // --untie-embeddings-and-output-weights: output_layer.weight
 };
 
 struct ParamSpec {

@@ -56,8 +56,9 @@ Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor
                                    Tensor& shard_buf) const {
   // Unsplit (tp size 1): the bias rides in the matmul's epilogue. Split, it
   // must wait for the sum of the partial products.
+  const Tensor* bias = bias_ ? &bias_->compute : nullptr;  // null: --disable-bias-linear
   if (!tp_.active()) {
-    be.matmul_forward(partial_buf, x, weight_->compute, &bias_->compute);
+    be.matmul_forward(partial_buf, x, weight_->compute, bias);
     return partial_buf;
   }
   be.matmul_forward(partial_buf, x, weight_->compute, nullptr);
@@ -68,7 +69,7 @@ Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor
   } else {
     reduce_from_tensor_model_parallel_region(tp_.group, partial_buf);
   }
-  be.add_bias(*out, bias_->compute);
+  if (bias) be.add_bias(*out, *bias);
   return *out;
 }
 
@@ -80,19 +81,21 @@ const Tensor& RowParallelLinear::full_output_grad(const Tensor& dy, Tensor& full
 
 void RowParallelLinear::backward(backend::Backend& be, Tensor& dx, const Tensor& dy, const Tensor& x,
                                  Tensor& full_buf) const {
-  be.matmul_backward(&dx, &weight_->grad, &bias_->grad, full_output_grad(dy, full_buf), x, weight_->compute);
+  be.matmul_backward(&dx, &weight_->grad, bias_ ? &bias_->grad : nullptr, full_output_grad(dy, full_buf), x,
+                     weight_->compute);
 }
 
 void RowParallelLinear::backward_dgelu(backend::Backend& be, Tensor& dpre, const Tensor& dy, const Tensor& x,
                                        const Tensor& pre, Tensor& full_buf) const {
-  be.matmul_backward_dgelu(dpre, &weight_->grad, &bias_->grad, full_output_grad(dy, full_buf), x,
-                           weight_->compute, pre);
+  be.matmul_backward_dgelu(dpre, &weight_->grad, bias_ ? &bias_->grad : nullptr, full_output_grad(dy, full_buf),
+                           x, weight_->compute, pre);
 }
 
 void VocabParallelEmbedding::forward(backend::Backend& be, Tensor& out, const Tensor& tokens,
                                      Tensor& full_buf) const {
   const int64_t B = tokens.size(0), T = tokens.size(1), C = word_->shape[1];
-  const Tensor* position_here = tp_.rank == 0 ? &position_->compute : nullptr;
+  // No position embedding under --position-embedding-type rope|none.
+  const Tensor* position_here = (tp_.rank == 0 && position_) ? &position_->compute : nullptr;
   if (!tp_.active()) {
     Tensor x = out.view({B, T, C});
     be.embedding_forward(x, tokens, word_->compute, position_here, vocab_start());
@@ -117,7 +120,7 @@ void VocabParallelEmbedding::backward(backend::Backend& be, const Tensor& dout, 
     dfull = &full_buf;
   }
   Tensor d = dfull->view({B, T, C});
-  be.embedding_backward(&word_->grad, &position_->grad, d, tokens, vocab_start());
+  be.embedding_backward(&word_->grad, position_ ? &position_->grad : nullptr, d, tokens, vocab_start());
 }
 
 void VocabParallelCrossEntropy::forward(backend::Backend& be, Tensor& losses, const Tensor& logits,

@@ -41,6 +41,8 @@ class ColumnParallelLinear {
   static constexpr ShardDim kWeightShard = ShardDim::Rows;      // [OC/tp, IC]
   static constexpr ShardDim kBiasShard = ShardDim::Rows;        // [OC/tp]
   static constexpr ShardDim kFusedQkvShard = ShardDim::QkvRows; // [Q_tp | K_tp | V_tp] rows: heads stay whole
+  static constexpr ShardDim kGroupedQkvShard = ShardDim::QkvGroups;  // whole query groups, [Q_tp | K_tp | V_tp]
+  static constexpr ShardDim kGluShard = ShardDim::GluRows;      // [gate_tp | up_tp]: both halves per rank
 
   ColumnParallelLinear() = default;
   ColumnParallelLinear(Param* weight, Param* bias, const TpContext& tp) : weight_(weight), bias_(bias), tp_(tp) {}

@@ -30,7 +30,8 @@ struct GptModel::Workspace {
   Tensor full_b;         // (N,C) partial sums of row-parallel linears, gathered gradients
   Tensor dqkv;           // (N, 3*C_tp)
   Tensor datt;           // (N, C_tp)
-  Tensor dfc1;           // (N, F_tp): d pre-GELU
+  Tensor dfc1;           // (N, F1_tp): d pre-GELU, or d [gate | up] under SwiGLU (F1 = 2F)
+  Tensor dact;           // (N, F_tp): d silu(gate) * up (SwiGLU only)
   Tensor logits;         // (head_rows, V_tp), last stage only; reused for dlogits
   int64_t head_rows = 0; // rows of one loss-head chunk (N: unchunked)
   Tensor row_max;        // (N)
@@ -50,10 +51,12 @@ struct GptModel::Workspace {
     auto act = [&](Shape sh) { return be.empty(sh, s.compute_dtype); };
     auto f32 = [&](Shape sh) { return be.empty(sh, DType::F32); };
     const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, es = static_cast<int64_t>(dtype_size(s.compute_dtype));
+    const int64_t QKV_tp = c.qkv_width() / tp, F1_tp = c.fc1_width() / tp, dact_n = c.swiglu ? N * F_tp : 0;
     // Layer scratch, in elements: ln, dresidual, dln, tmp, dqkv, datt, dfc1,
     // each starting on a 128-byte boundary (vectorised kernels).
     auto padded = [](int64_t n) { return (n + 63) / 64 * 64; };
-    const int64_t scratch = 4 * padded(N_sp * C) + padded(N * 3 * C_tp) + padded(N * C_tp) + padded(N * F_tp);
+    const int64_t scratch =
+        4 * padded(N_sp * C) + padded(N * QKV_tp) + padded(N * C_tp) + padded(N * F1_tp) + padded(dact_n);
     Tensor region;  // the logits buffer, or a buffer of the scratch alone
     if (s.post_process) {
       const int64_t V_tp = padded_vocab / tp;
@@ -76,9 +79,10 @@ struct GptModel::Workspace {
     dresidual = carve({N_sp, C});
     dln = carve({N_sp, C});
     tmp = carve({N_sp, C});
-    dqkv = carve({b, t, 3 * C_tp});
+    dqkv = carve({b, t, QKV_tp});
     datt = carve({b, t, C_tp});
-    dfc1 = carve({N, F_tp});
+    dfc1 = carve({N, F1_tp});
+    if (c.swiglu) dact = carve({N, F_tp});
     full_a = (s.sequence_parallel && tp > 1) ? act({N, C}) : Tensor{};
     full_b = act({N, C});
     recomputed = LayerActs{};
@@ -90,10 +94,10 @@ struct GptModel::Workspace {
     if (s.recompute == Recompute::Full) {
       LayerActs& r = recomputed;
       r.ln1 = act({N_sp, C}); r.ln1_mean = f32({N_sp}); r.ln1_rstd = f32({N_sp});
-      r.qkv = act({b, t, 3 * C_tp});
+      r.qkv = act({b, t, QKV_tp});
       r.res1 = act({N_sp, C});
       r.ln2 = act({N_sp, C}); r.ln2_mean = f32({N_sp}); r.ln2_rstd = f32({N_sp});
-      r.fc1 = act({N, F_tp}); r.gelu = act({N, F_tp});
+      r.fc1 = act({N, F1_tp}); r.gelu = act({N, F_tp});
       r.out = act({N_sp, C});
     }
   }

@@ -2,6 +2,8 @@
 // their sources; docs/plan.md for the derivations.
 #include "plan/memory_model.h"
 
+#include "parallel/pp_schedule.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -76,12 +78,12 @@ std::string Layout::str() const {
 
 // ---- parameters and optimizer state ----
 
-double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int dp) {
+double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int dp, bool tripod) {
   // Half precision: 2 (bf16/fp16 param) + 4 (fp32 grad) + 4 (fp32 master) + 8 (Adam m, v).
   // fp32: 4 (param = master) + 4 (grad) + 8 (Adam). The distributed optimizer
   // shards what only the optimizer touches (master + m + v) over dp.
   const bool half = p != Precision::kFp32;
-  const double kept = half ? 6.0 : 8.0, sharded = half ? 12.0 : 8.0;
+  const double kept = half ? 6.0 : 8.0, sharded = tripod && distributed_optimizer ? 16.0 : half ? 12.0 : 8.0;
   return kept + sharded / (distributed_optimizer ? dp : 1);
 }
 
@@ -216,16 +218,41 @@ double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool dete
 // What tripod keeps: every in-flight micro-batch's MicroBatchActs (per model
 // chunk: its input and layers; the last chunk's loss head), each chunk's
 // scratch buffers, and the CUDA library workspaces.
+// Activation slots per model chunk that pipeline rank `rank` allocates:
+// tripod's stage keeps a pool per chunk (train/pipeline_stage.h), so what
+// it holds is each chunk's own peak of live micro-batches over the
+// schedule's order (parallel/pp_schedule.h), which with interleaving sums
+// to more than the peak of all chunks together (e.g. 6 chunk slots, not 5,
+// on rank 0 of pp 2, vpp 2, 4 micro-batches). A slot is taken by F(m, c)
+// and given back by B(m, c).
+std::vector<int> chunk_slot_peaks(int pp, int vpp, int64_t m, int rank) {
+  parallel::ScheduleConfig sc;
+  sc.pp_size = pp, sc.pp_rank = rank, sc.num_microbatches = int(m), sc.num_chunks = vpp;
+  std::vector<int> live(size_t(vpp), 0), peak(size_t(vpp), 0);
+  for (const auto& st : parallel::schedule_order(sc)) {
+    int& n = live[size_t(st.chunk)];
+    n += st.kind == 'F' ? 1 : -1;
+    peak[size_t(st.chunk)] = std::max(peak[size_t(st.chunk)], n);
+  }
+  return peak;
+}
+
 static void tripod_stage(const ModelSpec& m, const Layout& l, int stage, const MemoryOptions& o, MemoryBreakdown& mb) {
   const int act = act_bytes_of(m.precision);
   const bool post = stage == l.pp - 1;
-  const double inflight = inflight_on_rank(l.pp, l.vpp, l.num_microbatches(), stage);
   const double layers = double((m.num_layers + l.pp - 1) / l.pp);
   const double layer = tripod_layer_activation_bytes(m, l.micro_batch, l.tp, l.sp(), act, l.recompute);
   const double input = tripod_stage_extra_activation_bytes(m, l.micro_batch, l.tp, l.sp(), false, act);
   const double head = tripod_stage_extra_activation_bytes(m, l.micro_batch, l.tp, l.sp(), true, act) - input;
-  // inflight counts micro-batches of the whole stage; with vpp each holds vpp chunk inputs.
-  mb.activations = inflight * (layers * layer + double(l.vpp) * input) + (post ? inflight * head : 0.0);
+  // Each chunk's slots hold its layers (layers / vpp) and its input; the
+  // last chunk of the last stage also the loss head's.
+  const std::vector<int> peaks = chunk_slot_peaks(l.pp, l.vpp, l.num_microbatches(), stage);
+  mb.activations = 0;
+  for (int c = 0; c < l.vpp; ++c) {
+    const double slots = peaks[size_t(c)];
+    mb.activations += slots * (layers / l.vpp * layer + input);
+    if (post && c == l.vpp - 1) mb.activations += slots * head;
+  }
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute);
   const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute) - chunk_ws;
   mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0);
@@ -239,7 +266,8 @@ MemoryBreakdown estimate_memory(const ModelSpec& m, const Layout& l, const Memor
     MemoryBreakdown mb;
     mb.stage = stage;
     mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
-    mb.bytes_per_param = model_state_bytes_per_param(m.precision, l.distributed_optimizer, l.dp);
+    mb.bytes_per_param = model_state_bytes_per_param(m.precision, l.distributed_optimizer, l.dp,
+                                                     o.model == MemoryModelKind::kTripod);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param;
     if (o.model == MemoryModelKind::kTripod) {
       tripod_stage(m, l, stage, o, mb);

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tripod::plan {
 
@@ -85,7 +86,10 @@ struct MemoryBreakdown {
 // with fp32 gradients as tripod keeps them):
 //   bf16/fp16: 2 (param) + 4 (grad) + 12 (fp32 master + Adam m, v) = 18,
 //              sharded: 6 + 12/DP;  fp32: 16, sharded: 8 + 8/DP.
-double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int dp);
+// tripod's distributed optimizer (`tripod` below) also keeps the f32
+// reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and,
+// at fp32 too, an f32 value shard: kept + 16/DP for every precision.
+double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int dp, bool tripod = false);
 
 // Parameters held by one GPU of pipeline stage `stage` (0..pp-1), with even
 // layer split and TP sharding of the linear layers and the vocabulary.
@@ -126,6 +130,9 @@ double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t micro_bat
 // interleaved min(m v, 2(P-1) + (v-1)P + 1) / v chunks of L/(P v) layers,
 // i.e. P (1 + (P-1)/(P v)) when m is large. 1 without pipelining.
 double inflight_microbatches(int pp, int vpp, int64_t num_microbatches);
+// tripod's activation slots per model chunk on pipeline rank `rank` (each
+// chunk's peak of live micro-batches over the schedule; memory_model.cpp).
+std::vector<int> chunk_slot_peaks(int pp, int vpp, int64_t num_microbatches, int rank);
 
 // kTripod (default): what tripod itself allocates -- flash-style
 // activations (MicroBatchActs::bytes()), the model's scratch buffers

@@ -32,7 +32,7 @@ constexpr KindName kKinds[] = {
     {OpKind::kAttentionFwd, "attention_fwd"}, {OpKind::kAttentionBwd, "attention_bwd"},
     {OpKind::kNormFwd, "norm_fwd"},           {OpKind::kNormBwd, "norm_bwd"},
     {OpKind::kAdd, "add"},                    {OpKind::kCrossEntropy, "cross_entropy"},
-    {OpKind::kAdamW, "adamw"},
+    {OpKind::kAdamW, "adamw"},               {OpKind::kGradNorm, "grad_norm"},
 };
 constexpr std::pair<OpClass, const char*> kClasses[] = {{OpClass::kLinear, "linear"},
                                                        {OpClass::kAttentionFwd, "attention_fwd"},
@@ -93,6 +93,7 @@ double OpShape::work() const {
     case OpKind::kAdd: return 3 * a * b * s;
     case OpKind::kCrossEntropy: return 2 * a * b * s;    // read logits, write d logits
     case OpKind::kAdamW: return a * (28 + s);            // f32 p, g, m, v in; p, m, v out; compute copy
+    case OpKind::kGradNorm: return 8 * a;                // read the f32 gradients, then zero them
   }
   return 0;
 }
@@ -110,15 +111,16 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
     o.act_bytes = s;
     return o;
   };
-  // model/transformer_layer.cpp, layer_forward and layer_backward.
+  // model/transformer_layer.cpp, layer_forward and layer_backward; fc1
+  // carries its GELU as an epilogue, fc2's backward the GELU backward.
   const std::vector<OpShape> fwd = {
       op(OpKind::kNormFwd, Nsp, C),          op(OpKind::kLinearFwd, N, C, 3 * Ctp),
       op(OpKind::kAttentionFwd, l.micro_batch, m.seq_length, NHtp, HS),
       op(OpKind::kLinearFwd, N, Ctp, C),     op(OpKind::kNormFwd, Nsp, C),
-      op(OpKind::kLinearFwd, N, C, Ftp),     op(OpKind::kLinearFwd, N, Ftp, C),
+      op(OpKind::kLinearFwd, N, C, Ftp, 1),  op(OpKind::kLinearFwd, N, Ftp, C),
       op(OpKind::kAdd, Nsp, C)};
   const std::vector<OpShape> bwd = {
-      op(OpKind::kLinearBwd, N, Ftp, C),     op(OpKind::kLinearBwd, N, C, Ftp),
+      op(OpKind::kLinearBwd, N, Ftp, C, 1),  op(OpKind::kLinearBwd, N, C, Ftp),
       op(OpKind::kNormBwd, Nsp, C),          op(OpKind::kLinearBwd, N, Ctp, C),
       op(OpKind::kAttentionBwd, l.micro_batch, m.seq_length, NHtp, HS),
       op(OpKind::kLinearBwd, N, C, 3 * Ctp), op(OpKind::kNormBwd, Nsp, C)};
@@ -130,13 +132,18 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
   for (const auto& o : fwd) add(o, l.recompute == Recompute::kFull ? 2 * layers : layers);
   for (const auto& o : bwd) add(o, layers);
   if (l.recompute == Recompute::kSelective) add(fwd[2], layers);  // the attention core again
-  // The busiest stage is the last: final LayerNorm, LM head, cross-entropy
-  // (gpt_model.cpp); with one stage the embedding too (an add each way).
+  // The busiest stage is the last: final LayerNorm, then the LM head and
+  // cross-entropy in row chunks of at most 1 GiB of logits (gpt_model.cpp,
+  // head_chunk_rows); with one stage the embedding too (an add each way).
   add(op(OpKind::kNormFwd, Nsp, C), 1);
   add(op(OpKind::kNormBwd, Nsp, C), 1);
-  add(op(OpKind::kLinearFwd, N, C, Vtp), 1);
-  add(op(OpKind::kLinearBwd, N, C, Vtp), 1);
-  add(op(OpKind::kCrossEntropy, N, Vtp), 1);
+  const int64_t rows = head_chunk_rows_like_model(N, Vtp, s);
+  for (int64_t done = 0; done < N; done += rows) {
+    const int64_t r = std::min(rows, N - done);
+    add(op(OpKind::kLinearFwd, r, C, Vtp), 1);
+    add(op(OpKind::kLinearBwd, r, C, Vtp), 1);
+    add(op(OpKind::kCrossEntropy, r, Vtp), 1);
+  }
   if (l.pp == 1) add(op(OpKind::kAdd, Nsp, C), 2);
   std::vector<OpCount> out;
   for (auto& [k, c] : acc) out.push_back(c);
@@ -145,11 +152,14 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
 
 std::vector<OpCount> step_ops(const ModelSpec& m, const Layout& l) {
   const int64_t params = std::max(params_on_stage(m, l.tp, l.pp, 0), params_on_stage(m, l.tp, l.pp, l.pp - 1));
-  OpShape o;
-  o.kind = OpKind::kAdamW;
-  o.d[0] = l.distributed_optimizer ? (params + l.dp - 1) / l.dp : params;
-  o.act_bytes = m.precision == Precision::kFp32 ? 4 : 2;
-  return {OpCount{o, 1}};
+  OpShape adam, norm;
+  adam.kind = OpKind::kAdamW;
+  adam.d[0] = l.distributed_optimizer ? (params + l.dp - 1) / l.dp : params;
+  adam.act_bytes = norm.act_bytes = m.precision == Precision::kFp32 ? 4 : 2;
+  // The grad norm reads this rank's gradient shard; every gradient is zeroed.
+  norm.kind = OpKind::kGradNorm;
+  norm.d[0] = params;
+  return {OpCount{adam, 1}, OpCount{norm, 1}};
 }
 
 double OpProfile::seconds(const OpShape& op, bool* ok) const {

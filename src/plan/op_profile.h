@@ -35,8 +35,8 @@
 namespace tripod::plan {
 
 enum class OpKind {
-  kLinearFwd,     // rows, in, out (+ bias or GELU epilogue): matmul_forward
-  kLinearBwd,     // rows, in, out: matmul_backward (d input + d weight + d bias)
+  kLinearFwd,     // rows, in, out, gelu: matmul_forward (+ bias), matmul_forward_gelu when gelu = 1
+  kLinearBwd,     // rows, in, out, gelu: matmul_backward (d input + d weight + d bias), _dgelu when gelu = 1
   kAttentionFwd,  // batch, seq, heads, head size: causal flash attention forward
   kAttentionBwd,
   kNormFwd,       // rows, hidden: (fused residual +) LayerNorm forward
@@ -44,6 +44,7 @@ enum class OpKind {
   kAdd,           // rows, hidden: residual add
   kCrossEntropy,  // rows, vocab: one-pass loss + d logits
   kAdamW,         // parameters: fused AdamW + compute-copy cast
+  kGradNorm,      // parameters: sum of squares of the f32 gradients, then their zeroing
 };
 enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory };
 

@@ -52,6 +52,17 @@ FlagValues agreed_args(const TrainArgs& a) {
       {"--init-method-std", num(m.init_method_std)},
       {"--hidden-dropout", num(m.hidden_dropout)},
       {"--attention-dropout", num(m.attention_dropout)},
+      // Llama-family options (model/gpt_config.h)
+      {"--position-embedding-type", num(static_cast<int>(m.position_embedding_type))},
+      {"--rotary-base", num(m.rotary_base)},
+      {"--rotary-percent", num(m.rotary_percent)},
+      {"--normalization", m.rmsnorm() ? "RMSNorm" : "LayerNorm"},
+      {"--norm-epsilon", num(m.layernorm_epsilon)},
+      {"--swiglu", flag(m.swiglu)},
+      {"--group-query-attention", flag(m.group_query_attention)},
+      {"--num-query-groups", num(m.num_query_groups)},
+      {"--untie-embeddings-and-output-weights", flag(m.untie_embeddings_and_output_weights)},
+      {"--disable-bias-linear", flag(!m.add_bias_linear)},
       // layout
       {"--tensor-model-parallel-size", num(a.tp)},
       {"--pipeline-model-parallel-size", num(a.pp)},
@@ -104,6 +115,7 @@ FlagValues agreed_args(const TrainArgs& a) {
       {"--finetune", flag(a.finetune)},
       {"--no-load-optim", flag(a.no_load_optim)},
       {"--no-load-rng", flag(a.no_load_rng)},
+      {"--ckpt-step", num(a.ckpt_step)},
   };
 }
 

@@ -76,6 +76,15 @@ void check_model_args(const model::GptConfig& now, const model::GptConfig& saved
   same("--ffn-hidden-size", now.ffn_hidden_size, saved.ffn_hidden_size);
   same("--max-position-embeddings", now.max_position_embeddings, saved.max_position_embeddings);
   same("--vocab-size (from the tokenizer)", now.vocab_size, saved.vocab_size);
+  // The Llama-family options that change the parameter set.
+  same("--num-query-groups", now.query_groups(), saved.query_groups());
+  same("--swiglu (0/1)", now.swiglu, saved.swiglu);
+  same("--normalization RMSNorm (0/1)", now.rmsnorm(), saved.rmsnorm());
+  same("--untie-embeddings-and-output-weights (0/1)", now.untie_embeddings_and_output_weights,
+       saved.untie_embeddings_and_output_weights);
+  same("--disable-bias-linear (0: set, 1: not)", now.add_bias_linear, saved.add_bias_linear);
+  same("--position-embedding-type learned_absolute (0/1)", now.learned_positions(), saved.learned_positions());
+  same("--group-query-attention (0/1)", now.group_query_attention, saved.group_query_attention);
 }
 
 }  // namespace
@@ -159,9 +168,46 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
   });
 }
 
+// NOTE [Choosing a checkpoint]: --load DIR resumes from the latest
+// iteration, --ckpt-step N (Megatron's flag) from iteration N. The chosen
+// checkpoint is verified (metadata checksum, every file's size and header
+// checksum) before anything is loaded; when it is damaged the error names
+// the newest earlier iteration that verifies and the flag that loads it.
+static ckpt::CheckpointReader open_verified(const std::string& dir, int64_t step) {
+  namespace fs = std::filesystem;
+  if (step >= 0) {
+    const auto iters = ckpt::committed_iterations(dir);
+    std::string have;
+    for (int64_t i : iters) have += (have.empty() ? "" : ", ") + std::to_string(i);
+    TRIPOD_CHECK_HINT(fs::is_directory(fs::path(dir) / ckpt::iter_dir_name(step)),
+                      iters.empty() ? std::string("train with --save first")
+                                    : fmt::format("pass one of the saved iterations: {}", have),
+                      "--ckpt-step {}: --load {} holds no {}", step, dir, ckpt::iter_dir_name(step));
+  }
+  int64_t it = step;
+  try {
+    auto reader = ckpt::CheckpointReader::open(dir, step);
+    it = reader.iteration();
+    reader.verify();
+    return reader;
+  } catch (const Error& e) {
+    if (it < 0) it = ckpt::read_latest_iteration(dir);
+    const int64_t good = it >= 0 ? ckpt::newest_intact_iteration(dir, it) : -1;
+    const std::string which = step >= 0 ? fmt::format("iteration {} (--ckpt-step)", it)
+                                        : fmt::format("the latest checkpoint, iteration {},", it);
+    if (good >= 0)
+      throw Error(fmt::format("{} cannot be loaded: {}", which, e.message()),
+                  fmt::format("iteration {} is the newest earlier checkpoint that verifies: pass --ckpt-step {} "
+                              "to resume from it", good, good));
+    throw Error(fmt::format("{} cannot be loaded: {}", which, e.message()),
+                fmt::format("{}; no earlier checkpoint in {} verifies either", e.hint().empty() ?
+                            "the checkpoint is damaged" : e.hint(), dir));
+  }
+}
+
 void Trainer::load_checkpoint() {
   Timer timer;
-  const auto reader = ckpt::CheckpointReader::open(args_.load);
+  const auto reader = open_verified(args_.load, args_.ckpt_step);
   const json& meta = reader.metadata();
   const std::string where = reader.path();
   model::GptConfig saved = reader.config();

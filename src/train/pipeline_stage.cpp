@@ -16,7 +16,9 @@ GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t
       // Testing aid (undocumented for users): sleep this long in every
       // micro-batch load, so tests can check that the time split's "data"
       // part is what the loader costs.
-      data_sleep_ms_(debug_config().testing_data_sleep_ms) {}
+      data_sleep_ms_(debug_config().testing_data_sleep_ms) {
+  sent_grad_.resize(chunks_.size());
+}
 
 void GptPipelineStage::set_param_hooks(int last_microbatch, ParamHook grads_ready, ParamHook before_use) {
   last_microbatch_ = last_microbatch;
@@ -40,6 +42,7 @@ void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed)
   data_seconds_ = 0;
   if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
   pending_release_ = {-1, -1};
+  sent_key_ = {-1, -1};
   while (!live_.empty()) release(live_.begin()->first.first, live_.begin()->first.second);
 }
 
@@ -106,14 +109,33 @@ void GptPipelineStage::forward(int m, int c) {
 }
 
 void GptPipelineStage::backward(int m, int c) {
-  // The previous backward's input_grad has been sent by now (see the
-  // buffer-lifetime contract in parallel/pp_schedule.h).
   if (pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
+  pending_release_ = {-1, -1};
   model::GptModel& model = *chunks_[static_cast<size_t>(c)];
   Slot& s = slot(m, c);
   const auto* ready = m == last_microbatch_ && !grads_ready_.empty() ? &grads_ready_[static_cast<size_t>(c)] : nullptr;
   model.backward(s.acts, model.stage().post_process ? nullptr : &s.output_grad, seed_, ready);
-  pending_release_ = {m, c};
+  // The activations of (m, c) are dead now; only the input gradient still
+  // has to be sent (done before the next backward starts: the buffer
+  // contract in parallel/pp_schedule.h). It moves to sent_grad_[c] (the
+  // slot takes that chunk's previous one, long sent), and the slot goes
+  // back to the pool before the next micro-batch's forward. Holding the
+  // whole slot until the next backward kept one more micro-batch of
+  // activations on every stage but the first (and, at pp 1, under gradient
+  // accumulation).
+  if (!model.stage().pre_process) {
+    Tensor& sent = sent_grad_[static_cast<size_t>(c)];
+    if (!sent.defined()) sent = model.backend().empty(s.acts.grad_input.shape(), s.acts.grad_input.dtype());
+    std::swap(sent, s.acts.grad_input);
+    sent_key_ = {m, c};
+  }
+  release(m, c);
+}
+
+const Tensor& GptPipelineStage::input_grad(int m, int c) {
+  TRIPOD_CHECK(sent_key_ == std::make_pair(m, c), "input_grad({}, {}) asked for after backward({}, {})", m, c,
+               sent_key_.first, sent_key_.second);
+  return sent_grad_[static_cast<size_t>(c)];
 }
 
 double GptPipelineStage::loss_sum() {

@@ -51,7 +51,7 @@ class GptPipelineStage final : public parallel::PipelineStage {
   Tensor& input_tensor(int m, int c) override { return acts(m, c).input; }
   const Tensor& output_tensor(int m, int c) override { return acts(m, c).output(); }
   Tensor& output_grad(int m, int c) override;
-  const Tensor& input_grad(int m, int c) override { return acts(m, c).grad_input; }
+  const Tensor& input_grad(int m, int c) override;
   void forward(int m, int c) override;
   void backward(int m, int c) override;
 
@@ -77,6 +77,11 @@ class GptPipelineStage final : public parallel::PipelineStage {
   std::map<std::pair<int, int>, std::unique_ptr<Slot>> live_;
   std::vector<std::vector<std::unique_ptr<Slot>>> free_;  // per chunk: recycled buffers
   std::pair<int, int> pending_release_{-1, -1};
+  // The input gradient of the last backward, (m, c), until it is sent: its
+  // buffer is swapped out of the slot so the slot (all other activations)
+  // is free for the next forward at once (NOTE in backward()).
+  std::vector<Tensor> sent_grad_;  // per chunk
+  std::pair<int, int> sent_key_{-1, -1};
   size_t max_live_ = 0;
   std::vector<size_t> slot_bytes_;
   double data_seconds_ = 0;

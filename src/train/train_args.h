@@ -67,6 +67,7 @@ struct TrainArgs {
   bool finetune = false;             // --finetune: load weights only, reset iteration and optimizer
   bool no_load_optim = false;        // --no-load-optim
   bool no_load_rng = false;          // --no-load-rng
+  int64_t ckpt_step = -1;            // --ckpt-step N: load iteration N from --load (-1: the latest)
   int64_t exit_interval = 0;         // --exit-interval N: save (with --save) and stop at a multiple of N
   bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM -> save at the next iteration, exit 0
   std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;  // recorded in checkpoints

@@ -53,7 +53,10 @@ TEST(MegatronFlags, EveryDocumentedFlagParsesAsTheTableSays) {
   int counts[3] = {0, 0, 0};
   for (const auto& r : rows) {
     std::string args = "train --parse-only --train-iters 10 " + r.flag;
-    if (r.takes == "value") args += " 1";
+    // Flags whose value is a name, not a number.
+    if (r.flag == "--position-embedding-type") args += " rope";
+    else if (r.flag == "--normalization") args += " RMSNorm";
+    else if (r.takes == "value") args += " 1";
     else if (r.takes == "list") args += " 1 1";
     else ASSERT_EQ(r.takes, "—") << r.flag;
     const auto run = run_tripod(args);

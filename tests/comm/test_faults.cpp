@@ -119,3 +119,38 @@ TEST(Faults, RankKilledUnderMpirunEndsTheJobInSeconds) {
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_LT(r.seconds, 20.0);
 }
+
+// Ranks that disagree on a collective's size: Gloo detects it on its
+// event-loop thread, where nothing can catch it; the process must still end
+// with a tripod error naming the collective, the group and both sizes, not
+// with `terminate called` and exit 134.
+TEST(Faults, SizeMismatchInACollectiveIsATripodErrorNotAnAbort) {
+  auto r = run_shell(tripod_bin() + " launch --nproc-per-node 2 bench comm --ops all_reduce --min-bytes 4096 "
+                     "--max-bytes 4096 --iters 1 --warmup-iters 0 --fault-size-mismatch-rank 1" + kTimeout, 30);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_FALSE(contains(r.output, "terminate called")) << r.output;
+  EXPECT_TRUE(contains(r.output, "failed: rank 0 exited with code 2")) << r.output;
+  // Rank 0 posted 4096 bytes, rank 1 8192: bcube's first message is half the tensor.
+  EXPECT_TRUE(contains(r.output, "a peer sent a message of 4096 bytes where this rank posted 2048 bytes")) << r.output;
+  EXPECT_TRUE(contains(r.output, "in flight: global rank 0: all_reduce #1 on group world [0, 1] (4096 bytes)"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "start every rank with the same flags")) << r.output;
+}
+
+TEST(Faults, SizeMismatchInSendRecvUnderAHandLaunchNamesThePeer) {
+  const std::string dir = temp_dir("mismatch");
+  auto r = run_shell(manual_ranks(dir, 2, 0, 1, free_port(), {"t", "t"},
+                                  " bench comm --ops sendrecv --min-bytes 4096 --max-bytes 4096 --iters 1 "
+                                  "--warmup-iters 0 --fault-size-mismatch-rank 1" + kTimeout),
+                     30);
+  ASSERT_FALSE(r.timed_out);
+  const std::string log0 = read_file(dir + "/r0.log"), log1 = read_file(dir + "/r1.log");
+  EXPECT_EQ(code_of(dir, 0), 2) << log0;
+  EXPECT_NE(code_of(dir, 1), 0) << log1;
+  EXPECT_NE(code_of(dir, 1), 134) << log1;
+  EXPECT_FALSE(contains(log0 + log1, "terminate called")) << log0 << log1;
+  EXPECT_TRUE(contains(log0, "a peer sent a message of 8192 bytes where this rank posted 4096 bytes")) << log0;
+  EXPECT_TRUE(contains(log0, "in flight: global rank 0: recv from global rank 1 (tag 0) on group world [0, 1] "
+                             "(4096 bytes)")) << log0;
+}

@@ -1,5 +1,7 @@
 // Oracle test: tripod's GPT-2 (CPU backend, fp32) against an independent
-// float64 PyTorch model (gen_gpt2_oracle.py): logits and loss of a
+// float64 PyTorch model (gen_gpt2_oracle.py; fixture version 1), and the
+// same for the Llama family (gen_llama_oracle.py, version 2: RMSNorm, RoPE,
+// grouped-query attention, SwiGLU, untied output layer, no biases): logits and loss of a
 // micro-batch, every parameter gradient, and per-iteration loss, grad norm
 // and weights after 3 AdamW iterations with clipping, warmup and cosine
 // decay, driven through train::Trainer with 2 micro-batches per iteration.
@@ -18,7 +20,7 @@
 
 namespace {
 
-constexpr int32_t kMagic = 20261202, kVersion = 1;
+constexpr int32_t kMagic = 20261202;
 std::string g_script, g_fixture;
 
 struct Record {
@@ -28,7 +30,8 @@ struct Record {
 };
 
 struct Fixture {
-  int32_t cfg[9];
+  int32_t version = 0;
+  int32_t cfg[12] = {};  // version 1: the first 9; version 2 adds G, F, rotary base
   double hp[9];
   std::map<std::string, Record> rec;
   const Record& at(const std::string& n) const {
@@ -43,10 +46,11 @@ Fixture load_fixture(const std::string& path) {
   if (!in) throw std::runtime_error("cannot open fixture " + path);
   int32_t head[2];
   in.read(reinterpret_cast<char*>(head), sizeof head);
-  if (head[0] != kMagic || head[1] != kVersion)
-    throw std::runtime_error("stale oracle fixture " + path + ": regenerate it with tests/oracle/gen_gpt2_oracle.py");
+  if (head[0] != kMagic || (head[1] != 1 && head[1] != 2))
+    throw std::runtime_error("stale oracle fixture " + path + ": regenerate it with tests/oracle/gen_*_oracle.py");
   Fixture f;
-  in.read(reinterpret_cast<char*>(f.cfg), sizeof f.cfg);
+  f.version = head[1];
+  in.read(reinterpret_cast<char*>(f.cfg), f.version == 1 ? 9 * 4 : 12 * 4);
   in.read(reinterpret_cast<char*>(f.hp), sizeof f.hp);
   int32_t len;
   while (in.read(reinterpret_cast<char*>(&len), 4)) {
@@ -94,7 +98,15 @@ class FixtureDataset final : public tripod::data::TokenDataset {
   int64_t T_, n_;
 };
 
-TEST(Gpt2Oracle, MatchesPyTorchFloat64) {
+// A parameter's tensor in its global layout (the fixture's): the local
+// layout of a grouped qkv differs even at tp size 1 (ShardDim::QkvGroups).
+tripod::Tensor to_full(const tripod::model::Param& p, const tripod::Tensor& local) {
+  tripod::Tensor full = tripod::Tensor::empty(p.spec.global_shape, tripod::DType::F32);
+  tripod::model::place_shard(full, local, p.spec.shard, 1, 0);
+  return full;
+}
+
+TEST(Oracle, MatchesPyTorchFloat64) {
   const std::string cmd = "/usr/bin/python3 " + g_script + " " + g_fixture + " > /dev/null";
   if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0)
     GTEST_SKIP() << "python3-torch is not installed (scripts/setup.sh installs it)";
@@ -109,6 +121,18 @@ TEST(Gpt2Oracle, MatchesPyTorchFloat64) {
   a.model.num_attention_heads = NH;
   a.model.seq_length = T;
   a.model.vocab_size = V;
+  if (f.version == 2) {  // the Llama family, as gen_llama_oracle.py builds it
+    using P = tripod::model::GptConfig;
+    a.model.group_query_attention = true;
+    a.model.num_query_groups = f.cfg[9];
+    a.model.ffn_hidden_size = f.cfg[10];
+    a.model.rotary_base = static_cast<float>(f.cfg[11]);
+    a.model.position_embedding_type = P::Position::Rope;
+    a.model.normalization = P::Norm::RMSNorm;
+    a.model.swiglu = true;
+    a.model.untie_embeddings_and_output_weights = true;
+    a.model.add_bias_linear = false;
+  }
   a.micro_batch_size = B;
   a.global_batch_size = B * NM;
   a.train_iters = STEPS;
@@ -130,6 +154,9 @@ TEST(Gpt2Oracle, MatchesPyTorchFloat64) {
   auto& model = trainer.model();
   ASSERT_EQ(model.padded_vocab(), Vp);
   auto& store = model.params();
+  // The fixture holds init, grad and final of every parameter, plus the
+  // STEPS token batches, logits0, losses and grad_norms: the same set.
+  ASSERT_EQ(3 * store.params().size(), f.rec.size() - static_cast<size_t>(STEPS + 3));
   for (auto& p : store.params()) {
     const auto& r = f.at("init." + p.spec.name);
     tripod::Tensor full = tripod::Tensor::empty(p.spec.global_shape, tripod::DType::F32);
@@ -162,13 +189,13 @@ TEST(Gpt2Oracle, MatchesPyTorchFloat64) {
     EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(s)], 1e-5 * norms[static_cast<size_t>(s)]) << "iteration " << s + 1;
     if (s == 0)
       for (auto& p : store.params()) {
-        tripod::Tensor g = store.grad_to_host(p);
+        tripod::Tensor g = to_full(p, store.grad_to_host(p));
         const auto& ref = f.at("grad." + p.spec.name).f64;
         tripod::testing::expect_close("grad " + p.spec.name, g.data<float>(), ref.data(), ref.size(), 1e-5);
       }
   }
   for (auto& p : store.params()) {
-    tripod::Tensor w = store.value_to_host(p);
+    tripod::Tensor w = to_full(p, store.value_to_host(p));
     const auto& ref = f.at("final." + p.spec.name).f64;
     tripod::testing::expect_close("weights " + p.spec.name, w.data<float>(), ref.data(), ref.size(), 1e-5);
   }

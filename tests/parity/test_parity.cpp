@@ -14,8 +14,9 @@
 // parity runs use --adam-eps 1e-6 so the comparison measures the layouts'
 // arithmetic, not Adam's amplification of noise.
 //
-// usage: test_parity NAME NPROC "LAYOUT FLAGS" [tripod|torchrun|mpirun]
-// (the launcher of the layout run: the same `tripod train` under each)
+// usage: test_parity NAME NPROC "LAYOUT FLAGS" [tripod|torchrun|mpirun] ["MODEL FLAGS"]
+// (the launcher of the layout run: the same `tripod train` under each;
+// MODEL FLAGS are added to both runs, e.g. the Llama-family options)
 #include <gtest/gtest.h>
 
 #include <array>
@@ -34,7 +35,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-std::string g_name, g_flags, g_launcher = "tripod";
+std::string g_name, g_flags, g_launcher = "tripod", g_model_flags;
 int g_nproc = 1;
 
 const char* kModel =
@@ -117,7 +118,8 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   fs::remove_all(dir);
   fs::create_directories(dir / "ref");
   fs::create_directories(dir / "run");
-  const std::string ref_cmd = std::string(bin) + " train " + kModel + " --metrics-file " + (dir / "ref.jsonl").string() +
+  const std::string model = std::string(kModel) + " " + g_model_flags;
+  const std::string ref_cmd = std::string(bin) + " train " + model + " --metrics-file " + (dir / "ref.jsonl").string() +
                               " --dump-weights " + (dir / "ref").string() + " > " + (dir / "ref.log").string() + " 2>&1";
   ASSERT_EQ(sh(ref_cmd), 0) << "reference run failed; see " << dir / "ref.log";
   const std::string n = std::to_string(g_nproc);
@@ -130,7 +132,7 @@ TEST(Parity, LayoutMatchesSingleProcess) {
     if (sh("command -v mpirun > /dev/null") != 0) GTEST_SKIP() << "mpirun not installed (openmpi-bin)";
     launch = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -np " + n + " " + bin;
   }
-  const std::string run_cmd = launch + " train " + kModel + " " + g_flags + " --metrics-file " + (dir / "run.jsonl").string() +
+  const std::string run_cmd = launch + " train " + model + " " + g_flags + " --metrics-file " + (dir / "run.jsonl").string() +
                               " --dump-weights " + (dir / "run").string() + " > " + (dir / "run.log").string() + " 2>&1";
   ASSERT_EQ(sh(run_cmd), 0) << "layout run failed; see " << dir / "run.log";
 
@@ -165,5 +167,6 @@ int main(int argc, char** argv) {
   g_nproc = std::atoi(argv[2]);
   g_flags = argc > 3 ? argv[3] : "";
   if (argc > 4) g_launcher = argv[4];
+  if (argc > 5) g_model_flags = argv[5];
   return RUN_ALL_TESTS();
 }

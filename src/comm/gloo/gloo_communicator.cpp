@@ -24,6 +24,7 @@
 #include "base/log.h"
 #include "comm/gloo/reduce_ops.h"
 #include "comm/missing_ranks.h"
+#include "comm/transport_failure.h"
 
 namespace tripod::comm {
 
@@ -124,6 +125,7 @@ class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(const GroupSpec& spec, std::shared_ptr<Store> store, const CommConfig& config)
       : sh_(std::make_shared<Shared>()) {
+    install_transport_failure_handler();  // Gloo's event-loop thread may throw
     sh_->spec = spec;
     sh_->config = config;
     sh_->store = store;
@@ -290,6 +292,7 @@ class GlooCommunicator : public Communicator {
       if (rec) rec->started(id);
       const auto t0 = Clock::now();
       auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+      InFlight in_flight(what);
       try {
         body(*sh, seq, to);
         if (rec) rec->finished(id, true);
@@ -309,11 +312,17 @@ class GlooCommunicator : public Communicator {
               "raise --distributed-timeout-minutes if a rank is legitimately slow (e.g. loading); "
               "otherwise look at the missing ranks' output")));
         } else {
+          const bool sizes = explain_transport_error(msg) != msg;
           work->finish(std::make_exception_ptr(Error(fmt::format(
               "{} failed after {:.1f} s: {}", what, elapsed(),
-              sh->aborted ? "the group was aborted" : msg),
-              "a peer process probably exited or was killed; look for the first failing rank")));
+              sh->aborted ? "the group was aborted" : explain_transport_error(msg)),
+              sizes ? "every rank must call each collective with the same sizes; start every rank with "
+                      "the same flags"
+                    : "a peer process probably exited or was killed; look for the first failing rank")));
         }
+      } catch (...) {
+        if (rec) rec->finished(id, false);
+        work->finish(std::make_exception_ptr(Error(what + ": failed with an exception of unknown type")));
       }
     });
     sh_->cv.notify_all();
@@ -369,7 +378,8 @@ class GlooCommunicator : public Communicator {
    public:
     P2PWork(std::unique_ptr<gloo::transport::UnboundBuffer> buf, bool is_send, Millis to,
             std::string what, FlightRecorder* rec, uint64_t id)
-        : buf_(std::move(buf)), send_(is_send), to_(to), what_(std::move(what)), rec_(rec), id_(id) {}
+        : buf_(std::move(buf)), send_(is_send), to_(to), what_(std::move(what)), rec_(rec), id_(id),
+          in_flight_(what_) {}
     void wait() override {
       if (done_) return;
       const auto t0 = Clock::now();
@@ -386,10 +396,13 @@ class GlooCommunicator : public Communicator {
           throw TimeoutError(fmt::format("{} timed out after {:.1f} s (the peer never posted the "
                                          "matching {})", what_, el, send_ ? "recv" : "send"));
         }
-        throw Error(fmt::format("{} failed after {:.1f} s: {}", what_, el, msg),
-                    "the peer process probably exited; look for the first failing rank");
+        in_flight_.finish();
+        throw Error(fmt::format("{} failed after {:.1f} s: {}", what_, el, explain_transport_error(msg)),
+                    "the peer process probably exited, or the two ranks disagree on the size; look for "
+                    "the first failing rank");
       }
       if (rec_) rec_->finished(id_, true);
+      in_flight_.finish();
       done_ = true;
     }
     bool is_completed() override { return done_; }
@@ -401,6 +414,7 @@ class GlooCommunicator : public Communicator {
     std::string what_;
     FlightRecorder* rec_;
     uint64_t id_;
+    InFlight in_flight_;
     bool done_ = false;
   };
 

@@ -33,6 +33,7 @@
 #include "comm/context.h"
 #include "comm/missing_ranks.h"
 #include "comm/nccl/nccl_check.h"
+#include "comm/transport_failure.h"
 
 namespace tripod::comm::nccl {
 
@@ -108,7 +109,7 @@ class NcclWork : public Work {
            std::string what, std::shared_ptr<std::atomic<void*>> compute, FlightRecorder* rec,
            uint64_t id, std::function<std::string()> diagnose)
       : comm_(std::move(comm)), done_(done), t0_(t0), timeout_(timeout), what_(std::move(what)),
-        compute_(std::move(compute)), rec_(rec), id_(id), diagnose_(std::move(diagnose)) {}
+        compute_(std::move(compute)), rec_(rec), id_(id), diagnose_(std::move(diagnose)), in_flight_(what_) {}
   ~NcclWork() override {
     if (done_) cudaEventDestroy(done_);
   }
@@ -133,6 +134,7 @@ class NcclWork : public Work {
     if (void* s = compute_->load())
       TRIPOD_NCCL_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), done_, 0), what_);
     if (rec_) rec_->finished(id_, true);
+    in_flight_.finish();
     finished_ = true;
   }
 
@@ -140,6 +142,7 @@ class NcclWork : public Work {
   [[noreturn]] void fail(const std::string& why, bool timeout) {
     const double el = std::chrono::duration<double>(Clock::now() - t0_).count();
     if (rec_) rec_->finished(id_, false);
+    in_flight_.finish();
     comm_->abort();  // see NOTE [NCCL timeouts]
     if (timeout) {
       const std::string missing = diagnose_ ? diagnose_() : std::string();
@@ -162,6 +165,7 @@ class NcclWork : public Work {
   FlightRecorder* rec_;
   uint64_t id_;
   std::function<std::string()> diagnose_;
+  InFlight in_flight_;  // named by the terminate handler if a thread throws meanwhile
   bool finished_ = false;
 };
 
@@ -170,6 +174,7 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator(const GroupSpec& spec, std::shared_ptr<Store> store, const CommConfig& config)
       : spec_(spec), config_(config), store_(store), where_(fmt::format("global rank {}, group {}", spec.global_rank,
                                                          spec.describe())) {
+    install_transport_failure_handler();  // an exception escaping any thread: a message, not an abort
     TRIPOD_NCCL_CUDA_CHECK(cudaSetDevice(config.local_rank), where_);
     ncclUniqueId id;
     if (spec.group_rank == 0) {

@@ -174,9 +174,13 @@ TEST(PlanMemory, TripodModelPieces) {
                                      double(32 << 20) + cudnn_dq_workspace_bytes(m, 32, 1));
   EXPECT_DOUBLE_EQ(mb.reserved, double(1 << 30));
   EXPECT_DOUBLE_EQ(mb.allocator_peak(), mb.model_states + mb.activations + mb.workspace);
-  // The distributed optimizer shards master + Adam state over dp.
+  // tripod's distributed optimizer shards master + Adam state over dp and
+  // keeps the reduce-scattered f32 gradient shard (Megatron's table: 6 + 12/dp).
   l.dp = 4, l.global_batch = 128, l.distributed_optimizer = true;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 124475904.0 * (6 + 12.0 / 4));
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 124475904.0 * (6 + 16.0 / 4));
+  MemoryOptions meg;
+  meg.model = MemoryModelKind::kMegatron;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l, meg).model_states, 124475904.0 * (6 + 12.0 / 4));
   // 1F1B at pp 4, 8 micro-batches: the first stage holds 4 of its 3 layers (+ input).
   Layout p;
   p.pp = 4, p.micro_batch = 2, p.global_batch = 16;
@@ -184,6 +188,18 @@ TEST(PlanMemory, TripodModelPieces) {
   EXPECT_EQ(pb.stage, 0);  // 4 in flight + the embedding outweigh the last stage's 1 + logits
   EXPECT_DOUBLE_EQ(pb.activations, 4 * (3 * tripod_layer_activation_bytes(m, 2, 1, false, 2) +
                                         tripod_stage_extra_activation_bytes(m, 2, 1, false, false, 2)));
+}
+
+TEST(PlanMemory, ChunkSlotsFollowTheSchedule) {
+  // 1F1B: rank r keeps min(P - r, m) micro-batches (Megatron's warm-up + 1).
+  EXPECT_EQ(chunk_slot_peaks(4, 1, 8, 0), std::vector<int>{4});
+  EXPECT_EQ(chunk_slot_peaks(4, 1, 8, 3), std::vector<int>{1});
+  EXPECT_EQ(chunk_slot_peaks(4, 1, 2, 0), std::vector<int>{2});
+  // Interleaved pp 2, vpp 2, 4 micro-batches, rank 0 (hand-traced order:
+  // F0c0 F1c0 F0c1 F1c1 | F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 | ...):
+  // chunk 0 peaks at 4 live, chunk 1 at 2: 6 slots in the per-chunk pools
+  // although at most 5 are live at once.
+  EXPECT_EQ(chunk_slot_peaks(2, 2, 4, 0), (std::vector<int>{4, 2}));
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+// `tripod plan --device cpu` predicts what each layout of the parity suite
+// really allocates: the layout runs through `tripod launch ... train
+// --device cpu` (fp32, 2 iterations), every rank logs its allocator peak
+// ("memory on rank ...: ... allocator peak X MiB"), and the plan's
+// allocator_peak (busiest stage) must be within 10% of the largest.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <regex>
+#include <string>
+
+#include "testing/run_tripod.h"
+
+namespace {
+
+const std::string kModel =
+    "--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --vocab-size 2000 "
+    "--micro-batch-size 2 --global-batch-size 8";
+
+struct Case {
+  const char* name;
+  int nproc;
+  const char* layout;     // train and plan flags
+  const char* plan_only;  // pins the plan's search to the same layout
+};
+
+const Case kCases[] = {
+    {"dp1 (grad accumulation 4)", 1, "", "--no-distributed-optimizer"},
+    {"tp2", 2, "--tensor-model-parallel-size 2", "--no-sequence-parallel --no-distributed-optimizer"},
+    {"tp2 sp", 2, "--tensor-model-parallel-size 2 --sequence-parallel", "--no-distributed-optimizer"},
+    {"pp2", 2, "--pipeline-model-parallel-size 2", "--no-distributed-optimizer --virtual-pipeline-search 1"},
+    {"pp2 vpp2", 2, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1",
+     "--no-distributed-optimizer"},
+    {"dp2 distributed optimizer", 2, "--use-distributed-optimizer",
+     "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"},
+    {"tp2 pp2 dp2 vpp2 sp distributed optimizer", 8,
+     "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 "
+     "--sequence-parallel --use-distributed-optimizer",
+     ""},
+};
+
+TEST(PlanCpuMemory, EveryParityLayoutWithin10Percent) {
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(c.name);
+    const std::string np = std::to_string(c.nproc);
+    const auto run = tripod::testing::run_tripod("launch --nproc-per-node " + np + " train --device cpu " + kModel +
+                                                     " " + c.layout +
+                                                     " --mock-data --train-iters 2 --log-interval 1 --eval-interval 0",
+                                                 "OMP_NUM_THREADS=1");
+    ASSERT_EQ(run.code, 0) << run.output;
+    double measured = 0;
+    int ranks = 0;
+    const std::regex peak(R"(allocator peak ([0-9.]+) MiB)");
+    for (std::sregex_iterator it(run.output.begin(), run.output.end(), peak), end; it != end; ++it, ++ranks)
+      measured = std::max(measured, std::stod((*it)[1]));
+    ASSERT_EQ(ranks, c.nproc) << run.output;
+
+    const auto plan = tripod::testing::run_tripod("plan " + kModel + " --gpus-per-node " + np + " --fp32 " +
+                                                  c.layout + " " + c.plan_only +
+                                                  " --recompute-search none --device cpu --op-times assumed --json");
+    ASSERT_EQ(plan.code, 0) << plan.output;
+    const auto j = nlohmann::json::parse(plan.output.substr(plan.output.find("{\n")));
+    ASSERT_FALSE(j["layouts"].empty()) << plan.output;
+    const double predicted = j["layouts"][0]["memory_gib"]["allocator_peak"].get<double>() * 1024;
+    EXPECT_NEAR(predicted / measured, 1.0, 0.10) << "predicted " << predicted << " MiB, measured " << measured
+                                                 << " MiB (" << j["layouts"][0].dump() << ")";
+  }
+}
+
+}  // namespace
