@@ -2,6 +2,7 @@
 #include "base/debug_config.h"
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -47,6 +48,21 @@ DebugConfig read_debug_config() {
   c.ckpt_fail_at = non_negative("TRIPOD_CKPT_FAIL_AT");
   c.ckpt_fail_enospc = env::get_int_or("TRIPOD_CKPT_FAIL_ENOSPC", 0) != 0;
   c.testing_data_sleep_ms = non_negative("TRIPOD_TESTING_DATA_SLEEP_MS");
+  c.ckpt_kill_at = non_negative("TRIPOD_CKPT_KILL_AT");
+  if (const std::string f = env::get_or("TRIPOD_FAULT", ""); !f.empty()) {
+    const auto at = f.find('@'), colon = f.find(':');
+    const std::string kind = f.substr(0, at);
+    const bool known = kind == "kill" || kind == "stop" || kind == "exit" || kind == "abort" || kind == "throw";
+    int rank = -1;
+    long long it = 0;
+    const bool parsed = at != std::string::npos && colon != std::string::npos && colon > at &&
+                        std::sscanf(f.c_str() + at + 1, "%d:%lld", &rank, &it) == 2 && rank >= 0 && it >= 1;
+    TRIPOD_CHECK_HINT(known && parsed, "e.g. TRIPOD_FAULT=kill@2:5 (kill, stop, exit, abort or throw)",
+                      "TRIPOD_FAULT='{}' is not KIND@RANK:ITERATION", f);
+    c.fault_kind = kind;
+    c.fault_rank = rank;
+    c.fault_iteration = it;
+  }
   return c;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace tripod {
 
@@ -44,6 +45,18 @@ struct DebugConfig {
   // TRIPOD_CKPT_FAIL_ENOSPC=1: when the failing operation is a file write, it
   // fails as a full disk would (ENOSPC after half the bytes) instead.
   bool ckpt_fail_enospc = false;
+  // TRIPOD_CKPT_KILL_AT=n: the process SIGKILLs itself at the n-th
+  // checkpoint file operation (a write: after half of the file's bytes), as a
+  // node that dies mid-save; 0: never. Counted as TRIPOD_CKPT_FAIL_AT is.
+  int64_t ckpt_kill_at = 0;
+  // TRIPOD_FAULT=KIND@RANK:ITER: global rank RANK, just before training
+  // iteration ITER (1-based), KIND = kill (SIGKILL itself), stop (SIGSTOP
+  // itself: a hung rank), exit (exit(1) without a message), abort
+  // (std::abort) or throw (an exception escaping a thread). For the fault
+  // suite (tests/faults); empty: no fault.
+  std::string fault_kind;
+  int fault_rank = -1;
+  int64_t fault_iteration = 0;
   // TRIPOD_TESTING_DATA_SLEEP_MS=n: each pipeline stage's batch load sleeps
   // n ms (tests of the time split), 0: no sleep.
   int64_t testing_data_sleep_ms = 0;

@@ -2,6 +2,7 @@
 #include "ckpt/atomic_io.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -26,9 +27,20 @@ std::string parent_of(const std::string& path) {
   return p.empty() ? "." : p.string();
 }
 
+[[noreturn]] void killed(int64_t n, const char* what) {
+  std::fprintf(stderr, "TRIPOD_CKPT_KILL_AT: SIGKILL at checkpoint file operation %lld (%s)\n",
+               static_cast<long long>(n), what);
+  std::fflush(stderr);
+  ::raise(SIGKILL);
+  std::abort();  // not reached
+}
+
 // Counts one operation; true when it is the one TRIPOD_CKPT_FAIL_AT names.
-bool fault_here(int64_t* n) {
+// TRIPOD_CKPT_KILL_AT kills the process at its operation (a write: after
+// half of the bytes, see write_file_synced).
+bool fault_here(int64_t* n, bool is_write = false, const std::string& what = {}) {
   *n = ++g_points;
+  if (!is_write && debug_config().ckpt_kill_at == *n) killed(*n, what.c_str());
   const int64_t at = debug_config().ckpt_fail_at;
   return at > 0 && at == *n;
 }
@@ -66,12 +78,13 @@ int64_t fault_points_passed() { return g_points.load(); }
 
 void fault_point(const std::string& what) {
   int64_t n = 0;
-  if (fault_here(&n)) injected(n, what);
+  if (fault_here(&n, false, what)) injected(n, what);
 }
 
 void write_file_synced(const std::string& path, const void* bytes, size_t n) {
   int64_t point = 0;
-  const bool fail = fault_here(&point);
+  const bool fail = fault_here(&point, true);
+  const bool kill = debug_config().ckpt_kill_at == point;
   const bool full_disk = fail && debug_config().ckpt_fail_enospc;  // see NOTE [Failure injection]
   if (fail && !full_disk) injected(point, "write " + path);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -79,8 +92,9 @@ void write_file_synced(const std::string& path, const void* bytes, size_t n) {
   const char* p = static_cast<const char*>(bytes);
   size_t left = n;
   while (left > 0) {
+    if (kill && left <= n - n / 2) killed(point, path.c_str());  // a torn file, as a node dying mid-write
     const bool disk_full_now = full_disk && left <= n - n / 2;  // half of the bytes got in
-    const ssize_t w = disk_full_now ? (errno = ENOSPC, -1) : ::write(fd, p, full_disk ? n / 2 : left);
+    const ssize_t w = disk_full_now ? (errno = ENOSPC, -1) : ::write(fd, p, full_disk || kill ? n / 2 : left);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       const int e = w == 0 ? ENOSPC : errno;  // a write of 0 bytes: the device is full
@@ -90,6 +104,7 @@ void write_file_synced(const std::string& path, const void* bytes, size_t n) {
     p += w;
     left -= static_cast<size_t>(w);
   }
+  if (kill) killed(point, path.c_str());  // an empty file
   const bool synced = ::fsync(fd) == 0;
   const int e = errno;
   ::close(fd);

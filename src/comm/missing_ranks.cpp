@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "base/error.h"
+
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -34,6 +36,35 @@ std::string name_missing_ranks(Store& store, const GroupSpec& spec, uint64_t seq
                        list, spec.name, op, seq);
   } catch (const std::exception& e) {
     return std::string("(could not ask the store which ranks are missing: ") + e.what() + ")";
+  }
+}
+
+std::string name_dead_ranks(Store& store, const GroupSpec& spec, Millis wait,
+                            const std::function<void()>& after_report) {
+  using Clock = std::chrono::steady_clock;
+  try {
+    store.set_str("failed/" + std::to_string(spec.group_rank), "1");
+    if (after_report) after_report();
+    const auto until = Clock::now() + wait;
+    std::vector<int> missing;
+    for (;;) {
+      missing.clear();
+      for (int g = 0; g < int(spec.global_ranks.size()); ++g)
+        if (!store.check({"failed/" + std::to_string(g)})) missing.push_back(spec.global_ranks[size_t(g)]);
+      if (missing.empty() || Clock::now() > until) break;
+      std::this_thread::sleep_for(Millis{50});
+    }
+    if (missing.empty()) return "every member of the group is still running";
+    std::string list;
+    for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return fmt::format("global rank(s) [{}] of group {} did not report the failure within {:.1f} s: they "
+                       "exited, were killed or are stuck",
+                       list, spec.name, wait.count() / 1e3);
+  } catch (const std::exception& e) {
+    if (after_report) after_report();
+    const auto* te = dynamic_cast<const Error*>(&e);
+    return "the rendezvous store is unreachable too (" + (te ? te->message() : std::string(e.what())) +
+           "): the process that hosts it (global rank 0 under a hand launch) is likely dead";
   }
 }
 

@@ -83,9 +83,13 @@ std::string transport_failure_message(const std::string& exception_what) {
       for (const auto& [id, w] : in_flight()) ops += "\n  in flight: " + w;
   }
   const bool sizes = exception_what.find("op.preamble.length") != std::string::npos;
-  std::string msg = fmt::format("tripod: error: communication failed in a transport thread: {}{}\n",
-                                explain_transport_error(exception_what),
-                                ops.empty() ? "\n  in flight: no collective of this process" : ops);
+  std::string msg =
+      ops.empty() && !sizes
+          ? fmt::format("tripod: error: an exception escaped a thread (no collective was in flight): {}\n",
+                        exception_what)
+          : fmt::format("tripod: error: communication failed in a transport thread: {}{}\n",
+                        explain_transport_error(exception_what),
+                        ops.empty() ? "\n  in flight: no collective of this process" : ops);
   msg += sizes ? "  hint: every rank must call each collective with the same sizes; ranks started with "
                  "different model, batch or layout flags do not (start every rank with the same flags)\n"
                : "  hint: a peer process probably exited or sent unexpected data; look for the first failing "

@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "backend/philox.h"
+#include "base/fault_injection.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -299,6 +300,7 @@ void Trainer::run() {
   const int64_t start_iteration = iteration_;
   Timer timer;
   while (iteration_ < args_.train_iters) {
+    inject_rank_fault(groups_.global_rank, iteration_ + 1);  // TRIPOD_FAULT (tests/faults)
     StepResult r = train_step();
     // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
     if (!r.skipped) loss_acc += r.lm_loss;

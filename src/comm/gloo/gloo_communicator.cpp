@@ -313,9 +313,21 @@ class GlooCommunicator : public Communicator {
               "otherwise look at the missing ranks' output")));
         } else {
           const bool sizes = explain_transport_error(msg) != msg;
+          const double failed_after = elapsed();
+          // A peer that closed or reset its connection: name the ranks that
+          // do not report the failure themselves (the dead ones).
+          std::string dead;
+          if (!sh->aborted && !sizes &&
+              (msg.find("Connection") != std::string::npos || msg.find("Read error") != std::string::npos))
+            dead = "; " + name_dead_ranks(*sh->store, sh->spec, Millis{2000}, [sh] {
+                     try {
+                       sh->ctx->closeConnections();  // members waiting on this rank fail now, not at the timeout
+                     } catch (...) {
+                     }
+                   });
           work->finish(std::make_exception_ptr(Error(fmt::format(
-              "{} failed after {:.1f} s: {}", what, elapsed(),
-              sh->aborted ? "the group was aborted" : explain_transport_error(msg)),
+              "{} failed after {:.1f} s: {}{}", what, failed_after,
+              sh->aborted ? "the group was aborted" : explain_transport_error(msg), dead),
               sizes ? "every rank must call each collective with the same sizes; start every rank with "
                       "the same flags"
                     : "a peer process probably exited or was killed; look for the first failing rank")));
