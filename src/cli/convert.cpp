@@ -1,4 +1,5 @@
-// `tripod convert`: Hugging Face GPT-2 export and import (ckpt/hf_gpt2.h).
+// `tripod convert`: Hugging Face GPT-2 and Llama export and import
+// (ckpt/hf_gpt2.h, ckpt/hf_llama.h; the model's options pick the format).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
 // Flags only; the conversion lives in ckpt/.
@@ -7,13 +8,15 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "ckpt/hf_gpt2.h"
+#include "ckpt/hf_llama.h"
 #include "cli/command.h"
 
 namespace tripod::cli {
 namespace {
 
 int run_convert(int argc, char** argv) {
-  CLI::App app{"Convert checkpoints to and from Hugging Face GPT-2 (model.safetensors + config.json).\n"
+  CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
+               "(model.safetensors + config.json).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
                "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F]\n"
                "then:   tripod train --load CKPT --finetune ..."};
@@ -24,8 +27,8 @@ int run_convert(int argc, char** argv) {
   std::string vocab, merges, tok_type = "GPT2BPETokenizer";
   app.add_option("--load", load, "tripod checkpoint directory to export");
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
-  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face GPT-2 files");
-  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 folder to import");
+  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2 or Llama, by the model)");
+  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 or Llama folder (save_pretrained) to import");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf)");
   app.add_option("--tokenizer-type", tok_type, "recorded in the imported checkpoint")->capture_default_str();
   app.add_option("--vocab-file", vocab, "GPT-2 vocab JSON, recorded in the imported checkpoint");
@@ -41,7 +44,15 @@ int run_convert(int argc, char** argv) {
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
-    ckpt::export_hf_gpt2(reader, export_dir);
+    const model::GptConfig c = reader.config();
+    if (c.is_gpt2()) {
+      ckpt::export_hf_gpt2(reader, export_dir);
+    } else {
+      std::string why;
+      TRIPOD_CHECK_HINT(ckpt::is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
+                        "{} is neither GPT-2 nor a Llama-family model: {}", reader.path(), why);
+      ckpt::export_hf_llama(reader, export_dir);
+    }
     log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
               export_dir);
   } else {
@@ -49,7 +60,13 @@ int run_convert(int argc, char** argv) {
     tok["tokenizer_type"] = tok_type;
     tok["vocab_file"] = vocab;
     tok["merge_file"] = merges;
-    const auto cfg = ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
+    const std::string arch = ckpt::hf_architecture(import_dir);
+    const bool llama = arch == "LlamaForCausalLM" || arch == "llama";
+    TRIPOD_CHECK_HINT(llama || arch == "GPT2LMHeadModel" || arch == "GPT2Model" || arch == "gpt2" || arch.empty(),
+                      "import GPT2LMHeadModel or LlamaForCausalLM checkpoints",
+                      "{}/config.json: architecture {} is not supported", import_dir, arch);
+    const auto cfg = llama ? ckpt::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
+                           : ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
     log::info("imported {} ({}) into {} at iteration 0; fine-tune with tripod train --load {} --finetune",
               import_dir, cfg.describe(), save, save);
   }
@@ -58,6 +75,6 @@ int run_convert(int argc, char** argv) {
 
 }  // namespace
 
-TRIPOD_REGISTER_COMMAND(convert, "convert", "export/import Hugging Face GPT-2 checkpoints", run_convert);
+TRIPOD_REGISTER_COMMAND(convert, "convert", "export/import Hugging Face GPT-2 and Llama checkpoints", run_convert);
 
 }  // namespace tripod::cli
