@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "backend/cpu/cpu_backend.h"
 #include "ckpt/reshard.h"
@@ -98,6 +99,34 @@ TEST(HfLlama, ExportMatchesPyTorchAndImportRoundTrips) {
     const size_t bytes = vocab_rows ? V * 64 * 4 : a.nbytes();
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), bytes), 0) << name;
   }
+
+  // `tripod generate --prompt-ids` on the import: the prompt's logits
+  // (--logits-out) are PyTorch's, and the greedy continuation starts with
+  // the argmax of PyTorch's last row.
+  std::string ids_csv;
+  for (int64_t t = 0; t < T; ++t) ids_csv += (t ? "," : "") + std::to_string(tok.data<int32_t>()[t]);
+  const std::string gen_out = (s / "gen.txt").string();
+  ASSERT_EQ(sh(bin + " generate --load " + (s / "ck2").string() + " --prompt-ids " + ids_csv +
+               " --greedy --max-new-tokens 4 --logits-out " + (s / "gen_logits.f32").string() + " > " + gen_out +
+               " 2> " + log), 0) << slurp(log);
+  const std::string gl = slurp(s / "gen_logits.f32");
+  ASSERT_EQ(gl.size(), static_cast<size_t>(T * V) * 4);
+  double gen_diff = 0, best = -1e300;
+  int64_t argmax = 0;
+  for (int64_t i = 0; i < T * V; ++i) {
+    float g;
+    double r;
+    std::memcpy(&g, gl.data() + i * 4, 4);
+    std::memcpy(&r, ref.data() + i * 8, 8);
+    gen_diff = std::max(gen_diff, std::fabs(r - g));
+    if (i >= (T - 1) * V && r > best) best = r, argmax = i - (T - 1) * V;
+  }
+  EXPECT_LT(gen_diff, 1e-5);
+  std::istringstream gen_ids(slurp(gen_out));
+  std::vector<int64_t> gen;
+  for (int64_t x; gen_ids >> x;) gen.push_back(x);
+  ASSERT_EQ(gen.size(), 4u) << slurp(gen_out);
+  EXPECT_EQ(gen[0], argmax);
 
   // Fine-tuning starts from the import.
   ASSERT_EQ(sh(bin + " train " + kModel + " --train-iters 2 --finetune --load " + (s / "ck2").string() +
