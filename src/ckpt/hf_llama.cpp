@@ -21,6 +21,9 @@ void copy_rows(Tensor& dst, int64_t dst_row, const Tensor& src, int64_t src_row,
               static_cast<size_t>(n * cols) * sizeof(float));
 }
 
+// A float as the shortest decimal that reads back as it (1e-05, not 9.99999974e-06).
+double json_float(float x) { return std::stod(fmt::format("{}", x)); }
+
 Shape rows_shape(int64_t rows, int64_t cols, bool matrix) { return matrix ? Shape{rows, cols} : Shape{rows}; }
 
 // tripod's fused qkv (global layout, see the header) -> HF q, k, v.
@@ -101,8 +104,15 @@ model::GptConfig config_from_hf(const std::string& path) {
     const std::string act = j.value("hidden_act", "silu");
     TRIPOD_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (tripod's gated MLP is SwiGLU: silu)", path,
                  act);
-    TRIPOD_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(),
-                 "{}: rope_scaling is not supported (plain RoPE only); remove it or use a model without it", path);
+    // transformers 4 writes rope_theta (and rope_scaling null); 5 writes
+    // rope_parameters {rope_type, rope_theta}. Only plain RoPE is taken.
+    auto plain_rope = [&](const char* key) {
+      if (!j.contains(key) || j[key].is_null()) return;
+      const std::string type = j[key].value("rope_type", j[key].value("type", std::string("default")));
+      TRIPOD_CHECK(type == "default", "{}: {} of type '{}' is not supported (plain RoPE only)", path, key, type);
+    };
+    plain_rope("rope_scaling");
+    plain_rope("rope_parameters");
     c.hidden_size = j.at("hidden_size").get<int64_t>();
     c.num_layers = j.at("num_hidden_layers").get<int64_t>();
     c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
@@ -119,6 +129,9 @@ model::GptConfig config_from_hf(const std::string& path) {
     c.vocab_size = j.at("vocab_size").get<int64_t>();
     c.layernorm_epsilon = j.value("rms_norm_eps", 1e-6f);
     c.rotary_base = j.value("rope_theta", 10000.f);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+        j["rope_parameters"].contains("rope_theta"))
+      c.rotary_base = j["rope_parameters"]["rope_theta"].get<float>();
     c.init_method_std = j.value("initializer_range", 0.02f);
     c.untie_embeddings_and_output_weights = !j.value("tie_word_embeddings", false);
     const bool attn_bias = j.value("attention_bias", false), mlp_bias = j.value("mlp_bias", false);
@@ -210,13 +223,14 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
               {"head_dim", c.head_size()},
               {"hidden_act", "silu"},
               {"max_position_embeddings", c.max_position_embeddings},
-              {"rms_norm_eps", c.layernorm_epsilon},
-              {"rope_theta", c.rotary_base},
+              {"rms_norm_eps", json_float(c.layernorm_epsilon)},
+              {"rope_theta", json_float(c.rotary_base)},
               {"rope_scaling", nullptr},
+              {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", json_float(c.rotary_base)}}},
               {"attention_bias", c.add_bias_linear},
               {"mlp_bias", c.add_bias_linear},
-              {"attention_dropout", c.attention_dropout},
-              {"initializer_range", c.init_method_std},
+              {"attention_dropout", json_float(c.attention_dropout)},
+              {"initializer_range", json_float(c.init_method_std)},
               {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
               {"torch_dtype", "float32"}};
   write_text_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
