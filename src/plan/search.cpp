@@ -98,6 +98,7 @@ std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const L
     return fmt::format("TP {} does not divide the {} GPUs of a node (TP would cross nodes)", l.tp, mc.gpus_per_node);
   if (m.num_attention_heads % l.tp != 0)
     return fmt::format("heads {} % TP {} != 0", m.num_attention_heads, l.tp);
+  if (m.groups() % l.tp != 0) return fmt::format("query groups {} % TP {} != 0", m.groups(), l.tp);
   if (m.ffn() % l.tp != 0) return fmt::format("ffn {} % TP {} != 0", m.ffn(), l.tp);
   if (l.sp() && m.seq_length % l.tp != 0)
     return fmt::format("sequence parallel: seq {} % TP {} != 0", m.seq_length, l.tp);
