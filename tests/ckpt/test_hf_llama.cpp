@@ -95,7 +95,8 @@ TEST(HfLlama, ExportMatchesPyTorchAndImportRoundTrips) {
     if (name.rfind("model.", 0) != 0) continue;
     Tensor a = reader.read_full(name), b = imported.read_full(name);
     ASSERT_EQ(a.shape(), b.shape()) << name;
-    const bool vocab_rows = name.find("word_embeddings") != std::string::npos || name.find("output_layer") != std::string::npos;
+    const bool vocab_rows =
+        name.find("word_embeddings") != std::string::npos || name.find("output_layer") != std::string::npos;
     const size_t bytes = vocab_rows ? V * 64 * 4 : a.nbytes();
     EXPECT_EQ(std::memcmp(a.raw(), b.raw(), bytes), 0) << name;
   }
@@ -135,7 +136,8 @@ TEST(HfLlama, ExportMatchesPyTorchAndImportRoundTrips) {
   ASSERT_EQ(ft.size(), 2u);
   EXPECT_EQ(ft[0].first, 1);
   // Without --finetune the missing optimizer state is a clear error.
-  EXPECT_NE(sh(bin + " train " + kModel + " --train-iters 2 --load " + (s / "ck2").string() + " > " + log + " 2>&1"), 0);
+  EXPECT_NE(sh(bin + " train " + kModel + " --train-iters 2 --load " + (s / "ck2").string() + " > " + log + " 2>&1"),
+            0);
   EXPECT_NE(slurp(log).find("--finetune or --no-load-optim"), std::string::npos) << slurp(log);
   if (!HasFailure()) fs::remove_all(s.dir);
 }
