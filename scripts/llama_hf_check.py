@@ -80,7 +80,10 @@ def random_llama(path, seed, rope_theta, **kw):
         for name, p in m.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
-    m.save_pretrained(path, safe_serialization=True, max_shard_size="100GB")
+    try:  # one model.safetensors (tripod reads no sharded or .bin checkpoints)
+        m.save_pretrained(path, safe_serialization=True, max_shard_size="100GB")
+    except TypeError:  # a transformers without safe_serialization (always safetensors)
+        m.save_pretrained(path, max_shard_size="100GB")
     return m
 
 
