@@ -164,8 +164,8 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
         "GPUs with more memory",
         mc.gpu_memory_gb, res.smallest->layout.str(), res.smallest->mem.total() / kGiB));
   if (res.valid_layouts == 0)
-    res.notes.push_back("no layout obeys the rules (heads % TP, layers % (PP x vpp), global % (micro x DP)); "
-                        "check --global-batch-size and --num-layers");
+    res.notes.push_back("no layout obeys the rules (heads % TP, query groups % TP, ffn % TP, layers % (PP x vpp), "
+                        "global % (micro x DP)); check --global-batch-size and --num-layers");
   return res;
 }
 

@@ -76,4 +76,26 @@ TEST(LlamaFlags, GoodConfigurationsBuildWhatTheyName) {
   EXPECT_TRUE(has(r.output, "GPT: 2 layers, hidden 64, 8 heads, ffn 256")) << r.output;
 }
 
+TEST(LlamaFlags, PlanTakesTheSameFlags) {
+  // The Llama ~1B bench shape. Hand count: per layer 2 x 2048 (RMSNorm) + 3072 x 2048 (qkv: (32 + 2 x 8)
+  // heads of 64) + 2048 x 2048 (proj) + 11264 x 2048 (fc1) + 2048 x 5632 (fc2) = 45092864; x 16
+  // = 721485824; + 2 x 32000 x 2048 (embedding, output layer) + 2048 (final norm) = 852559872.
+  const std::string shape =
+      "plan --num-layers 16 --hidden-size 2048 --num-attention-heads 32 --group-query-attention "
+      "--num-query-groups 8 --ffn-hidden-size 5632 --seq-length 2048 --vocab-size 32000 --position-embedding-type "
+      "rope --normalization RMSNorm --swiglu --untie-embeddings-and-output-weights --disable-bias-linear "
+      "--micro-batch-size 4 ";
+  auto r = run_tripod(shape + "--global-batch-size 4 --gpus-per-node 1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "\"num_parameters\": 852559872")) << r.output;
+  r = run_tripod(shape + "--global-batch-size 4 --gpus-per-node 1");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "# options: 8 query groups, RMSNorm, SwiGLU MLP, untied output layer, no biases, "
+                            "no learned positions")) << r.output;
+  // Each tp rank holds whole query groups: tp 16 is not a layout for 8 groups.
+  r = run_tripod(shape + "--tensor-model-parallel-size 16 --gpus-per-node 16 --global-batch-size 64");
+  EXPECT_TRUE(has(r.output, "0 layouts obey the rules")) << r.output;
+  EXPECT_TRUE(has(r.output, "query groups % TP")) << r.output;
+}
+
 }  // namespace
