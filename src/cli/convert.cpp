@@ -18,19 +18,22 @@ int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
                "(model.safetensors + config.json).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
-               "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F]\n"
+               "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F | --tokenizer-model F]\n"
                "then:   tripod train --load CKPT --finetune ..."};
   std::string load, save, export_dir, import_dir;
   int64_t iteration = -1;
   nlohmann::json tok = {{"tokenizer_type", "GPT2BPETokenizer"}, {"vocab_file", ""}, {"merge_file", ""},
                         {"tokenizer_model", ""}};
-  std::string vocab, merges, tok_type = "GPT2BPETokenizer";
+  std::string vocab, merges, tok_model, tok_type = "GPT2BPETokenizer";
   app.add_option("--load", load, "tripod checkpoint directory to export");
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
   app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2 or Llama, by the model)");
   app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 or Llama folder (save_pretrained) to import");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf)");
-  app.add_option("--tokenizer-type", tok_type, "recorded in the imported checkpoint")->capture_default_str();
+  app.add_option("--tokenizer-type", tok_type,
+                 "recorded in the imported checkpoint (default GPT2BPETokenizer; SentencePieceTokenizer with "
+                 "--tokenizer-model)");
+  app.add_option("--tokenizer-model", tok_model, "SentencePiece model (Llama-2 tokenizer.model), recorded");
   app.add_option("--vocab-file", vocab, "GPT-2 vocab JSON, recorded in the imported checkpoint");
   app.add_option("--merge-file", merges, "GPT-2 merges file, recorded in the imported checkpoint");
   try {
@@ -57,7 +60,9 @@ int run_convert(int argc, char** argv) {
               export_dir);
   } else {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
+    if (!tok_model.empty() && app.count("--tokenizer-type") == 0) tok_type = "SentencePieceTokenizer";
     tok["tokenizer_type"] = tok_type;
+    tok["tokenizer_model"] = tok_model;
     tok["vocab_file"] = vocab;
     tok["merge_file"] = merges;
     const std::string arch = ckpt::hf_architecture(import_dir);
