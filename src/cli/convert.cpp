@@ -18,7 +18,8 @@ int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
                "(model.safetensors + config.json).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
-               "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F | --tokenizer-model F]\n"
+               "Import: tripod convert --import-hf IN --save CKPT\n"
+               "        [--vocab-file F --merge-file F | --tokenizer-model F]\n"
                "then:   tripod train --load CKPT --finetune ..."};
   std::string load, save, export_dir, import_dir;
   int64_t iteration = -1;
