@@ -67,4 +67,25 @@ void generate(model::GptModel& m, std::vector<int32_t>& ids, const SamplingOptio
   }
 }
 
+Tensor sequence_logits(model::GptModel& m, const std::vector<int32_t>& ids) {
+  auto& be = m.backend();
+  const auto& cfg = m.config();
+  const int64_t T = static_cast<int64_t>(ids.size()), V = cfg.vocab_size, Vp = m.padded_vocab();
+  TRIPOD_CHECK(T > 0 && T <= cfg.max_position_embeddings, "{} tokens: need 1 to {} (max positions)", T,
+               cfg.max_position_embeddings);
+  model::MicroBatchActs acts = m.make_acts(1, T);
+  Tensor tok = Tensor::empty({1, T}, DType::I32), zeros = Tensor::zeros({1, T}, DType::I32);
+  std::copy(ids.begin(), ids.end(), tok.data<int32_t>());
+  be.copy(acts.tokens, tok);
+  be.copy(acts.targets, zeros);
+  m.forward(acts, /*with_grad=*/false, 0.f, 0);
+  Tensor padded = Tensor::empty({T, Vp}, DType::F32);
+  be.copy(padded, m.last_logits());
+  be.synchronize();
+  Tensor out = Tensor::empty({T, V}, DType::F32);
+  for (int64_t t = 0; t < T; ++t)
+    std::copy(padded.data<float>() + t * Vp, padded.data<float>() + t * Vp + V, out.data<float>() + t * V);
+  return out;
+}
+
 }  // namespace tripod::ckpt

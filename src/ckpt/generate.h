@@ -34,4 +34,8 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 // The context is the last max_position_embeddings tokens.
 void generate(model::GptModel& model, std::vector<int32_t>& ids, const SamplingOptions& o);
 
+// The logits (T, vocab_size) of every position of `ids` (at most
+// max_position_embeddings tokens), host f32, from one forward.
+Tensor sequence_logits(model::GptModel& model, const std::vector<int32_t>& ids);
+
 }  // namespace tripod::ckpt

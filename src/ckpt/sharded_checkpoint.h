@@ -39,7 +39,7 @@ constexpr const char* kMetadataFile = "metadata.json";
 
 std::string iter_dir_name(int64_t iteration);          // "iter_0000100"
 std::string rank_file_name(int tp_rank, int pp_rank);  // "model_rank_1_0.safetensors"
-const char* shard_name(model::ShardDim s);             // "None", "Rows", "Cols", "QkvRows"
+const char* shard_name(model::ShardDim s);             // "None", "Rows", "Cols", "QkvRows", "GluRows", "QkvGroups"
 model::ShardDim shard_from_name(const std::string& s, const std::string& file);
 
 nlohmann::json config_to_json(const model::GptConfig& c);

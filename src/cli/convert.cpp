@@ -1,4 +1,5 @@
-// `tripod convert`: Hugging Face GPT-2 export and import (ckpt/hf_gpt2.h),
+// `tripod convert`: Hugging Face GPT-2 and Llama export and import
+// (ckpt/hf_gpt2.h, ckpt/hf_llama.h; the model's options pick the format),
 // Megatron-LM legacy checkpoint import (ckpt/megatron_import.h).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
@@ -10,31 +11,37 @@
 #include "base/log.h"
 #include "ckpt/hf_gpt2.h"
 #include "ckpt/megatron_import.h"
+#include "ckpt/hf_llama.h"
 #include "cli/command.h"
 
 namespace tripod::cli {
 namespace {
 
 int run_convert(int argc, char** argv) {
-  CLI::App app{"Convert checkpoints to and from Hugging Face GPT-2 (model.safetensors + config.json).\n"
+  CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
+               "(model.safetensors + config.json).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
-               "Import: tripod convert --import-hf IN --save CKPT [--vocab-file F --merge-file F]\n"
+               "Import: tripod convert --import-hf IN --save CKPT\n"
+               "        [--vocab-file F --merge-file F | --tokenizer-model F]\n"
                "        tripod convert --import-megatron MEGATRON_SAVE_DIR --save CKPT [--vocab-file F ...]\n"
                "then:   tripod train --load CKPT --finetune ..."};
   std::string load, save, export_dir, import_dir, megatron_dir;
   int64_t iteration = -1;
   nlohmann::json tok = {{"tokenizer_type", "GPT2BPETokenizer"}, {"vocab_file", ""}, {"merge_file", ""},
                         {"tokenizer_model", ""}};
-  std::string vocab, merges, tok_type = "GPT2BPETokenizer";
+  std::string vocab, merges, tok_model, tok_type = "GPT2BPETokenizer";
   app.add_option("--load", load, "tripod checkpoint directory to export");
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
-  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face GPT-2 files");
-  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 folder to import");
+  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2 or Llama, by the model)");
+  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 or Llama folder (save_pretrained) to import");
   app.add_option("--import-megatron", megatron_dir,
                  "Megatron-LM checkpoint to import (--ckpt-format torch: DIR/iter_N/mp_rank_*/model_optim_rng.pt; "
                  "any TP/PP; model weights)");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf / --import-megatron)");
-  app.add_option("--tokenizer-type", tok_type, "recorded in the imported checkpoint")->capture_default_str();
+  app.add_option("--tokenizer-type", tok_type,
+                 "recorded in the imported checkpoint (default GPT2BPETokenizer; SentencePieceTokenizer with "
+                 "--tokenizer-model)");
+  app.add_option("--tokenizer-model", tok_model, "SentencePiece model (Llama-2 tokenizer.model), recorded");
   app.add_option("--vocab-file", vocab, "GPT-2 vocab JSON, recorded in the imported checkpoint");
   app.add_option("--merge-file", merges, "GPT-2 merges file, recorded in the imported checkpoint");
   try {
@@ -61,12 +68,31 @@ int run_convert(int argc, char** argv) {
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
-    ckpt::export_hf_gpt2(reader, export_dir);
+    const model::GptConfig c = reader.config();
+    if (c.is_gpt2()) {
+      ckpt::export_hf_gpt2(reader, export_dir);
+    } else {
+      std::string why;
+      TRIPOD_CHECK_HINT(ckpt::is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
+                        "{} is neither GPT-2 nor a Llama-family model: {}", reader.path(), why);
+      ckpt::export_hf_llama(reader, export_dir);
+    }
     log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
               export_dir);
   } else {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
-    const auto cfg = ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
+    if (!tok_model.empty() && app.count("--tokenizer-type") == 0) tok_type = "SentencePieceTokenizer";
+    tok["tokenizer_type"] = tok_type;
+    tok["tokenizer_model"] = tok_model;
+    tok["vocab_file"] = vocab;
+    tok["merge_file"] = merges;
+    const std::string arch = ckpt::hf_architecture(import_dir);
+    const bool llama = arch == "LlamaForCausalLM" || arch == "llama";
+    TRIPOD_CHECK_HINT(llama || arch == "GPT2LMHeadModel" || arch == "GPT2Model" || arch == "gpt2" || arch.empty(),
+                      "import GPT2LMHeadModel or LlamaForCausalLM checkpoints",
+                      "{}/config.json: architecture {} is not supported", import_dir, arch);
+    const auto cfg = llama ? ckpt::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
+                           : ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
     log::info("imported {} ({}) into {} at iteration 0; fine-tune with tripod train --load {} --finetune",
               import_dir, cfg.describe(), save, save);
   }
@@ -75,6 +101,7 @@ int run_convert(int argc, char** argv) {
 
 }  // namespace
 
-TRIPOD_REGISTER_COMMAND(convert, "convert", "export/import Hugging Face GPT-2 checkpoints, import Megatron-LM ones", run_convert);
+TRIPOD_REGISTER_COMMAND(convert, "convert",
+                        "export/import Hugging Face GPT-2 and Llama checkpoints, import Megatron-LM ones", run_convert);
 
 }  // namespace tripod::cli

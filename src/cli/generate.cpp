@@ -1,6 +1,7 @@
 // `tripod generate`: sample text from a checkpoint saved at any layout, on
 // one CPU process (ckpt/generate.h). Flags only.
 //   tripod generate --load DIR --prompt "In the beginning" --max-new-tokens 40 --seed 1
+//   tripod generate --load DIR --prompt-ids 1,5,9 --greedy --logits-out L.f32   (token ids in and out)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -20,14 +21,18 @@ namespace {
 int run_generate(int argc, char** argv) {
   CLI::App app{"Generate text from a checkpoint (any saved layout; runs at tp 1 on the CPU).\n"
                "Example: tripod generate --load ckpt --prompt \"In the beginning\" --max-new-tokens 40 --top-k 40"};
-  std::string load, prompt;
+  std::string load, prompt, prompt_ids, logits_out;
   int64_t iteration = -1;
   ckpt::SamplingOptions o;
   data::TokenizerConfig tc;
   bool ignore_eos = false;
   app.add_option("--load", load, "checkpoint directory")->required();
   app.add_option("--iteration", iteration, "iteration to load (default: the latest)");
-  app.add_option("--prompt", prompt, "text to continue")->required();
+  app.add_option("--prompt", prompt, "text to continue");
+  app.add_option("--prompt-ids", prompt_ids,
+                 "token ids to continue, comma-separated (no tokenizer: prints the generated ids)");
+  app.add_option("--logits-out", logits_out,
+                 "write the prompt's logits (T, vocab) as little-endian float32 to FILE (before generating)");
   app.add_option("--max-new-tokens", o.max_new_tokens)->capture_default_str();
   app.add_option("--temperature", o.temperature)->capture_default_str();
   app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
@@ -47,7 +52,47 @@ int run_generate(int argc, char** argv) {
   TRIPOD_CHECK_HINT(o.temperature > 0 || o.greedy, "use --temperature > 0, or --greedy", "--temperature is {}",
                     o.temperature);
   TRIPOD_CHECK_HINT(o.top_p > 0 && o.top_p <= 1, "use --top-p in (0, 1]", "--top-p is {}", o.top_p);
+  TRIPOD_CHECK_HINT(prompt.empty() != prompt_ids.empty(), "pass --prompt TEXT or --prompt-ids 1,2,3",
+                    "tripod generate needs exactly one of --prompt and --prompt-ids");
   const auto reader = ckpt::CheckpointReader::open(load, iteration);
+  model::GptConfig cfg = reader.config();
+  auto load_model = [&](model::GptModel& m) {
+    ckpt::load_params(reader, m.params(), 0, m.config().init_method_std, m.config().num_layers);
+  };
+  auto write_logits = [&](model::GptModel& m, const std::vector<int32_t>& ids) {
+    if (logits_out.empty()) return;
+    const Tensor l = ckpt::sequence_logits(m, ids);
+    std::FILE* f = std::fopen(logits_out.c_str(), "wb");
+    TRIPOD_CHECK(f, "--logits-out {}: cannot open for writing", logits_out);
+    const size_t n = std::fwrite(l.raw(), 1, l.nbytes(), f);
+    TRIPOD_CHECK(std::fclose(f) == 0 && n == l.nbytes(), "--logits-out {}: write failed", logits_out);
+  };
+  if (!prompt_ids.empty()) {  // ids in, ids out: no tokenizer
+    std::vector<int32_t> ids;
+    size_t at = 0;
+    while (at <= prompt_ids.size()) {
+      const size_t comma = std::min(prompt_ids.find(',', at), prompt_ids.size());
+      const std::string w = prompt_ids.substr(at, comma - at);
+      char* end = nullptr;
+      const long v = std::strtol(w.c_str(), &end, 10);
+      TRIPOD_CHECK_HINT(!w.empty() && *end == '\0' && v >= 0 && v < cfg.vocab_size,
+                        "pass ids below the vocabulary size, comma-separated",
+                        "--prompt-ids: '{}' is not a token id of this model (vocabulary {})", w, cfg.vocab_size);
+      ids.push_back(static_cast<int32_t>(v));
+      at = comma + 1;
+    }
+    auto be = backend::make_cpu_backend();
+    model::GptModel m(cfg, model::StageConfig{}, *be);
+    load_model(m);
+    write_logits(m, ids);
+    o.stop_token = -1;
+    const size_t n_prompt = ids.size();
+    ckpt::generate(m, ids, o);
+    std::string line;
+    for (size_t i = n_prompt; i < ids.size(); ++i) line += (line.empty() ? "" : " ") + std::to_string(ids[i]);
+    std::printf("%s\n", line.c_str());
+    return 0;
+  }
   const auto& meta = reader.metadata();
   if (meta.contains("tokenizer")) {  // flags override what the checkpoint recorded
     const auto& t = meta["tokenizer"];
@@ -61,17 +106,17 @@ int run_generate(int argc, char** argv) {
                     "pass --vocab-file and --merge-file (or --tokenizer-model)",
                     "{} records no tokenizer files", reader.path());
   const auto tok = data::make_tokenizer(tc);
-  model::GptConfig cfg = reader.config();
   TRIPOD_CHECK_HINT(tok->vocab_size() == cfg.vocab_size, "pass the tokenizer files the model was trained with",
                     "the tokenizer has {} tokens but the checkpoint's vocabulary is {}", tok->vocab_size(),
                     cfg.vocab_size);
   auto be = backend::make_cpu_backend();
   model::GptModel m(cfg, model::StageConfig{}, *be);
-  ckpt::load_params(reader, m.params(), 0, m.config().init_method_std, m.config().num_layers);
+  load_model(m);
   o.stop_token = ignore_eos ? -1 : tok->eod();
   std::vector<int32_t> ids;
   tok->encode(prompt, &ids);
   TRIPOD_CHECK_HINT(!ids.empty(), "pass a non-empty --prompt", "the prompt encodes to no tokens");
+  write_logits(m, ids);
   const size_t n_prompt = ids.size();
   ckpt::generate(m, ids, o);
   std::vector<int32_t> gen(ids.begin() + static_cast<std::ptrdiff_t>(n_prompt), ids.end());

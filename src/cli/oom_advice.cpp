@@ -18,6 +18,12 @@ plan::ModelSpec model_spec(const train::TrainArgs& a) {
   m.max_position_embeddings = a.model.max_position_embeddings;
   m.vocab_size = a.model.vocab_size;
   m.make_vocab_size_divisible_by = a.model.make_vocab_size_divisible_by;
+  m.num_query_groups = a.model.group_query_attention ? a.model.num_query_groups : 0;
+  m.swiglu = a.model.swiglu;
+  m.untie_embeddings = a.model.untie_embeddings_and_output_weights;
+  m.add_bias_linear = a.model.add_bias_linear;
+  m.rmsnorm = a.model.rmsnorm();
+  m.learned_positions = a.model.learned_positions();
   m.precision = a.bf16 ? plan::Precision::kBf16 : a.fp16 ? plan::Precision::kFp16 : plan::Precision::kFp32;
   return m;
 }

@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/model_flags.h"
 #include "cli/plan_calibrate.h"
 #include "plan/search.h"
 
@@ -66,6 +67,12 @@ void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::
               (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,
               (long long)m.ffn(), (long long)m.seq_length, (long long)m.vocab_size, (long long)m.padded_vocab(1),
               double(m.num_parameters(m.padded_vocab(1))) / 1e9);
+  if (m.num_query_groups > 0 || m.swiglu || m.untie_embeddings || !m.add_bias_linear || m.rmsnorm ||
+      !m.learned_positions)
+    std::printf("# options: %lld query groups, %s, %s MLP, %s output layer, %s, %s positions\n",
+                (long long)m.groups(), m.rmsnorm ? "RMSNorm" : "LayerNorm", m.swiglu ? "SwiGLU" : "GELU",
+                m.untie_embeddings ? "untied" : "tied", m.add_bias_linear ? "biases" : "no biases",
+                m.learned_positions ? "learned" : "no learned");
   std::printf("# machine: %d node(s) x %d GPUs, %.0f GiB, %.0f TFLOP/s peak at MFU %.2f, links %.0f GB/s intra, "
               "%.0f GB/s inter\n",
               mc.nnodes, mc.gpus_per_node, mc.gpu_memory_gb, mc.peak_tflops, mc.assumed_mfu, mc.intra_node_bw_gbs,
@@ -129,6 +136,10 @@ int run_plan(int argc, char** argv) {
   app.add_option("--vocab-size", m.vocab_size, "tokenizer vocabulary")->capture_default_str();
   app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, "padded to this x TP")
       ->capture_default_str();
+  // The Llama-family model flags, as tripod train takes them (cli/model_flags.h).
+  model::GptConfig llama;
+  ModelFlags model_flags;
+  model_flags.add_to(app, llama);
   app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");
   app.add_option("--global-batch-size", o.global_batch)->capture_default_str();
   app.add_flag("--bf16", bf16, "bf16 params, fp32 grads and optimizer (the default)");
@@ -181,6 +192,19 @@ int run_plan(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  model_flags.apply(app, llama);
+  TRIPOD_CHECK_HINT(!llama.group_query_attention || llama.num_query_groups > 0,
+                    "pass --num-query-groups G with --group-query-attention",
+                    "--group-query-attention needs --num-query-groups");
+  TRIPOD_CHECK_HINT(llama.kv_channels == 0 || llama.kv_channels * m.num_attention_heads == m.hidden_size,
+                    "drop --kv-channels (the head size is --hidden-size / --num-attention-heads)",
+                    "--kv-channels {} is not --hidden-size / --num-attention-heads", llama.kv_channels);
+  m.num_query_groups = llama.group_query_attention ? llama.num_query_groups : 0;
+  m.swiglu = llama.swiglu;
+  m.untie_embeddings = llama.untie_embeddings_and_output_weights;
+  m.add_bias_linear = llama.add_bias_linear;
+  m.rmsnorm = llama.rmsnorm();
+  m.learned_positions = llama.learned_positions();
   TRIPOD_CHECK_HINT(int(bf16) + int(fp16) + int(fp32) <= 1, "pass one of --bf16, --fp16, --fp32",
                     "more than one precision flag given");
   m.precision = fp16 ? plan::Precision::kFp16 : fp32 ? plan::Precision::kFp32 : plan::Precision::kBf16;

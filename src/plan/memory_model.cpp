@@ -44,13 +44,17 @@ int64_t ModelSpec::padded_vocab(int tp) const {
 }
 
 int64_t ModelSpec::num_parameters(int64_t vocab) const {
-  const int64_t C = hidden_size, F = ffn();
-  const int64_t per_layer = 4 * C + 3 * C * C + 3 * C + C * C + C + 2 * F * C + F + C;
-  return vocab * C + max_positions() * C + num_layers * per_layer + 2 * C;
+  const int64_t C = hidden_size, F = ffn(), Q = qkv_width(), F1 = fc1_width(), b = add_bias_linear ? 1 : 0;
+  const int64_t norm = rmsnorm ? C : 2 * C;
+  const int64_t per_layer = 2 * norm + Q * C + b * Q + C * C + b * C + F1 * C + b * F1 + C * F + b * C;
+  return vocab * C + (learned_positions ? max_positions() * C : 0) + num_layers * per_layer + norm +
+         (untie_embeddings ? vocab * C : 0);
 }
 
 double ModelSpec::flops_per_token() const {
-  return 6.0 * double(num_parameters(vocab_size)) + 6.0 * double(num_layers * seq_length * hidden_size);
+  const int64_t untied_input = untie_embeddings ? vocab_size * hidden_size : 0;
+  return 6.0 * double(num_parameters(vocab_size) - untied_input) +
+         6.0 * double(num_layers * seq_length * hidden_size);
 }
 
 void ModelSpec::validate() const {
@@ -64,6 +68,9 @@ void ModelSpec::validate() const {
   TRIPOD_CHECK(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be > 0");
   TRIPOD_CHECK(max_positions() >= seq_length, "--max-position-embeddings {} < --seq-length {}",
                max_positions(), seq_length);
+  TRIPOD_CHECK(num_query_groups >= 0 && num_attention_heads % groups() == 0,
+               "--num-attention-heads {} must be a multiple of --num-query-groups {}", num_attention_heads,
+               groups());
 }
 
 std::string Layout::str() const {
@@ -88,17 +95,19 @@ double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int 
 }
 
 int64_t params_on_stage(const ModelSpec& m, int tp, int pp, int stage) {
-  const int64_t C = m.hidden_size, F = m.ffn(), Vp = m.padded_vocab(tp);
+  const int64_t C = m.hidden_size, F = m.ffn(), Vp = m.padded_vocab(tp), Q = m.qkv_width(), F1 = m.fc1_width();
+  const int64_t b = m.add_bias_linear ? 1 : 0, norm = m.rmsnorm ? C : 2 * C;
   // Column-parallel qkv / fc1 (weights and biases split), row-parallel
-  // proj / fc2 (weights split, biases replicated), LayerNorms replicated.
-  const int64_t layer_sharded = (3 * C * C + 3 * C + C * C + F * C + F + C * F) / tp;
-  const int64_t layer_replicated = C + C + 4 * C;
+  // proj / fc2 (weights split, biases replicated), norms replicated.
+  const int64_t layer_sharded = (Q * C + b * Q + C * C + F1 * C + b * F1 + C * F) / tp;
+  const int64_t layer_replicated = 2 * b * C + 2 * norm;
   const int64_t layers = (m.num_layers + pp - 1) / pp;
   int64_t n = layers * (layer_sharded + layer_replicated);
-  if (stage == 0) n += Vp * C / tp + m.max_positions() * C;
+  if (stage == 0) n += Vp * C / tp + (m.learned_positions ? m.max_positions() * C : 0);
   if (stage == pp - 1) {
-    n += 2 * C;                       // final LayerNorm
-    if (pp > 1) n += Vp * C / tp;     // copy of the word embedding for the tied output layer
+    n += norm;                                       // final norm
+    if (m.untie_embeddings) n += Vp * C / tp;        // the output layer
+    else if (pp > 1) n += Vp * C / tp;               // copy of the word embedding for the tied output layer
   }
   return n;
 }
@@ -118,12 +127,12 @@ double paper_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool 
 double tripod_layer_activation_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, int act_bytes, Recompute r) {
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
   const double h = double(m.hidden_size), a = double(m.num_attention_heads), F = double(m.ffn());
-  const double act = act_bytes;
+  const double act = act_bytes, Q = double(m.qkv_width()), F1 = double(m.fc1_width());
   if (r == Recompute::kFull) return act * Nsp * h;  // out only
-  // res1, out (N_sp, C); qkv, fc1, gelu; 4 LayerNorm statistics. The
-  // LayerNorm outputs are workspace (model/transformer_layer.cpp, NOTE
-  // [LayerNorm outputs]).
-  double bytes = act * (2.0 * Nsp * h + N * (3.0 * h + 2.0 * F) / tp) + 4.0 * (4.0 * Nsp);
+  // res1, out (N_sp, C); qkv, fc1 (gelu input or [gate | up]), act; 4
+  // LayerNorm statistics (2 RMSNorm ones). The norm outputs are workspace
+  // (model/transformer_layer.cpp, NOTE [LayerNorm outputs]).
+  double bytes = act * (2.0 * Nsp * h + N * (Q + F1 + F) / tp) + 4.0 * ((m.rmsnorm ? 2.0 : 4.0) * Nsp);
   if (r == Recompute::kNone) bytes += act * N * h / tp + 4.0 * N * a / tp;  // att, lse
   return bytes;
 }
@@ -133,7 +142,8 @@ double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t b, int tp
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N, h = double(m.hidden_size);
   const double act = act_bytes;
   double n = act * Nsp * h;                                          // stage input
-  if (post_process) n += act * Nsp * h + 4.0 * (2.0 * Nsp + N) + act * Nsp * h;  // lnf (+ mean, rstd), losses, dlnf
+  if (post_process)  // lnf (+ mean, rstd; RMSNorm: rstd only), losses, dlnf
+    n += act * Nsp * h + 4.0 * ((m.rmsnorm ? 1.0 : 2.0) * Nsp + N) + act * Nsp * h;
   return n;
 }
 
@@ -184,8 +194,9 @@ int64_t head_chunk_rows_like_model(int64_t N, int64_t V_tp, int64_t elem_bytes) 
 double tripod_model_workspace_bytes(const ModelSpec& m, int64_t b, int tp, bool sp, bool post_process, Recompute r) {
   const double N = double(b * m.seq_length), Nsp = sp && tp > 1 ? N / tp : N;
   const double C = double(m.hidden_size), F = double(m.ffn()), act = act_bytes_of(m.precision);
-  // Layer scratch ln, dresidual, dln, tmp (N_sp, C); dqkv, datt, dfc1 (N, *_tp).
-  const double scratch = act * (4.0 * Nsp * C + N * (3.0 * C + C + F) / tp);
+  const double Q = double(m.qkv_width()), F1 = double(m.fc1_width()), dact = m.swiglu ? F : 0.0;
+  // Layer scratch ln, dresidual, dln, tmp (N_sp, C); dqkv, datt, dfc1 (N, *_tp); SwiGLU's dact.
+  const double scratch = act * (4.0 * Nsp * C + N * (Q + C + F1 + dact) / tp);
   // full_b (N, C); full_a (N, C) under sequence parallelism only.
   double n = act * N * C * (sp && tp > 1 ? 2.0 : 1.0);
   if (post_process) {

@@ -39,16 +39,30 @@ struct ModelSpec {
   int64_t vocab_size = 50257;
   int64_t make_vocab_size_divisible_by = 128;
   Precision precision = Precision::kBf16;
+  // The Llama-family options (model/gpt_config.h; docs/llama.md).
+  int64_t num_query_groups = 0;  // K/V heads with --group-query-attention (0: heads)
+  bool swiglu = false;           // fc1 2F wide, three F x C matrices
+  bool untie_embeddings = false; // an output layer of its own
+  bool add_bias_linear = true;
+  bool rmsnorm = false;          // no norm biases, one statistic
+  bool learned_positions = true; // false with --position-embedding-type rope|none
 
-  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  // Megatron's default MLP width: 4C, with SwiGLU 2/3 of it rounded down to 64.
+  int64_t ffn() const {
+    return ffn_hidden_size > 0 ? ffn_hidden_size : (swiglu ? (4 * hidden_size * 2 / 3) / 64 * 64 : 4 * hidden_size);
+  }
+  int64_t groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  int64_t qkv_width() const { return (num_attention_heads + 2 * groups()) * (hidden_size / num_attention_heads); }
+  int64_t fc1_width() const { return swiglu ? 2 * ffn() : ffn(); }
   int64_t max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   // Megatron's padding: smallest multiple of divisible_by * tp >= vocab.
   int64_t padded_vocab(int tp) const;
-  // Parameters of the whole model at vocab V (output layer tied to the word
-  // embedding, counted once). Same count as model::GptConfig::num_parameters.
+  // Parameters of the whole model at vocab V (a tied output layer counted
+  // once). Same count as model::GptConfig::num_parameters.
   int64_t num_parameters(int64_t vocab) const;
-  // Training FLOPs per token, 6N + 6LTC (N at the unpadded vocab; the
-  // attention term counts the full T x T, as llm.c and PaLM do).
+  // Training FLOPs per token, 6N + 6LTC (N at the unpadded vocab, less an
+  // untied input embedding; the attention term counts the full T x T, as
+  // llm.c and PaLM do). Same as model::GptConfig::flops_per_token.
   double flops_per_token() const;
   void validate() const;  // throws Error naming the flag
 };

@@ -102,6 +102,7 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
   const int64_t N = l.micro_batch * m.seq_length, Nsp = l.sp() ? N / l.tp : N;
   const int64_t C = m.hidden_size, Ctp = C / l.tp, Ftp = m.ffn() / l.tp, NHtp = m.num_attention_heads / l.tp;
   const int64_t HS = C / m.num_attention_heads, Vtp = m.padded_vocab(l.tp) / l.tp;
+  const int64_t Qtp = m.qkv_width() / l.tp, F1tp = m.fc1_width() / l.tp;  // (NH + 2G) HS; 2F with SwiGLU
   const int s = m.precision == Precision::kFp32 ? 4 : 2;
   const double layers = double(m.num_layers) / l.pp;
   auto op = [&](OpKind k, int64_t a, int64_t b, int64_t c = 0, int64_t d = 0) {
@@ -111,19 +112,21 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
     o.act_bytes = s;
     return o;
   };
-  // model/transformer_layer.cpp, layer_forward and layer_backward; fc1
-  // carries its GELU as an epilogue, fc2's backward the GELU backward.
+  // model/transformer_layer.cpp, layer_forward and layer_backward; with GELU
+  // fc1 carries it as an epilogue and fc2's backward the GELU backward
+  // (SwiGLU's gate is a separate memory-bound pass, counted as an add).
+  const int64_t gelu = m.swiglu ? 0 : 1;
   const std::vector<OpShape> fwd = {
-      op(OpKind::kNormFwd, Nsp, C),          op(OpKind::kLinearFwd, N, C, 3 * Ctp),
+      op(OpKind::kNormFwd, Nsp, C),          op(OpKind::kLinearFwd, N, C, Qtp),
       op(OpKind::kAttentionFwd, l.micro_batch, m.seq_length, NHtp, HS),
       op(OpKind::kLinearFwd, N, Ctp, C),     op(OpKind::kNormFwd, Nsp, C),
-      op(OpKind::kLinearFwd, N, C, Ftp, 1),  op(OpKind::kLinearFwd, N, Ftp, C),
+      op(OpKind::kLinearFwd, N, C, F1tp, gelu), op(OpKind::kLinearFwd, N, Ftp, C),
       op(OpKind::kAdd, Nsp, C)};
   const std::vector<OpShape> bwd = {
-      op(OpKind::kLinearBwd, N, Ftp, C, 1),  op(OpKind::kLinearBwd, N, C, Ftp),
+      op(OpKind::kLinearBwd, N, Ftp, C, gelu), op(OpKind::kLinearBwd, N, C, F1tp),
       op(OpKind::kNormBwd, Nsp, C),          op(OpKind::kLinearBwd, N, Ctp, C),
       op(OpKind::kAttentionBwd, l.micro_batch, m.seq_length, NHtp, HS),
-      op(OpKind::kLinearBwd, N, C, 3 * Ctp), op(OpKind::kNormBwd, Nsp, C)};
+      op(OpKind::kLinearBwd, N, C, Qtp),     op(OpKind::kNormBwd, Nsp, C)};
   std::map<std::string, OpCount> acc;
   auto add = [&](const OpShape& o, double n) {
     auto [it, fresh] = acc.try_emplace(o.key(), OpCount{o, 0});

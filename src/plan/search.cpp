@@ -101,6 +101,7 @@ std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const L
                        "node unless --allow-tp-across-nodes)", l.tp, mc.gpus_per_node);
   if (m.num_attention_heads % l.tp != 0)
     return fmt::format("heads {} % TP {} != 0", m.num_attention_heads, l.tp);
+  if (m.groups() % l.tp != 0) return fmt::format("query groups {} % TP {} != 0", m.groups(), l.tp);
   if (m.ffn() % l.tp != 0) return fmt::format("ffn {} % TP {} != 0", m.ffn(), l.tp);
   if (l.sp() && m.seq_length % l.tp != 0)
     return fmt::format("sequence parallel: seq {} % TP {} != 0", m.seq_length, l.tp);
@@ -201,7 +202,7 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
     for (size_t i = 0; i < violations.size() && i < 3; ++i) why += (i ? "; " : "") + violations[i].first;
     if (violations.size() > 3) why += fmt::format("; and {} other reasons", violations.size() - 3);
     res.notes.push_back(fmt::format(
-        "no layout obeys the rules (TP within a node, heads % TP, layers % (PP x vpp), global % (micro x DP)): {}",
+        "no layout obeys the rules (TP within a node, heads % TP, query groups % TP, ffn % TP, layers % (PP x vpp), global % (micro x DP)): {}",
         why.empty() ? "nothing was searched" : why));
   }
   return res;

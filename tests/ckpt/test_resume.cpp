@@ -8,6 +8,8 @@
 //   resume_tp2_pp2_dp2 the same at TP2 x PP2 x DP2 with the distributed optimizer (8 ranks)
 //   reshard_tp2_pp2_dp2 save there; load at TP1 x PP1 x DP1, TP4 x PP1 x DP2 and
 //                      TP1 x PP4 x DP2, within 1e-5 relative
+//   reshard_llama      the Llama family (grouped qkv, SwiGLU, untied output layer):
+//                      save at TP2 x DP2; load at TP1 (1 rank) and PP2 x DP2 (4 ranks)
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 // The first half runs with --train-iters 4 and --lr-decay-iters 8, so its
 // learning rates are those of the 8-iteration run.
@@ -104,6 +106,19 @@ TEST(Reshard, SaveTp2Pp2Dp2LoadTp1Tp4Dp2Pp4Dp2) {
                {{"tp1_pp1_dp1", 1, ""},
                 {"tp4_pp1_dp2", 8, "--tensor-model-parallel-size 4"},
                 {"tp1_pp4_dp2", 8, "--pipeline-model-parallel-size 4 --use-distributed-optimizer"}});
+}
+
+// Grouped qkv rows (whole groups per tp rank), SwiGLU's gate and up halves,
+// and the untied output layer reshard on load like the GPT-2 tensors.
+const std::string kLlama =
+    " --num-attention-heads 8 --group-query-attention --num-query-groups 2 --position-embedding-type rope "
+    "--normalization RMSNorm --swiglu --ffn-hidden-size 128 --untie-embeddings-and-output-weights "
+    "--disable-bias-linear ";
+const std::string kLlamaTp1 = kLlama, kLlamaPp2 = kLlama + "--pipeline-model-parallel-size 2";
+
+TEST(Reshard, LlamaSaveTp2Dp2LoadTp1Pp2Dp2) {
+  reshard_case("reshard_llama", 4, kLlama + "--tensor-model-parallel-size 2",
+               {{"tp1", 1, kLlamaTp1.c_str()}, {"pp2_dp2", 4, kLlamaPp2.c_str()}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {

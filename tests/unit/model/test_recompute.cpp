@@ -21,7 +21,7 @@ struct Result {
   size_t act_bytes = 0;
 };
 
-Result run(model::Recompute rc) {
+Result run(model::Recompute rc, bool llama = false) {
   auto be = backend::make_cpu_backend();
   model::GptConfig cfg;
   cfg.num_layers = kL;
@@ -30,6 +30,12 @@ Result run(model::Recompute rc) {
   cfg.seq_length = kT;
   cfg.vocab_size = kV;
   cfg.hidden_dropout = 0.1f;  // the recomputed forward must draw the same masks
+  if (llama) {  // RoPE and RMSNorm rerun in the recomputed forward; grouped heads, SwiGLU
+    cfg.group_query_attention = true, cfg.num_query_groups = 2, cfg.swiglu = true, cfg.ffn_hidden_size = 48;
+    cfg.position_embedding_type = model::GptConfig::Position::Rope;
+    cfg.normalization = model::GptConfig::Norm::RMSNorm;
+    cfg.untie_embeddings_and_output_weights = true, cfg.add_bias_linear = false;
+  }
   model::StageConfig st;
   st.recompute = rc;
   model::GptModel m(cfg, st, *be);
@@ -68,6 +74,15 @@ TEST(Recompute, SelectiveAndFullGiveIdenticalLossesAndGradients) {
   ASSERT_GT(sq, 0.0);
   expect_identical(none, sel, "selective");
   expect_identical(none, full, "full");
+}
+
+TEST(Recompute, LlamaFamilySelectiveAndFullAreBitIdentical) {
+  const Result none = run(model::Recompute::None, true);
+  double sq = 0;
+  for (float g : none.grads) sq += double(g) * g;
+  ASSERT_GT(sq, 0.0);
+  expect_identical(none, run(model::Recompute::Selective, true), "llama selective");
+  expect_identical(none, run(model::Recompute::Full, true), "llama full");
 }
 
 TEST(Recompute, ActivationBytesDropByTheTensorsNotKept) {

@@ -2,7 +2,8 @@
 // tripod_layer_activation_bytes) against what the model really allocates:
 // model::MicroBatchActs::bytes() for stages with and without the embedding
 // and the loss head, at tp 1 and tp 2 with and without sequence parallel.
-// Also the parameter count of plan::ModelSpec against model::GptConfig.
+// Also the parameter count of plan::ModelSpec against model::GptConfig, and
+// all of it for the Llama family (GQA, SwiGLU, RMSNorm, untied, no bias).
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -99,6 +100,55 @@ TEST(PlanActivations, ParameterCountMatchesModel) {
     EXPECT_EQ(m.num_parameters(m.padded_vocab(tp)), cfg.num_parameters(cfg.padded_vocab_size(tp)));
   }
   EXPECT_DOUBLE_EQ(m.flops_per_token(), cfg.flops_per_token());
+}
+
+TEST(PlanActivations, LlamaFormulasMatchTheModel) {
+  model::GptConfig cfg;
+  cfg.num_layers = 4, cfg.hidden_size = 64, cfg.num_attention_heads = 8, cfg.ffn_hidden_size = 96;
+  cfg.seq_length = 32, cfg.vocab_size = 100;
+  cfg.group_query_attention = true, cfg.num_query_groups = 2, cfg.swiglu = true;
+  cfg.position_embedding_type = model::GptConfig::Position::Rope;
+  cfg.normalization = model::GptConfig::Norm::RMSNorm;
+  cfg.untie_embeddings_and_output_weights = true, cfg.add_bias_linear = false;
+  cfg.finalize();
+  ModelSpec m;
+  m.num_layers = 4, m.hidden_size = 64, m.num_attention_heads = 8, m.ffn_hidden_size = 96;
+  m.seq_length = 32, m.vocab_size = 100;
+  m.num_query_groups = 2, m.swiglu = true, m.rmsnorm = true, m.untie_embeddings = true;
+  m.add_bias_linear = false, m.learned_positions = false;
+  // Hand count at vocab 100: per layer 2 x 64 (norms) + 96 x 64 (qkv: (8 + 2 x 2) x 8 rows) + 64 x 64
+  // + 192 x 64 (fc1) + 64 x 96 (fc2) = 128 + 6144 + 4096 + 12288 + 6144 = 28800; x 4 = 115200;
+  // + 2 x 100 x 64 (embedding, output layer) + 64 (final norm) = 128064.
+  EXPECT_EQ(cfg.num_parameters(100), 128064);
+  EXPECT_EQ(m.num_parameters(100), 128064);
+  // FLOPs: 6 x (N less the untied input embedding) + 6 L T C.
+  EXPECT_DOUBLE_EQ(m.flops_per_token(), 6.0 * (128064 - 6400) + 6.0 * 4 * 32 * 64);
+  EXPECT_DOUBLE_EQ(m.flops_per_token(), cfg.flops_per_token());
+  auto be = backend::make_cpu_backend();
+  for (const Case& c : {Case{1, false, true, true, 2}, Case{2, false, true, true, 2}, Case{2, true, false, true, 2},
+                        Case{2, true, true, false, 3, DType::BF16},
+                        Case{2, true, true, true, 2, DType::BF16, model::Recompute::Selective},
+                        Case{1, false, true, true, 1, DType::F32, model::Recompute::Full}}) {
+    SCOPED_TRACE(testing::Message() << "tp " << c.tp << " sp " << c.sp << " pre " << c.pre << " post " << c.post);
+    SizedGroup group(c.tp);
+    model::StageConfig st;
+    st.pre_process = c.pre, st.post_process = c.post;
+    st.tp_size = c.tp, st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
+    st.compute_dtype = c.dtype, st.recompute = c.rc;
+    const int act = int(dtype_size(c.dtype));
+    model::GptModel model(cfg, st, *be);
+    const model::MicroBatchActs acts = model.make_acts(c.B, cfg.seq_length);
+    EXPECT_DOUBLE_EQ(double(acts.bytes()), 4 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp, act, to_plan(c.rc)) +
+                                               tripod_stage_extra_activation_bytes(m, c.B, c.tp, c.sp, c.post, act));
+    if (c.pre && c.post) EXPECT_EQ(model.params().numel(), params_on_stage(m, c.tp, 1, 0));
+  }
+  // Two stages: the first holds the embedding, the last the output layer (no tied copy).
+  for (int stage : {0, 1}) {
+    model::StageConfig st;
+    st.first_layer = 2 * stage, st.num_local_layers = 2, st.pre_process = stage == 0, st.post_process = stage == 1;
+    model::GptModel model(cfg, st, *be);
+    EXPECT_EQ(model.params().numel(), params_on_stage(m, 1, 2, stage)) << "stage " << stage;
+  }
 }
 
 }  // namespace
