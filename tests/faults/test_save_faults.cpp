@@ -24,12 +24,13 @@
 // subset; the seeded runs kill at every operation of the save at least once
 // (20 trials each, in a seeded order).
 //
-// Measured on 2 shared cores (Release, CPU build; one run): a TP2
-// trial 0.7-1.6 s (the killed run, start-up and launcher included, ends
-// 0.24-0.58 s after it started; the resume 0.32-1.08 s), a one-process or
-// re-save trial 0.1-0.2 s. faults_save_smoke (4 trials plus the set-up
-// runs) 6.8 s; the seeded runs faults_save_tp2_launch 24.0 s,
-// faults_save_one_process 4.7 s, faults_save_resave 4.2 s (60 trials, 33 s).
+// Measured on 2 shared cores (load average 3-4, Release CPU build), over
+// five runs: a TP2 trial 0.3-1.7 s (the killed run, launcher included, ends
+// 0.10-0.62 s after it started, 3-55 ms after the kill; the resume to
+// iteration 6 0.12-1.30 s), a one-process or re-save trial 0.1-0.5 s.
+// faults_save_smoke (4 trials plus the set-up runs) 2.2-7.0 s; the seeded
+// runs faults_save_tp2_launch 10-31 s, faults_save_one_process 2.0-8.4 s,
+// faults_save_resave 2.0-4.9 s (60 trials together 14-40 s).
 //
 // usage: test_save_faults --gtest_filter=SaveFaults.Smoke*    (the default run's 4 trials)
 //        test_save_faults --gtest_filter=SaveFaults.Twenty*   (3 x 20 seeded trials)
