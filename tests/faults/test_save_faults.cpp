@@ -105,8 +105,6 @@ std::string killed_flags(const Scenario& s, const std::string& dir) {
   return "--train-iters 4 --load " + dir + " --save " + dir + (s.resave ? " --ckpt-step 2" : "");
 }
 
-// The reference, the folder the killed runs start from, and the list of the
-// save's operations (a run of the killed configuration with TRIPOD_CKPT_TRACE=1).
 std::map<std::string, Prepared>& prepared_cache() {
   static std::map<std::string, Prepared> cache;
   return cache;
@@ -121,6 +119,8 @@ struct CleanUp : ::testing::Environment {
 };
 [[maybe_unused]] auto* const g_clean_up = ::testing::AddGlobalTestEnvironment(new CleanUp);
 
+// The reference, the folder the killed runs start from, and the list of the
+// save's operations (a run of the killed configuration with TRIPOD_CKPT_TRACE=1).
 const Prepared& prepared(const Scenario& s) {
   auto& cache = prepared_cache();
   auto it = cache.find(s.name);
@@ -282,7 +282,9 @@ void twenty_trials(const Scenario& s, uint32_t seed) {
 
 // The default run's subset: a torn rank file, the commit point, after the
 // marker moved, and between the two renames of a re-save.
-TEST(SaveFaults, SmokeTornRankFileTp2UnderLaunch) { run_trial(kTp2, op_index(kTp2, "write iter_0000004.tmp/model_rank_0")); }
+TEST(SaveFaults, SmokeTornRankFileTp2UnderLaunch) {
+  run_trial(kTp2, op_index(kTp2, "write iter_0000004.tmp/model_rank_0"));
+}
 TEST(SaveFaults, SmokeJustAfterTheCommitRenameTp2UnderLaunch) {
   run_trial(kTp2, op_index(kTp2, "rename iter_0000004.tmp") + 1);
 }
