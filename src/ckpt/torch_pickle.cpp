@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -206,6 +207,7 @@ DType storage_dtype(const std::string& cls, const std::string& what) {
 class Unpickler {
  public:
   Unpickler(const uint8_t* p, size_t n, std::string what) : p_(p), n_(n), what_(std::move(what)) {}
+  size_t pos() const { return pos_; }
 
   PyPtr run() {
     while (true) {
@@ -367,13 +369,38 @@ class Unpickler {
     v->s.assign(reinterpret_cast<const char*>(d), len);
     push(v);
   }
+  // Whether `target` is reachable from `from` (DFS; shared values visited once).
+  static bool reaches(const PyValue* from, const PyValue* target) {
+    std::vector<const PyValue*> todo{from};
+    std::set<const PyValue*> seen;
+    while (!todo.empty()) {
+      const PyValue* v = todo.back();
+      todo.pop_back();
+      if (v == target) return true;
+      if (!seen.insert(v).second) continue;
+      for (const auto& it : v->items) todo.push_back(it.get());
+      for (const auto& [k, x] : v->dict) todo.push_back(k.get()), todo.push_back(x.get());
+    }
+    return false;
+  }
+  // A container that would hold itself: pickle allows it, a checkpoint never
+  // has one, and shared_ptr values in a cycle would never be freed (nor could
+  // repr() or the importer walk them).
+  void check_acyclic(const PyValue& container, const std::vector<PyPtr>& added) {
+    for (const auto& a : added)
+      TRIPOD_CHECK(!reaches(a.get(), &container), "{}: the pickle makes a {} contain itself (byte {}); a checkpoint "
+                   "holds no cyclic objects (corrupt or crafted file)", what_,
+                   container.kind == K::kList ? "list" : "dict or object", pos_);
+  }
   void append(PyValue& list, const std::vector<PyPtr>& items) {
     TRIPOD_CHECK(list.kind == K::kList, "{}: APPEND to {}", what_, list.repr());
+    check_acyclic(list, items);
     list.items.insert(list.items.end(), items.begin(), items.end());
   }
   void set_items(PyValue& d, const std::vector<PyPtr>& kv) {
     TRIPOD_CHECK(d.kind == K::kDict || d.kind == K::kObject, "{}: SETITEM on {}", what_, d.repr());
     TRIPOD_CHECK(kv.size() % 2 == 0, "{}: odd number of dict items", what_);
+    check_acyclic(d, kv);
     for (size_t i = 0; i < kv.size(); i += 2) {
       bool replaced = false;
       if (kv[i]->kind == K::kStr)
@@ -455,6 +482,7 @@ class Unpickler {
   }
   void build(PyValue& obj, const PyPtr& state) {
     if (obj.kind == K::kObject && state->kind == K::kDict) {
+      check_acyclic(obj, {state});
       obj.dict = state->dict;
       return;
     }
@@ -478,7 +506,13 @@ class Unpickler {
 }  // namespace
 
 PyPtr unpickle(const uint8_t* data, size_t size, const std::string& what) {
-  return Unpickler(data, size, what).run();
+  Unpickler u(data, size, what);
+  try {
+    return u.run();
+  } catch (const std::logic_error& e) {  // std::stoll/stoull/stod of a text opcode (INT, FLOAT, PUT, GET)
+    TRIPOD_FAIL("{}: malformed number in a text pickle opcode before byte {} ({}): the file is corrupt", what,
+                u.pos(), e.what());
+  }
 }
 
 // ---- torch.save files ----

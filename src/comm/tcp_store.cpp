@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -38,6 +39,13 @@ uint32_t get_u32(const char* p) {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) v |= uint32_t(uint8_t(p[i])) << (8 * i);
   return v;
+}
+
+// A whole decimal int64 ("-12"); false for anything else.
+bool parse_i64(const Bytes& b, int64_t* out) {
+  const char* end = b.data() + b.size();
+  const auto r = std::from_chars(b.data(), end, *out);
+  return r.ec == std::errc() && r.ptr == end && !b.empty();
 }
 
 Bytes encode(const std::vector<Bytes>& parts) {
@@ -215,10 +223,19 @@ void TcpStoreServer::run() {
       if (it == st.data.end()) reply(fd, {str_bytes("MISSING")});
       else reply(fd, {str_bytes("VALUE"), it->second});
     } else if (cmd == "ADD" && m.size() == 3) {
-      auto& v = st.data[bytes_str(m[1])];
-      int64_t x = v.empty() ? 0 : std::stoll(bytes_str(v));
-      x += std::stoll(bytes_str(m[2]));
-      v = str_bytes(std::to_string(x));
+      // The counter and the delta are decimal text; anything else (a key set
+      // to other bytes, a malformed request, an overflow) is answered with an
+      // ERROR, never thrown in this thread (that would end rank 0).
+      const std::string key = bytes_str(m[1]);
+      const auto it = st.data.find(key);
+      int64_t x = 0, delta = 0;
+      if ((it != st.data.end() && !it->second.empty() && !parse_i64(it->second, &x)) || !parse_i64(m[2], &delta) ||
+          __builtin_add_overflow(x, delta, &x)) {
+        reply(fd, {str_bytes("ERROR"), str_bytes("ADD " + bytes_str(m[1]) + ": the value or the delta is not a "
+                                                 "64-bit decimal integer, or the sum overflows")});
+        return true;
+      }
+      const Bytes& v = st.data[key] = str_bytes(std::to_string(x));
       reply(fd, {str_bytes("VALUE"), v});
       wake_waiters();
     } else if ((cmd == "CHECK" || cmd == "WAIT") && m.size() >= 2) {
@@ -463,7 +480,9 @@ Bytes TcpStore::get(const std::string& key, Millis timeout) {
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   auto r = request({str_bytes("ADD"), str_bytes(key), str_bytes(std::to_string(delta))}, Millis{0},
                    "add", {key});
-  return std::stoll(bytes_str(r.at(1)));
+  int64_t v = 0;
+  TRIPOD_CHECK(r.size() == 2 && parse_i64(r[1], &v), "store at {}: malformed answer to add of '{}'", endpoint(), key);
+  return v;
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) {

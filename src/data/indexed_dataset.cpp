@@ -164,19 +164,22 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                     isize < expect ? "truncated" : "too long", isize, expect, s, d);
   num_sequences_ = static_cast<int64_t>(s);
   num_doc_indices_ = static_cast<int64_t>(d);
-  lengths_ = reinterpret_cast<const int32_t*>(p + kHeaderBytes);
-  pointers_ = reinterpret_cast<const int64_t*>(p + kHeaderBytes + 4 * num_sequences_);
-  doc_indices_ = reinterpret_cast<const int64_t*>(p + kHeaderBytes + 12 * num_sequences_);
+  lengths_.resize(s);
+  if (s) std::memcpy(lengths_.data(), p + kHeaderBytes, 4 * s);
+  pointers_ = p + kHeaderBytes + 4 * num_sequences_;
+  doc_indices_ = p + kHeaderBytes + 12 * num_sequences_;
 
   const int64_t esize = dtype_size(dtype_), bsize = bin_->size();
   int64_t end = 0;  // where the last byte the index describes ends
   for (int64_t i = 0; i < num_sequences_; ++i) {
-    const int64_t len = lengths_[i], ptr = pointers_[i];
+    const int64_t len = lengths_[static_cast<size_t>(i)], ptr = pointer(i);
     TRIPOD_CHECK_HINT(len >= 0 && ptr >= 0 && ptr % esize == 0, kRegenerateHint,
                       "{}: sequence {} has length {} and byte offset {}", ip, i, len, ptr);
-    TRIPOD_CHECK_HINT(ptr + len * esize <= bsize, kRegenerateHint,
+    // (ptr <= bsize first: a corrupt offset near 2^63 must not overflow the sum)
+    TRIPOD_CHECK_HINT(ptr <= bsize && len * esize <= bsize - ptr, kRegenerateHint,
                       "{} is truncated: sequence {} of {} ends at byte {} but the file has {} bytes",
-                      bp, i, num_sequences_, ptr + len * esize, bsize);
+                      bp, i, num_sequences_, static_cast<uint64_t>(ptr) + static_cast<uint64_t>(len * esize),
+                      bsize);
     num_tokens_ += len;
     end = std::max(end, ptr + len * esize);
   }
@@ -189,21 +192,25 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                     "{} has {} bytes but its index {} describes {} sequences ({} tokens) ending at "
                     "byte {}: the .bin does not belong to this .idx",
                     bp, bsize, ip, num_sequences_, num_tokens_, end);
-  TRIPOD_CHECK_HINT(doc_indices_[0] == 0 && doc_indices_[num_doc_indices_ - 1] == num_sequences_,
+  TRIPOD_CHECK_HINT(document_index(0) == 0 && document_index(num_doc_indices_ - 1) == num_sequences_,
                     kRegenerateHint, "{}: document indices must run from 0 to {}, got {}..{}", ip,
-                    num_sequences_, doc_indices_[0], doc_indices_[num_doc_indices_ - 1]);
+                    num_sequences_, document_index(0), document_index(num_doc_indices_ - 1));
   for (int64_t i = 1; i < num_doc_indices_; ++i)
-    TRIPOD_CHECK_HINT(doc_indices_[i] >= doc_indices_[i - 1], kRegenerateHint,
+    TRIPOD_CHECK_HINT(document_index(i) >= document_index(i - 1), kRegenerateHint,
                       "{}: document indices decrease at {}", ip, i);
 }
 
+int64_t IndexedDataset::pointer(int64_t seq) const { return load<int64_t>(pointers_ + 8 * seq); }
+int64_t IndexedDataset::document_index(int64_t d) const { return load<int64_t>(doc_indices_ + 8 * d); }
+
 void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const {
   TRIPOD_CHECK(seq >= 0 && seq < num_sequences_ && offset >= 0 && count >= 0 &&
-                   offset + count <= lengths_[seq],
+                   offset + count <= lengths_[static_cast<size_t>(seq)],
                "{}: read of sequence {} tokens [{}, {}) is out of range", prefix_, seq, offset,
                offset + count);
+  if (count == 0) return;  // (out may be null then; memcpy must not see it)
   const int64_t esize = dtype_size(dtype_);
-  const uint8_t* src = bin_->data() + pointers_[seq] + offset * esize;
+  const uint8_t* src = bin_->data() + pointer(seq) + offset * esize;
   switch (dtype_) {
     case TokenDType::kUInt16:
       for (int64_t i = 0; i < count; ++i) out[i] = load<uint16_t>(src + 2 * i);
@@ -233,9 +240,9 @@ int64_t IndexedDataset::max_token_id() const {
   int64_t best = -1;
   std::vector<int32_t> buf;
   for (int64_t i = 0; i < num_sequences_; ++i) {
-    const int64_t len = lengths_[i];
+    const int64_t len = lengths_[static_cast<size_t>(i)];
     if (dtype_ == TokenDType::kUInt16) {
-      const uint8_t* src = bin_->data() + pointers_[i];
+      const uint8_t* src = bin_->data() + pointer(i);
       uint16_t m = 0;
       for (int64_t k = 0; k < len; ++k) m = std::max(m, load<uint16_t>(src + 2 * k));
       if (len > 0) best = std::max<int64_t>(best, m);

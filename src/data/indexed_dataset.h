@@ -68,10 +68,13 @@ class IndexedDataset {
   int64_t num_sequences() const { return num_sequences_; }
   int64_t num_documents() const { return num_doc_indices_ - 1; }
   int64_t num_tokens() const { return num_tokens_; }
-  const int32_t* sequence_lengths() const { return lengths_; }    // (S,)
-  const int64_t* sequence_pointers() const { return pointers_; }  // (S,) bytes into .bin
-  const int64_t* document_indices() const { return doc_indices_; }  // (D,)
-  int32_t length(int64_t seq) const { return lengths_[seq]; }
+  // The index arrays sit unaligned in the .idx (after its 34-byte header), so
+  // the lengths are copied once into an aligned array (4 bytes per
+  // sequence) and the 8-byte fields are read through memcpy.
+  const int32_t* sequence_lengths() const { return lengths_.data(); }  // (S,)
+  int32_t length(int64_t seq) const { return lengths_[static_cast<size_t>(seq)]; }
+  int64_t pointer(int64_t seq) const;        // byte offset of sequence seq in .bin
+  int64_t document_index(int64_t d) const;   // d in [0, D)
 
   // Copies tokens [offset, offset + count) of sequence seq into out (as int32).
   void read(int64_t seq, int64_t offset, int64_t count, int32_t* out) const;
@@ -85,9 +88,9 @@ class IndexedDataset {
   std::unique_ptr<MappedFile> idx_, bin_;
   TokenDType dtype_ = TokenDType::kUInt16;
   int64_t num_sequences_ = 0, num_doc_indices_ = 0, num_tokens_ = 0;
-  const int32_t* lengths_ = nullptr;
-  const int64_t* pointers_ = nullptr;
-  const int64_t* doc_indices_ = nullptr;
+  std::vector<int32_t> lengths_;            // (S,) aligned copy
+  const uint8_t* pointers_ = nullptr;       // int64[S] in the mapped .idx
+  const uint8_t* doc_indices_ = nullptr;    // int64[D] in the mapped .idx
 };
 
 // Writer. Tokens go to "<prefix>.bin.tmp-<pid>-<random>" as they arrive (NOTE

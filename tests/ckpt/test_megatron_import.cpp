@@ -13,8 +13,10 @@
 
 #include <fmt/format.h>
 
+#include "base/error.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/sharded_checkpoint.h"
+#include "ckpt/torch_pickle.h"
 #include "common.h"
 
 namespace {
@@ -85,6 +87,27 @@ TEST(MegatronImport, PickleNamingOsSystemIsRefused) {
   EXPECT_FALSE(fs::exists(s / "pwned"));
   EXPECT_FALSE(fs::exists(s / "ck" / "latest_checkpointed_iteration.txt"));
   fs::remove_all(s.dir);
+}
+
+// Found by fuzzing the unpickler (tests/fuzz/fuzz_torch_pickle.cpp): a text
+// opcode with a malformed number escaped as std::invalid_argument, and a list
+// appended into itself made a cycle of shared_ptrs (never freed; repr() and
+// the importer would recurse forever). Both are now errors naming the file.
+TEST(MegatronImport, MalformedAndCyclicPicklesAreErrors) {
+  auto fails_with = [](const std::string& pkl, const std::string& what) {
+    try {
+      tripod::ckpt::unpickle(reinterpret_cast<const uint8_t*>(pkl.data()), pkl.size(), "x.pkl");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const tripod::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("x.pkl"), std::string::npos) << e.what();
+    }
+  };
+  fails_with(std::string("\x80\x02]q\x00gx\n.", 9), "malformed number");  // GET with memo "x"
+  fails_with(std::string("\x80\x02]q\x00h\x00" "a.", 9), "contain itself");  // l = []; l.append(l)
+  fails_with(std::string("\x80\x02}q\x00K\x01h\x00s.", 10), "contain itself");  // d = {}; d[1] = d
+  const std::string ok("\x80\x02]q\x00]q\x01h\x01\x86q\x02" "a.", 15);  // l = []; m = []; l.append((m, m))
+  EXPECT_EQ(tripod::ckpt::unpickle(reinterpret_cast<const uint8_t*>(ok.data()), ok.size(), "ok.pkl")->items.size(), 1u);
 }
 
 TEST(MegatronImport, UnsupportedModelsAreRefusedNamingTheFlag) {

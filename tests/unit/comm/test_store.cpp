@@ -102,6 +102,21 @@ TEST(Store, TcpStoreAcrossClients) {
   EXPECT_EQ(server.refused_connections(), 0);
 }
 
+// Found by fuzzing the wire protocol (tests/fuzz/fuzz_store_wire.cpp): an ADD
+// to a key that holds other bytes threw std::invalid_argument in the server
+// thread and ended rank 0. Now the client gets an error and the server lives.
+TEST(Store, AddToANonNumberIsAnErrorNotACrash) {
+  TcpStoreServer server(0, "tok");
+  TcpStore a("127.0.0.1", server.port(), "tok", 0, 5000ms);
+  a.set("addr", Bytes{'h', 'o', 's', 't'});
+  EXPECT_THROW(a.add("addr", 1), Error);
+  a.set("big", Bytes{'9', '2', '2', '3', '3', '7', '2', '0', '3', '6', '8', '5', '4', '7', '7', '5', '8', '0', '7'});
+  EXPECT_THROW(a.add("big", 1), Error);  // INT64_MAX + 1
+  EXPECT_FALSE(a.check({"fresh"}));
+  EXPECT_EQ(a.add("fresh", -3), -3);
+  EXPECT_EQ(a.add("fresh", 5), 2);
+}
+
 TEST(Store, WrongTokenIsRefusedAndLogged) {
   TcpStoreServer server(0, "right");
   TcpStore ok("127.0.0.1", server.port(), "right", 0, 5000ms);
