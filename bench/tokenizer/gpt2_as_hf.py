@@ -21,8 +21,8 @@ else:
     pre = {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": LLAMA3}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
-tok = {"version": "1.0", "normalizer": None, "pre_tokenizer": pre,
-       "post_processor": {"type": "ByteLevel", "trim_offsets": False}, "decoder": {"type": "ByteLevel"},
+byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True}
+tok = {"version": "1.0", "normalizer": None, "pre_tokenizer": pre, "post_processor": byte_level, "decoder": byte_level,
        "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
                          "rstrip": False, "normalized": False, "special": True}],
        "model": {"type": "BPE", "dropout": None, "ignore_merges": style == "llama3", "vocab": vocab, "merges": merges}}
