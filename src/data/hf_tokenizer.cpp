@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <unordered_map>
 
@@ -29,6 +30,8 @@ struct HuggingFaceTokenizer::AddedTokens {
   std::vector<Node> nodes = std::vector<Node>(1);
   std::unordered_map<uint64_t, int32_t> next;  // (node << 8 | byte) -> node
   bool first[256] = {};
+  int first_count = 0;
+  unsigned char only_first = 0;  // the first byte of every token when first_count == 1
 
   void add(std::string_view s, int32_t token) {
     int32_t n = 0;
@@ -42,7 +45,22 @@ struct HuggingFaceTokenizer::AddedTokens {
       n = it->second;
     }
     if (nodes[n].token < 0) nodes[n].token = token;  // the first of equal contents
-    first[static_cast<unsigned char>(s[0])] = true;
+    const auto f = static_cast<unsigned char>(s[0]);
+    if (!first[f]) {
+      first[f] = true;
+      ++first_count;
+      only_first = f;
+    }
+  }
+  // Where a token may start at or after i: memchr when every token starts
+  // with the same byte (Llama 3's and Qwen2's all start with '<').
+  size_t next_candidate(const unsigned char* s, size_t n, size_t i) const {
+    if (first_count == 1) {
+      const void* p = std::memchr(s + i, only_first, n - i);
+      return p ? static_cast<size_t>(static_cast<const unsigned char*>(p) - s) : n;
+    }
+    while (i < n && !first[s[i]]) ++i;
+    return i;
   }
   bool empty() const { return nodes.size() == 1; }
   // The longest token starting at s[i]: its index (or -1) and *len.
@@ -355,9 +373,9 @@ void HuggingFaceTokenizer::encode_valid(std::string_view text, std::vector<int32
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
   size_t done = 0;  // text[0, done) is encoded
-  for (size_t i = 0; i < n;) {
+  for (size_t i = raw_added_->next_candidate(s, n, 0); i < n; i = raw_added_->next_candidate(s, n, i)) {
     size_t len = 0;
-    const int32_t k = raw_added_->first[s[i]] ? raw_added_->match(s, n, i, &len) : -1;
+    const int32_t k = raw_added_->match(s, n, i, &len);
     if (k < 0) {
       ++i;
       continue;
@@ -390,9 +408,10 @@ void HuggingFaceTokenizer::encode_segment(std::string_view seg, std::vector<int3
   if (normalized_added_->empty()) return encode_pieces(seg, out);
   const auto* s = reinterpret_cast<const unsigned char*>(seg.data());
   size_t done = 0;
-  for (size_t i = 0; i < seg.size();) {
+  const AddedTokens& t = *normalized_added_;
+  for (size_t i = t.next_candidate(s, seg.size(), 0); i < seg.size(); i = t.next_candidate(s, seg.size(), i)) {
     size_t len = 0;
-    const int32_t k = normalized_added_->first[s[i]] ? normalized_added_->match(s, seg.size(), i, &len) : -1;
+    const int32_t k = t.match(s, seg.size(), i, &len);
     if (k < 0) {
       ++i;
       continue;
