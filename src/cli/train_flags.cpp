@@ -8,7 +8,7 @@ namespace tripod::cli {
 int64_t vocab_size_from_tokenizer(const data::TokenizerConfig& tc) {
   if (tc.type.empty() && tc.vocab_file.empty() && tc.tokenizer_model.empty()) return 0;
   data::TokenizerConfig c = tc;
-  if (c.type.empty()) c.type = c.tokenizer_model.empty() ? "GPT2BPETokenizer" : "SentencePieceTokenizer";
+  if (c.type.empty()) c.type = data::default_tokenizer_type(c.tokenizer_model);
   if (c.type == "NullTokenizer") return 0;
   auto tok = data::make_tokenizer(c);
   log::info("tokenizer: {}", tok->describe());
@@ -52,10 +52,12 @@ void add_train_flags(CLI::App& app, train::TrainArgs& a, data::TokenizerConfig& 
   app.add_option("--data-path", a.data_path, "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (Megatron .bin/.idx)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--split", a.split, "train,valid,test document shares")->capture_default_str();
-  app.add_option("--tokenizer-type", tok.type, "GPT2BPETokenizer | SentencePieceTokenizer | NullTokenizer");
+  app.add_option("--tokenizer-type", tok.type,
+                 "GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer | NullTokenizer");
   app.add_option("--vocab-file", tok.vocab_file, "GPT-2 vocab JSON (sets the vocab size)");
   app.add_option("--merge-file", tok.merge_file, "GPT-2 merges file");
-  app.add_option("--tokenizer-model", tok.tokenizer_model, "SentencePiece model (sets the vocab size)");
+  app.add_option("--tokenizer-model", tok.tokenizer_model,
+                 "SentencePiece .model or Hugging Face tokenizer.json (sets the vocab size)");
   app.add_option("--eval-interval", a.eval_interval)->capture_default_str();
   app.add_option("--eval-iters", a.eval_iters)->capture_default_str();
   app.add_option("--log-interval", a.log_interval)->capture_default_str();
