@@ -20,19 +20,21 @@
 // the removal of the older checkpoint is one of the points), one_process
 // (one process, no launcher) and resave (one process, a re-save of an
 // existing iteration: the case that lost the latest checkpoint before the
-// reader learnt to read iter_N.old). The smoke trials are the default run's
-// subset; the seeded runs kill at every operation of the save at least once
+// reader learnt to read iter_N.old); and rank 1 of TP2 killed in its own
+// write under a hand launch. The smoke trials are the default run's subset; the seeded runs kill at every operation of the save at least once
 // (20 trials each, in a seeded order).
 //
-// Measured on 2 shared cores (load average 3-4, Release CPU build), over
-// five runs: a TP2 trial 0.3-1.7 s (the killed run, launcher included, ends
-// 0.10-0.62 s after it started, 3-55 ms after the kill; the resume to
-// iteration 6 0.12-1.30 s), a one-process or re-save trial 0.1-0.5 s.
-// faults_save_smoke (4 trials plus the set-up runs) 2.2-7.0 s; the seeded
-// runs faults_save_tp2_launch 10-31 s, faults_save_one_process 2.0-8.4 s,
-// faults_save_resave 2.0-4.9 s (60 trials together 14-40 s).
+// Measured on 2 shared cores (load average 3-9, Release CPU build), over
+// six runs: a TP2 trial 0.3-2.4 s (the killed run, launcher included,
+// 0.10-0.82 s from its start, its exit 3-55 ms after the kill; the resume to
+// iteration 6 0.12-1.67 s); a one-process or re-save trial 0.1-0.5 s; the
+// hand-launch trial 3.6 s (rank 0 waits 2 s for rank 1 to report).
+// faults_save_smoke (5 trials plus the set-up runs) 11-12 s at load 8-9
+// (2-7 s for its first 4 trials at load 3-4); the seeded runs
+// faults_save_tp2_launch 10-38 s, faults_save_one_process 2.0-8.4 s,
+// faults_save_resave 2.0-6.3 s (60 trials together 14-51 s).
 //
-// usage: test_save_faults --gtest_filter=SaveFaults.Smoke*    (the default run's 4 trials)
+// usage: test_save_faults --gtest_filter=SaveFaults.Smoke*    (the default run's 5 trials)
 //        test_save_faults --gtest_filter=SaveFaults.Twenty*   (3 x 20 seeded trials)
 #include <gtest/gtest.h>
 
