@@ -21,8 +21,9 @@
 // (one process, no launcher) and resave (one process, a re-save of an
 // existing iteration: the case that lost the latest checkpoint before the
 // reader learnt to read iter_N.old); and rank 1 of TP2 killed in its own
-// write under a hand launch. The smoke trials are the default run's subset; the seeded runs kill at every operation of the save at least once
-// (20 trials each, in a seeded order).
+// write under a hand launch. The smoke trials are the default run's subset;
+// the seeded runs kill at every operation of the save at least once (20
+// trials each, in a seeded order).
 //
 // Measured on 2 shared cores (load average 3-9, Release CPU build), over
 // six runs: a TP2 trial 0.3-2.4 s (the killed run, launcher included,
