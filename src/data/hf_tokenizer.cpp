@@ -146,7 +146,7 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   const json root = read_json(path);
   TRIPOD_CHECK(root.is_object() && root.contains("model"),
                "{} is not a Hugging Face tokenizer.json (no \"model\")", path);
-  const char* hint = "tripod reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2 style); see docs/data.md";
+  const char* hint = "tripod reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2, Mistral-Nemo style); see docs/data.md";
   auto refuse = [&](const std::string& component, const json& j) {
     TRIPOD_CHECK_HINT(false, hint, "{}: unsupported {}: {}", path, component, j.dump().substr(0, 300));
   };
@@ -184,8 +184,8 @@ void HuggingFaceTokenizer::load(const std::string& path) {
     const std::string regex = pat["Regex"];
     const auto p = hf_pattern_from_regex(regex);
     TRIPOD_CHECK_HINT(p.has_value(), hint,
-                      "{}: unsupported pre-tokenizer regex {} (tripod knows GPT-2's, Llama 3's and "
-                      "Qwen2's patterns, by their exact text)", path, json(regex).dump());
+                      "{}: unsupported pre-tokenizer regex {} (tripod knows GPT-2's, Llama 3's, Qwen2's and "
+                      "Mistral-Nemo's patterns, by their exact text)", path, json(regex).dump());
     pattern_ = *p;
     if (split.value("behavior", "") != "Isolated" || split.value("invert", false))
       refuse("Split behavior (Isolated, not inverted, only)", split);

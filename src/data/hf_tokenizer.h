@@ -1,6 +1,6 @@
 // Hugging Face byte-level BPE tokenizers from a tokenizer.json file
 // (--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json):
-// GPT-2, Llama 3, Qwen2 and others of the same build. Offline: only the file.
+// GPT-2, Llama 3, Qwen2, Mistral-Nemo and others of the same build. Offline: only the file.
 //
 // encode: repair invalid UTF-8 (data/utf8.h) -> the post-processor's prefix
 // ids (e.g. Llama 3's <|begin_of_text|>) -> split off added tokens, matched

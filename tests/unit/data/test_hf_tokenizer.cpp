@@ -66,10 +66,19 @@ TEST(HfPreTokenizer, Llama3SplitsLikeThePattern) {
   EXPECT_EQ(split(L, ""), V{});
 }
 
+TEST(HfPreTokenizer, MistralNemoSplitsWordsByCase) {
+  const auto M = HfPattern::kMistralNemo;
+  EXPECT_EQ(split(M, "HelloWorld XMLHttpRequest iPhone"), (V{"Hello", "World", " XMLHttp", "Request", " i", "Phone"}));
+  // Lo is both "upper" and "lower": a CJK run ends where the upper-case run begins.
+  EXPECT_EQ(split(M, "中文ABC 2024"), (V{"中文", "ABC", " ", "2", "0", "2", "4"}));
+  EXPECT_EQ(split(M, "a/b//c!!/\n/x"), (V{"a", "/b", "//", "c", "!!/\n/", "x"}));
+}
+
 TEST(HfPreTokenizer, PatternsAreRecognisedByExactText) {
   EXPECT_EQ(hf_pattern_from_regex(kLlama3), HfPattern::kLlama3);
   EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kQwen2)), HfPattern::kQwen2);
   EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kGpt2)), HfPattern::kGpt2);
+  EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kMistralNemo)), HfPattern::kMistralNemo);
   EXPECT_FALSE(hf_pattern_from_regex(kLlama3 + " ").has_value());
 }
 
