@@ -146,7 +146,10 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   const json root = read_json(path);
   TRIPOD_CHECK(root.is_object() && root.contains("model"),
                "{} is not a Hugging Face tokenizer.json (no \"model\")", path);
-  const char* hint = "tripod reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2, Mistral-Nemo style); see docs/data.md";
+  const char* hint =
+      "tripod reads byte-level BPE tokenizer.json files (GPT-2, Llama 3, Qwen2, Mistral-Nemo style; "
+      "docs/data.md); for a SentencePiece model (Llama 2, Mistral 7B) pass its tokenizer.model with "
+      "--tokenizer-type SentencePieceTokenizer";
   auto refuse = [&](const std::string& component, const json& j) {
     TRIPOD_CHECK_HINT(false, hint, "{}: unsupported {}: {}", path, component, j.dump().substr(0, 300));
   };

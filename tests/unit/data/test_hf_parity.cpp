@@ -210,12 +210,9 @@ std::string hex(const std::string& s) {
   return h;
 }
 
-void expect_parity(const std::string& style) {
-  const RefSetup& s = setup();
-  if (s.modules.empty()) GTEST_SKIP() << s.why;
+// tripod's ids for every case against the library's, with the tokenizer.json at path.
+void expect_same_ids(const RefSetup& s, const std::string& path, const std::string& style) {
   TempDir t;
-  const std::string path = t / (style + ".json");
-  std::ofstream(path) << build(s, style).dump();
   const auto all = cases();
   {
     std::ofstream f(t / "cases");
@@ -244,6 +241,15 @@ void expect_parity(const std::string& style) {
   }
   EXPECT_EQ(i, all.size());
   EXPECT_GT(ids, 10000u);
+}
+
+void expect_parity(const std::string& style) {
+  const RefSetup& s = setup();
+  if (s.modules.empty()) GTEST_SKIP() << s.why;
+  TempDir t;
+  const std::string path = t / (style + ".json");
+  std::ofstream(path) << build(s, style).dump();
+  expect_same_ids(s, path, style);
 }
 
 // The pieces of each pattern, straight from the library's Split.
@@ -283,6 +289,28 @@ TEST(HfParity, Llama3StyleMatchesTokenizers) { expect_parity("llama3"); }
 TEST(HfParity, Qwen2StyleMatchesTokenizers) { expect_parity("qwen2"); }
 TEST(HfParity, Gpt2StyleMatchesTokenizers) { expect_parity("gpt2"); }
 TEST(HfParity, MistralNemoStyleMatchesTokenizers) { expect_parity("nemo"); }
+
+// Real files: Llama 3's tokenizer.json (128 k tokens, 280 k merges,
+// ignore_merges, 256 special tokens) and Qwen3's (Qwen2's pattern, NFC, pair
+// merges), fetched by scripts/get_hf_tokenizers.sh.
+TEST(HfParity, RealLlama3AndQwen3FilesMatchTokenizers) {
+  const RefSetup& s = setup();
+  if (s.modules.empty()) GTEST_SKIP() << s.why;
+  TempDir t;
+  const int rc = std::system(fmt::format("{}/scripts/get_hf_tokenizers.sh > {} 2>&1", source_dir(), t / "out").c_str());
+  const std::string out = read_bytes(t / "out");
+  const auto l = out.find("LLAMA3_TOKENIZER="), q = out.find("QWEN3_TOKENIZER=");
+  if (rc != 0 || l == std::string::npos || q == std::string::npos)
+    GTEST_SKIP() << "real tokenizer.json files unavailable (scripts/get_hf_tokenizers.sh): " << out;
+  const std::string llama3 = out.substr(l + 17, out.find('\n', l) - l - 17);
+  const std::string qwen3 = out.substr(q + 16, out.find('\n', q) - q - 16);
+  expect_same_ids(s, llama3, "Llama 3 tokenizer.json");
+  expect_same_ids(s, qwen3, "Qwen3 tokenizer.json");
+  HuggingFaceTokenizer tok(llama3);
+  EXPECT_EQ(tok.vocab_size(), 128256);
+  EXPECT_EQ(tok.eod(), 128001);  // <|end_of_text|>
+  EXPECT_EQ(tok.pattern(), HfPattern::kLlama3);
+}
 
 // The case-kind table (Mistral-Nemo's classes) against node's regex engine.
 TEST(HfParity, CaseTablesMatchNode) {
