@@ -165,6 +165,10 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   } else if (!norm.is_null()) {
     take_normalizer(norm);
   }
+#ifndef TRIPOD_WITH_ICU
+  TRIPOD_CHECK_HINT(!nfc_, "apt-get install libicu-dev, then rebuild tripod",
+                    "{}: the NFC normalizer needs a tripod built with ICU", path);
+#endif
 
   // pre_tokenizer
   const json& pre = root.value("pre_tokenizer", json());

@@ -218,6 +218,9 @@ TEST(HuggingFaceTokenizer, RefusedComponentsNameTheFile) {
   j = small_tokenizer();
   j["model"]["merges"].push_back("x yz");
   EXPECT_NE(message(j).find("merges[5]"), std::string::npos);
+  EXPECT_EQ(default_tokenizer_type("path/tokenizer.json"), "HuggingFaceTokenizer");
+  EXPECT_EQ(default_tokenizer_type("path/tokenizer.model"), "SentencePieceTokenizer");
+  EXPECT_EQ(default_tokenizer_type(""), "GPT2BPETokenizer");
   TokenizerConfig c;
   c.type = "HuggingFaceTokenizer";
   EXPECT_THROW(make_tokenizer(c), Error);  // no --tokenizer-model
