@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <unordered_map>
 
@@ -117,7 +118,9 @@ bool nfc(std::string_view s, std::string* out, const std::string& path) {
 
 json read_json(const std::string& path) {
   std::ifstream f(path);
-  TRIPOD_CHECK_HINT(f.good(), "pass the tokenizer.json file of a Hugging Face tokenizer",
+  TRIPOD_CHECK_HINT(f.good(),
+                    "pass a local tokenizer.json, or the model folder that holds it (tripod reads no hub "
+                    "names: download the file first)",
                     "cannot open --tokenizer-model {}", path);
   try {
     return json::parse(f);
@@ -135,9 +138,11 @@ constexpr const char* kEodNames[] = {"<|end_of_text|>", "<|endoftext|>", "</s>",
 // ---- loading ----
 
 HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path)
-    : path_(path), raw_added_(std::make_unique<AddedTokens>()),
+    : path_(std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "tokenizer.json").string()
+                                                 : path),
+      raw_added_(std::make_unique<AddedTokens>()),
       normalized_added_(std::make_unique<AddedTokens>()) {
-  load(path);
+  load(path_);
 }
 
 HuggingFaceTokenizer::~HuggingFaceTokenizer() = default;

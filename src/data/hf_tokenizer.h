@@ -1,5 +1,6 @@
 // Hugging Face byte-level BPE tokenizers from a tokenizer.json file
-// (--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json):
+// (--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json, or
+// the model folder holding it, as Megatron users pass it):
 // GPT-2, Llama 3, Qwen2, Mistral-Nemo and others of the same build. Offline: only the file.
 //
 // encode: repair invalid UTF-8 (data/utf8.h) -> the post-processor's prefix

@@ -221,6 +221,10 @@ TEST(HuggingFaceTokenizer, RefusedComponentsNameTheFile) {
   EXPECT_EQ(default_tokenizer_type("path/tokenizer.json"), "HuggingFaceTokenizer");
   EXPECT_EQ(default_tokenizer_type("path/tokenizer.model"), "SentencePieceTokenizer");
   EXPECT_EQ(default_tokenizer_type(""), "GPT2BPETokenizer");
+  // A model folder holding tokenizer.json (what Megatron scripts pass) stands for the file.
+  std::ofstream(dir / "tokenizer.json") << small_tokenizer().dump();
+  EXPECT_EQ(default_tokenizer_type(dir.path()), "HuggingFaceTokenizer");
+  EXPECT_EQ(HuggingFaceTokenizer(dir.path()).vocab_size(), 304);
   TokenizerConfig c;
   c.type = "HuggingFaceTokenizer";
   EXPECT_THROW(make_tokenizer(c), Error);  // no --tokenizer-model
