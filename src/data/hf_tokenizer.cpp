@@ -337,14 +337,27 @@ void HuggingFaceTokenizer::load(const std::string& path) {
     take_post(post);
   }
 
+  // End of document: tokenizer_config.json's eos_token when the file sits
+  // beside (what transformers, and so Megatron, use), else the first added
+  // token of kEodNames.
+  const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  if (std::filesystem::exists(config)) {
+    const json c = read_json(config.string());
+    const json& eos = c.value("eos_token", json());
+    const std::string name = eos.is_string() ? eos.get<std::string>()
+                             : eos.is_object() ? eos.value("content", "") : "";
+    if (!name.empty()) {
+      eod_ = added_token_id(name);
+      TRIPOD_CHECK(eod_ >= 0, "{}: eos_token '{}' is not an added token of {}", config.string(), name, path);
+      eod_name_ = name + " (tokenizer_config.json)";
+    }
+  }
   for (const char* name : kEodNames) {
     if (eod_ >= 0) break;
-    for (const AddedToken& a : added_)
-      if (a.content == name) {
-        eod_ = a.id;
-        eod_name_ = name;
-        break;
-      }
+    if (int32_t id = added_token_id(name); id >= 0) {
+      eod_ = id;
+      eod_name_ = name;
+    }
   }
 }
 

@@ -24,9 +24,10 @@
 //   decoder        null or ByteLevel
 //   added_tokens   content, id, lstrip, rstrip, normalized; not single_word
 //
-// End of document (--append-eod, generate's stop token): the first added
-// token of <|end_of_text|> (Llama 3), <|endoftext|> (GPT-2, Qwen2), </s>,
-// <eos>.
+// End of document (--append-eod, generate's stop token): the eos_token of
+// a tokenizer_config.json beside the file (as transformers and Megatron take
+// it), else the first added token of <|end_of_text|> (Llama 3), <|endoftext|>
+// (GPT-2, Qwen2), </s>, <eos>.
 #pragma once
 
 #include <memory>

@@ -225,6 +225,15 @@ TEST(HuggingFaceTokenizer, RefusedComponentsNameTheFile) {
   std::ofstream(dir / "tokenizer.json") << small_tokenizer().dump();
   EXPECT_EQ(default_tokenizer_type(dir.path()), "HuggingFaceTokenizer");
   EXPECT_EQ(HuggingFaceTokenizer(dir.path()).vocab_size(), 304);
+  EXPECT_EQ(HuggingFaceTokenizer(dir.path()).eod(), 301);  // <|end_of_text|>, by name
+  // tokenizer_config.json's eos_token wins (an instruct model's <|im_start|>
+  // stand-in here), as a string or as an object; one that is no token is an error.
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_start|>"})";
+  EXPECT_EQ(HuggingFaceTokenizer(dir / "tokenizer.json").eod(), 302);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": {"content": "<mask>", "lstrip": true}})";
+  EXPECT_EQ(HuggingFaceTokenizer(dir.path()).eod(), 303);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|nope|>"})";
+  EXPECT_NE(message(small_tokenizer()).find("tokenizer_config.json"), std::string::npos);
   TokenizerConfig c;
   c.type = "HuggingFaceTokenizer";
   EXPECT_THROW(make_tokenizer(c), Error);  // no --tokenizer-model
