@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """tripod's HuggingFaceTokenizer against the Hugging Face `tokenizers` library.
 
-Offline: trains three small byte-level BPE tokenizers with `tokenizers`
+Offline: trains four small byte-level BPE tokenizers with `tokenizers`
 (Llama 3 style: its Split regex, ignore_merges, <|begin_of_text|> template,
-256-style special tokens after the vocabulary, plus vocabulary tokens that no
-merge makes; Qwen2 style: its regex, NFC, <|endoftext|>/<|im_start|>/<|im_end|>;
-GPT-2 style: the ByteLevel pre-tokenizer's own regex), saves each
+special tokens after the vocabulary, plus vocabulary tokens that no merge
+makes; Qwen2 style: its regex, NFC, <|endoftext|>/<|im_start|>/<|im_end|>;
+Mistral-Nemo style: its case-splitting regex, <s> template, </s>; GPT-2
+style: the ByteLevel pre-tokenizer's own regex), saves each
 tokenizer.json, writes a mixed-script JSONL corpus (Latin, CJK, Cyrillic,
 Arabic, emoji, digits, code, special tokens inline, CRLF, U+0085, U+FEFF,
 combining marks), runs `tripod preprocess --append-eod` on it and compares
@@ -30,6 +31,9 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+NEMO = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+        r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
          r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -55,6 +59,9 @@ SEGMENTS = [
     "\u0301",
     # words that only the Llama-style tokenizer's extra vocabulary holds whole
     "tripodunreachable", "Ġzzqqxx", " zzqqxx",
+    # letter case (Mistral-Nemo splits by it), URLs
+    "HelloWorld", "XMLHttpRequest", "iPhone", "中文ABC", "ÉCOLE École", "ǅungla", "ʰa", "https://example.com/a/b",
+    "[INST] hi [/INST]</s><s>",
 ]
 SPACES = ["", "", " ", " ", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r\n\r\n", "   \n", " \n ", "\u00a0",
           "\u3000", "\u0085", "\ufeff", "\u2028", "\x0b", "\x0c"]
@@ -93,7 +100,8 @@ def train(kind, corpus, out_dir):
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     else:
         tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(LLAMA3 if kind == "llama3" else QWEN2), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex({"llama3": LLAMA3, "qwen2": QWEN2, "nemo": NEMO}[kind]),
+                                 behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     if kind == "qwen2":
         tok.normalizer = normalizers.NFC()
@@ -117,20 +125,24 @@ def train(kind, corpus, out_dir):
         tok = Tokenizer.from_file(path)
     specials = {"llama3": ["<|begin_of_text|>", "<|end_of_text|>"] + [f"<|reserved_special_token_{i}|>" for i in range(6)],
                 "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                "nemo": ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
                 "gpt2": ["<|endoftext|>"]}[kind]
     tok.add_special_tokens(specials)
+    if kind in ("llama3", "nemo"):
+        bos_name = "<|begin_of_text|>" if kind == "llama3" else "<s>"
+        bos = tok.token_to_id(bos_name)
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single=f"{bos_name} $A", special_tokens=[(bos_name, bos)])])
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
     if kind == "llama3":
         from tokenizers import AddedToken
         tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
-        bos = tok.token_to_id("<|begin_of_text|>")
-        tok.post_processor = processors.Sequence([
-            processors.ByteLevel(trim_offsets=False),
-            processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bos)])])
-    else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
     tok.save(path)
     tok = Tokenizer.from_file(path)
-    eod = tok.token_to_id({"llama3": "<|end_of_text|>", "qwen2": "<|endoftext|>", "gpt2": "<|endoftext|>"}[kind])
+    eod = tok.token_to_id({"llama3": "<|end_of_text|>", "qwen2": "<|endoftext|>", "nemo": "</s>",
+                           "gpt2": "<|endoftext|>"}[kind])
     return path, eod, tok
 
 
@@ -206,7 +218,7 @@ def main():
             f.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
     nproc = os.cpu_count() or 1
     failed = False
-    for kind in ["llama3", "qwen2", "gpt2"]:
+    for kind in ["llama3", "qwen2", "nemo", "gpt2"]:
         path, eod, tok = train(kind, corpus, args.out)
         want = [e.ids + [eod] for e in tok.encode_batch(docs)]
         got, _, _ = run_tripod(args.tripod, path, jsonl, os.path.join(args.out, kind), 2)

@@ -3,7 +3,7 @@
 # it (the GPU machine: no internet needed), with a tripod built elsewhere
 # (scripts/gpu_check.sh --stage DIR; a CPU build is enough) or here:
 #   scripts/hf_tokenizer_check.sh (--stage DIR | --tripod BIN) [--out DIR] [--big-mb MB]
-# Runs scripts/hf_tokenizer_check.py (Llama 3, Qwen2 and GPT-2 style
+# Runs scripts/hf_tokenizer_check.py (Llama 3, Qwen2, Mistral-Nemo and GPT-2 style
 # tokenizers trained at run time; exact ids of `tripod preprocess` against
 # tokenizers' encode, then MB/s of both). Exit status: non-zero on any
 # mismatch; the first differing document is in OUT/hf_tokenizer.log.

@@ -5,8 +5,9 @@
 # gpt-3-encoder (per line, on the first 4.3 MB: it is slow). Also checks that
 # tripod's ids equal tiktoken's. HuggingFaceTokenizer is timed on GPT-2's
 # files written as tokenizer.json (gpt2_as_hf.py) with GPT-2's pre-tokenizer
-# (its preprocess output must equal GPT2BPETokenizer's byte for byte) and with
-# Llama 3's (Split regex, ignore_merges). Each measurement is the best of REPEATS,
+# (its preprocess output must equal GPT2BPETokenizer's byte for byte), with
+# Llama 3's (Split regex, ignore_merges), and on the real Llama 3 and Qwen3
+# tokenizer.json files (scripts/get_hf_tokenizers.sh). Each measurement is the best of REPEATS,
 # interleaved so that load from other processes hits all of them alike.
 #
 #   bench/tokenizer/run.sh [BUILD_DIR] [REPEATS]      (default: build 3)
@@ -32,6 +33,7 @@ NPROC="$(nproc)"
 
 python3 "$ROOT/bench/tokenizer/gpt2_as_hf.py" "$VOCAB" "$MERGES" gpt2 "$WORK/hf_gpt2.json"
 python3 "$ROOT/bench/tokenizer/gpt2_as_hf.py" "$VOCAB" "$MERGES" llama3 "$WORK/hf_llama3.json"
+eval "$("$ROOT/scripts/get_hf_tokenizers.sh")"
 
 preprocess() {  # workers [tokenizer.json] -> "wall_s cpu_s reported_MB/s"
   local tok=(--tokenizer-type GPT2BPETokenizer --vocab-file "$VOCAB" --merge-file "$MERGES") out="$WORK/kjv10_w$1"
@@ -63,7 +65,12 @@ for r in $(seq "$REPEATS"); do
     { echo "HuggingFaceTokenizer (GPT-2 tokenizer.json) ids differ from GPT2BPETokenizer's" >&2; exit 1; }
   for style in gpt2 llama3; do
     line="$("$BUILD/bench/tokenizer/tokenizer_bench" --hf "$WORK/hf_$style.json" "$WORK/kjv10.txt" 1)"
-    keep "tripod HuggingFaceTokenizer in-process, $style pre-tokenizer, 1 thread (MB/s)" \
+    keep "tripod HuggingFaceTokenizer in-process, GPT-2 files, $style pre-tokenizer, 1 thread (MB/s)" \
+      "$(echo "$line" | sed 's/.*encode \([0-9.]*\) MB.*/\1/')"
+  done
+  for file in "$LLAMA3_TOKENIZER" "$QWEN3_TOKENIZER"; do
+    line="$("$BUILD/bench/tokenizer/tokenizer_bench" --hf "$file" "$WORK/kjv10.txt" 1)"
+    keep "tripod HuggingFaceTokenizer in-process, $(basename "$(dirname "$file")") tokenizer.json, 1 thread (MB/s)" \
       "$(echo "$line" | sed 's/.*encode \([0-9.]*\) MB.*/\1/')"
   done
   node "$ROOT/bench/tokenizer/reference_bench.js" "$MODS/node_modules" "$WORK/kjv10.txt" \

@@ -28,8 +28,8 @@ int run_preprocess(int argc, char** argv) {
   app.add_option("--vocab-file", c.tokenizer.vocab_file, "GPT-2 vocab (encoder.json / gpt2-vocab.json)");
   app.add_option("--merge-file", c.tokenizer.merge_file, "GPT-2 merges (vocab.bpe / gpt2-merges.txt)");
   app.add_option("--tokenizer-model", c.tokenizer.tokenizer_model, "SentencePiece .model file, or a Hugging Face tokenizer.json");
-  app.add_flag("--append-eod", c.append_eod, "end every document with the end-of-document token (HuggingFaceTokenizer: "
-             "<|end_of_text|>, <|endoftext|>, </s> or <eos>, the first it has)");
+  app.add_flag("--append-eod", c.append_eod, "end every document with the end-of-document token (HuggingFaceTokenizer: the eos_token "
+             "of a tokenizer_config.json beside it, else <|end_of_text|>, <|endoftext|>, </s> or <eos>)");
   app.add_option("--workers", c.workers, "tokenizer threads (the output does not depend on it)")
       ->capture_default_str();
   app.add_flag("--skip-invalid", c.skip_invalid,

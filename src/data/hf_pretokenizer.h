@@ -9,6 +9,9 @@
 //   kLlama3 (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 //           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+        (Llama 3)
 //   kQwen2  the same with \p{N} in place of \p{N}{1,3}                (Qwen2, Qwen2.5)
+//   kMistralNemo  [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
+//           [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}|
+//            ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+      (Mistral-Nemo's Tekken)
 //
 // kLlama3/kQwen2, alternative by alternative at a position i:
 //   1. an ASCII apostrophe and s, t, re, ve, m, ll or d in either case (also
@@ -21,6 +24,12 @@
 //   5. white space up to and including its last \r or \n;
 //   6-7. white space as in GPT-2: a run followed by a non-space gives up its
 //      last character, unless it has only one.
+// kMistralNemo splits words by case instead (U: Lu Lt Lm Lo M, L: Ll Lm Lo
+// M; unicode::case_table): 1. the optional leading character of 2., then
+// U*L+, where U* gives back characters until L+ can start (so "HelloWorld" is
+// "Hello" "World" and a run of upper case followed by nothing in L ends at
+// its last Lm/Lo/M character); 2. the same, then U+L*; 3. one number; 4-7.
+// as above, with `/` also taken after punctuation.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +41,7 @@
 
 namespace tripod::data {
 
-enum class HfPattern { kGpt2, kLlama3, kQwen2 };
+enum class HfPattern { kGpt2, kLlama3, kQwen2, kMistralNemo };
 
 // The pattern whose regex text is exactly `regex`, or none.
 std::optional<HfPattern> hf_pattern_from_regex(std::string_view regex);

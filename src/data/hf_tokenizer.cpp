@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <unordered_map>
 
@@ -117,7 +118,9 @@ bool nfc(std::string_view s, std::string* out, const std::string& path) {
 
 json read_json(const std::string& path) {
   std::ifstream f(path);
-  TRIPOD_CHECK_HINT(f.good(), "pass the tokenizer.json file of a Hugging Face tokenizer",
+  TRIPOD_CHECK_HINT(f.good(),
+                    "pass a local tokenizer.json, or the model folder that holds it (tripod reads no hub "
+                    "names: download the file first)",
                     "cannot open --tokenizer-model {}", path);
   try {
     return json::parse(f);
@@ -135,9 +138,11 @@ constexpr const char* kEodNames[] = {"<|end_of_text|>", "<|endoftext|>", "</s>",
 // ---- loading ----
 
 HuggingFaceTokenizer::HuggingFaceTokenizer(const std::string& path)
-    : path_(path), raw_added_(std::make_unique<AddedTokens>()),
+    : path_(std::filesystem::is_directory(path) ? (std::filesystem::path(path) / "tokenizer.json").string()
+                                                 : path),
+      raw_added_(std::make_unique<AddedTokens>()),
       normalized_added_(std::make_unique<AddedTokens>()) {
-  load(path);
+  load(path_);
 }
 
 HuggingFaceTokenizer::~HuggingFaceTokenizer() = default;
@@ -146,7 +151,10 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   const json root = read_json(path);
   TRIPOD_CHECK(root.is_object() && root.contains("model"),
                "{} is not a Hugging Face tokenizer.json (no \"model\")", path);
-  const char* hint = "tripod reads byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2 style); see docs/data.md";
+  const char* hint =
+      "tripod reads byte-level BPE tokenizer.json files (GPT-2, Llama 3, Qwen2, Mistral-Nemo style; "
+      "docs/data.md); for a SentencePiece model (Llama 2, Mistral 7B) pass its tokenizer.model with "
+      "--tokenizer-type SentencePieceTokenizer";
   auto refuse = [&](const std::string& component, const json& j) {
     TRIPOD_CHECK_HINT(false, hint, "{}: unsupported {}: {}", path, component, j.dump().substr(0, 300));
   };
@@ -162,6 +170,10 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   } else if (!norm.is_null()) {
     take_normalizer(norm);
   }
+#ifndef TRIPOD_WITH_ICU
+  TRIPOD_CHECK_HINT(!nfc_, "apt-get install libicu-dev, then rebuild tripod",
+                    "{}: the NFC normalizer needs a tripod built with ICU", path);
+#endif
 
   // pre_tokenizer
   const json& pre = root.value("pre_tokenizer", json());
@@ -184,8 +196,8 @@ void HuggingFaceTokenizer::load(const std::string& path) {
     const std::string regex = pat["Regex"];
     const auto p = hf_pattern_from_regex(regex);
     TRIPOD_CHECK_HINT(p.has_value(), hint,
-                      "{}: unsupported pre-tokenizer regex {} (tripod knows GPT-2's, Llama 3's and "
-                      "Qwen2's patterns, by their exact text)", path, json(regex).dump());
+                      "{}: unsupported pre-tokenizer regex {} (tripod knows GPT-2's, Llama 3's, Qwen2's and "
+                      "Mistral-Nemo's patterns, by their exact text)", path, json(regex).dump());
     pattern_ = *p;
     if (split.value("behavior", "") != "Isolated" || split.value("invert", false))
       refuse("Split behavior (Isolated, not inverted, only)", split);
@@ -325,14 +337,27 @@ void HuggingFaceTokenizer::load(const std::string& path) {
     take_post(post);
   }
 
+  // End of document: tokenizer_config.json's eos_token when the file sits
+  // beside (what transformers, and so Megatron, use), else the first added
+  // token of kEodNames.
+  const std::filesystem::path config = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  if (std::filesystem::exists(config)) {
+    const json c = read_json(config.string());
+    const json& eos = c.value("eos_token", json());
+    const std::string name = eos.is_string() ? eos.get<std::string>()
+                             : eos.is_object() ? eos.value("content", "") : "";
+    if (!name.empty()) {
+      eod_ = added_token_id(name);
+      TRIPOD_CHECK(eod_ >= 0, "{}: eos_token '{}' is not an added token of {}", config.string(), name, path);
+      eod_name_ = name + " (tokenizer_config.json)";
+    }
+  }
   for (const char* name : kEodNames) {
     if (eod_ >= 0) break;
-    for (const AddedToken& a : added_)
-      if (a.content == name) {
-        eod_ = a.id;
-        eod_name_ = name;
-        break;
-      }
+    if (int32_t id = added_token_id(name); id >= 0) {
+      eod_ = id;
+      eod_name_ = name;
+    }
   }
 }
 

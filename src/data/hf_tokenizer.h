@@ -1,6 +1,7 @@
 // Hugging Face byte-level BPE tokenizers from a tokenizer.json file
-// (--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json):
-// GPT-2, Llama 3, Qwen2 and others of the same build. Offline: only the file.
+// (--tokenizer-type HuggingFaceTokenizer --tokenizer-model tokenizer.json, or
+// the model folder holding it, as Megatron users pass it):
+// GPT-2, Llama 3, Qwen2, Mistral-Nemo and others of the same build. Offline: only the file.
 //
 // encode: repair invalid UTF-8 (data/utf8.h) -> the post-processor's prefix
 // ids (e.g. Llama 3's <|begin_of_text|>) -> split off added tokens, matched
@@ -23,9 +24,10 @@
 //   decoder        null or ByteLevel
 //   added_tokens   content, id, lstrip, rstrip, normalized; not single_word
 //
-// End of document (--append-eod, generate's stop token): the first added
-// token of <|end_of_text|> (Llama 3), <|endoftext|> (GPT-2, Qwen2), </s>,
-// <eos>.
+// End of document (--append-eod, generate's stop token): the eos_token of
+// a tokenizer_config.json beside the file (as transformers and Megatron take
+// it), else the first added token of <|end_of_text|> (Llama 3), <|endoftext|>
+// (GPT-2, Qwen2), </s>, <eos>.
 #pragma once
 
 #include <memory>

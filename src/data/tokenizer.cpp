@@ -1,6 +1,8 @@
 // make_tokenizer: --tokenizer-type -> a Tokenizer (data/tokenizer.h).
 #include "data/tokenizer.h"
 
+#include <filesystem>
+
 #include "base/error.h"
 #include "data/gpt2_bpe.h"
 #include "data/hf_tokenizer.h"
@@ -13,6 +15,8 @@ namespace tripod::data {
 std::string default_tokenizer_type(const std::string& tokenizer_model) {
   if (tokenizer_model.empty()) return "GPT2BPETokenizer";
   if (tokenizer_model.size() >= 5 && tokenizer_model.compare(tokenizer_model.size() - 5, 5, ".json") == 0)
+    return "HuggingFaceTokenizer";
+  if (std::filesystem::exists(std::filesystem::path(tokenizer_model) / "tokenizer.json"))
     return "HuggingFaceTokenizer";
   return "SentencePieceTokenizer";
 }

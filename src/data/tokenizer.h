@@ -49,7 +49,8 @@ struct TokenizerConfig {
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& config);
 
 // --tokenizer-type when only files are given: HuggingFaceTokenizer for a
-// --tokenizer-model ending in .json, SentencePieceTokenizer for another
+// --tokenizer-model ending in .json or a folder holding tokenizer.json,
+// SentencePieceTokenizer for another
 // --tokenizer-model, else GPT2BPETokenizer.
 std::string default_tokenizer_type(const std::string& tokenizer_model);
 

@@ -14,23 +14,36 @@ namespace {
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr int kBlocks = (kMaxCodePoint + 1) / 256;
 
+void fill(std::vector<uint8_t>* flat, const CodePointRange* r, int n, uint8_t value) {
+  for (int i = 0; i < n; ++i)
+    for (uint32_t cp = r[i].first; cp <= r[i].last; ++cp) (*flat)[cp] = value;
+}
+
+std::vector<uint8_t> classes(bool oniguruma) {
+  std::vector<uint8_t> flat(kMaxCodePoint + 1, static_cast<uint8_t>(CharClass::kOther));
+  fill(&flat, kLetterRanges, kLetterRangeCount, static_cast<uint8_t>(CharClass::kLetter));
+  fill(&flat, kNumberRanges, kNumberRangeCount, static_cast<uint8_t>(CharClass::kNumber));
+  fill(&flat, kSpaceRanges, kSpaceRangeCount, static_cast<uint8_t>(CharClass::kSpace));
+  if (oniguruma) {
+    flat[0x85] = static_cast<uint8_t>(CharClass::kSpace);
+    flat[0xFEFF] = static_cast<uint8_t>(CharClass::kOther);
+  }
+  return flat;
+}
+
+std::vector<uint8_t> case_kinds() {
+  std::vector<uint8_t> flat(kMaxCodePoint + 1, static_cast<uint8_t>(CaseKind::kNone));
+  fill(&flat, kCaseUpperRanges, kCaseUpperRangeCount, static_cast<uint8_t>(CaseKind::kUpper));
+  fill(&flat, kCaseLowerRanges, kCaseLowerRangeCount, static_cast<uint8_t>(CaseKind::kLower));
+  fill(&flat, kCaseBothRanges, kCaseBothRangeCount, static_cast<uint8_t>(CaseKind::kBoth));
+  return flat;
+}
+
 struct Table {
   std::vector<uint16_t> stage1;  // (kBlocks,) block -> stage-2 block number
   std::vector<uint8_t> stage2;   // (num distinct blocks * 256,)
 
-  explicit Table(bool oniguruma) {
-    std::vector<uint8_t> flat(kMaxCodePoint + 1, static_cast<uint8_t>(CharClass::kOther));
-    auto fill = [&](const CodePointRange* r, int n, CharClass c) {
-      for (int i = 0; i < n; ++i)
-        for (uint32_t cp = r[i].first; cp <= r[i].last; ++cp) flat[cp] = static_cast<uint8_t>(c);
-    };
-    fill(kLetterRanges, kLetterRangeCount, CharClass::kLetter);
-    fill(kNumberRanges, kNumberRangeCount, CharClass::kNumber);
-    fill(kSpaceRanges, kSpaceRangeCount, CharClass::kSpace);
-    if (oniguruma) {
-      flat[0x85] = static_cast<uint8_t>(CharClass::kSpace);
-      flat[0xFEFF] = static_cast<uint8_t>(CharClass::kOther);
-    }
+  explicit Table(const std::vector<uint8_t>& flat) {
     std::map<std::string, uint16_t> seen;
     stage1.resize(kBlocks);
     for (int b = 0; b < kBlocks; ++b) {
@@ -43,12 +56,12 @@ struct Table {
 };
 
 const Table& table() {
-  static const Table t(false);
+  static const Table t(classes(false));
   return t;
 }
 
 const Table& oniguruma_table() {
-  static const Table t(true);
+  static const Table t(classes(true));
   return t;
 }
 
@@ -69,5 +82,12 @@ ClassTable oniguruma_class_table() {
   const Table& t = oniguruma_table();
   return {t.stage1.data(), t.stage2.data()};
 }
+
+CaseTable case_table() {
+  static const Table t(case_kinds());
+  return {t.stage1.data(), t.stage2.data()};
+}
+
+CaseKind case_kind(uint32_t cp) { return cp > kMaxCodePoint ? CaseKind::kNone : case_table()(cp); }
 
 }  // namespace tripod::data::unicode

@@ -21,6 +21,13 @@ extern const CodePointRange kNumberRanges[];
 extern const int kNumberRangeCount;
 extern const CodePointRange kSpaceRanges[];
 extern const int kSpaceRangeCount;
+// unicode_case_tables.cpp (tools/gen_unicode_tables.js --case)
+extern const CodePointRange kCaseUpperRanges[];  // Lu, Lt
+extern const int kCaseUpperRangeCount;
+extern const CodePointRange kCaseLowerRanges[];  // Ll
+extern const int kCaseLowerRangeCount;
+extern const CodePointRange kCaseBothRanges[];   // Lm, Lo, M
+extern const int kCaseBothRangeCount;
 
 enum class CharClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2, kSpace = 3 };
 
@@ -43,5 +50,19 @@ ClassTable class_table();  // cp must be <= 0x10FFFF
 // Unicode White_Space, so U+0085 is white space and U+FEFF is not; JavaScript
 // takes U+FEFF and not U+0085. Letters and numbers are the same.
 ClassTable oniguruma_class_table();
+
+// Letter-case kinds of Mistral-Nemo's pattern (data/hf_pretokenizer.h):
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] is kUpper or kBoth, [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+// is kLower or kBoth. Same two-stage layout as ClassTable.
+enum class CaseKind : uint8_t { kNone = 0, kUpper = 1, kLower = 2, kBoth = 3 };
+struct CaseTable {
+  const uint16_t* stage1;
+  const uint8_t* stage2;
+  CaseKind operator()(uint32_t cp) const {
+    return static_cast<CaseKind>(stage2[(static_cast<uint32_t>(stage1[cp >> 8]) << 8) | (cp & 255)]);
+  }
+};
+CaseTable case_table();
+CaseKind case_kind(uint32_t cp);
 
 }  // namespace tripod::data::unicode

@@ -24,6 +24,7 @@
 #include "data/gpt2_bpe.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_tokenizer.h"
+#include "data/unicode_class.h"
 #include "data/utf8.h"
 #include "test_util.h"
 
@@ -46,13 +47,13 @@ std::string cache_dir() {
 }
 
 // node_modules with tokenizers, GPT-2's vocab and merges; *why when missing.
-struct Setup {
+struct RefSetup {
   std::string modules, vocab, merges, why;
 };
 
-const Setup& setup() {
-  static const Setup s = [] {
-    Setup r;
+const RefSetup& setup() {
+  static const RefSetup s = [] {
+    RefSetup r;
     TempDir t;
     if (std::system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1") != 0) {
       r.why = "node/npm are not installed (apt-get install nodejs npm)";
@@ -107,7 +108,7 @@ json split_then_bytes(HfPattern p) {
 }
 
 // GPT-2's files as a tokenizer.json of the given style.
-json build(const Setup& s, const std::string& style) {
+json build(const RefSetup& s, const std::string& style) {
   json vocab = json::parse(read_bytes(s.vocab));
   json merges = json::array();
   std::istringstream in(read_bytes(s.merges));
@@ -150,6 +151,11 @@ json build(const Setup& s, const std::string& style) {
     j["added_tokens"].push_back(added(50257, "<|im_start|>"));
     j["added_tokens"].push_back(added(50258, "<|im_end|>"));
     j["pre_tokenizer"] = split_then_bytes(HfPattern::kQwen2);
+  } else if (style == "nemo") {
+    const int n = static_cast<int>(vocab.size());
+    for (auto [k, name] : {std::pair{0, "</s>"}, {1, "<s>"}, {2, "[INST]"}, {3, "[/INST]"}})
+      j["added_tokens"].push_back(added(n + k, name));
+    j["pre_tokenizer"] = split_then_bytes(HfPattern::kMistralNemo);
   } else {
     j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   }
@@ -171,6 +177,9 @@ std::vector<std::string> cases() {
       "<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<mask>",
       "<|im_start|>user\nhi<|im_end|>", "a<|end_of_text|>b", "<|reserved_special_token_0|>",
       "e\xcc\x81", "n\xcc\x83o", "A\xcc\x8a", "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "ǅ ʰ ª µ ß", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+      "HelloWorld", "iPhone", "ABCdef", "XMLHttpRequest", "McDonald's", "ǅungla ǅ", "ʰa aʰ ʰʰ", "中文ABC",
+      "ÉCOLE École", "A\xcc\x81" "bc", "Ab\xcc\x81" "C", "\xcc\x81\xcc\x81!", "!\xcc\x81", "https://example.com/a/b\n",
+      "a/b//c", "x!!/\n/", "ΑΒΓδε", "ПРИВЕТмир", "[INST] hi [/INST]</s><s>",
       "\xcc\x81", "tripodunreachable", " zzqqxx", "\xff\xfe", "caf\xe9", "\xed\xa0\x80"};
   const std::vector<std::string> spaces = {"", "", " ", " ", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n",
                                            "\r\n\r\n", "   \n", " \n ", "\xc2\xa0", "\xe3\x80\x80",
@@ -201,12 +210,9 @@ std::string hex(const std::string& s) {
   return h;
 }
 
-void expect_parity(const std::string& style) {
-  const Setup& s = setup();
-  if (s.modules.empty()) GTEST_SKIP() << s.why;
+// tripod's ids for every case against the library's, with the tokenizer.json at path.
+void expect_same_ids(const RefSetup& s, const std::string& path, const std::string& style) {
   TempDir t;
-  const std::string path = t / (style + ".json");
-  std::ofstream(path) << build(s, style).dump();
   const auto all = cases();
   {
     std::ofstream f(t / "cases");
@@ -237,9 +243,105 @@ void expect_parity(const std::string& style) {
   EXPECT_GT(ids, 10000u);
 }
 
+void expect_parity(const std::string& style) {
+  const RefSetup& s = setup();
+  if (s.modules.empty()) GTEST_SKIP() << s.why;
+  TempDir t;
+  const std::string path = t / (style + ".json");
+  std::ofstream(path) << build(s, style).dump();
+  expect_same_ids(s, path, style);
+}
+
+// The pieces of each pattern, straight from the library's Split.
+TEST(HfParity, PreTokenizerPiecesMatchTokenizers) {
+  const RefSetup& s = setup();
+  if (s.modules.empty()) GTEST_SKIP() << s.why;
+  TempDir t;
+  const auto all = cases();
+  {
+    std::ofstream f(t / "cases");
+    for (const auto& c : all) f << hex(c) << '\n';
+  }
+  for (HfPattern p : {HfPattern::kGpt2, HfPattern::kLlama3, HfPattern::kQwen2, HfPattern::kMistralNemo}) {
+    std::ofstream(t / "regex") << hf_pattern_regex(p);
+    const std::string cmd = fmt::format("node {}/tests/unit/data/hf_reference.js {} --pieces {} {} {} 2> {}",
+                                        source_dir(), s.modules, t / "regex", t / "cases", t / "out", t / "err");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_bytes(t / "err");
+    std::istringstream in(read_bytes(t / "out"));
+    std::string line;
+    int failures = 0;
+    size_t i = 0;
+    for (; std::getline(in, line) && failures < 5; ++i) {
+      const std::string text = repair_utf8(all[i]);
+      std::string got;
+      for (auto piece : hf_pretokenize(p, text)) got += (got.empty() ? "" : " ") + hex(std::string(piece));
+      if (got != line) {
+        ++failures;
+        ADD_FAILURE() << hf_pattern_name(p) << " case " << i << " '" << all[i].substr(0, 120)
+                      << "'\n  tripod:     " << got.substr(0, 300) << "\n  tokenizers: " << line.substr(0, 300);
+      }
+    }
+    EXPECT_EQ(i, all.size()) << hf_pattern_name(p);
+  }
+}
+
 TEST(HfParity, Llama3StyleMatchesTokenizers) { expect_parity("llama3"); }
 TEST(HfParity, Qwen2StyleMatchesTokenizers) { expect_parity("qwen2"); }
 TEST(HfParity, Gpt2StyleMatchesTokenizers) { expect_parity("gpt2"); }
+TEST(HfParity, MistralNemoStyleMatchesTokenizers) { expect_parity("nemo"); }
+
+// Real files: Llama 3's tokenizer.json (128 k tokens, 280 k merges,
+// ignore_merges, 256 special tokens) and Qwen3's (Qwen2's pattern, NFC, pair
+// merges), fetched by scripts/get_hf_tokenizers.sh.
+TEST(HfParity, RealLlama3AndQwen3FilesMatchTokenizers) {
+  const RefSetup& s = setup();
+  if (s.modules.empty()) GTEST_SKIP() << s.why;
+  TempDir t;
+  const int rc = std::system(fmt::format("{}/scripts/get_hf_tokenizers.sh > {} 2>&1", source_dir(), t / "out").c_str());
+  const std::string out = read_bytes(t / "out");
+  const auto l = out.find("LLAMA3_TOKENIZER="), q = out.find("QWEN3_TOKENIZER=");
+  if (rc != 0 || l == std::string::npos || q == std::string::npos)
+    GTEST_SKIP() << "real tokenizer.json files unavailable (scripts/get_hf_tokenizers.sh): " << out;
+  const std::string llama3 = out.substr(l + 17, out.find('\n', l) - l - 17);
+  const std::string qwen3 = out.substr(q + 16, out.find('\n', q) - q - 16);
+  expect_same_ids(s, llama3, "Llama 3 tokenizer.json");
+  expect_same_ids(s, qwen3, "Qwen3 tokenizer.json");
+  HuggingFaceTokenizer tok(llama3);
+  EXPECT_EQ(tok.vocab_size(), 128256);
+  EXPECT_EQ(tok.eod(), 128001);  // <|end_of_text|>
+  EXPECT_EQ(tok.pattern(), HfPattern::kLlama3);
+}
+
+// The case-kind table (Mistral-Nemo's classes) against node's regex engine.
+TEST(HfParity, CaseTablesMatchNode) {
+  if (std::system("command -v node >/dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+  TempDir t;
+  ASSERT_EQ(std::system(fmt::format("node {}/tools/gen_unicode_tables.js --case --ranges > {}", source_dir(),
+                                    t / "ranges").c_str()), 0);
+  std::istringstream in(read_bytes(t / "ranges"));
+  std::string word, version, line;
+  in >> word >> version;
+  if (version != unicode::kTableUnicodeVersion)
+    GTEST_SKIP() << "node has Unicode " << version << ", the tables " << unicode::kTableUnicodeVersion;
+  std::vector<uint8_t> expect(0x110000, 0);
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string name, range;
+    ls >> name;
+    if (name.empty()) continue;
+    const auto kind = name == "caseUpper" ? unicode::CaseKind::kUpper
+                      : name == "caseLower" ? unicode::CaseKind::kLower : unicode::CaseKind::kBoth;
+    while (ls >> range) {
+      const uint32_t a = std::stoul(range), b = std::stoul(range.substr(range.find('-') + 1));
+      for (uint32_t cp = a; cp <= b; ++cp) expect[cp] = static_cast<uint8_t>(kind);
+    }
+  }
+  int wrong = 0;
+  for (uint32_t cp = 0; cp < 0x110000; ++cp)
+    if (static_cast<uint8_t>(unicode::case_kind(cp)) != expect[cp] && ++wrong <= 5)
+      ADD_FAILURE() << "U+" << std::hex << cp << ": tripod " << int(unicode::case_kind(cp)) << ", node " << int(expect[cp]);
+  EXPECT_EQ(wrong, 0);
+}
 
 }  // namespace
 }  // namespace tripod::data

@@ -66,10 +66,19 @@ TEST(HfPreTokenizer, Llama3SplitsLikeThePattern) {
   EXPECT_EQ(split(L, ""), V{});
 }
 
+TEST(HfPreTokenizer, MistralNemoSplitsWordsByCase) {
+  const auto M = HfPattern::kMistralNemo;
+  EXPECT_EQ(split(M, "HelloWorld XMLHttpRequest iPhone"), (V{"Hello", "World", " XMLHttp", "Request", " i", "Phone"}));
+  // Lo is both "upper" and "lower": a CJK run ends where the upper-case run begins.
+  EXPECT_EQ(split(M, "中文ABC 2024"), (V{"中文", "ABC", " ", "2", "0", "2", "4"}));
+  EXPECT_EQ(split(M, "a/b//c!!/\n/x"), (V{"a", "/b", "//", "c", "!!/\n/", "x"}));
+}
+
 TEST(HfPreTokenizer, PatternsAreRecognisedByExactText) {
   EXPECT_EQ(hf_pattern_from_regex(kLlama3), HfPattern::kLlama3);
   EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kQwen2)), HfPattern::kQwen2);
   EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kGpt2)), HfPattern::kGpt2);
+  EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kMistralNemo)), HfPattern::kMistralNemo);
   EXPECT_FALSE(hf_pattern_from_regex(kLlama3 + " ").has_value());
 }
 
@@ -209,6 +218,22 @@ TEST(HuggingFaceTokenizer, RefusedComponentsNameTheFile) {
   j = small_tokenizer();
   j["model"]["merges"].push_back("x yz");
   EXPECT_NE(message(j).find("merges[5]"), std::string::npos);
+  EXPECT_EQ(default_tokenizer_type("path/tokenizer.json"), "HuggingFaceTokenizer");
+  EXPECT_EQ(default_tokenizer_type("path/tokenizer.model"), "SentencePieceTokenizer");
+  EXPECT_EQ(default_tokenizer_type(""), "GPT2BPETokenizer");
+  // A model folder holding tokenizer.json (what Megatron scripts pass) stands for the file.
+  std::ofstream(dir / "tokenizer.json") << small_tokenizer().dump();
+  EXPECT_EQ(default_tokenizer_type(dir.path()), "HuggingFaceTokenizer");
+  EXPECT_EQ(HuggingFaceTokenizer(dir.path()).vocab_size(), 304);
+  EXPECT_EQ(HuggingFaceTokenizer(dir.path()).eod(), 301);  // <|end_of_text|>, by name
+  // tokenizer_config.json's eos_token wins (an instruct model's <|im_start|>
+  // stand-in here), as a string or as an object; one that is no token is an error.
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_start|>"})";
+  EXPECT_EQ(HuggingFaceTokenizer(dir / "tokenizer.json").eod(), 302);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": {"content": "<mask>", "lstrip": true}})";
+  EXPECT_EQ(HuggingFaceTokenizer(dir.path()).eod(), 303);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|nope|>"})";
+  EXPECT_NE(message(small_tokenizer()).find("tokenizer_config.json"), std::string::npos);
   TokenizerConfig c;
   c.type = "HuggingFaceTokenizer";
   EXPECT_THROW(make_tokenizer(c), Error);  // no --tokenizer-model
