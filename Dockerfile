@@ -11,7 +11,7 @@ FROM ${CUDA_IMAGE}
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       build-essential cmake ninja-build pkg-config git \
       libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin \
-      libsentencepiece-dev nlohmann-json3-dev libcli11-dev libfmt-dev \
+      libsentencepiece-dev libicu-dev nlohmann-json3-dev libcli11-dev libfmt-dev \
       libgtest-dev libgmock-dev libbenchmark-dev hwloc libhwloc-dev \
     && rm -rf /var/lib/apt/lists/*
 

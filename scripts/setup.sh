@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-dev libgloo-dev libopenmpi-dev openmpi-bin slurm-wlm munge
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev sentencepiece libicu-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   hwloc libhwloc-dev

@@ -3,26 +3,33 @@
 // line by line (the same work `tripod preprocess --input-format text` does,
 // without I/O and threads). Used by bench/tokenizer/run.sh.
 //   tokenizer_bench VOCAB MERGES FILE [REPEATS] [encode]   (encode: skip the pre-tokenizer pass)
+//   tokenizer_bench --hf TOKENIZER_JSON FILE [REPEATS]      (HuggingFaceTokenizer, encode only)
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "data/gpt2_bpe.h"
 #include "data/gpt2_pretokenizer.h"
+#include "data/hf_tokenizer.h"
 
 using namespace tripod::data;
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s VOCAB MERGES FILE [REPEATS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s VOCAB MERGES FILE [REPEATS] [encode] | --hf TOKENIZER_JSON FILE [REPEATS]\n",
+                 argv[0]);
     return 1;
   }
+  const bool hf = std::string(argv[1]) == "--hf";
   const int repeats = argc > 4 ? std::atoi(argv[4]) : 3;
-  const bool encode_only = argc > 5 && std::string(argv[5]) == "encode";
-  GPT2BPETokenizer tok(argv[1], argv[2]);
+  const bool encode_only = hf || (argc > 5 && std::string(argv[5]) == "encode");
+  std::unique_ptr<Tokenizer> tok;
+  if (hf) tok = std::make_unique<HuggingFaceTokenizer>(argv[2]);
+  else tok = std::make_unique<GPT2BPETokenizer>(argv[1], argv[2]);
   std::ifstream f(argv[3], std::ios::binary);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::vector<std::string_view> lines;
@@ -45,7 +52,7 @@ int main(int argc, char** argv) {
     size_t tokens = 0;
     for (auto l : lines) {
       ids.clear();
-      tok.encode(l, &ids);
+      tok->encode(l, &ids);
       tokens += ids.size();
     }
     auto t2 = now();

@@ -51,6 +51,7 @@ DebugConfig read_debug_config() {
   c.ckpt_fail_enospc = env::get_int_or("TRIPOD_CKPT_FAIL_ENOSPC", 0) != 0;
   c.testing_data_sleep_ms = non_negative("TRIPOD_TESTING_DATA_SLEEP_MS");
   c.ckpt_kill_at = non_negative("TRIPOD_CKPT_KILL_AT");
+  c.ckpt_trace = env::get_int_or("TRIPOD_CKPT_TRACE", 0) != 0;
   if (const std::string f = env::get_or("TRIPOD_FAULT", ""); !f.empty()) {
     const auto at = f.find('@'), colon = f.find(':');
     const std::string kind = f.substr(0, at);

@@ -49,6 +49,10 @@ struct DebugConfig {
   // checkpoint file operation (a write: after half of the file's bytes), as a
   // node that dies mid-save; 0: never. Counted as TRIPOD_CKPT_FAIL_AT is.
   int64_t ckpt_kill_at = 0;
+  // TRIPOD_CKPT_TRACE=1: every checkpoint file operation prints its number
+  // and what it is to stderr ("TRIPOD_CKPT_TRACE: 3 rename ..."), so that a
+  // test can count a save's operations and aim TRIPOD_CKPT_KILL_AT.
+  bool ckpt_trace = false;
   // TRIPOD_FAULT=KIND@RANK:ITER: global rank RANK, just before training
   // iteration ITER (1-based), KIND = kill (SIGKILL itself), stop (SIGSTOP
   // itself: a hung rank), exit (exit(1) without a message), abort

@@ -37,9 +37,13 @@ std::string parent_of(const std::string& path) {
 
 // Counts one operation; true when it is the one TRIPOD_CKPT_FAIL_AT names.
 // TRIPOD_CKPT_KILL_AT kills the process at its operation (a write: after
-// half of the bytes, see write_file_synced).
-bool fault_here(int64_t* n, bool is_write = false, const std::string& what = {}) {
+// half of the bytes, see write_file_synced); TRIPOD_CKPT_TRACE prints it.
+bool fault_here(int64_t* n, const std::string& what, bool is_write = false) {
   *n = ++g_points;
+  if (debug_config().ckpt_trace) {
+    std::fprintf(stderr, "TRIPOD_CKPT_TRACE: %lld %s\n", static_cast<long long>(*n), what.c_str());
+    std::fflush(stderr);
+  }
   if (!is_write && debug_config().ckpt_kill_at == *n) killed(*n, what.c_str());
   const int64_t at = debug_config().ckpt_fail_at;
   return at > 0 && at == *n;
@@ -78,12 +82,12 @@ int64_t fault_points_passed() { return g_points.load(); }
 
 void fault_point(const std::string& what) {
   int64_t n = 0;
-  if (fault_here(&n, false, what)) injected(n, what);
+  if (fault_here(&n, what)) injected(n, what);
 }
 
 void write_file_synced(const std::string& path, const void* bytes, size_t n) {
   int64_t point = 0;
-  const bool fail = fault_here(&point, true);
+  const bool fail = fault_here(&point, "write " + path, true);
   const bool kill = debug_config().ckpt_kill_at == point;
   const bool full_disk = fail && debug_config().ckpt_fail_enospc;  // see NOTE [Failure injection]
   if (fail && !full_disk) injected(point, "write " + path);

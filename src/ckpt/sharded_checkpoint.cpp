@@ -10,7 +10,11 @@
 // complete new checkpoint that the marker does not name yet. Either way the
 // marker names a complete checkpoint. Old checkpoints are deleted only
 // after the marker moved. Re-saving an iteration that already exists moves
-// the old directory aside first (iter_X.old), then removes it.
+// the old directory aside first (iter_X.old), then removes it. A crash
+// between those two renames leaves iter_X.old and no iter_X while the marker
+// may name X: the reader then reads iter_X.old (it is the complete earlier
+// save of X), and the next save moves it back, or removes it when iter_X was
+// committed after all (prepare_save; tests/faults/test_save_faults.cpp).
 #include "ckpt/sharded_checkpoint.h"
 
 #include <algorithm>
@@ -176,8 +180,15 @@ static bool is_tmp_dir_name(const std::string& n) {
          all_digits(n.substr(5, n.size() - 9));
 }
 
+// "iter_0000100.old": the aside copy of a re-saved iteration (NOTE [Atomic commit]).
+static bool is_old_dir_name(const std::string& n) {
+  return n.size() == iter_dir_name(0).size() + 4 && n.rfind("iter_", 0) == 0 && n.substr(n.size() - 4) == ".old" &&
+         all_digits(n.substr(5, n.size() - 9));
+}
+
 static uint64_t bytes_under(const fs::path& p) {
   std::error_code ec;
+  if (fs::is_regular_file(p, ec)) return fs::file_size(p, ec);  // a marker's temporary
   uint64_t total = 0;
   for (auto it = fs::recursive_directory_iterator(p, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec))
@@ -193,12 +204,14 @@ static uint64_t bytes_under(const fs::path& p) {
 std::string prepare_save(const std::string& save_dir, int64_t it) {
   const std::string tmp = tmp_dir_for(save_dir, it);
   fs::create_directories(save_dir);
-  std::vector<fs::path> stale;
+  std::vector<fs::path> stale, moved_aside;
   for (const auto& e : fs::directory_iterator(save_dir)) {
     const std::string n = e.path().filename().string();
     const std::string marker_tmp = std::string(kLatestFile) + ".tmp.";
     if (is_tmp_dir_name(n) && e.is_directory()) {
       stale.push_back(e.path());
+    } else if (is_old_dir_name(n) && e.is_directory()) {
+      moved_aside.push_back(e.path());
     } else if (n.rfind(marker_tmp, 0) == 0 && all_digits(n.substr(marker_tmp.size())) &&
                n.size() - marker_tmp.size() <= 9 && !pid_alive(std::stoll(n.substr(marker_tmp.size())))) {
       stale.push_back(e.path());
@@ -210,6 +223,23 @@ std::string prepare_save(const std::string& save_dir, int64_t it) {
     fault_point("remove stale " + p.string());
     fs::remove_all(p);
     log::info("removed {} ({} bytes), left by a checkpoint save that failed or was killed", p.string(), bytes);
+  }
+  // A re-save killed between its renames (NOTE [Atomic commit]): iter_X.old
+  // is the earlier save of X; it goes back unless X was committed since.
+  std::sort(moved_aside.begin(), moved_aside.end());
+  for (const auto& p : moved_aside) {
+    const fs::path final_dir = p.parent_path() / p.stem();
+    if (fs::exists(final_dir)) {
+      const uint64_t bytes = bytes_under(p);
+      fault_point("remove stale " + p.string());
+      fs::remove_all(p);
+      log::info("removed {} ({} bytes), left by a re-save of {} that was killed after its commit", p.string(), bytes,
+                final_dir.filename().string());
+    } else {
+      rename_path(p.string(), final_dir.string());
+      log::info("moved {} back to {}: a re-save of that iteration was killed between its two renames", p.string(),
+                final_dir.string());
+    }
   }
   fault_point("mkdir " + tmp);
   fs::create_directories(tmp);
@@ -378,6 +408,12 @@ CheckpointReader CheckpointReader::open(const std::string& dir, int64_t iteratio
   }
   r.iteration_ = iteration;
   r.path_ = (fs::path(dir) / iter_dir_name(iteration)).string();
+  if (!fs::exists(r.path_) && fs::is_directory(r.path_ + ".old")) {
+    // A re-save of this iteration was killed between its renames (NOTE [Atomic commit]).
+    log::warn("{} is missing but {}.old holds the earlier save of iteration {} (a re-save was killed between its "
+              "two renames): reading that; the next save moves it back", r.path_, r.path_, iteration);
+    r.path_ += ".old";
+  }
   // Megatron-LM uses the same marker and iter_N names: say what it is.
   if (const std::string m = describe_megatron_checkpoint(r.path_); !m.empty())
     TRIPOD_CHECK_HINT(false, megatron_checkpoint_hint(dir), "--load {}: not a tripod checkpoint; {}", dir, m);

@@ -12,6 +12,7 @@
 //
 // Relates to: parallel/groups_check.h, comm/context.h, docs/distributed.md.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <signal.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "base/log.h"
 #include "base/timer.h"
 #include "backend/ops.h"
+#include "ckpt/atomic_io.h"
 #include "cli/command.h"
 #include "cli/device.h"
 #include "comm/context.h"
@@ -51,6 +53,7 @@ struct CommArgs {
   std::string device = "cpu";
   int fault_hang_rank = -1, fault_kill_rank = -1, fault_kill_after_ms = 300;
   int fault_size_mismatch_rank = -1;  // this rank's buffers are twice the others'
+  std::string links_out;  // --links-out: the largest all_reduce's bus bandwidth, for `tripod plan --links`
 };
 
 double bus_factor(const std::string& op, int n) {
@@ -170,7 +173,7 @@ double world_reduce(Communicator& world, Buffers& bufs, double v, comm::ReduceOp
   return b.host.data<float>()[0];
 }
 
-void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bufs) {
+void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_world_size, Buffers& bufs) {
   std::map<std::string, std::shared_ptr<Communicator>> by_name = {
       {"world", pg.world}, {"tp", pg.tp}, {"dp", pg.dp}, {"pp", pg.pp}, {"mp", pg.mp}};
   TRIPOD_CHECK(by_name.count(a.group), "--group must be world, tp, dp, pp or mp; got '{}'", a.group);
@@ -189,6 +192,8 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
   std::stringstream ss(a.ops);
   std::string op;
   int64_t total_wrong = 0;
+  int64_t links_bytes = 0;
+  double links_busbw = 0;
   while (std::getline(ss, op, ',')) {
     if (op == "sendrecv" && c.size() == 1) continue;
     for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.step_factor) {
@@ -207,6 +212,7 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
                                 ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
                                 : count * 4;
       const double algbw = double(sized) / t / 1e9;
+      if (op == "all_reduce" && sized >= links_bytes) links_bytes = sized, links_busbw = algbw * bus_factor(op, c.size());
       if (root)
         std::printf("  %12lld %12lld %-15s %12.1f %12.4f %12.4f %8lld\n", (long long)sized,
                     (long long)(sized / 4), op.c_str(), t * 1e6, algbw, algbw * bus_factor(op, c.size()),
@@ -215,6 +221,26 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, Buffers& bu
   }
   if (root) std::fflush(stdout);
   TRIPOD_CHECK(total_wrong == 0, "bench comm: {} wrong elements in the data checks", total_wrong);
+  if (a.links_out.empty()) return;
+  // Whether the group leaves a node: nodes hold LOCAL_WORLD_SIZE consecutive ranks.
+  const double node = double(pg.global_rank / std::max(1, local_world_size));
+  const double hi = world_reduce(c, bufs, node, comm::ReduceOp::Max);
+  const double lo = -world_reduce(c, bufs, -node, comm::ReduceOp::Max);
+  if (!root) return;
+  const nlohmann::json j = {{"format", 1},
+                            {"what", "tripod bench comm: bus bandwidth of the largest all_reduce"},
+                            {"group", a.group},
+                            {"group_size", c.size()},
+                            {"spans_nodes", hi != lo},
+                            {"device", a.device},
+                            {"bytes", links_bytes},
+                            {"busbw_gbs", links_busbw}};
+  ckpt::write_text_atomic(a.links_out, j.dump(1) + "\n");
+  std::printf("# wrote %s: all_reduce %lld B over %d ranks (%s), bus bandwidth %.2f GB/s; use it with "
+              "`tripod plan --links %s`\n",
+              a.links_out.c_str(), (long long)links_bytes, c.size(), hi != lo ? "across nodes" : "within a node",
+              links_busbw, a.links_out.c_str());
+  std::fflush(stdout);
 }
 
 int run_comm(const CommArgs& a) {
@@ -255,7 +281,7 @@ int run_comm(const CommArgs& a) {
     return 0;
   }
   Buffers bufs(be.get());
-  run_bench(a, pg, bufs);
+  run_bench(a, pg, info.local_world_size, bufs);
   return 0;
 }
 
@@ -281,6 +307,9 @@ int run_bench_cmd(int argc, char** argv) {
                    "nccl (cuda default) | gloo (cuda: staged through host memory; ranks may share a GPU)");
   comm->add_option("--distributed-timeout-minutes", a.timeout_minutes, "every wait's timeout (fractions allowed)")
       ->capture_default_str();
+  comm->add_option("--links-out", a.links_out,
+                   "write the largest all_reduce's bus bandwidth over --group (and whether the group spans nodes) "
+                   "to this JSON file, for `tripod plan --links FILE`");
   // Fault injection for the launcher tests; not shown in --help.
   comm->add_option("--fault-hang-rank", a.fault_hang_rank)->group("");
   comm->add_option("--fault-kill-rank", a.fault_kill_rank)->group("");
@@ -293,6 +322,9 @@ int run_bench_cmd(int argc, char** argv) {
   }
   TRIPOD_CHECK(a.step_factor >= 2, "--step-factor must be >= 2");
   TRIPOD_CHECK(a.iters >= 1, "--iters must be >= 1");
+  TRIPOD_CHECK_HINT(a.links_out.empty() || a.ops.find("all_reduce") != std::string::npos,
+                    "add all_reduce to --ops (or leave --ops at its default)",
+                    "--links-out records the all_reduce bandwidth, but --ops {} has none", a.ops);
   return run_comm(a);
 }
 

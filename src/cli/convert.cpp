@@ -13,6 +13,7 @@
 #include "ckpt/megatron_import.h"
 #include "ckpt/hf_llama.h"
 #include "cli/command.h"
+#include "data/tokenizer.h"
 
 namespace tripod::cli {
 namespace {
@@ -39,9 +40,9 @@ int run_convert(int argc, char** argv) {
                  "any TP/PP; model weights)");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf / --import-megatron)");
   app.add_option("--tokenizer-type", tok_type,
-                 "recorded in the imported checkpoint (default GPT2BPETokenizer; SentencePieceTokenizer with "
-                 "--tokenizer-model)");
-  app.add_option("--tokenizer-model", tok_model, "SentencePiece model (Llama-2 tokenizer.model), recorded");
+                 "recorded in the imported checkpoint (default GPT2BPETokenizer; with --tokenizer-model: "
+                 "HuggingFaceTokenizer for a .json, else SentencePieceTokenizer)");
+  app.add_option("--tokenizer-model", tok_model, "SentencePiece model (Llama-2 tokenizer.model) or tokenizer.json (Llama 3, Qwen2), recorded");
   app.add_option("--vocab-file", vocab, "GPT-2 vocab JSON, recorded in the imported checkpoint");
   app.add_option("--merge-file", merges, "GPT-2 merges file, recorded in the imported checkpoint");
   try {
@@ -81,7 +82,7 @@ int run_convert(int argc, char** argv) {
               export_dir);
   } else {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
-    if (!tok_model.empty() && app.count("--tokenizer-type") == 0) tok_type = "SentencePieceTokenizer";
+    if (!tok_model.empty() && app.count("--tokenizer-type") == 0) tok_type = data::default_tokenizer_type(tok_model);
     tok["tokenizer_type"] = tok_type;
     tok["tokenizer_model"] = tok_model;
     tok["vocab_file"] = vocab;

@@ -6,6 +6,7 @@
 // doctor/checks.h and doctor/comm_check.h. docs/doctor.md.
 //   tripod doctor --model-params 1.3e9 --save /ckpt --tensor-model-parallel-size 8
 //   torchrun --nproc-per-node 8 --no-python tripod doctor
+//   tripod doctor -- TRAIN FLAGS     (also: will this run fit the GPUs? cli/oom_advice.h)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -16,6 +17,10 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "cli/device.h"
+#include "cli/megatron_flags.h"
+#include "cli/model_flags.h"
+#include "cli/oom_advice.h"
+#include "cli/train_flags.h"
 #include "comm/context.h"
 #include "comm/rendezvous.h"
 #include "doctor/checks.h"
@@ -35,7 +40,58 @@ struct DoctorArgs {
   int iters = 5;
   std::string device = "auto";
   double timeout_s = 60;
+  double gpu_memory_gb = 0;            // 0: the GPUs found
+  std::vector<std::string> train_argv;  // after `--`: the run's `tripod train` flags
 };
+
+// `-- TRAIN FLAGS`: parsed as `tripod train` parses them (same flags, same
+// errors for unknown or rejected ones).
+train::TrainArgs parse_train_part(const std::vector<std::string>& words) {
+  CLI::App app{"the training flags after `tripod doctor --`", "tripod doctor --"};
+  train::TrainArgs args;
+  data::TokenizerConfig tok;
+  DerivedFlags derived;
+  add_train_flags(app, args, tok, derived);
+  for (CLI::Option* o : app.get_options()) o->required(false);  // the run's length does not matter here
+  std::string dist_backend;
+  app.add_option("--distributed-backend", dist_backend);
+  ModelFlags model_flags;
+  model_flags.add_to(app, args.model);
+  MegatronCompat compat;
+  compat.add_to(app);
+  std::vector<std::string> rev(words.rbegin(), words.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::ParseError& e) {
+    TRIPOD_FAIL("tripod doctor -- ...: {} (the flags after `--` are `tripod train` flags)", e.what());
+  }
+  compat.apply(app, false);
+  model_flags.apply(app, args.model);
+  if (args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_tokenizer(tok);
+  if (args.model.vocab_size == 0) args.model.vocab_size = 50257;
+  return args;
+}
+
+// Will the run fit? The plan's prediction for its layout on this job's GPUs.
+CheckResult memory_check(const DoctorArgs& a, const comm::RankInfo& info, bool under_launcher,
+                         const doctor::CudaInventory& inv) {
+  train::TrainArgs args = parse_train_part(a.train_argv);
+  double capacity = a.gpu_memory_gb * double(1ull << 30);
+  std::string where = fmt::format("--gpu-memory-gb {}", a.gpu_memory_gb);
+  if (capacity <= 0 && !inv.gpus.empty()) {
+    capacity = double(inv.gpus.front().memory_bytes);
+    where = inv.gpus.front().name;
+  }
+  if (capacity <= 0)
+    return {"gpu-memory-fit", Status::kInfo, "no GPU here to check the run's memory against",
+            "pass --gpu-memory-gb G (the target GPU's memory) to check the fit from this machine"};
+  args.device = "cuda";
+  const int world = under_launcher ? info.world_size : std::max<int>(1, int(inv.gpus.size()));
+  const int local = under_launcher ? info.local_world_size : world;
+  const MemoryFit f = memory_fit_check(args, world, local, capacity);
+  return {"gpu-memory-fit", f.fits ? Status::kPass : Status::kFail,
+          fmt::format("{} GPU(s) ({}): {}", world, where, f.finding), f.fix};
+}
 
 std::string hostname() {
   char buf[256] = {0};
@@ -94,8 +150,21 @@ int run_doctor(int argc, char** argv) {
   app.add_option("--device", a.device, "all-reduce on: auto, cpu (Gloo), cuda (NCCL)")->capture_default_str();
   app.add_option("--timeout-seconds", a.timeout_s, "rendezvous and collective timeout")->capture_default_str();
   app.add_flag("--json", a.json, "print JSON");
+  app.add_option("--gpu-memory-gb", a.gpu_memory_gb,
+                 "with `-- TRAIN FLAGS`: GiB per GPU to check the run against (default: the GPUs found)");
+  app.footer("With `-- TRAIN FLAGS` (the run's `tripod train` flags) doctor also predicts the run's peak memory per "
+             "GPU with tripod plan's model and, when it does not fit, lists layouts that do.");
+  // `tripod doctor [flags] -- TRAIN FLAGS`
+  int own = argc;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--") {
+      own = i;
+      break;
+    }
+  for (int i = own + 1; i < argc; ++i) a.train_argv.emplace_back(argv[i]);
+  const bool check_fit = own < argc;
   try {
-    app.parse(argc, argv);
+    app.parse(own, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
@@ -113,6 +182,13 @@ int run_doctor(int argc, char** argv) {
   auto local = doctor::run_local_checks(a.opts);
   checks.insert(checks.end(), local.begin(), local.end());
   const bool under_launcher = info.launcher != "none" && info.world_size > 1;
+  if (check_fit) {
+    try {
+      checks.push_back(memory_check(a, info, under_launcher, doctor::gather_cuda_inventory()));
+    } catch (const Error& e) {
+      checks.push_back({"gpu-memory-fit", Status::kFail, e.message(), e.hint()});
+    }
+  }
   if (under_launcher && !a.no_bandwidth)
     checks.push_back(bandwidth_check(a, info, doctor::gather_cuda_inventory()));
   else if (!under_launcher)

@@ -101,12 +101,15 @@ int run_generate(int argc, char** argv) {
     if (tc.merge_file.empty()) tc.merge_file = t.value("merge_file", "");
     if (tc.tokenizer_model.empty()) tc.tokenizer_model = t.value("tokenizer_model", "");
   }
-  if (tc.type.empty()) tc.type = tc.tokenizer_model.empty() ? "GPT2BPETokenizer" : "SentencePieceTokenizer";
+  if (tc.type.empty()) tc.type = data::default_tokenizer_type(tc.tokenizer_model);
   TRIPOD_CHECK_HINT(!tc.vocab_file.empty() || !tc.tokenizer_model.empty(),
                     "pass --vocab-file and --merge-file (or --tokenizer-model)",
                     "{} records no tokenizer files", reader.path());
   const auto tok = data::make_tokenizer(tc);
-  TRIPOD_CHECK_HINT(tok->vocab_size() == cfg.vocab_size, "pass the tokenizer files the model was trained with",
+  // A tokenizer.json may have fewer ids than the model's (padded) embedding, as Qwen2's does.
+  const bool fits = tc.type == "HuggingFaceTokenizer" ? tok->vocab_size() <= cfg.vocab_size
+                                                       : tok->vocab_size() == cfg.vocab_size;
+  TRIPOD_CHECK_HINT(fits, "pass the tokenizer files the model was trained with",
                     "the tokenizer has {} tokens but the checkpoint's vocabulary is {}", tok->vocab_size(),
                     cfg.vocab_size);
   auto be = backend::make_cpu_backend();

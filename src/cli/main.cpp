@@ -1,5 +1,7 @@
 // tripod: entry point. Dispatches to a subcommand and is the only place that
 // turns a tripod::Error into a message and an exit code (style.md).
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +36,11 @@ static void print_usage() {
 
 int main(int argc, char** argv) {
   using namespace tripod::cli;
+  // A write to a socket whose peer is gone (Gloo's writev to a rank that
+  // exited) must fail with EPIPE and be reported, not kill this rank
+  // silently with SIGPIPE (exit 141) so that the survivors blame it; Python
+  // ignores SIGPIPE for the same reason. tripod launch's ranks inherit it.
+  ::signal(SIGPIPE, SIG_IGN);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     print_usage();

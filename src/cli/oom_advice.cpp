@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "plan/search.h"
+#include "train/trainer.h"
 
 namespace tripod::cli {
 namespace {
@@ -30,23 +31,16 @@ plan::ModelSpec model_spec(const train::TrainArgs& a) {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
-}  // namespace
-
-std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, const JobShape& job) {
-  std::string s = fmt::format("rank {} (tp rank {}, pp rank {}, dp rank {}; layout tp {} pp {} dp {}) ran out of "
-                              "memory: {} (needed {:.2f} GiB more, {:.2f} GiB already in use{})",
-                              job.rank, job.tp_rank, job.pp_rank, job.dp_rank, a.tp, a.pp,
-                              job.world_size / (a.tp * a.pp), e.message(), gib(double(e.requested)),
-                              gib(double(e.in_use)),
-                              e.capacity ? fmt::format(", device memory {:.2f} GiB", gib(double(e.capacity))) : "");
-  if (e.capacity == 0) return s;  // no capacity: nothing to plan against
+// The layouts predicted to fit (best first) or, when none does, the smallest
+// and what it needs; then the `tripod plan` command that shows more.
+std::string fitting_layouts(const train::TrainArgs& a, int world_size, int local_world_size, double capacity_bytes) {
   const plan::ModelSpec m = model_spec(a);
   plan::Machine mc;
-  mc.gpus_per_node = std::max(1, job.local_world_size);
-  mc.nnodes = std::max(1, job.world_size / mc.gpus_per_node);
-  mc.gpu_memory_gb = gib(double(e.capacity));
+  mc.gpus_per_node = std::max(1, local_world_size);
+  mc.nnodes = std::max(1, world_size / mc.gpus_per_node);
+  mc.gpu_memory_gb = gib(capacity_bytes);
   plan::SearchOptions o;
-  const int dp = std::max(1, job.world_size / (a.tp * a.pp));
+  const int dp = std::max(1, world_size / (a.tp * a.pp));
   o.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * dp;
   // A CPU "device" (TRIPOD_CPU_MEMORY_LIMIT_MB) has no CUDA context or
   // library workspaces to reserve (`tripod plan --device cpu`).
@@ -62,20 +56,70 @@ std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, con
   try {
     r = plan::plan_layouts(m, mc, o);
   } catch (const Error& pe) {
-    return s + fmt::format("\n(no layout suggestion: {})", pe.message());
+    return fmt::format("(no layout suggestion: {})", pe.message());
   }
+  std::string s;
   if (r.fits.empty()) {
-    s += fmt::format("\nno layout of this model fits {} GPU(s) of {:.1f} GiB", mc.world(), mc.gpu_memory_gb);
+    s += fmt::format("no layout of this model fits {} GPU(s) of {:.1f} GiB", mc.world(), mc.gpu_memory_gb);
     if (r.smallest)
       s += fmt::format("; the smallest ({}) needs {:.1f} GiB per GPU: add GPUs or shrink the model",
                        r.smallest->layout.str(), gib(r.smallest->mem.total()));
   } else {
-    s += fmt::format("\nlayouts predicted to fit {} GPU(s) of {:.1f} GiB (best first):", mc.world(), mc.gpu_memory_gb);
+    s += fmt::format("layouts predicted to fit {} GPU(s) of {:.1f} GiB (best first):", mc.world(), mc.gpu_memory_gb);
     for (size_t i = 0; i < r.fits.size() && i < 3; ++i)
       s += fmt::format("\n  {}. {} ({:.1f} GiB per GPU): {}", i + 1, r.fits[i].layout.str(),
                        gib(r.fits[i].mem.total()), plan::megatron_flags(m, r.fits[i].layout));
   }
   return s + "\nmore: " + cmd;
+}
+
+}  // namespace
+
+std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, const JobShape& job) {
+  std::string s = fmt::format("rank {} (tp rank {}, pp rank {}, dp rank {}; layout tp {} pp {} dp {}) ran out of "
+                              "memory: {} (needed {:.2f} GiB more, {:.2f} GiB already in use{})",
+                              job.rank, job.tp_rank, job.pp_rank, job.dp_rank, a.tp, a.pp,
+                              job.world_size / (a.tp * a.pp), e.message(), gib(double(e.requested)),
+                              gib(double(e.in_use)),
+                              e.capacity ? fmt::format(", device memory {:.2f} GiB", gib(double(e.capacity))) : "");
+  if (e.capacity == 0) return s;  // no capacity: nothing to plan against
+  return s + "\n" + fitting_layouts(a, job.world_size, job.local_world_size, double(e.capacity));
+}
+
+MemoryFit memory_fit_check(const train::TrainArgs& a, int world_size, int local_world_size, double capacity_bytes) {
+  MemoryFit f;
+  plan::Layout l;
+  l.tp = a.tp, l.pp = a.pp;
+  if (world_size % (a.tp * a.pp) != 0) {
+    f.finding = fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", world_size, a.tp, a.pp);
+    f.fix = "launch a multiple of TP x PP ranks, or change the sizes\n" +
+            fitting_layouts(a, world_size, local_world_size, capacity_bytes);
+    return f;
+  }
+  l.dp = world_size / (a.tp * a.pp);
+  l.vpp = std::max(1, train::virtual_pipeline_size(a));
+  l.micro_batch = a.micro_batch_size;
+  l.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * l.dp;
+  l.sequence_parallel = a.sequence_parallel;
+  l.distributed_optimizer = a.use_distributed_optimizer;
+  const std::string g = a.recompute_granularity.empty() && a.recompute_activations ? "selective"
+                                                                                     : a.recompute_granularity;
+  l.recompute = g.empty() ? plan::Recompute::kNone : plan::recompute_from_string(g);
+  plan::Machine mc;
+  mc.gpus_per_node = std::max(1, local_world_size);
+  mc.nnodes = std::max(1, world_size / mc.gpus_per_node);
+  mc.gpu_memory_gb = gib(capacity_bytes);
+  plan::MemoryOptions mo;
+  if (a.device == "cpu") mo.workspace_fixed_gib = 0, mo.cuda = false;
+  const plan::Candidate c = plan::evaluate(model_spec(a), mc, l, mo);
+  f.predicted_bytes = c.mem.total();
+  f.fits = f.predicted_bytes <= capacity_bytes;
+  f.finding = fmt::format("{}: predicted peak {:.1f} GiB per GPU (model states {:.1f}, activations {:.1f}, "
+                          "workspace {:.1f}, reserved {:.1f}; busiest stage {}) of {:.1f} GiB",
+                          l.str(), gib(f.predicted_bytes), gib(c.mem.model_states), gib(c.mem.activations),
+                          gib(c.mem.workspace), gib(c.mem.reserved), c.mem.stage, gib(capacity_bytes));
+  if (!f.fits) f.fix = fitting_layouts(a, world_size, local_world_size, capacity_bytes);
+  return f;
 }
 
 }  // namespace tripod::cli

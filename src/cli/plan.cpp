@@ -185,6 +185,10 @@ int run_plan(int argc, char** argv) {
   app.add_option("--device", device,
                  "the device the planned run uses, and --calibrate measures on: cuda (default) or cpu (no CUDA "
                  "context or library workspaces in the memory model)");
+  std::vector<std::string> links;
+  app.add_option("--links", links,
+                 "files of `tripod bench comm --links-out FILE` run under the target job's launcher: measured bus "
+                 "bandwidths replace --intra-node-bandwidth-gbs / --inter-node-bandwidth-gbs");
   app.add_option("--top", top, "rows to show")->capture_default_str();
   app.add_flag("--json", json, "print JSON instead of the table");
   try {
@@ -231,6 +235,7 @@ int run_plan(int argc, char** argv) {
   }
   TRIPOD_CHECK(mc.gpu_memory_gb > 0 && mc.peak_tflops > 0 && mc.assumed_mfu > 0 && mc.assumed_mfu <= 1,
                "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
+  const std::string comm_note = apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs);
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
   o.memory.model = plan::memory_model_from_string(memory_model);
@@ -255,10 +260,7 @@ int run_plan(int argc, char** argv) {
   mc.ops = op_choice.profile ? &*op_choice.profile : nullptr;
   plan::PlanResult r = plan::plan_layouts(m, mc, o);
   r.notes.insert(r.notes.begin(), op_choice.note);
-  if (mc.world() > 1)
-    r.notes.insert(r.notes.begin() + 1, fmt::format("communication: assumed link bandwidths ({:.0f} GB/s intra-node, "
-                                                    "{:.0f} GB/s inter-node; set them from `tripod bench comm`)",
-                                                    mc.intra_node_bw_gbs, mc.inter_node_bw_gbs));
+  if (mc.world() > 1 || !links.empty()) r.notes.insert(r.notes.begin() + 1, comm_note);
   if (json) {
     nlohmann::json j;
     j["model"] = {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},

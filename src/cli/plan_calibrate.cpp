@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "base/error.h"
+#include <nlohmann/json.hpp>
 #include <fmt/format.h>
 
 #include "base/log.h"
@@ -215,6 +216,38 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
   c.profile = plan::shipped_profile("h200");
   c.note = "op times: " + c.profile->origin + " (" + why + ")";
   return c;
+}
+
+std::string apply_link_files(const std::vector<std::string>& files, double& intra_node_gbs, double& inter_node_gbs) {
+  std::string intra = fmt::format("{:.0f} GB/s intra-node assumed", intra_node_gbs);
+  std::string inter = fmt::format("{:.0f} GB/s inter-node assumed", inter_node_gbs);
+  for (const std::string& f : files) {
+    std::ifstream in(f);
+    TRIPOD_CHECK_HINT(in.good(), "write it with `tripod bench comm --links-out FILE` under your launcher",
+                      "--links {}: cannot read the file", f);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    TRIPOD_CHECK_HINT(!j.is_discarded() && j.is_object() && j.value("format", 0) == 1 && j.contains("busbw_gbs") &&
+                          j["busbw_gbs"].is_number() && j.contains("spans_nodes") && j.contains("group_size"),
+                      "write it again with `tripod bench comm --links-out FILE`",
+                      "--links {}: not a file of `tripod bench comm --links-out`", f);
+    const double bw = j["busbw_gbs"].get<double>();
+    const int n = j["group_size"].get<int>();
+    TRIPOD_CHECK_HINT(bw > 0 && n > 1, "measure over a group of 2 or more ranks (--group world under the launcher)",
+                      "--links {}: a bandwidth of {} GB/s over {} rank(s) says nothing about a link", f, bw, n);
+    const std::string what = fmt::format("{:.1f} GB/s {} measured ({}: all_reduce of {} B over {} ranks)", bw,
+                                         j["spans_nodes"].get<bool>() ? "inter-node" : "intra-node", f,
+                                         j.value("bytes", int64_t(0)), n);
+    if (j["spans_nodes"].get<bool>()) {
+      inter_node_gbs = bw;
+      inter = what;
+    } else {
+      intra_node_gbs = bw;
+      intra = what;
+    }
+  }
+  return fmt::format("communication: bus bandwidths {}; {}{}", intra, inter,
+                     files.empty() ? " (measure them with `tripod bench comm --links-out FILE`, then --links FILE)"
+                                   : "");
 }
 
 }  // namespace tripod::cli

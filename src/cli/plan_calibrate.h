@@ -37,4 +37,11 @@ struct OpTimesChoice {
 OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
                                const std::function<std::vector<plan::OpShape>(const plan::OpProfile*)>& shapes_needed);
 
+// `--links FILE ...`: files written by `tripod bench comm --links-out FILE`
+// under the target job's launcher. A group within a node sets the machine's
+// intra-node bus bandwidth, one across nodes the inter-node one. Returns the
+// output's communication note (which bandwidths were measured, which
+// assumed). A missing or malformed file stops with its name.
+std::string apply_link_files(const std::vector<std::string>& files, double& intra_node_gbs, double& inter_node_gbs);
+
 }  // namespace tripod::cli

@@ -23,12 +23,13 @@ int run_preprocess(int argc, char** argv) {
   app.add_option("--json-keys", c.json_keys, "keys to tokenize; each gets its own .bin/.idx")
       ->capture_default_str();
   app.add_option("--output-prefix", c.output_prefix, "path prefix of the outputs")->required();
-  app.add_option("--tokenizer-type", c.tokenizer.type, "GPT2BPETokenizer | SentencePieceTokenizer")
+  app.add_option("--tokenizer-type", c.tokenizer.type, "GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer")
       ->required();
   app.add_option("--vocab-file", c.tokenizer.vocab_file, "GPT-2 vocab (encoder.json / gpt2-vocab.json)");
   app.add_option("--merge-file", c.tokenizer.merge_file, "GPT-2 merges (vocab.bpe / gpt2-merges.txt)");
-  app.add_option("--tokenizer-model", c.tokenizer.tokenizer_model, "SentencePiece .model file");
-  app.add_flag("--append-eod", c.append_eod, "end every document with the end-of-document token");
+  app.add_option("--tokenizer-model", c.tokenizer.tokenizer_model, "SentencePiece .model file, or a Hugging Face tokenizer.json");
+  app.add_flag("--append-eod", c.append_eod, "end every document with the end-of-document token (HuggingFaceTokenizer: "
+             "<|end_of_text|>, <|endoftext|>, </s> or <eos>, the first it has)");
   app.add_option("--workers", c.workers, "tokenizer threads (the output does not depend on it)")
       ->capture_default_str();
   app.add_flag("--skip-invalid", c.skip_invalid,

@@ -1,10 +1,13 @@
-// Tokenizers for `tripod preprocess` (and later generation): GPT-2 byte-level
-// BPE and SentencePiece, behind one interface named as Megatron names them
-// (--tokenizer-type GPT2BPETokenizer | SentencePieceTokenizer).
+// Tokenizers for `tripod preprocess` and `tripod generate`: GPT-2 byte-level
+// BPE, SentencePiece and Hugging Face byte-level BPE (tokenizer.json), behind
+// one interface named as Megatron names them (--tokenizer-type
+// GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer).
 //
 // Contract: encode() and decode() are const and thread-safe (preprocess calls
 // them from --workers threads at once). encode() appends ids to *out and
 // never adds the end-of-document id; the caller appends eod() (--append-eod).
+// (A HuggingFaceTokenizer adds what its post-processor template puts around
+// the text, e.g. Llama 3's <|begin_of_text|>, as Megatron's does.)
 // Input that is not valid UTF-8 is repaired first, see NOTE [Invalid UTF-8
 // policy] in data/utf8.h.
 //
@@ -37,12 +40,17 @@ class Tokenizer {
 };
 
 struct TokenizerConfig {
-  std::string type;            // GPT2BPETokenizer | SentencePieceTokenizer
+  std::string type;            // GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer
   std::string vocab_file;      // GPT-2: encoder.json (gpt2-vocab.json)
   std::string merge_file;      // GPT-2: vocab.bpe (gpt2-merges.txt)
-  std::string tokenizer_model; // SentencePiece: .model file
+  std::string tokenizer_model; // SentencePiece: .model file; HuggingFaceTokenizer: tokenizer.json
 };
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& config);
+
+// --tokenizer-type when only files are given: HuggingFaceTokenizer for a
+// --tokenizer-model ending in .json, SentencePieceTokenizer for another
+// --tokenizer-model, else GPT2BPETokenizer.
+std::string default_tokenizer_type(const std::string& tokenizer_model);
 
 }  // namespace tripod::data

@@ -18,7 +18,7 @@ struct Table {
   std::vector<uint16_t> stage1;  // (kBlocks,) block -> stage-2 block number
   std::vector<uint8_t> stage2;   // (num distinct blocks * 256,)
 
-  Table() {
+  explicit Table(bool oniguruma) {
     std::vector<uint8_t> flat(kMaxCodePoint + 1, static_cast<uint8_t>(CharClass::kOther));
     auto fill = [&](const CodePointRange* r, int n, CharClass c) {
       for (int i = 0; i < n; ++i)
@@ -27,6 +27,10 @@ struct Table {
     fill(kLetterRanges, kLetterRangeCount, CharClass::kLetter);
     fill(kNumberRanges, kNumberRangeCount, CharClass::kNumber);
     fill(kSpaceRanges, kSpaceRangeCount, CharClass::kSpace);
+    if (oniguruma) {
+      flat[0x85] = static_cast<uint8_t>(CharClass::kSpace);
+      flat[0xFEFF] = static_cast<uint8_t>(CharClass::kOther);
+    }
     std::map<std::string, uint16_t> seen;
     stage1.resize(kBlocks);
     for (int b = 0; b < kBlocks; ++b) {
@@ -39,7 +43,12 @@ struct Table {
 };
 
 const Table& table() {
-  static const Table t;
+  static const Table t(false);
+  return t;
+}
+
+const Table& oniguruma_table() {
+  static const Table t(true);
   return t;
 }
 
@@ -53,6 +62,11 @@ CharClass classify(uint32_t cp) {
 
 ClassTable class_table() {
   const Table& t = table();
+  return {t.stage1.data(), t.stage2.data()};
+}
+
+ClassTable oniguruma_class_table() {
+  const Table& t = oniguruma_table();
   return {t.stage1.data(), t.stage2.data()};
 }
 

@@ -38,4 +38,10 @@ struct ClassTable {
 };
 ClassTable class_table();  // cp must be <= 0x10FFFF
 
+// \s differs between regex engines: Oniguruma (what Hugging Face tokenizers
+// runs its pre-tokenizer patterns with) and Rust's char::is_whitespace take
+// Unicode White_Space, so U+0085 is white space and U+FEFF is not; JavaScript
+// takes U+FEFF and not U+0085. Letters and numbers are the same.
+ClassTable oniguruma_class_table();
+
 }  // namespace tripod::data::unicode

@@ -253,6 +253,18 @@ void Trainer::load_checkpoint() {
               reader.iteration(), meta.contains("layout") ? meta["layout"].dump() : "?", args_.tp, args_.pp,
               dp_size_, args_.finetune ? ", --finetune: weights only, iteration 0" : "",
               args_.no_load_optim && !args_.finetune ? ", --no-load-optim" : "", timer.seconds());
+  // A save killed after its commit rename, before the marker moved, leaves a
+  // complete newer iteration that the marker does not name (NOTE [Atomic commit]).
+  if (is_logger() && args_.ckpt_step < 0) {
+    std::string newer;
+    for (int64_t it : ckpt::committed_iterations(args_.load))
+      if (it > reader.iteration()) newer += (newer.empty() ? "" : ", ") + ckpt::iter_dir_name(it);
+    if (!newer.empty())
+      log::info("{} also holds {}, newer than iteration {} that {} names (a save killed between its commit and "
+                "the marker update, or a run resumed with --ckpt-step); not loaded: --ckpt-step N resumes from one, "
+                "and a save of the same iteration replaces it", args_.load, newer, reader.iteration(),
+                ckpt::kLatestFile);
+  }
 }
 
 }  // namespace tripod::train

@@ -16,6 +16,7 @@ struct Measured {
   const char* name;
   int layers, hidden, heads, micro_batch;
   double peak_gib;
+  double step_ms;  // mean iteration time, iterations 6-15 of 15
 };
 
 // Recorded data, not computed here: tripod's allocator peaks (mem_peak_bytes)
@@ -23,10 +24,13 @@ struct Measured {
 // head, LayerNorm outputs as workspace, atomic cuDNN dQ), bf16, seq 1024, vocab 50257,
 // global batch = micro-batch, no distributed optimizer, no recompute
 // (bench/RESULTS.md, "tripod peak" column of the llm.c / PyTorch comparison).
+// The step times: the same runs again in scripts/gpu_plan_check.sh on
+// 2026-12-03 (commit b3c9eac; bench/RESULTS.md, "tripod plan against tripod's
+// own runs"), whose peaks were these same numbers.
 constexpr Measured kH200[] = {
-    {"124M", 12, 768, 12, 64, 19.6},
-    {"350M", 24, 1024, 16, 32, 28.2},
-    {"1.5B", 48, 1600, 25, 16, 60.1},
+    {"124M", 12, 768, 12, 64, 19.6, 118.0},
+    {"350M", 24, 1024, 16, 32, 28.2, 166.3},
+    {"1.5B", 48, 1600, 25, 16, 60.1, 331.9},
 };
 
 nlohmann::json plan(const Measured& r, const std::string& extra) {
@@ -59,6 +63,20 @@ TEST(PlanCli, TripodModelPredictsH200PeaksWithin10Percent) {
     EXPECT_NEAR(predicted / r.peak_gib, 1.0, 0.10) << "predicted " << predicted << " GiB, measured " << r.peak_gib;
     // The CUDA context is counted on top of the allocator's peak for fitting.
     EXPECT_DOUBLE_EQ(l["memory_gib"]["total"].get<double>(), predicted + l["memory_gib"]["reserved"].get<double>());
+  }
+}
+
+// With the op times shipped for the H200 (no GPU here), the predicted step
+// time is within the 20% the plan promises of the measured one.
+TEST(PlanCli, ShippedH200OpTimesPredictStepTimeWithin20Percent) {
+  for (const Measured& r : kH200) {
+    SCOPED_TRACE(r.name);
+    const nlohmann::json j = plan(r, "--op-times h200");
+    ASSERT_TRUE(j.contains("layouts") && !j["layouts"].empty()) << j.dump();
+    const auto& l = j["layouts"][0];
+    EXPECT_TRUE(l["time_s"]["compute_from_op_times"].get<bool>());
+    const double predicted_ms = 1e3 * l["time_s"]["step"].get<double>();
+    EXPECT_NEAR(predicted_ms / r.step_ms, 1.0, 0.20) << "predicted " << predicted_ms << " ms, measured " << r.step_ms;
   }
 }
 

@@ -1,0 +1,74 @@
+// `tripod doctor -- TRAIN FLAGS` through the real executable: the predicted
+// peak per GPU is `tripod plan`'s for the same layout (one memory model for
+// plan, doctor and the out-of-memory advice), a run that fits passes, one
+// that does not fails (exit 1) listing layouts predicted to fit, and a
+// mistyped training flag is named with its closest flags.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <regex>
+#include <string>
+
+#include "testing/run_tripod.h"
+
+namespace {
+
+using tripod::testing::run_tripod;
+
+// GPT-2 1.5B at micro-batch 16, bf16: measured on one H200 at a 60.1 GiB
+// allocator peak (bench/RESULTS.md, 2026-12-03).
+const std::string kModel = " --num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 "
+                           "--vocab-size 50257 --micro-batch-size 16 --bf16";
+
+double plan_total_gib() {
+  const auto out = run_tripod("plan" + kModel + " --global-batch-size 16 --gpus-per-node 1 --gpu-memory-gb 139 "
+                              "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+                              "--no-distributed-optimizer --recompute-search none --json");
+  EXPECT_EQ(out.code, 0) << out.output;
+  const auto j = nlohmann::json::parse(out.output.substr(out.output.find('{')));
+  return j["layouts"][0]["memory_gib"]["total"].get<double>();
+}
+
+double doctor_predicted_gib(const std::string& output) {
+  std::smatch m;
+  const std::regex re("gpu-memory-fit .*predicted peak ([0-9.]+) GiB per GPU");
+  if (!std::regex_search(output, m, re)) {
+    ADD_FAILURE() << output;
+    return -1;
+  }
+  return std::stod(m[1]);
+}
+
+TEST(DoctorFit, SamePredictionAsPlanAndPassesWhenItFits) {
+  const auto out = run_tripod("doctor --gpu-memory-gb 139 --" + kModel);
+  EXPECT_NE(out.output.find("[pass] gpu-memory-fit"), std::string::npos) << out.output;
+  const double plan = plan_total_gib();
+  EXPECT_NEAR(doctor_predicted_gib(out.output), plan, 0.051) << out.output;  // printed to 0.1 GiB
+  EXPECT_NEAR(plan - 1.0, 60.1, 0.1 * 60.1);  // the allocator part (less the 1 GiB context) vs measured
+}
+
+TEST(DoctorFit, FailsWhenItDoesNotFitAndListsLayoutsThatDo) {
+  const auto out = run_tripod("doctor --gpu-memory-gb 40 --" + kModel);
+  EXPECT_EQ(out.code, 1) << out.output;
+  EXPECT_NE(out.output.find("[fail] gpu-memory-fit"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("layouts predicted to fit 1 GPU(s) of 40.0 GiB"), std::string::npos) << out.output;
+  // Every suggestion is predicted under 40 GiB.
+  const std::regex row(R"(\n  [0-9]\. [^(]*\(([0-9.]+) GiB per GPU\): --tensor-model-parallel-size)");
+  int rows = 0;
+  for (std::sregex_iterator it(out.output.begin(), out.output.end(), row), end; it != end; ++it, ++rows)
+    EXPECT_LT(std::stod((*it)[1]), 40.0) << it->str();
+  EXPECT_GE(rows, 1) << out.output;
+}
+
+TEST(DoctorFit, TrainFlagErrorsAreNamed) {
+  const auto out = run_tripod("doctor --gpu-memory-gb 80 -- --hiden-size 5");
+  EXPECT_EQ(out.code, 1) << out.output;
+  EXPECT_NE(out.output.find("--hiden-size: did you mean --hidden-size"), std::string::npos) << out.output;
+  // Without a GPU and without --gpu-memory-gb there is nothing to check against.
+  const auto none = run_tripod("doctor --" + kModel, "CUDA_VISIBLE_DEVICES=");
+  EXPECT_NE(none.output.find("gpu-memory-fit"), std::string::npos) << none.output;
+  EXPECT_EQ(none.output.find("[fail] gpu-memory-fit"), std::string::npos) << none.output;
+}
+
+}  // namespace

@@ -1,0 +1,245 @@
+// HuggingFaceTokenizer parity: tripod's ids against Hugging Face's tokenizers
+// library (its node binding, hf_reference.js; the same Rust code as the
+// Python package) on three tokenizer.json files built from GPT-2's real
+// vocabulary and merges: Llama 3 style (its Split regex, ignore_merges with
+// vocabulary tokens no merge makes, <|begin_of_text|> template, added tokens
+// with lstrip), Qwen2 style (its regex, NFC, pair-form merges) and GPT-2
+// style (ByteLevel's own regex, add_prefix_space). Cases: every script,
+// emoji, digits, code, special tokens inline, CRLF and odd white space,
+// combining marks, ill-formed UTF-8, plus seeded random mixes.
+//
+// Needs node, npm (installs tokenizers into
+// ${XDG_CACHE_HOME:-$HOME/.cache}/tripod/hf-node once) and the GPT-2 files
+// (scripts/get_gpt2_vocab.sh); skips with the reason when one is missing.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "data/gpt2_bpe.h"
+#include "data/hf_pretokenizer.h"
+#include "data/hf_tokenizer.h"
+#include "data/utf8.h"
+#include "test_util.h"
+
+namespace tripod::data {
+namespace {
+
+using nlohmann::json;
+using testing::read_bytes;
+using testing::TempDir;
+
+std::string source_dir() {
+  const char* s = std::getenv("TRIPOD_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+std::string cache_dir() {
+  const char* x = std::getenv("XDG_CACHE_HOME");
+  const char* h = std::getenv("HOME");
+  return (x ? std::string(x) : std::string(h ? h : "/tmp") + "/.cache") + "/tripod";
+}
+
+// node_modules with tokenizers, GPT-2's vocab and merges; *why when missing.
+struct Setup {
+  std::string modules, vocab, merges, why;
+};
+
+const Setup& setup() {
+  static const Setup s = [] {
+    Setup r;
+    TempDir t;
+    if (std::system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1") != 0) {
+      r.why = "node/npm are not installed (apt-get install nodejs npm)";
+      return r;
+    }
+    int rc = std::system(fmt::format("{}/scripts/get_gpt2_vocab.sh > {} 2>&1", source_dir(), t / "out").c_str());
+    const std::string out = read_bytes(t / "out");
+    const auto v = out.find("VOCAB="), m = out.find("MERGES=");
+    if (rc != 0 || v == std::string::npos || m == std::string::npos) {
+      r.why = "GPT-2 files unavailable (scripts/get_gpt2_vocab.sh): " + out;
+      return r;
+    }
+    r.vocab = out.substr(v + 6, out.find('\n', v) - v - 6);
+    r.merges = out.substr(m + 7, out.find('\n', m) - m - 7);
+    const std::string dir = cache_dir() + "/hf-node";
+    rc = std::system(fmt::format("mkdir -p {0} && cd {0} && exec 9>.lock && flock 9 && "
+                                 "{{ test -f node_modules/tokenizers/package.json || npm install --no-audit "
+                                 "--no-fund --silent tokenizers@0.23.2; }} > {1} 2>&1",
+                                 dir, t / "npm")
+                         .c_str());
+    if (rc != 0) {
+      r.why = "npm could not install tokenizers: " + read_bytes(t / "npm");
+      return r;
+    }
+    r.modules = dir + "/node_modules";
+    return r;
+  }();
+  return s;
+}
+
+std::string spelled(const std::string& raw) {
+  std::string s;
+  for (unsigned char b : raw) {
+    const uint32_t cp = gpt2_byte_to_unicode(b);
+    if (cp < 0x80) s += static_cast<char>(cp);
+    else s += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+  }
+  return s;
+}
+
+json added(int id, const std::string& content, bool lstrip = false) {
+  return {{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", lstrip}, {"rstrip", false},
+          {"normalized", false}, {"special", true}};
+}
+
+json split_then_bytes(HfPattern p) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", std::string(hf_pattern_regex(p))}}},
+             {"behavior", "Isolated"}, {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+}
+
+// GPT-2's files as a tokenizer.json of the given style.
+json build(const Setup& s, const std::string& style) {
+  json vocab = json::parse(read_bytes(s.vocab));
+  json merges = json::array();
+  std::istringstream in(read_bytes(s.merges));
+  std::string line;
+  for (int n = 0; std::getline(in, line); ++n) {
+    if ((n == 0 && line.rfind("#version", 0) == 0) || line.empty()) continue;
+    const size_t sp = line.find(' ');
+    if (style == "qwen2") merges.push_back({line.substr(0, sp), line.substr(sp + 1)});
+    else merges.push_back(line);
+  }
+  json j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"normalizer", nullptr},
+            {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+            {"post_processor", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", false}, {"use_regex", true}}}};
+  j["added_tokens"] = json::array({added(50256, "<|endoftext|>")});
+  bool ignore = false;
+  if (style == "llama3") {
+    ignore = true;
+    for (const char* w : {"tripodunreachable", " zzqqxx", "'\xc5\xbf"})  // 'ſ: a piece only by its contraction rule
+      vocab[spelled(w)] = static_cast<int>(vocab.size());
+    const int n = static_cast<int>(vocab.size());
+    for (auto [k, name] : {std::pair{0, "<|begin_of_text|>"}, {1, "<|end_of_text|>"}, {2, "<|reserved_special_token_0|>"}})
+      j["added_tokens"].push_back(added(n + k, name));
+    j["added_tokens"].push_back(added(n + 3, "<mask>", /*lstrip=*/true));
+    j["pre_tokenizer"] = split_then_bytes(HfPattern::kLlama3);
+    json bos = json::object();
+    bos["id"] = "<|begin_of_text|>";
+    bos["ids"] = json::array({n});
+    bos["tokens"] = json::array({"<|begin_of_text|>"});
+    json special = json::object();
+    special["<|begin_of_text|>"] = bos;
+    json single = json::array();
+    single.push_back({{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}});
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    json tmpl = {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", special}};
+    tmpl["pair"] = single;
+    tmpl["pair"].push_back({{"Sequence", {{"id", "B"}, {"type_id", 1}}}});
+    j["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({j["post_processor"], tmpl})}};
+  } else if (style == "qwen2") {
+    j["normalizer"] = {{"type", "NFC"}};
+    j["added_tokens"].push_back(added(50257, "<|im_start|>"));
+    j["added_tokens"].push_back(added(50258, "<|im_end|>"));
+    j["pre_tokenizer"] = split_then_bytes(HfPattern::kQwen2);
+  } else {
+    j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  }
+  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+                {"ignore_merges", ignore}, {"vocab", vocab}, {"merges", merges}};
+  return j;
+}
+
+std::vector<std::string> cases() {
+  const std::vector<std::string> segments = {
+      "Hello world", "The quick brown fox jumps over the lazy dog.", "naïve café résumé", "It's", "they'll",
+      "I'M", "WE'VE", "don't", "You'Re", "x'ſ", "it'ſelf", "IT'S", "we'LLx", "'s", "''", "rock'n'roll", "Ærøskøbing", "straße",
+      "你好，世界！", "日本語のテキストです。", "한국어 텍스트", "Привет, мир!", "Съешь же ещё этих булок",
+      "مرحبا بالعالم", "٣٤٥ ١٢", "नमस्ते दुनिया", "สวัสดีครับ", "🤖", "👍🏽", "👨‍👩‍👧‍👦", "🇺🇸", "🤖🤖🤖!",
+      "1234567", "3.14159", "2024-12-03", "$100", "1,000,000", "x2y34z567", "Ⅻ", "½²³",
+      "def f(x):\n    return x**2  # comment", "for (int i = 0; i < n; ++i) { a[i] += 1; }",
+      "<div class=\"x\">&nbsp;</div>", "if (a<|b) {}", "#include <vector>\r\n", "SELECT * FROM t;",
+      "<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<mask>",
+      "<|im_start|>user\nhi<|im_end|>", "a<|end_of_text|>b", "<|reserved_special_token_0|>",
+      "e\xcc\x81", "n\xcc\x83o", "A\xcc\x8a", "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "ǅ ʰ ª µ ß", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢",
+      "\xcc\x81", "tripodunreachable", " zzqqxx", "\xff\xfe", "caf\xe9", "\xed\xa0\x80"};
+  const std::vector<std::string> spaces = {"", "", " ", " ", " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n",
+                                           "\r\n\r\n", "   \n", " \n ", "\xc2\xa0", "\xe3\x80\x80",
+                                           "\xc2\x85", "\xef\xbb\xbf", "\xe2\x80\xa8", "\v", "\f"};
+  std::vector<std::string> c = segments;
+  for (const auto& s : spaces) c.push_back(s + "x" + s + s);
+  c.push_back(std::string(300, 'a'));
+  c.push_back(std::string(100, '1'));
+  c.push_back(std::string(80, ' ') + "x");
+  c.push_back("  <mask>  x\n<mask>\ny<mask>");
+  std::mt19937 rng(20261203);
+  for (int k = 0; k < 600; ++k) {
+    std::string x;
+    const int n = 1 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) x += segments[rng() % segments.size()] + spaces[rng() % spaces.size()];
+    c.push_back(x);
+  }
+  return c;
+}
+
+std::string hex(const std::string& s) {
+  static const char* d = "0123456789abcdef";
+  std::string h;
+  for (unsigned char c : s) {
+    h += d[c >> 4];
+    h += d[c & 15];
+  }
+  return h;
+}
+
+void expect_parity(const std::string& style) {
+  const Setup& s = setup();
+  if (s.modules.empty()) GTEST_SKIP() << s.why;
+  TempDir t;
+  const std::string path = t / (style + ".json");
+  std::ofstream(path) << build(s, style).dump();
+  const auto all = cases();
+  {
+    std::ofstream f(t / "cases");
+    for (const auto& c : all) f << hex(c) << '\n';
+  }
+  const std::string cmd = fmt::format("node {}/tests/unit/data/hf_reference.js {} {} {} {} 2> {}", source_dir(),
+                                      s.modules, path, t / "cases", t / "out", t / "err");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_bytes(t / "err");
+  std::istringstream in(read_bytes(t / "out"));
+  HuggingFaceTokenizer tok(path);
+  std::string line;
+  int failures = 0;
+  size_t i = 0, ids = 0;
+  for (; std::getline(in, line) && failures < 5; ++i) {
+    std::vector<int32_t> want, got;
+    std::istringstream ls(line);
+    for (int32_t x; ls >> x;) want.push_back(x);
+    tok.encode(all[i], &got);
+    ids += want.size();
+    if (got != want) {
+      ++failures;
+      ADD_FAILURE() << style << " case " << i << " '" << all[i].substr(0, 120) << "'\n  tripod:     "
+                    << fmt::format("{}", fmt::join(got, " ")).substr(0, 300) << "\n  tokenizers: "
+                    << fmt::format("{}", fmt::join(want, " ")).substr(0, 300);
+    }
+  }
+  EXPECT_EQ(i, all.size());
+  EXPECT_GT(ids, 10000u);
+}
+
+TEST(HfParity, Llama3StyleMatchesTokenizers) { expect_parity("llama3"); }
+TEST(HfParity, Qwen2StyleMatchesTokenizers) { expect_parity("qwen2"); }
+TEST(HfParity, Gpt2StyleMatchesTokenizers) { expect_parity("gpt2"); }
+
+}  // namespace
+}  // namespace tripod::data
