@@ -9,8 +9,8 @@ if(TRIPOD_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     message(FATAL_ERROR "TRIPOD_FUZZ=ON needs clang (libFuzzer is part of clang), but the C++ compiler is "
             "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER}. Use a separate build folder: apt-get install clang; "
-            "cmake -S . -B build-fuzz --preset fuzz (or -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "
-            "-DTRIPOD_FUZZ=ON -DTRIPOD_CUDA=OFF). Without clang, the regression corpus still replays in the "
+            "cmake --preset fuzz (build-fuzz/), or -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "
+            "-DTRIPOD_FUZZ=ON -DTRIPOD_CUDA=OFF in a fresh folder. Without clang, the regression corpus still replays in the "
             "default suite (tests fuzz_*_replay).")
   endif()
   set(_tripod_fuzz_flags -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined

@@ -3,8 +3,10 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/env.h"
 #include "base/error.h"
@@ -77,6 +79,10 @@ const DebugConfig& debug_config() {
 void reload_debug_config() {
   auto* c = new DebugConfig(read_debug_config());
   std::lock_guard<std::mutex> lock(g_mutex);
+  // The previous config stays alive (a reader may still hold a reference to
+  // it) and reachable, so that LeakSanitizer does not report it.
+  static std::vector<std::unique_ptr<const DebugConfig>> retired;
+  if (const DebugConfig* old = g_config.load(std::memory_order_relaxed)) retired.emplace_back(old);
   g_config.store(c, std::memory_order_release);
 }
 

@@ -427,6 +427,11 @@ CheckpointReader CheckpointReader::open(const std::string& dir, int64_t iteratio
       TensorInfo t;
       t.name = itr.key();
       t.global_shape = (*itr).at("global_shape").get<Shape>();
+      int64_t numel = 1;  // (corrupt shapes must not overflow the shard arithmetic)
+      for (int64_t d : t.global_shape)
+        TRIPOD_CHECK(d >= 0 && !__builtin_mul_overflow(numel, d, &numel) && numel <= (int64_t{1} << 50),
+                     "{}: tensor {} has an impossible global shape {} (corrupt file)", where, t.name,
+                     shape_str(t.global_shape));
       t.shard = shard_from_name((*itr).at("shard").get<std::string>(), where);
       t.tp_size = (*itr).at("tp_size").get<int>();
       const auto& files = (*itr).at("files");
@@ -521,9 +526,12 @@ const SafetensorsFile& CheckpointReader::file(const std::string& name) const {
 
 Tensor CheckpointReader::read_full(const std::string& name) const {
   const TensorInfo& t = info(name);
-  Tensor full = Tensor::zeros(t.global_shape, DType::F32);
   model::ParamSpec spec{name, t.global_shape, t.shard};
   const Shape local = model::local_shape(spec, t.tp_size);
+  // Every slice is checked against the files before the full tensor is
+  // allocated: a corrupt global shape in metadata.json is an error, not a
+  // terabyte allocation.
+  std::vector<const SafetensorsFile*> files;
   for (int r = 0; r < t.tp_size; ++r) {
     const SafetensorsFile& f = file(t.slice_files[static_cast<size_t>(r)]);
     const StEntry* e = f.find(name);
@@ -531,8 +539,11 @@ Tensor CheckpointReader::read_full(const std::string& name) const {
     TRIPOD_CHECK(e->dtype == DType::F32 && e->shape == local, "{}: tensor {} is {} {}, expected F32 {} (tp slice {} "
                  "of {})", f.path(), name, st_dtype_name(e->dtype), shape_str(e->shape), shape_str(local), r,
                  t.tp_size);
-    model::place_shard(full, f.read(name), t.shard, t.tp_size, r);
+    files.push_back(&f);
   }
+  Tensor full = Tensor::zeros(t.global_shape, DType::F32);
+  for (int r = 0; r < t.tp_size; ++r) model::place_shard(full, files[static_cast<size_t>(r)]->read(name), t.shard,
+                                                         t.tp_size, r);
   return full;
 }
 

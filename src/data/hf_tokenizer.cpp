@@ -82,6 +82,11 @@ struct HuggingFaceTokenizer::AddedTokens {
 
 namespace {
 
+// Ids index a table of every id up to the largest (holes allowed), so a
+// corrupt id near 2^31 would ask for tens of GB: the largest vocabularies
+// in use have ~256K ids; 2^24 leaves room and bounds the table to ~0.5 GB.
+constexpr int64_t kMaxTokenIds = int64_t{1} << 24;
+
 // Unicode White_Space (Rust's char::is_whitespace, for lstrip/rstrip).
 bool whitespace_at(const unsigned char* s, size_t i, int* len) {
   static const unicode::ClassTable ct = unicode::oniguruma_class_table();
@@ -225,8 +230,9 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   int64_t max_id = -1;
   for (const json& t : root.value("added_tokens", json::array())) {
     TRIPOD_CHECK(t.is_object() && t.contains("id") && t.contains("content") && t["content"].is_string() &&
-                     t["id"].is_number_integer() && t["id"].get<int64_t>() >= 0,
-                 "{}: an added token needs an id and a content: {}", path, t.dump());
+                     t["id"].is_number_integer() && t["id"].get<int64_t>() >= 0 &&
+                     t["id"].get<int64_t>() < kMaxTokenIds,
+                 "{}: an added token needs an id (0 to {}) and a content: {}", path, kMaxTokenIds - 1, t.dump());
     if (t.value("single_word", false)) refuse("added token with single_word", t);
     AddedToken a{t["content"], t["id"].get<int32_t>(), t.value("lstrip", false), t.value("rstrip", false),
                  t.value("normalized", false)};
@@ -242,8 +248,8 @@ void HuggingFaceTokenizer::load(const std::string& path) {
   TRIPOD_CHECK(vocab.is_object() && !vocab.empty(), "{}: model.vocab must be an object {{token: id}}", path);
   std::unordered_map<std::string, int32_t> token_id;  // vocab strings as written
   for (auto& [tok, idv] : vocab.items()) {
-    TRIPOD_CHECK(idv.is_number_integer() && idv.get<int64_t>() >= 0 && idv.get<int64_t>() < INT32_MAX,
-                 "{}: model.vocab id of '{}' is not a token id", path, tok);
+    TRIPOD_CHECK(idv.is_number_integer() && idv.get<int64_t>() >= 0 && idv.get<int64_t>() < kMaxTokenIds,
+                 "{}: model.vocab id of '{}' is not a token id (0 to {})", path, tok, kMaxTokenIds - 1);
     token_id.emplace(tok, idv.get<int32_t>());
     max_id = std::max<int64_t>(max_id, idv.get<int64_t>());
   }

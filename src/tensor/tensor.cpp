@@ -18,7 +18,8 @@ int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
     TRIPOD_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
-    n *= d;
+    // (shapes come from files too: a corrupt one must not overflow)
+    TRIPOD_CHECK(!__builtin_mul_overflow(n, d, &n), "shape {} has more than 2^63 elements", shape_str(shape));
   }
   return n;
 }

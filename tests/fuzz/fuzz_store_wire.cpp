@@ -9,6 +9,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+
 #include "base/log.h"
 #include "comm/tcp_store.h"
 #include "fuzz_common.h"
@@ -28,15 +31,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t off = 0;
   while (off < size) {
     const ssize_t n = ::send(fd, data + off, size - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;  // libFuzzer's timer (SIGALRM)
     if (n <= 0) break;  // the server refused and closed
     off += size_t(n);
   }
   ::shutdown(fd, SHUT_WR);
   char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (;;) {  // until the server closes (it does on EOF), at most 5 s
+    if (std::chrono::steady_clock::now() > deadline) __builtin_trap();  // the server hangs on this input
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0) __builtin_trap();  // the server hangs on this input
-    if (::recv(fd, buf, sizeof(buf), 0) <= 0) break;
+    const int r = ::poll(&p, 1, 100);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;  // (EINTR: libFuzzer's SIGALRM)
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
   }
   ::close(fd);
   return 0;

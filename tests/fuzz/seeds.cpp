@@ -7,9 +7,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ckpt/safetensors.h"
 #include "ckpt/torch_pickle.h"
+#include "data/hf_pretokenizer.h"
 #include "data/indexed_dataset.h"
 #include "fuzz_ckpt_fixture.h"
 #include "fuzz_common.h"
@@ -84,6 +87,57 @@ void gpt2_bpe_seeds(const std::string& dir) {
   write_file(dir + "/valid-tiny", join2(tiny_gpt2_vocab(), tiny_gpt2_merges()));
   write_file(dir + "/bad-merge", join2(tiny_gpt2_vocab(), tiny_gpt2_merges() + "x \xc4\xa0zz\n"));
   write_file(dir + "/bad-vocab-no-eod", join2("{\"a\": 0}", tiny_gpt2_merges()));
+}
+
+// tokenizer.json files of the tiny vocabulary: GPT-2's layout (ByteLevel
+// with its own pattern), and Llama 3's (Split with its pattern, then
+// ByteLevel; a TemplateProcessing prefix; added tokens, one lstrip).
+void hf_tokenizer_seeds(const std::string& dir) {
+  const nlohmann::json vocab = nlohmann::json::parse(tiny_gpt2_vocab());
+  nlohmann::json merges = nlohmann::json::array(), pair_merges = nlohmann::json::array();
+  std::istringstream in(tiny_gpt2_merges());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    merges.push_back(line);
+    pair_merges.push_back({line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1)});
+  }
+  const int eod = static_cast<int>(vocab.size()) - 1;
+  auto added = [](int id, const char* s, bool lstrip) {
+    return nlohmann::json{{"id", id}, {"content", s}, {"single_word", false}, {"lstrip", lstrip},
+                          {"rstrip", false}, {"normalized", false}, {"special", true}};
+  };
+  nlohmann::json gpt2{{"normalizer", nullptr},
+                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                      {"post_processor", {{"type", "ByteLevel"}, {"trim_offsets", false}}},
+                      {"decoder", {{"type", "ByteLevel"}}},
+                      {"added_tokens", {added(eod, "<|endoftext|>", false)}},
+                      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  write_file(dir + "/valid-gpt2-layout.json", gpt2.dump());
+  nlohmann::json v = vocab;
+  v["<|begin_of_text|>"] = eod + 1;
+  v["<mask>"] = eod + 2;
+  nlohmann::json llama{
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", std::string(data::hf_pattern_regex(data::HfPattern::kLlama3))}}},
+           {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {eod + 1}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", {added(eod, "<|endoftext|>", false), added(eod + 1, "<|begin_of_text|>", false),
+                        added(eod + 2, "<mask>", true)}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"ignore_merges", true}, {"vocab", v}, {"merges", pair_merges}}}};
+  write_file(dir + "/valid-llama3-layout.json", llama.dump());
+  nlohmann::json bad = gpt2;
+  bad["model"]["merges"].push_back("x zz");
+  write_file(dir + "/bad-merge.json", bad.dump());
 }
 
 // The jsonl target picks the format from the input size (fuzz_jsonl.cpp):
@@ -202,6 +256,7 @@ void write_seeds(const std::string& target, const std::string& dir, const std::s
   else if (target == "ckpt_metadata") ckpt_metadata_seeds(dir);
   else if (target == "gpt2_bpe") gpt2_bpe_seeds(dir);
   else if (target == "jsonl") jsonl_seeds(dir);
+  else if (target == "hf_tokenizer") hf_tokenizer_seeds(dir);
   else if (target == "torch_pickle") pickle_seeds(dir, source_dir);
   else if (target == "torch_zip") torch_zip_seeds(dir, source_dir);
   else if (target == "store_wire") store_seeds(dir);
