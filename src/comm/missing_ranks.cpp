@@ -35,7 +35,10 @@ std::string name_missing_ranks(Store& store, const GroupSpec& spec, uint64_t seq
                        "in another group's collective, or dead)",
                        list, spec.name, op, seq);
   } catch (const std::exception& e) {
-    return std::string("(could not ask the store which ranks are missing: ") + e.what() + ")";
+    // The store answers from its host's process: when it cannot answer, the
+    // host itself is the rank to look at.
+    return std::string("(could not ask the store which ranks are missing: ") + e.what() +
+           "): the process that hosts the store (global rank 0; torchrun's agent under torchrun) is stuck or dead";
   }
 }
 
@@ -64,7 +67,7 @@ std::string name_dead_ranks(Store& store, const GroupSpec& spec, Millis wait,
     if (after_report) after_report();
     const auto* te = dynamic_cast<const Error*>(&e);
     return "the rendezvous store is unreachable too (" + (te ? te->message() : std::string(e.what())) +
-           "): the process that hosts it (global rank 0 under a hand launch) is likely dead";
+           "): the process that hosts it (global rank 0; torchrun's agent under torchrun) is stuck or dead";
   }
 }
 
