@@ -144,21 +144,12 @@ model::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& sa
                  name, shape_str(t.shape()), shape_str(spec.global_shape));
     tensors.push_back({"model." + spec.name, spec.global_shape, spec.shard, t});
   }
-  reset_fault_points();
-  const std::string tmp = prepare_save(save_dir, 0);
-  try {
-    write_rank_file(tmp, 0, 1, 0, tensors);
-  } catch (...) {
-    discard_save(save_dir, 0);
-    throw;
-  }
   json meta = extra;
   meta["model"] = config_to_json(c);
   meta["consumed_samples"] = 0;
   meta["optimizer"] = {{"saved", false}, {"steps", 0}};
-  meta["layout"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}};
   meta["source"] = "imported from Hugging Face GPT-2 " + in_dir;
-  commit_save(save_dir, 0, meta, 0);
+  save_unsharded(save_dir, 0, tensors, meta);
   return c;
 }
 

@@ -287,21 +287,12 @@ model::GptConfig import_hf_llama(const std::string& in_dir, const std::string& s
     // Saved as tp rank 0 of 1: the local layout (a grouped qkv's differs).
     tensors.push_back({"model." + n, spec.global_shape, spec.shard, model::take_shard(g, spec.shard, 1, 0)});
   }
-  reset_fault_points();
-  const std::string tmp = prepare_save(save_dir, 0);
-  try {
-    write_rank_file(tmp, 0, 1, 0, tensors);
-  } catch (...) {
-    discard_save(save_dir, 0);
-    throw;
-  }
   json meta = extra;
   meta["model"] = config_to_json(c);
   meta["consumed_samples"] = 0;
   meta["optimizer"] = {{"saved", false}, {"steps", 0}};
-  meta["layout"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}};
   meta["source"] = "imported from Hugging Face LlamaForCausalLM " + in_dir;
-  commit_save(save_dir, 0, meta, 0);
+  save_unsharded(save_dir, 0, tensors, meta);
   return c;
 }
 

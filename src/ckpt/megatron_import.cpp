@@ -335,21 +335,12 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
     tensors.push_back({"model." + spec.name, spec.global_shape, spec.shard, full});
   }
 
-  reset_fault_points();
-  const std::string tmp = prepare_save(save_dir, out.iteration);
-  try {
-    write_rank_file(tmp, 0, 1, 0, tensors);
-  } catch (...) {
-    discard_save(save_dir, out.iteration);
-    throw;
-  }
   json meta = extra;
   meta["model"] = config_to_json(c);
   meta["consumed_samples"] = out.consumed_samples;
   meta["optimizer"] = {{"saved", false}, {"steps", 0}};
-  meta["layout"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}};
   meta["source"] = fmt::format("imported from Megatron-LM {} (TP {} x PP {})", iter.string(), out.tp, out.pp);
-  commit_save(save_dir, out.iteration, meta, 0);
+  save_unsharded(save_dir, out.iteration, tensors, meta);
   return out;
 }
 

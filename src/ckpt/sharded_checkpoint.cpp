@@ -369,6 +369,20 @@ void commit_save(const std::string& save_dir, int64_t it, json meta, int retain)
   }
 }
 
+void save_unsharded(const std::string& save_dir, int64_t iteration, const std::vector<ShardTensor>& tensors,
+                    json meta) {
+  reset_fault_points();
+  const std::string tmp = prepare_save(save_dir, iteration);
+  try {
+    write_rank_file(tmp, 0, 1, 0, tensors);
+  } catch (...) {
+    discard_save(save_dir, iteration);
+    throw;
+  }
+  meta["layout"] = {{"tp", 1}, {"pp", 1}, {"dp", 1}};
+  commit_save(save_dir, iteration, std::move(meta), 0);
+}
+
 static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain) {
   const std::string tmp = tmp_dir_for(save_dir, it);
   const std::string final_dir = (fs::path(save_dir) / iter_dir_name(it)).string();

@@ -84,6 +84,11 @@ void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int p
 // directory into place, updates the latest marker and keeps the last
 // `retain` checkpoints (0: all).
 void commit_save(const std::string& save_dir, int64_t iteration, nlohmann::json meta, int retain);
+// One process writing a whole model at TP 1 x PP 1 x DP 1 (the converters):
+// prepare_save, write_rank_file and commit_save with meta["layout"] set,
+// discarding the temporary directory when a write fails.
+void save_unsharded(const std::string& save_dir, int64_t iteration, const std::vector<ShardTensor>& tensors,
+                    nlohmann::json meta);
 
 struct TensorInfo {
   std::string name;
