@@ -11,28 +11,11 @@ usage: hf_llama_forward.py HF_DIR TOKENS_TXT OUT_BIN
 """
 import json
 import math
-import struct
 import sys
 
 import torch
 
-DTYPES = {"F32": torch.float32, "F64": torch.float64, "F16": torch.float16, "BF16": torch.bfloat16}
-
-
-def load_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b, end = e["data_offsets"]
-        t = torch.frombuffer(bytearray(data[b:end]), dtype=DTYPES[e["dtype"]])
-        out[name] = t.reshape(e["shape"]).to(torch.float64)
-    return out
+from hf_gpt2_forward import load_safetensors  # same folder: the safetensors parser
 
 
 def rms_norm(x, w, eps):

@@ -12,12 +12,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "testing/byte_level.h"
 #include "data/gpt2_bpe.h"
 #include "data/hf_pretokenizer.h"
 #include "unit/data/test_util.h"
 
 namespace tripod::data {
 namespace {
+
+using tripod::testing::spelled;
 
 using nlohmann::json;
 using testing::read_bytes;
@@ -31,16 +34,6 @@ std::string env(const char* name) {
 int sh(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-std::string spelled(const std::string& raw) {
-  std::string s;
-  for (unsigned char b : raw) {
-    const uint32_t cp = gpt2_byte_to_unicode(b);
-    if (cp < 0x80) s += static_cast<char>(cp);
-    else s += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-  }
-  return s;
 }
 
 // Ids 0..255 the bytes; merges "he" 256, "ll" 257, "hell" 258, "hello" 259,

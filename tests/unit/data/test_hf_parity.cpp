@@ -21,6 +21,7 @@
 #include <random>
 #include <sstream>
 
+#include "testing/byte_level.h"
 #include "data/gpt2_bpe.h"
 #include "data/hf_pretokenizer.h"
 #include "data/hf_tokenizer.h"
@@ -30,6 +31,8 @@
 
 namespace tripod::data {
 namespace {
+
+using tripod::testing::spelled;
 
 using nlohmann::json;
 using testing::read_bytes;
@@ -81,16 +84,6 @@ const RefSetup& setup() {
     r.modules = dir + "/node_modules";
     return r;
   }();
-  return s;
-}
-
-std::string spelled(const std::string& raw) {
-  std::string s;
-  for (unsigned char b : raw) {
-    const uint32_t cp = gpt2_byte_to_unicode(b);
-    if (cp < 0x80) s += static_cast<char>(cp);
-    else s += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-  }
   return s;
 }
 

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/byte_level.h"
 #include "base/error.h"
 #include "data/gpt2_bpe.h"
 #include "data/hf_pretokenizer.h"
@@ -25,6 +26,8 @@
 
 namespace tripod::data {
 namespace {
+
+using tripod::testing::spelled;
 
 using nlohmann::json;
 using testing::read_bytes;
@@ -80,17 +83,6 @@ TEST(HfPreTokenizer, PatternsAreRecognisedByExactText) {
   EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kGpt2)), HfPattern::kGpt2);
   EXPECT_EQ(hf_pattern_from_regex(hf_pattern_regex(HfPattern::kMistralNemo)), HfPattern::kMistralNemo);
   EXPECT_FALSE(hf_pattern_from_regex(kLlama3 + " ").has_value());
-}
-
-// The byte-level spelling of raw bytes (GPT-2's alphabet), as tokenizer.json writes tokens.
-std::string spelled(const std::string& raw) {
-  std::string s;
-  for (unsigned char b : raw) {
-    const uint32_t cp = gpt2_byte_to_unicode(b);
-    if (cp < 0x80) s += static_cast<char>(cp);
-    else s += {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-  }
-  return s;
 }
 
 // Ids 0..255: the bytes in order; merges (rank: result) 0: "he" 256, 1: "ll"
