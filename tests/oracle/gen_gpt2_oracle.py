@@ -14,17 +14,14 @@
 # int32[9] config, float64[9] hyper-parameters, then records
 # (int32 name length, name, int32 dtype 0=f64 1=i32, int32 ndim, int64 dims, data).
 import math
-import struct
 import sys
 
 import torch
 
-MAGIC, FIXTURE_VERSION = 20261202, 1
-L, C, NH, T, V, B_MICRO, N_MICRO, STEPS = 2, 64, 4, 32, 500, 2, 2, 3
-VP = 512  # Megatron padding of 500 to a multiple of 128
-GBS = B_MICRO * N_MICRO
-LR, MIN_LR, WARMUP, DECAY_ITERS = 1e-3, 1e-4, 1, 3
-WD, CLIP, BETA1, BETA2, EPS = 0.1, 0.5, 0.9, 0.95, 1e-4
+from oracle_train import B_MICRO, STEPS, T, V, VP, N_MICRO, train_and_write  # same folder
+
+FIXTURE_VERSION = 1
+L, C, NH = 2, 64, 4
 torch.manual_seed(20261202)
 torch.set_default_dtype(torch.float64)
 
@@ -103,74 +100,8 @@ def forward(P, tokens):  # tokens (B, T) -> logits (B, T, VP)
     return x @ P["embedding.word_embeddings.weight"].T
 
 
-def lr_at(n):  # Megatron OptimizerParamScheduler.get_lr, counted in iterations
-    if WARMUP > 0 and n <= WARMUP:
-        return LR * n / WARMUP
-    if n > DECAY_ITERS:
-        return MIN_LR
-    ratio = (n - WARMUP) / (DECAY_ITERS - WARMUP)
-    return MIN_LR + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (LR - MIN_LR)
-
-
 def main(out_path):
-    P = init_params()
-    init = {n: t.detach().clone() for n, t in P.items()}
-    batches = [torch.randint(0, V, (GBS, T + 1), dtype=torch.int32) for _ in range(STEPS)]
-    m = {n: torch.zeros_like(t) for n, t in P.items()}
-    v = {n: torch.zeros_like(t) for n, t in P.items()}
-    records, losses, norms, grads0 = [], [], [], None
-    with torch.no_grad():
-        logits0 = forward(P, batches[0][:B_MICRO, :T].long())
-    for step in range(STEPS):
-        for t in P.values():
-            t.grad = None
-        tok = batches[step].long()
-        logits = forward(P, tok[:, :T])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VP), tok[:, 1:].reshape(-1))
-        loss.backward()
-        norm = math.sqrt(sum(float((t.grad ** 2).sum()) for t in P.values()))
-        losses.append(float(loss))
-        norms.append(norm)
-        if step == 0:
-            grads0 = {n: t.grad.detach().clone() for n, t in P.items()}
-        clip = CLIP / (norm + 1e-6) if CLIP / (norm + 1e-6) < 1.0 else 1.0
-        lr = lr_at(step)
-        with torch.no_grad():
-            for n, p in P.items():
-                g = p.grad * clip
-                decay = WD if (p.dim() > 1) else 0.0
-                m[n].mul_(BETA1).add_((1 - BETA1) * g)
-                v[n].mul_(BETA2).add_((1 - BETA2) * g * g)
-                mhat = m[n] / (1 - BETA1 ** (step + 1))
-                vhat = v[n] / (1 - BETA2 ** (step + 1))
-                p.sub_(lr * (mhat / (vhat.sqrt() + EPS) + decay * p))
-
-    def rec(name, t):
-        t = t.detach().contiguous()
-        dt = 1 if t.dtype == torch.int32 else 0
-        data = t.numpy().astype("<i4" if dt else "<f8").tobytes()
-        nb = name.encode()
-        return (struct.pack("<i", len(nb)) + nb + struct.pack("<ii", dt, t.dim()) +
-                struct.pack(f"<{t.dim()}q", *t.shape) + data)
-
-    for s, b in enumerate(batches):
-        records.append(rec(f"tokens.{s}", b))
-    for n, t in init.items():
-        records.append(rec("init." + n, t))
-    records.append(rec("logits0", logits0))
-    for n, t in grads0.items():
-        records.append(rec("grad." + n, t))
-    for n, t in P.items():
-        records.append(rec("final." + n, t))
-    records.append(rec("losses", torch.tensor(losses)))
-    records.append(rec("grad_norms", torch.tensor(norms)))
-    header = struct.pack("<ii", MAGIC, FIXTURE_VERSION)
-    header += struct.pack("<9i", L, C, NH, T, V, VP, B_MICRO, N_MICRO, STEPS)
-    header += struct.pack("<9d", LR, MIN_LR, WARMUP, DECAY_ITERS, WD, CLIP, BETA1, BETA2, EPS)
-    with open(out_path, "wb") as f:
-        f.write(header + b"".join(records))
-    print(f"wrote {out_path}: losses {losses}, grad norms {norms}")
-
+    train_and_write(out_path, init_params(), forward, (L, C, NH, T, V, VP, B_MICRO, N_MICRO, STEPS), FIXTURE_VERSION)
 
 if __name__ == "__main__":
     main(sys.argv[1])
