@@ -31,20 +31,32 @@ plan::ModelSpec model_spec(const train::TrainArgs& a) {
 
 double gib(double bytes) { return bytes / double(1ull << 30); }
 
-// The layouts predicted to fit (best first) or, when none does, the smallest
-// and what it needs; then the `tripod plan` command that shows more.
-std::string fitting_layouts(const train::TrainArgs& a, int world_size, int local_world_size, double capacity_bytes) {
-  const plan::ModelSpec m = model_spec(a);
+// The job's GPUs as plan sees them: nodes of local_world_size GPUs.
+plan::Machine job_machine(int world_size, int local_world_size, double capacity_bytes) {
   plan::Machine mc;
   mc.gpus_per_node = std::max(1, local_world_size);
   mc.nnodes = std::max(1, world_size / mc.gpus_per_node);
   mc.gpu_memory_gb = gib(capacity_bytes);
+  return mc;
+}
+
+// A CPU "device" (TRIPOD_CPU_MEMORY_LIMIT_MB) has no CUDA context or library
+// workspaces to reserve (`tripod plan --device cpu`).
+plan::MemoryOptions memory_options(const train::TrainArgs& a) {
+  plan::MemoryOptions mo;
+  if (a.device == "cpu") mo.workspace_fixed_gib = 0, mo.cuda = false;
+  return mo;
+}
+
+// The layouts predicted to fit (best first) or, when none does, the smallest
+// and what it needs; then the `tripod plan` command that shows more.
+std::string fitting_layouts(const train::TrainArgs& a, int world_size, int local_world_size, double capacity_bytes) {
+  const plan::ModelSpec m = model_spec(a);
+  const plan::Machine mc = job_machine(world_size, local_world_size, capacity_bytes);
   plan::SearchOptions o;
   const int dp = std::max(1, world_size / (a.tp * a.pp));
   o.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * dp;
-  // A CPU "device" (TRIPOD_CPU_MEMORY_LIMIT_MB) has no CUDA context or
-  // library workspaces to reserve (`tripod plan --device cpu`).
-  if (a.device == "cpu") o.memory.workspace_fixed_gib = 0, o.memory.cuda = false;
+  o.memory = memory_options(a);
   std::string cmd = fmt::format("tripod plan --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
                                 "--vocab-size {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
                                 "--gpu-memory-gb {:.1f}", m.num_layers, m.hidden_size, m.num_attention_heads,
@@ -105,12 +117,8 @@ MemoryFit memory_fit_check(const train::TrainArgs& a, int world_size, int local_
   const std::string g = a.recompute_granularity.empty() && a.recompute_activations ? "selective"
                                                                                      : a.recompute_granularity;
   l.recompute = g.empty() ? plan::Recompute::kNone : plan::recompute_from_string(g);
-  plan::Machine mc;
-  mc.gpus_per_node = std::max(1, local_world_size);
-  mc.nnodes = std::max(1, world_size / mc.gpus_per_node);
-  mc.gpu_memory_gb = gib(capacity_bytes);
-  plan::MemoryOptions mo;
-  if (a.device == "cpu") mo.workspace_fixed_gib = 0, mo.cuda = false;
+  const plan::Machine mc = job_machine(world_size, local_world_size, capacity_bytes);
+  const plan::MemoryOptions mo = memory_options(a);
   const plan::Candidate c = plan::evaluate(model_spec(a), mc, l, mo);
   f.predicted_bytes = c.mem.total();
   f.fits = f.predicted_bytes <= capacity_bytes;
