@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   // Small enough that per-call bookkeeping, not arithmetic, is what is timed.
   constexpr int64_t kB = 1, kT = 8, kL = 24, kC = 16, kNH = 2, kV = 64;
   auto be = backend::make_cpu_backend();
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = kL;
   cfg.hidden_size = kC;
   cfg.num_attention_heads = kNH;

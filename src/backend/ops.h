@@ -31,7 +31,7 @@
 //    to later ops. Host reads go through copy() + synchronize().
 //  - Shape letters: N rows (= B*T), C width, OC output width, V_tp local
 //    vocab rows, NH_tp local heads, G_tp local K/V heads (query groups), HS
-//    head size, F the SwiGLU (ffn) width. See model/gpt_config.h.
+//    head size, F the SwiGLU (ffn) width. See config/gpt_config.h.
 //
 // Usage (factories live with each backend: backend/cpu/cpu_backend.h,
 // backend/cuda/cuda_backend.h):

@@ -61,7 +61,7 @@ std::string hf_name(const std::string& n, bool* transposed) {
 }
 
 void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir) {
-  model::GptConfig c = reader.config();
+  config::GptConfig c = reader.config();
   c.finalize();
   const int64_t saved_vp = reader.info("model.embedding.word_embeddings.weight").global_shape.at(0);
   std::vector<std::pair<std::string, Tensor>> out;
@@ -96,10 +96,10 @@ void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir) 
   write_text_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
 }
 
-static model::GptConfig config_from_hf(const std::string& path) {
+static config::GptConfig config_from_hf(const std::string& path) {
   json j = json::parse(read_text(path), nullptr, false);
   TRIPOD_CHECK(!j.is_discarded() && j.is_object(), "{}: not valid JSON", path);
-  model::GptConfig c;
+  config::GptConfig c;
   try {
     const std::string act = j.value("activation_function", "gelu_new");
     TRIPOD_CHECK(act == "gelu_new" || act == "gelu_pytorch_tanh", "{}: activation_function '{}' is not supported "
@@ -120,8 +120,8 @@ static model::GptConfig config_from_hf(const std::string& path) {
   return c;
 }
 
-model::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& save_dir, const json& extra) {
-  const model::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string());
+config::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& save_dir, const json& extra) {
+  const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string());
   const auto st = SafetensorsFile::open((fs::path(in_dir) / "model.safetensors").string());
   // Checkpoints from transformers' GPT2LMHeadModel prefix the names with "transformer.".
   auto lookup = [&](const std::string& name) -> std::string {

@@ -32,7 +32,7 @@ void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir);
 // Reads IN/config.json + IN/model.safetensors and writes a tripod checkpoint
 // (iteration 0, tp 1, weights only) into save_dir. `extra` is merged into
 // the metadata (tokenizer files, seed). Returns the model arguments.
-model::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& save_dir,
+config::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& save_dir,
                                 const nlohmann::json& extra);
 
 // The HF name of a tripod parameter and whether it is stored transposed

@@ -27,7 +27,7 @@ double json_float(float x) { return std::stod(fmt::format("{}", x)); }
 Shape rows_shape(int64_t rows, int64_t cols, bool matrix) { return matrix ? Shape{rows, cols} : Shape{rows}; }
 
 // tripod's fused qkv (global layout, see the header) -> HF q, k, v.
-void split_qkv(const model::GptConfig& c, const Tensor& qkv, bool matrix, Tensor& q, Tensor& k, Tensor& v) {
+void split_qkv(const config::GptConfig& c, const Tensor& qkv, bool matrix, Tensor& q, Tensor& k, Tensor& v) {
   const int64_t G = c.query_groups(), HS = c.head_size(), kh = c.num_attention_heads / G;
   const int64_t cols = matrix ? c.hidden_size : 1;
   q = Tensor::empty(rows_shape(G * kh * HS, cols, matrix), DType::F32);
@@ -49,7 +49,7 @@ void split_qkv(const model::GptConfig& c, const Tensor& qkv, bool matrix, Tensor
 }
 
 // The inverse: HF q, k, v -> tripod's fused qkv of shape `shape`.
-Tensor fuse_qkv(const model::GptConfig& c, const Shape& shape, const Tensor& q, const Tensor& k, const Tensor& v) {
+Tensor fuse_qkv(const config::GptConfig& c, const Shape& shape, const Tensor& q, const Tensor& k, const Tensor& v) {
   const int64_t G = c.query_groups(), HS = c.head_size(), kh = c.num_attention_heads / G;
   const bool matrix = q.dim() == 2;
   const int64_t cols = matrix ? c.hidden_size : 1;
@@ -96,10 +96,10 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.linear_fc2.bias", "mlp.down_proj.bias"},
 };
 
-model::GptConfig config_from_hf(const std::string& path) {
+config::GptConfig config_from_hf(const std::string& path) {
   json j = json::parse(read_text(path), nullptr, false);
   TRIPOD_CHECK(!j.is_discarded() && j.is_object(), "{}: not valid JSON", path);
-  model::GptConfig c;
+  config::GptConfig c;
   try {
     const std::string act = j.value("hidden_act", "silu");
     TRIPOD_CHECK(act == "silu", "{}: hidden_act '{}' is not supported (tripod's gated MLP is SwiGLU: silu)", path,
@@ -142,8 +142,8 @@ model::GptConfig config_from_hf(const std::string& path) {
   } catch (const json::exception& e) {
     TRIPOD_FAIL("{}: missing or malformed Llama field: {}", path, e.what());
   }
-  c.position_embedding_type = model::GptConfig::Position::Rope;
-  c.normalization = model::GptConfig::Norm::RMSNorm;
+  c.position_embedding_type = config::GptConfig::Position::Rope;
+  c.normalization = config::GptConfig::Norm::RMSNorm;
   c.swiglu = true;
   c.make_vocab_size_divisible_by = 128;
   c.finalize();
@@ -152,7 +152,7 @@ model::GptConfig config_from_hf(const std::string& path) {
 
 }  // namespace
 
-bool is_hf_llama(const model::GptConfig& c, std::string* why) {
+bool is_hf_llama(const config::GptConfig& c, std::string* why) {
   auto no = [&](const char* w) {
     if (why) *why = w;
     return false;
@@ -176,7 +176,7 @@ std::string hf_architecture(const std::string& in_dir) {
 }
 
 void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir) {
-  model::GptConfig c = reader.config();
+  config::GptConfig c = reader.config();
   c.finalize();
   std::string why;
   TRIPOD_CHECK_HINT(is_hf_llama(c, &why), "export GPT-2 models with the same command: it picks GPT2LMHeadModel",
@@ -236,8 +236,8 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
   write_text_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
 }
 
-model::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir, const json& extra) {
-  const model::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string());
+config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir, const json& extra) {
+  const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string());
   const std::string st_path = (fs::path(in_dir) / "model.safetensors").string();
   TRIPOD_CHECK_HINT(fs::exists(st_path),
                     "save the model with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\") "

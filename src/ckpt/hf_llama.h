@@ -37,7 +37,7 @@ namespace tripod::ckpt {
 // Whether a tripod config is of the Llama family HF's LlamaForCausalLM can
 // hold (RMSNorm, RoPE over whole heads, SwiGLU, no learned positions).
 // `why` gets the first difference.
-bool is_hf_llama(const model::GptConfig& c, std::string* why);
+bool is_hf_llama(const config::GptConfig& c, std::string* why);
 
 // Writes OUT/model.safetensors and OUT/config.json from a tripod checkpoint.
 void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir);
@@ -45,7 +45,7 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
 // Reads IN/config.json + IN/model.safetensors (one file) and writes a tripod
 // checkpoint (iteration 0, tp 1, weights only) into save_dir. `extra` is
 // merged into the metadata. Returns the model arguments.
-model::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir,
+config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir,
                                  const nlohmann::json& extra);
 
 // The "architectures" entry of IN/config.json ("" when absent).

@@ -231,7 +231,7 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
   TRIPOD_CHECK(args && args->kind == K::kObject, "{}: no args (argparse.Namespace) in the checkpoint", first.path());
   const std::string& f0 = first.path();
   MegatronImport out;
-  model::GptConfig& c = out.config;
+  config::GptConfig& c = out.config;
   c.num_layers = need_int(*args, "num_layers", f0);
   c.hidden_size = need_int(*args, "hidden_size", f0);
   c.num_attention_heads = need_int(*args, "num_attention_heads", f0);

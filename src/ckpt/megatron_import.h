@@ -28,7 +28,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "model/gpt_config.h"
+#include "config/gpt_config.h"
 
 namespace tripod::ckpt {
 
@@ -40,7 +40,7 @@ std::string describe_megatron_checkpoint(const std::string& dir);
 std::string megatron_checkpoint_hint(const std::string& dir);
 
 struct MegatronImport {
-  model::GptConfig config;
+  config::GptConfig config;
   int64_t iteration = 0;
   int64_t consumed_samples = 0;
   int tp = 1, pp = 1, vpp = 1;

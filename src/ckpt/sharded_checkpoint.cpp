@@ -59,12 +59,12 @@ model::ShardDim shard_from_name(const std::string& s, const std::string& file) {
   TRIPOD_FAIL("{}: unknown shard rule '{}'", file, s);
 }
 
-const char* position_name(model::GptConfig::Position p) {
-  using P = model::GptConfig::Position;
+const char* position_name(config::GptConfig::Position p) {
+  using P = config::GptConfig::Position;
   return p == P::Rope ? "rope" : (p == P::None ? "none" : "learned_absolute");
 }
 
-json config_to_json(const model::GptConfig& c) {
+json config_to_json(const config::GptConfig& c) {
   json j = {{"num_layers", c.num_layers},
           {"hidden_size", c.hidden_size},
           {"num_attention_heads", c.num_attention_heads},
@@ -93,8 +93,8 @@ json config_to_json(const model::GptConfig& c) {
   return j;
 }
 
-model::GptConfig config_from_json(const json& j, const std::string& file) {
-  model::GptConfig c;
+config::GptConfig config_from_json(const json& j, const std::string& file) {
+  config::GptConfig c;
   try {
     c.num_layers = j.at("num_layers").get<int64_t>();
     c.hidden_size = j.at("hidden_size").get<int64_t>();
@@ -108,7 +108,7 @@ model::GptConfig config_from_json(const json& j, const std::string& file) {
     c.layernorm_epsilon = j.at("layernorm_epsilon").get<float>();
     c.hidden_dropout = j.at("hidden_dropout").get<float>();
     c.attention_dropout = j.at("attention_dropout").get<float>();
-    using P = model::GptConfig::Position;
+    using P = config::GptConfig::Position;
     const std::string pos = j.value("position_embedding_type", std::string("learned_absolute"));
     TRIPOD_CHECK(pos == "learned_absolute" || pos == "rope" || pos == "none",
                  "{}: unknown position_embedding_type '{}'", file, pos);
@@ -117,7 +117,7 @@ model::GptConfig config_from_json(const json& j, const std::string& file) {
     c.rotary_percent = j.value("rotary_percent", 1.f);
     const std::string norm = j.value("normalization", std::string("LayerNorm"));
     TRIPOD_CHECK(norm == "LayerNorm" || norm == "RMSNorm", "{}: unknown normalization '{}'", file, norm);
-    c.normalization = norm == "RMSNorm" ? model::GptConfig::Norm::RMSNorm : model::GptConfig::Norm::LayerNorm;
+    c.normalization = norm == "RMSNorm" ? config::GptConfig::Norm::RMSNorm : config::GptConfig::Norm::LayerNorm;
     c.swiglu = j.value("swiglu", false);
     c.group_query_attention = j.value("group_query_attention", false);
     c.num_query_groups = j.value("num_query_groups", int64_t{0});
@@ -502,7 +502,7 @@ int64_t newest_intact_iteration(const std::string& dir, int64_t before) {
   return -1;
 }
 
-model::GptConfig CheckpointReader::config() const {
+config::GptConfig CheckpointReader::config() const {
   const std::string where = (fs::path(path_) / kMetadataFile).string();
   TRIPOD_CHECK(meta_.contains("model"), "{}: no model arguments", where);
   return config_from_json(meta_["model"], where);

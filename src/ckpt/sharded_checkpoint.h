@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "ckpt/safetensors.h"
-#include "model/gpt_config.h"
+#include "config/gpt_config.h"
 #include "model/param_table.h"
 
 namespace tripod::ckpt {
@@ -42,8 +42,8 @@ std::string rank_file_name(int tp_rank, int pp_rank);  // "model_rank_1_0.safete
 const char* shard_name(model::ShardDim s);             // "None", "Rows", "Cols", "QkvRows", "GluRows", "QkvGroups"
 model::ShardDim shard_from_name(const std::string& s, const std::string& file);
 
-nlohmann::json config_to_json(const model::GptConfig& c);
-model::GptConfig config_from_json(const nlohmann::json& j, const std::string& file);
+nlohmann::json config_to_json(const config::GptConfig& c);
+config::GptConfig config_from_json(const nlohmann::json& j, const std::string& file);
 
 // The iteration in DIR/latest_checkpointed_iteration.txt, or -1 when DIR has
 // no checkpoint. A malformed marker is an Error naming it.
@@ -107,7 +107,7 @@ class CheckpointReader {
   const nlohmann::json& metadata() const { return meta_; }
   int64_t iteration() const { return iteration_; }
   const std::string& path() const { return path_; }
-  model::GptConfig config() const;
+  config::GptConfig config() const;
   bool has(const std::string& name) const { return tensors_.count(name) != 0; }
   const TensorInfo& info(const std::string& name) const;
   std::vector<std::string> tensor_names() const;

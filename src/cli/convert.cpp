@@ -69,7 +69,7 @@ int run_convert(int argc, char** argv) {
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
-    const model::GptConfig c = reader.config();
+    const config::GptConfig c = reader.config();
     if (c.is_gpt2()) {
       ckpt::export_hf_gpt2(reader, export_dir);
     } else {

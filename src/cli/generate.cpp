@@ -55,7 +55,7 @@ int run_generate(int argc, char** argv) {
   TRIPOD_CHECK_HINT(prompt.empty() != prompt_ids.empty(), "pass --prompt TEXT or --prompt-ids 1,2,3",
                     "tripod generate needs exactly one of --prompt and --prompt-ids");
   const auto reader = ckpt::CheckpointReader::open(load, iteration);
-  model::GptConfig cfg = reader.config();
+  config::GptConfig cfg = reader.config();
   auto load_model = [&](model::GptModel& m) {
     ckpt::load_params(reader, m.params(), 0, m.config().init_method_std, m.config().num_layers);
   };

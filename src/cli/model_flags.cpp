@@ -5,7 +5,7 @@
 
 namespace tripod::cli {
 
-void ModelFlags::add_to(CLI::App& app, model::GptConfig& m) {
+void ModelFlags::add_to(CLI::App& app, config::GptConfig& m) {
   app.add_option("--position-embedding-type", position_, "learned_absolute (GPT-2) | rope | none")
       ->capture_default_str();
   app.add_flag("--use-rotary-position-embeddings", rotary_alias_, "= --position-embedding-type rope");
@@ -25,8 +25,8 @@ void ModelFlags::add_to(CLI::App& app, model::GptConfig& m) {
   app.add_option("--kv-channels", m.kv_channels, "head size; only --hidden-size / --num-attention-heads");
 }
 
-void ModelFlags::apply(const CLI::App& app, model::GptConfig& m) const {
-  using P = model::GptConfig::Position;
+void ModelFlags::apply(const CLI::App& app, config::GptConfig& m) const {
+  using P = config::GptConfig::Position;
   std::string pos = position_;
   if (rotary_alias_) {
     TRIPOD_CHECK_HINT(app.count("--position-embedding-type") == 0 || pos == "rope", "pass one of them",
@@ -42,8 +42,8 @@ void ModelFlags::apply(const CLI::App& app, model::GptConfig& m) const {
   // Megatron: --no-position-embedding drops the learned table; with the
   // default type that leaves no position information at all.
   if (no_position_ && m.position_embedding_type == P::LearnedAbsolute) m.position_embedding_type = P::None;
-  if (normalization_ == "LayerNorm") m.normalization = model::GptConfig::Norm::LayerNorm;
-  else if (normalization_ == "RMSNorm") m.normalization = model::GptConfig::Norm::RMSNorm;
+  if (normalization_ == "LayerNorm") m.normalization = config::GptConfig::Norm::LayerNorm;
+  else if (normalization_ == "RMSNorm") m.normalization = config::GptConfig::Norm::RMSNorm;
   else
     throw Error(fmt::format("--normalization {} is not one of LayerNorm, RMSNorm", normalization_),
                 "Llama-family models use --normalization RMSNorm");

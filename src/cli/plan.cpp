@@ -137,7 +137,7 @@ int run_plan(int argc, char** argv) {
   app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, "padded to this x TP")
       ->capture_default_str();
   // The Llama-family model flags, as tripod train takes them (cli/model_flags.h).
-  model::GptConfig llama;
+  config::GptConfig llama;
   ModelFlags model_flags;
   model_flags.add_to(app, llama);
   app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");

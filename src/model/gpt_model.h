@@ -20,12 +20,13 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
-#include "model/gpt_config.h"
+#include "config/gpt_config.h"
 #include "model/layer_params.h"
 #include "model/param_table.h"
 #include "model/tensor_parallel.h"
 
 namespace tripod::model {
+using config::GptConfig;
 
 // Activation recomputation (Megatron's --recompute-granularity):
 //   Selective  the attention core's output and log-sum-exp are not kept per

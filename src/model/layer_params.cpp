@@ -2,7 +2,7 @@
 #include "model/layer_params.h"
 
 #include "base/error.h"
-#include "model/gpt_config.h"
+#include "config/gpt_config.h"
 
 namespace tripod::model {
 

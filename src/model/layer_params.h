@@ -2,7 +2,7 @@
 // the model is built (llm.c's ParameterTensors): the forward, backward and
 // optimizer paths never look a parameter up by name. Each handle points into
 // the stage's ParamStore (value, grad, compute copy); the shapes are this tp
-// rank's (model/gpt_config.h has the letters). Names in the comments are
+// rank's (config/gpt_config.h has the letters). Names in the comments are
 // the Megatron-core checkpoint keys, which stay as they are.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/param_table.h"
+#include "config/gpt_config.h"
 
 namespace tripod::model {
 
@@ -61,7 +62,7 @@ bool stage_holds(const ParamSpec& spec, int64_t first_layer, int64_t num_layers,
 // local layer is complete and that nothing is held twice.
 // `config` says which parameters the model has (biases, norms, positions,
 // output layer).
-struct GptConfig;
+using config::GptConfig;
 StageParams resolve_params(ParamStore& store, const GptConfig& config, int64_t first_layer, int64_t num_layers,
                            bool pre_process, bool post_process);
 

@@ -2,7 +2,7 @@
 //   res1 = x + dropout(proj(attention(qkv(ln1(x)))))
 //   out  = res1 + dropout(fc2(gelu(fc1(ln2(res1)))))
 // Megatron: TransformerLayer with SelfAttention and MLP (local spec).
-// The Llama-family options (model/gpt_config.h) change pieces in place:
+// The Llama-family options (config/gpt_config.h) change pieces in place:
 // RMSNorm for the LayerNorms, RoPE on q and k after qkv (so the stored qkv
 // is rotated; backward rotates dqkv back before qkv's backward), grouped
 // K/V heads in attention, silu(gate) * up for gelu(fc1) with fc1 = [gate |

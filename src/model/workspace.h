@@ -15,10 +15,11 @@
 #include <algorithm>
 
 #include "backend/ops.h"
-#include "model/gpt_config.h"
+#include "config/gpt_config.h"
 #include "model/gpt_model.h"
 
 namespace tripod::model {
+using config::GptConfig;
 
 struct GptModel::Workspace {
   int64_t B = 0, T = 0;

@@ -39,7 +39,7 @@ struct ModelSpec {
   int64_t vocab_size = 50257;
   int64_t make_vocab_size_divisible_by = 128;
   Precision precision = Precision::kBf16;
-  // The Llama-family options (model/gpt_config.h; docs/llama.md).
+  // The Llama-family options (config/gpt_config.h; docs/llama.md).
   int64_t num_query_groups = 0;  // K/V heads with --group-query-attention (0: heads)
   bool swiglu = false;           // fc1 2F wide, three F x C matrices
   bool untie_embeddings = false; // an output layer of its own
@@ -58,11 +58,11 @@ struct ModelSpec {
   // Megatron's padding: smallest multiple of divisible_by * tp >= vocab.
   int64_t padded_vocab(int tp) const;
   // Parameters of the whole model at vocab V (a tied output layer counted
-  // once). Same count as model::GptConfig::num_parameters.
+  // once). Same count as config::GptConfig::num_parameters.
   int64_t num_parameters(int64_t vocab) const;
   // Training FLOPs per token, 6N + 6LTC (N at the unpadded vocab, less an
   // untied input embedding; the attention term counts the full T x T, as
-  // llm.c and PaLM do). Same as model::GptConfig::flops_per_token.
+  // llm.c and PaLM do). Same as config::GptConfig::flops_per_token.
   double flops_per_token() const;
   void validate() const;  // throws Error naming the flag
 };

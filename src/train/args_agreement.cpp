@@ -52,7 +52,7 @@ FlagValues agreed_args(const TrainArgs& a) {
       {"--init-method-std", num(m.init_method_std)},
       {"--hidden-dropout", num(m.hidden_dropout)},
       {"--attention-dropout", num(m.attention_dropout)},
-      // Llama-family options (model/gpt_config.h)
+      // Llama-family options (config/gpt_config.h)
       {"--position-embedding-type", num(static_cast<int>(m.position_embedding_type))},
       {"--rotary-base", num(m.rotary_base)},
       {"--rotary-percent", num(m.rotary_percent)},

@@ -65,7 +65,7 @@ Tensor to_host(backend::Backend& be, const Tensor& t) {
 }
 
 // Model arguments that fix the tensors' shapes must match; the layout may change.
-void check_model_args(const model::GptConfig& now, const model::GptConfig& saved, const std::string& where) {
+void check_model_args(const config::GptConfig& now, const config::GptConfig& saved, const std::string& where) {
   auto same = [&](const char* flag, int64_t a, int64_t b) {
     TRIPOD_CHECK_HINT(a == b, fmt::format("pass {} {} (as saved), or load another checkpoint", flag, b),
                       "{} {} contradicts the checkpoint {} ({} {})", flag, a, where, flag, b);
@@ -210,7 +210,7 @@ void Trainer::load_checkpoint() {
   const auto reader = open_verified(args_.load, args_.ckpt_step);
   const json& meta = reader.metadata();
   const std::string where = reader.path();
-  model::GptConfig saved = reader.config();
+  config::GptConfig saved = reader.config();
   saved.finalize();
   check_model_args(model().config(), saved, where);
   const auto& cfg = model().config();

@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "model/gpt_config.h"
+#include "config/gpt_config.h"
 
 namespace tripod::train {
 
 struct TrainArgs {
-  model::GptConfig model;
+  config::GptConfig model;
   // batch
   int64_t micro_batch_size = 1;      // --micro-batch-size
   int64_t global_batch_size = 0;     // --global-batch-size (0: micro x dp)

@@ -1,5 +1,5 @@
 // The Llama-family model flags through `tripod train` (cli/model_flags.cpp,
-// model::GptConfig::finalize, GptModel's layout rules): each bad value stops
+// config::GptConfig::finalize, GptModel's layout rules): each bad value stops
 // the run before any work with a message naming the flag and the fix, and a
 // good configuration builds the model it names, with the parameter count of
 // a hand count.

@@ -27,7 +27,7 @@ std::string make_checkpoint_fixture(const std::string& dir) {
     ts.push_back({"model.decoder.final_layernorm.weight", {4}, model::ShardDim::None, filled({4}, 1.f)});
     ckpt::write_rank_file(tmp, tp, 2, 0, ts);
   }
-  model::GptConfig c;
+  config::GptConfig c;
   c.num_layers = 1;
   c.hidden_size = 4;
   c.num_attention_heads = 2;

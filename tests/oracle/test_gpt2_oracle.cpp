@@ -122,7 +122,7 @@ TEST(Oracle, MatchesPyTorchFloat64) {
   a.model.seq_length = T;
   a.model.vocab_size = V;
   if (f.version == 2) {  // the Llama family, as gen_llama_oracle.py builds it
-    using P = tripod::model::GptConfig;
+    using P = tripod::config::GptConfig;
     a.model.group_query_attention = true;
     a.model.num_query_groups = f.cfg[9];
     a.model.ffn_hidden_size = f.cfg[10];

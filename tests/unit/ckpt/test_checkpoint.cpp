@@ -29,8 +29,8 @@ using namespace tripod::ckpt;
 
 constexpr uint64_t kSeed = 11, kMomentSeed = 99;
 
-model::GptConfig tiny() {
-  model::GptConfig c;
+config::GptConfig tiny() {
+  config::GptConfig c;
   c.num_layers = 1;
   c.hidden_size = 8;
   c.num_attention_heads = 2;

@@ -50,8 +50,8 @@ void expect_compute_copy_is_cast(model::ParamStore& store, const char* where) {
     ASSERT_EQ(c[i], bf16 ? f32_to_bf16(val[i]) : f32_to_f16(val[i])) << where << ", element " << i;
 }
 
-model::GptConfig tiny_config() {
-  model::GptConfig cfg;
+config::GptConfig tiny_config() {
+  config::GptConfig cfg;
   cfg.num_layers = 2;
   cfg.hidden_size = 16;
   cfg.num_attention_heads = 2;

@@ -169,7 +169,7 @@ class RecordingComm final : public comm::Communicator {
 
 TEST(ParamAndGradBuffer, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   auto be = backend::make_cpu_backend();
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = 4;
   cfg.hidden_size = 32;
   cfg.num_attention_heads = 4;

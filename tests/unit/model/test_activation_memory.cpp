@@ -46,7 +46,7 @@ class SizeOnlyGroup final : public comm::Communicator {
   std::string name_ = "tp";
 };
 
-size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const model::GptConfig& cfg) {
+size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const config::GptConfig& cfg) {
   auto be = backend::make_cpu_backend();
   SizeOnlyGroup group(tp);
   model::StageConfig st;
@@ -61,8 +61,8 @@ size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const model::GptConfig
   return (acts.bytes() - acts.input.nbytes()) / static_cast<size_t>(cfg.num_layers);
 }
 
-model::GptConfig config() {
-  model::GptConfig c;
+config::GptConfig config() {
+  config::GptConfig c;
   c.num_layers = 2;
   c.hidden_size = 256;
   c.num_attention_heads = 8;

@@ -18,8 +18,8 @@
 namespace tripod {
 namespace {
 
-model::GptConfig config() {
-  model::GptConfig c;
+config::GptConfig config() {
+  config::GptConfig c;
   c.num_layers = 4;
   c.hidden_size = 16;
   c.num_attention_heads = 2;

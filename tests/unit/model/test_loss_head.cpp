@@ -25,7 +25,7 @@ struct Result {
 
 Result run(int64_t loss_chunk_bytes) {
   auto be = backend::make_cpu_backend();
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = kL;
   cfg.hidden_size = kC;
   cfg.num_attention_heads = kNH;

@@ -15,8 +15,8 @@
 namespace tripod {
 namespace {
 
-model::GptConfig small_config() {
-  model::GptConfig c;
+config::GptConfig small_config() {
+  config::GptConfig c;
   c.num_layers = 2;
   c.hidden_size = 8;
   c.num_attention_heads = 4;
@@ -78,13 +78,13 @@ TEST(ParamTable, InitStatistics) {
 }
 
 TEST(Config, VocabPaddingAsMegatron) {
-  model::GptConfig c = small_config();
+  config::GptConfig c = small_config();
   c.vocab_size = 50257;
   EXPECT_EQ(c.padded_vocab_size(1), 50304);
   EXPECT_EQ(c.padded_vocab_size(2), 50432);
   EXPECT_EQ(c.padded_vocab_size(8), 51200);
   // GPT-2 124M: 124,439,808 parameters at vocab 50257 (baselines.md)
-  model::GptConfig g;
+  config::GptConfig g;
   g.num_layers = 12; g.hidden_size = 768; g.num_attention_heads = 12; g.seq_length = 1024; g.vocab_size = 50257;
   g.finalize();
   EXPECT_EQ(g.num_parameters(50257), 124439808);
@@ -92,7 +92,7 @@ TEST(Config, VocabPaddingAsMegatron) {
 }
 
 TEST(Config, RejectsHeadsThatDoNotDivideHidden) {
-  model::GptConfig c = small_config();
+  config::GptConfig c = small_config();
   c.num_attention_heads = 3;
   try {
     c.finalize();

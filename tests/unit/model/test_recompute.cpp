@@ -23,7 +23,7 @@ struct Result {
 
 Result run(model::Recompute rc, bool llama = false) {
   auto be = backend::make_cpu_backend();
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = kL;
   cfg.hidden_size = kC;
   cfg.num_attention_heads = kNH;
@@ -32,8 +32,8 @@ Result run(model::Recompute rc, bool llama = false) {
   cfg.hidden_dropout = 0.1f;  // the recomputed forward must draw the same masks
   if (llama) {  // RoPE and RMSNorm rerun in the recomputed forward; grouped heads, SwiGLU
     cfg.group_query_attention = true, cfg.num_query_groups = 2, cfg.swiglu = true, cfg.ffn_hidden_size = 48;
-    cfg.position_embedding_type = model::GptConfig::Position::Rope;
-    cfg.normalization = model::GptConfig::Norm::RMSNorm;
+    cfg.position_embedding_type = config::GptConfig::Position::Rope;
+    cfg.normalization = config::GptConfig::Norm::RMSNorm;
     cfg.untie_embeddings_and_output_weights = true, cfg.add_bias_linear = false;
   }
   model::StageConfig st;

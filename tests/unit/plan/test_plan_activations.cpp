@@ -2,7 +2,7 @@
 // tripod_layer_activation_bytes) against what the model really allocates:
 // model::MicroBatchActs::bytes() for stages with and without the embedding
 // and the loss head, at tp 1 and tp 2 with and without sequence parallel.
-// Also the parameter count of plan::ModelSpec against model::GptConfig, and
+// Also the parameter count of plan::ModelSpec against config::GptConfig, and
 // all of it for the Llama family (GQA, SwiGLU, RMSNorm, untied, no bias).
 #include <gtest/gtest.h>
 
@@ -39,7 +39,7 @@ Recompute to_plan(model::Recompute r) {
 }
 
 TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = 3, cfg.hidden_size = 64, cfg.num_attention_heads = 4, cfg.ffn_hidden_size = 192;
   cfg.seq_length = 32, cfg.vocab_size = 100;
   cfg.finalize();
@@ -89,7 +89,7 @@ TEST(PlanActivations, HandCountOneLayer) {
 }
 
 TEST(PlanActivations, ParameterCountMatchesModel) {
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = 48, cfg.hidden_size = 1600, cfg.num_attention_heads = 25, cfg.seq_length = 1024;
   cfg.vocab_size = 50257;
   cfg.finalize();
@@ -103,12 +103,12 @@ TEST(PlanActivations, ParameterCountMatchesModel) {
 }
 
 TEST(PlanActivations, LlamaFormulasMatchTheModel) {
-  model::GptConfig cfg;
+  config::GptConfig cfg;
   cfg.num_layers = 4, cfg.hidden_size = 64, cfg.num_attention_heads = 8, cfg.ffn_hidden_size = 96;
   cfg.seq_length = 32, cfg.vocab_size = 100;
   cfg.group_query_attention = true, cfg.num_query_groups = 2, cfg.swiglu = true;
-  cfg.position_embedding_type = model::GptConfig::Position::Rope;
-  cfg.normalization = model::GptConfig::Norm::RMSNorm;
+  cfg.position_embedding_type = config::GptConfig::Position::Rope;
+  cfg.normalization = config::GptConfig::Norm::RMSNorm;
   cfg.untie_embeddings_and_output_weights = true, cfg.add_bias_linear = false;
   cfg.finalize();
   ModelSpec m;

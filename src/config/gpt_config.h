@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tripod::model {
+namespace tripod::config {
 
 struct GptConfig {
   int64_t num_layers = 2;
@@ -75,4 +75,4 @@ struct GptConfig {
   std::string describe() const;
 };
 
-}  // namespace tripod::model
+}  // namespace tripod::config

@@ -1,11 +1,11 @@
-// Implementation of model/gpt_config.h.
-#include "model/gpt_config.h"
+// Implementation of config/gpt_config.h.
+#include "config/gpt_config.h"
 
 #include <fmt/format.h>
 
 #include "base/error.h"
 
-namespace tripod::model {
+namespace tripod::config {
 
 void GptConfig::finalize() {
   // Megatron's default MLP width: 4C, or with SwiGLU 2/3 of it rounded down
@@ -111,4 +111,4 @@ std::string GptConfig::describe() const {
                      vocab_size, num_parameters(vocab_size), vocab_size);
 }
 
-}  // namespace tripod::model
+}  // namespace tripod::config
