@@ -38,7 +38,7 @@ using config::GptConfig;
 //              uniform method with --recompute-num-layers 1).
 // Dropout masks come from counters (backend/philox.h), so a recomputed
 // forward is bit-identical to the first one.
-enum class Recompute { None, Selective, Full };
+using config::Recompute;  // config/options.h
 
 struct StageConfig {
   int64_t first_layer = 0;
@@ -55,7 +55,7 @@ struct StageConfig {
   Recompute recompute = Recompute::None;
   // The loss head's logits are computed in row chunks of at most this many
   // bytes (0: one chunk), see head_chunk_rows and NOTE [Loss head].
-  int64_t loss_chunk_bytes = int64_t(1) << 30;
+  int64_t loss_chunk_bytes = config::kLossChunkBytes;
 };
 
 // Rows of one loss-head chunk for N rows of V_tp logits of elem_bytes each:
