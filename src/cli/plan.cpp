@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <set>
 #include <sstream>
 
 #include "base/error.h"
@@ -237,20 +236,10 @@ int run_plan(int argc, char** argv) {
     o.memory.cuda = false;
     if (o.memory.workspace_fixed_gib < 0) o.memory.workspace_fixed_gib = 0;
   }
-  // The ops of the first layouts that fit, for --calibrate to measure.
-  auto shapes_needed = [&](const plan::OpProfile* p) {
-    plan::Machine probe = mc;
-    probe.ops = p;
-    const plan::PlanResult pr = plan::plan_layouts(m, probe, o);
-    std::set<plan::OpShape> uniq;
-    for (size_t i = 0; i < std::min<size_t>(pr.fits.size(), 64); ++i)
-      for (const auto& list : {plan::micro_batch_ops(m, pr.fits[i].layout), plan::step_ops(m, pr.fits[i].layout)})
-        for (const auto& c : list) uniq.insert(c.op);
-    return std::vector<plan::OpShape>(uniq.begin(), uniq.end());
-  };
   const plan::OpTimesChoice op_choice =
       plan::resolve_op_times(op_times, calibrate, device.empty() ? default_device().device : device,
-                             [](const std::string& dev) { return make_backend(dev); }, shapes_needed);
+                             [](const std::string& dev) { return make_backend(dev); },
+                             [&](const plan::OpProfile* p) { return plan::ops_of_fitting_layouts(m, mc, o, p); });
   mc.ops = op_choice.profile ? &*op_choice.profile : nullptr;
   plan::PlanResult r = plan::plan_layouts(m, mc, o);
   r.notes.insert(r.notes.begin(), op_choice.note);

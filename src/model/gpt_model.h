@@ -55,7 +55,7 @@ struct StageConfig {
   Recompute recompute = Recompute::None;
   // The loss head's logits are computed in row chunks of at most this many
   // bytes (0: one chunk), see head_chunk_rows and NOTE [Loss head].
-  int64_t loss_chunk_bytes = config::kLossChunkBytes;
+  int64_t loss_chunk_bytes = int64_t(1) << 30;
 };
 
 // Rows of one loss-head chunk for N rows of V_tp logits of elem_bytes each:

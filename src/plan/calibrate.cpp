@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "base/error.h"
@@ -129,6 +130,17 @@ double measure(Backend& be, const OpShape& op, int reps) {
 }
 
 }  // namespace
+
+std::vector<OpShape> ops_of_fitting_layouts(const GptConfig& m, Machine mc, const SearchOptions& o,
+                                            const OpProfile* profile) {
+  mc.ops = profile;
+  const PlanResult pr = plan_layouts(m, mc, o);
+  std::set<OpShape> uniq;
+  for (size_t i = 0; i < std::min<size_t>(pr.fits.size(), 64); ++i)
+    for (const auto& list : {micro_batch_ops(m, pr.fits[i].layout), step_ops(m, pr.fits[i].layout)})
+      for (const auto& c : list) uniq.insert(c.op);
+  return std::vector<OpShape>(uniq.begin(), uniq.end());
+}
 
 std::string device_model_name(const Backend& be) {
   const std::string n = be.name();  // "cpu" or "cuda:0 (NVIDIA H200)"

@@ -11,6 +11,7 @@
 
 #include "backend/ops.h"
 #include "plan/op_profile.h"
+#include "plan/search.h"
 
 namespace tripod::plan {
 
@@ -34,6 +35,11 @@ struct OpTimesChoice {
 // machine's calibration cache, else the shipped H200 table. With calibrate,
 // `shapes_needed(profile)` lists the ops the plan would add up with that
 // profile; the missing ones are measured and the cache is rewritten.
+// The distinct ops of the first 64 layouts that fit when `profile` times
+// the compute: what --calibrate measures.
+std::vector<OpShape> ops_of_fitting_layouts(const GptConfig& m, Machine mc, const SearchOptions& o,
+                                            const OpProfile* profile);
+
 using DeviceOpener = std::function<std::unique_ptr<backend::Backend>(const std::string& device)>;
 OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
                                const DeviceOpener& open_device,
