@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
+#include <type_traits>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -59,70 +61,46 @@ model::ShardDim shard_from_name(const std::string& s, const std::string& file) {
   TRIPOD_FAIL("{}: unknown shard rule '{}'", file, s);
 }
 
-const char* position_name(config::GptConfig::Position p) {
-  using P = config::GptConfig::Position;
-  return p == P::Rope ? "rope" : (p == P::None ? "none" : "learned_absolute");
-}
-
+// Both directions walk config::visit_fields (config/gpt_config.h), the one
+// list of the recorded fields. Enums are written with their Megatron
+// spelling ("rope", "RMSNorm").
 json config_to_json(const config::GptConfig& c) {
-  json j = {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"ffn_hidden_size", c.ffn_hidden_size},
-          {"seq_length", c.seq_length},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"vocab_size", c.vocab_size},
-          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
-          {"init_method_std", c.init_method_std},
-          {"layernorm_epsilon", c.layernorm_epsilon},
-          {"hidden_dropout", c.hidden_dropout},
-          {"attention_dropout", c.attention_dropout}};
-  // The Llama-family options, only when one differs from GPT-2 (GPT-2
-  // checkpoints keep their metadata as before).
-  if (!c.is_gpt2()) {
-    j["position_embedding_type"] = position_name(c.position_embedding_type);
-    j["rotary_base"] = c.rotary_base;
-    j["rotary_percent"] = c.rotary_percent;
-    j["normalization"] = c.rmsnorm() ? "RMSNorm" : "LayerNorm";
-    j["swiglu"] = c.swiglu;
-    j["group_query_attention"] = c.group_query_attention;
-    j["num_query_groups"] = c.num_query_groups;
-    j["untie_embeddings_and_output_weights"] = c.untie_embeddings_and_output_weights;
-    j["add_bias_linear"] = c.add_bias_linear;
-  }
+  json j = json::object();
+  const bool options = !c.is_gpt2();  // GPT-2 checkpoints keep their metadata as before
+  config::visit_fields(c, [&](const char* name, const auto& value, config::FieldKind kind) {
+    if (kind == config::FieldKind::kOption && !options) return;
+    if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) j[name] = config::to_string(value);
+    else j[name] = value;
+  });
   return j;
 }
+
+namespace {
+
+template <class T>
+void read_field(const json& j, const char* name, T& value, config::FieldKind kind, const std::string& file) {
+  if (kind == config::FieldKind::kOption && !j.contains(name)) return;  // older metadata: the default
+  const json& v = kind == config::FieldKind::kCore ? j.at(name) : j[name];
+  if constexpr (std::is_same_v<T, config::Position> || std::is_same_v<T, config::Norm>) {
+    const std::string s = v.get<std::string>();
+    std::optional<T> parsed;
+    if constexpr (std::is_same_v<T, config::Position>) parsed = config::position_from_string(s);
+    else parsed = config::norm_from_string(s);
+    TRIPOD_CHECK(parsed.has_value(), "{}: unknown {} '{}'", file, name, s);
+    value = *parsed;
+  } else {
+    value = v.get<T>();
+  }
+}
+
+}  // namespace
 
 config::GptConfig config_from_json(const json& j, const std::string& file) {
   config::GptConfig c;
   try {
-    c.num_layers = j.at("num_layers").get<int64_t>();
-    c.hidden_size = j.at("hidden_size").get<int64_t>();
-    c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
-    c.ffn_hidden_size = j.at("ffn_hidden_size").get<int64_t>();
-    c.seq_length = j.at("seq_length").get<int64_t>();
-    c.max_position_embeddings = j.at("max_position_embeddings").get<int64_t>();
-    c.vocab_size = j.at("vocab_size").get<int64_t>();
-    c.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int64_t>();
-    c.init_method_std = j.at("init_method_std").get<float>();
-    c.layernorm_epsilon = j.at("layernorm_epsilon").get<float>();
-    c.hidden_dropout = j.at("hidden_dropout").get<float>();
-    c.attention_dropout = j.at("attention_dropout").get<float>();
-    using P = config::GptConfig::Position;
-    const std::string pos = j.value("position_embedding_type", std::string("learned_absolute"));
-    TRIPOD_CHECK(pos == "learned_absolute" || pos == "rope" || pos == "none",
-                 "{}: unknown position_embedding_type '{}'", file, pos);
-    c.position_embedding_type = pos == "rope" ? P::Rope : (pos == "none" ? P::None : P::LearnedAbsolute);
-    c.rotary_base = j.value("rotary_base", 10000.f);
-    c.rotary_percent = j.value("rotary_percent", 1.f);
-    const std::string norm = j.value("normalization", std::string("LayerNorm"));
-    TRIPOD_CHECK(norm == "LayerNorm" || norm == "RMSNorm", "{}: unknown normalization '{}'", file, norm);
-    c.normalization = norm == "RMSNorm" ? config::GptConfig::Norm::RMSNorm : config::GptConfig::Norm::LayerNorm;
-    c.swiglu = j.value("swiglu", false);
-    c.group_query_attention = j.value("group_query_attention", false);
-    c.num_query_groups = j.value("num_query_groups", int64_t{0});
-    c.untie_embeddings_and_output_weights = j.value("untie_embeddings_and_output_weights", false);
-    c.add_bias_linear = j.value("add_bias_linear", true);
+    config::visit_fields(c, [&](const char* name, auto& value, config::FieldKind kind) {
+      read_field(j, name, value, kind, file);
+    });
   } catch (const json::exception& e) {
     TRIPOD_FAIL("{}: model arguments are incomplete or malformed: {}", file, e.what());
   }

@@ -6,7 +6,7 @@
 // doctor/checks.h and doctor/comm_check.h. docs/doctor.md.
 //   tripod doctor --model-params 1.3e9 --save /ckpt --tensor-model-parallel-size 8
 //   torchrun --nproc-per-node 8 --no-python tripod doctor
-//   tripod doctor -- TRAIN FLAGS     (also: will this run fit the GPUs? cli/oom_advice.h)
+//   tripod doctor -- TRAIN FLAGS     (also: will this run fit the GPUs? plan/oom_advice.h)
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include "cli/device.h"
 #include "cli/megatron_flags.h"
 #include "cli/model_flags.h"
-#include "cli/oom_advice.h"
+#include "cli/plan_job.h"
 #include "cli/train_flags.h"
 #include "comm/context.h"
 #include "comm/rendezvous.h"
@@ -88,7 +88,7 @@ CheckResult memory_check(const DoctorArgs& a, const comm::RankInfo& info, bool u
   args.device = "cuda";
   const int world = under_launcher ? info.world_size : std::max<int>(1, int(inv.gpus.size()));
   const int local = under_launcher ? info.local_world_size : world;
-  const MemoryFit f = memory_fit_check(args, world, local, capacity);
+  const plan::MemoryFit f = plan::memory_fit_check(plan_job(args, world, local), capacity);
   return {"gpu-memory-fit", f.fits ? Status::kPass : Status::kFail,
           fmt::format("{} GPU(s) ({}): {}", world, where, f.finding), f.fix};
 }

@@ -9,13 +9,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <set>
 #include <sstream>
 
 #include "base/error.h"
 #include "cli/command.h"
+#include "cli/default_device.h"
+#include "cli/device.h"
 #include "cli/model_flags.h"
-#include "cli/plan_calibrate.h"
+#include "plan/calibrate.h"
 #include "plan/search.h"
 
 namespace tripod::cli {
@@ -60,19 +61,19 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
 }
 
 
-void print_table(const plan::ModelSpec& m, const plan::Machine& mc, const plan::PlanResult& r, int top,
+void print_table(const config::GptConfig& m, const plan::Machine& mc, const plan::PlanResult& r, int top,
                  plan::MemoryModelKind mm) {
   std::printf("# model: %lld layers, hidden %lld, %lld heads, ffn %lld, seq %lld, vocab %lld (padded at tp1: %lld), "
               "%.3g B params\n",
               (long long)m.num_layers, (long long)m.hidden_size, (long long)m.num_attention_heads,
-              (long long)m.ffn(), (long long)m.seq_length, (long long)m.vocab_size, (long long)m.padded_vocab(1),
-              double(m.num_parameters(m.padded_vocab(1))) / 1e9);
-  if (m.num_query_groups > 0 || m.swiglu || m.untie_embeddings || !m.add_bias_linear || m.rmsnorm ||
-      !m.learned_positions)
+              (long long)m.ffn_hidden_size, (long long)m.seq_length, (long long)m.vocab_size,
+              (long long)m.padded_vocab_size(1), double(m.num_parameters(m.padded_vocab_size(1))) / 1e9);
+  if (m.group_query_attention || m.swiglu || m.untie_embeddings_and_output_weights || !m.add_bias_linear ||
+      m.rmsnorm() || !m.learned_positions())
     std::printf("# options: %lld query groups, %s, %s MLP, %s output layer, %s, %s positions\n",
-                (long long)m.groups(), m.rmsnorm ? "RMSNorm" : "LayerNorm", m.swiglu ? "SwiGLU" : "GELU",
-                m.untie_embeddings ? "untied" : "tied", m.add_bias_linear ? "biases" : "no biases",
-                m.learned_positions ? "learned" : "no learned");
+                (long long)m.query_groups(), m.rmsnorm() ? "RMSNorm" : "LayerNorm", m.swiglu ? "SwiGLU" : "GELU",
+                m.untie_embeddings_and_output_weights ? "untied" : "tied", m.add_bias_linear ? "biases" : "no biases",
+                m.learned_positions() ? "learned" : "no learned");
   std::printf("# machine: %d node(s) x %d GPUs, %.0f GiB, %.0f TFLOP/s peak at MFU %.2f, links %.0f GB/s intra, "
               "%.0f GB/s inter\n",
               mc.nnodes, mc.gpus_per_node, mc.gpu_memory_gb, mc.peak_tflops, mc.assumed_mfu, mc.intra_node_bw_gbs,
@@ -120,7 +121,9 @@ int run_plan(int argc, char** argv) {
   CLI::App app{"Choose a parallel layout: the TP x PP x DP layouts that fit, best first, with memory, step time and "
                "why.\nExample: tripod plan --num-layers 40 --hidden-size 5120 --num-attention-heads 40 "
                "--seq-length 2048 --global-batch-size 512 --bf16 --gpus-per-node 8"};
-  plan::ModelSpec m;
+  // The model as `tripod train` takes it (config/gpt_config.h), finalized below.
+  config::GptConfig m;
+  m.vocab_size = 50257;
   plan::Machine mc;
   plan::SearchOptions o;
   bool bf16 = false, fp16 = false, fp32 = false, json = false, sp_flag = false, no_sp = false, dopt = false,
@@ -137,9 +140,8 @@ int run_plan(int argc, char** argv) {
   app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, "padded to this x TP")
       ->capture_default_str();
   // The Llama-family model flags, as tripod train takes them (cli/model_flags.h).
-  config::GptConfig llama;
   ModelFlags model_flags;
-  model_flags.add_to(app, llama);
+  model_flags.add_to(app, m);
   app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");
   app.add_option("--global-batch-size", o.global_batch)->capture_default_str();
   app.add_flag("--bf16", bf16, "bf16 params, fp32 grads and optimizer (the default)");
@@ -196,22 +198,11 @@ int run_plan(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  model_flags.apply(app, llama);
-  TRIPOD_CHECK_HINT(!llama.group_query_attention || llama.num_query_groups > 0,
-                    "pass --num-query-groups G with --group-query-attention",
-                    "--group-query-attention needs --num-query-groups");
-  TRIPOD_CHECK_HINT(llama.kv_channels == 0 || llama.kv_channels * m.num_attention_heads == m.hidden_size,
-                    "drop --kv-channels (the head size is --hidden-size / --num-attention-heads)",
-                    "--kv-channels {} is not --hidden-size / --num-attention-heads", llama.kv_channels);
-  m.num_query_groups = llama.group_query_attention ? llama.num_query_groups : 0;
-  m.swiglu = llama.swiglu;
-  m.untie_embeddings = llama.untie_embeddings_and_output_weights;
-  m.add_bias_linear = llama.add_bias_linear;
-  m.rmsnorm = llama.rmsnorm();
-  m.learned_positions = llama.learned_positions();
+  model_flags.apply(app, m);
+  m.finalize();
   TRIPOD_CHECK_HINT(int(bf16) + int(fp16) + int(fp32) <= 1, "pass one of --bf16, --fp16, --fp32",
                     "more than one precision flag given");
-  m.precision = fp16 ? plan::Precision::kFp16 : fp32 ? plan::Precision::kFp32 : plan::Precision::kBf16;
+  o.dtype = fp16 ? DType::F16 : fp32 ? DType::F32 : DType::BF16;
   o.sequence_parallel = no_sp ? plan::Choice::kOff : plan::Choice::kOn;
   TRIPOD_CHECK(!(sp_flag && no_sp), "--sequence-parallel and --no-sequence-parallel both given");
   TRIPOD_CHECK(!(dopt && no_dopt), "--use-distributed-optimizer and --no-distributed-optimizer both given");
@@ -235,7 +226,7 @@ int run_plan(int argc, char** argv) {
   }
   TRIPOD_CHECK(mc.gpu_memory_gb > 0 && mc.peak_tflops > 0 && mc.assumed_mfu > 0 && mc.assumed_mfu <= 1,
                "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
-  const std::string comm_note = apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs);
+  const std::string comm_note = plan::apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs);
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
   o.memory.model = plan::memory_model_from_string(memory_model);
@@ -245,18 +236,10 @@ int run_plan(int argc, char** argv) {
     o.memory.cuda = false;
     if (o.memory.workspace_fixed_gib < 0) o.memory.workspace_fixed_gib = 0;
   }
-  // The ops of the first layouts that fit, for --calibrate to measure.
-  auto shapes_needed = [&](const plan::OpProfile* p) {
-    plan::Machine probe = mc;
-    probe.ops = p;
-    const plan::PlanResult pr = plan::plan_layouts(m, probe, o);
-    std::set<plan::OpShape> uniq;
-    for (size_t i = 0; i < std::min<size_t>(pr.fits.size(), 64); ++i)
-      for (const auto& list : {plan::micro_batch_ops(m, pr.fits[i].layout), plan::step_ops(m, pr.fits[i].layout)})
-        for (const auto& c : list) uniq.insert(c.op);
-    return std::vector<plan::OpShape>(uniq.begin(), uniq.end());
-  };
-  const OpTimesChoice op_choice = resolve_op_times(op_times, calibrate, device, shapes_needed);
+  const plan::OpTimesChoice op_choice =
+      plan::resolve_op_times(op_times, calibrate, device.empty() ? default_device().device : device,
+                             [](const std::string& dev) { return make_backend(dev); },
+                             [&](const plan::OpProfile* p) { return plan::ops_of_fitting_layouts(m, mc, o, p); });
   mc.ops = op_choice.profile ? &*op_choice.profile : nullptr;
   plan::PlanResult r = plan::plan_layouts(m, mc, o);
   r.notes.insert(r.notes.begin(), op_choice.note);
@@ -264,9 +247,9 @@ int run_plan(int argc, char** argv) {
   if (json) {
     nlohmann::json j;
     j["model"] = {{"num_layers", m.num_layers}, {"hidden_size", m.hidden_size},
-                  {"num_attention_heads", m.num_attention_heads}, {"ffn_hidden_size", m.ffn()},
+                  {"num_attention_heads", m.num_attention_heads}, {"ffn_hidden_size", m.ffn_hidden_size},
                   {"seq_length", m.seq_length}, {"vocab_size", m.vocab_size},
-                  {"num_parameters", m.num_parameters(m.padded_vocab(1))}};
+                  {"num_parameters", m.num_parameters(m.padded_vocab_size(1))}};
     j["machine"] = {{"nnodes", mc.nnodes}, {"gpus_per_node", mc.gpus_per_node}, {"gpu_memory_gb", mc.gpu_memory_gb},
                     {"peak_tflops", mc.peak_tflops}, {"assumed_mfu", mc.assumed_mfu},
                     {"intra_node_bandwidth_gbs", mc.intra_node_bw_gbs},

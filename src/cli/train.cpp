@@ -15,7 +15,7 @@
 #include "cli/megatron_flags.h"
 #include "cli/model_flags.h"
 #include "cli/device.h"
-#include "cli/oom_advice.h"
+#include "cli/plan_job.h"
 #include "cli/train_flags.h"
 #include "data/tokenizer.h"
 #include "comm/context.h"
@@ -145,9 +145,8 @@ int run_train(int argc, char** argv) {
   } catch (const OutOfMemoryError& e) {
     ctx->abort();
     const int g = groups.global_rank;
-    const JobShape job{g, ctx->world_size(), info.local_world_size, layout.tp_rank(g), layout.pp_rank(g),
-                       layout.dp_rank(g)};
-    throw Error(oom_advice(e, args, job), e.hint());
+    const plan::JobShape where{g, layout.tp_rank(g), layout.pp_rank(g), layout.dp_rank(g)};
+    throw Error(plan::oom_advice(e, plan_job(args, layout, info.local_world_size), where), e.hint());
   } catch (...) {
     ctx->abort();  // peers blocked in a collective with this rank end now, not at the timeout
     throw;

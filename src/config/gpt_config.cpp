@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace tripod::config {
@@ -76,18 +78,48 @@ bool GptConfig::is_gpt2() const {
          !group_query_attention && !untie_embeddings_and_output_weights && add_bias_linear;
 }
 
+LayerSpec GptConfig::layer_spec(int64_t /*layer*/) const {
+  LayerSpec s;
+  s.hidden_size = hidden_size;
+  s.norm = normalization;
+  s.attention = AttentionKind::Local;
+  s.num_attention_heads = num_attention_heads;
+  s.query_groups = query_groups();
+  s.mlp = MlpKind::Dense;
+  s.swiglu = swiglu;
+  s.ffn_hidden_size = ffn_hidden_size;
+  s.bias = add_bias_linear;
+  return s;
+}
+
+int64_t LayerSpec::tp_sharded_parameters() const {
+  const int64_t C = hidden_size, F = ffn_hidden_size, Q = qkv_width(), F1 = fc1_width(), b = bias ? 1 : 0;
+  return Q * C + b * Q     // qkv (column-parallel)
+         + C * C           // proj weight (row-parallel)
+         + F1 * C + b * F1  // fc1 (column-parallel)
+         + C * F;          // fc2 weight (row-parallel)
+}
+
+int64_t LayerSpec::tp_replicated_parameters() const {
+  return 2 * norm_parameters() + (bias ? 2 * hidden_size : 0);  // input, pre-MLP norms; proj, fc2 biases
+}
+
 int64_t GptConfig::num_parameters(int64_t Vp) const {
-  const int64_t C = hidden_size, F = ffn_hidden_size, Q = qkv_width(), F1 = fc1_width();
-  const int64_t b = add_bias_linear ? 1 : 0, norm = rmsnorm() ? C : 2 * C;
-  const int64_t per_layer = norm                 // input norm
-                            + Q * C + b * Q      // qkv
-                            + C * C + b * C      // proj
-                            + norm               // pre-mlp norm
-                            + F1 * C + b * F1    // fc1
-                            + C * F + b * C;     // fc2
+  const int64_t C = hidden_size, norm = layer_spec(0).norm_parameters();  // the final norm
+  int64_t layers = 0;
+  for (int64_t i = 0; i < num_layers; ++i) layers += layer_spec(i).num_parameters();
   const int64_t positions = learned_positions() ? max_position_embeddings * C : 0;
   const int64_t output = untie_embeddings_and_output_weights ? Vp * C : 0;
-  return Vp * C + positions + num_layers * per_layer + norm + output;
+  return Vp * C + positions + layers + norm + output;
+}
+
+int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max_bytes) {
+  const int64_t row_bytes = V_tp * elem_bytes;
+  if (max_bytes <= 0 || N * row_bytes <= max_bytes) return N;
+  const int64_t fit = std::max<int64_t>(1, max_bytes / row_bytes);  // rows that fit
+  const int64_t chunks = (N + fit - 1) / fit;
+  const int64_t rows = ((N + chunks - 1) / chunks + 63) / 64 * 64;
+  return std::min(rows, N);
 }
 
 double GptConfig::flops_per_token() const {

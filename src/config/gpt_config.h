@@ -18,6 +18,9 @@
 #include <cstdint>
 #include <string>
 
+#include "config/layer_spec.h"
+#include "config/options.h"
+
 namespace tripod::config {
 
 struct GptConfig {
@@ -33,11 +36,12 @@ struct GptConfig {
   float layernorm_epsilon = 1e-5f;
   float hidden_dropout = 0.f;
   float attention_dropout = 0.f;
-  // --position-embedding-type learned_absolute | rope | none
-  enum class Position { LearnedAbsolute, Rope, None } position_embedding_type = Position::LearnedAbsolute;
+  using Position = config::Position;
+  using Norm = config::Norm;
+  Position position_embedding_type = Position::LearnedAbsolute;  // --position-embedding-type
   float rotary_base = 10000.f;   // --rotary-base
   float rotary_percent = 1.f;    // --rotary-percent: rotated share of each head's dims
-  enum class Norm { LayerNorm, RMSNorm } normalization = Norm::LayerNorm;  // --normalization
+  Norm normalization = Norm::LayerNorm;  // --normalization
   bool swiglu = false;           // --swiglu: fc1 is [gate | up] (2F rows), act = silu(gate) * up
   bool group_query_attention = false;  // --group-query-attention
   int64_t num_query_groups = 0;  // --num-query-groups G (0 -> NH)
@@ -64,6 +68,9 @@ struct GptConfig {
   int64_t fc1_width() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
   // True for the GPT-2 defaults of every Llama option.
   bool is_gpt2() const;
+  // The shape and kinds of layer `layer` (0..L-1). The same for every layer
+  // today; FP8's bf16 first/last layers and MoE's --moe-layer-freq vary it.
+  LayerSpec layer_spec(int64_t layer) const;
 
   // Parameter count at padded vocab Vp (a tied output layer counted once).
   int64_t num_parameters(int64_t padded_vocab) const;
@@ -74,5 +81,46 @@ struct GptConfig {
   double flops_per_token() const;
   std::string describe() const;
 };
+
+// The fields a checkpoint's metadata records and reads back
+// (ckpt/sharded_checkpoint.cpp config_to_json / config_from_json), in one
+// list: a new model option is a member above plus one line here. kCore
+// fields are always written and must be present; kOption fields are written
+// only when the model is not GPT-2 (GPT-2 checkpoints keep their metadata
+// bytes) and read with the member's default when absent (older
+// checkpoints). kv_channels is not recorded: only C / NH is accepted.
+enum class FieldKind { kCore, kOption };
+template <class Config, class Visitor>  // Config: GptConfig or const GptConfig
+void visit_fields(Config& c, Visitor&& v) {
+  v("num_layers", c.num_layers, FieldKind::kCore);
+  v("hidden_size", c.hidden_size, FieldKind::kCore);
+  v("num_attention_heads", c.num_attention_heads, FieldKind::kCore);
+  v("ffn_hidden_size", c.ffn_hidden_size, FieldKind::kCore);
+  v("seq_length", c.seq_length, FieldKind::kCore);
+  v("max_position_embeddings", c.max_position_embeddings, FieldKind::kCore);
+  v("vocab_size", c.vocab_size, FieldKind::kCore);
+  v("make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, FieldKind::kCore);
+  v("init_method_std", c.init_method_std, FieldKind::kCore);
+  v("layernorm_epsilon", c.layernorm_epsilon, FieldKind::kCore);
+  v("hidden_dropout", c.hidden_dropout, FieldKind::kCore);
+  v("attention_dropout", c.attention_dropout, FieldKind::kCore);
+  v("position_embedding_type", c.position_embedding_type, FieldKind::kOption);
+  v("rotary_base", c.rotary_base, FieldKind::kOption);
+  v("rotary_percent", c.rotary_percent, FieldKind::kOption);
+  v("normalization", c.normalization, FieldKind::kOption);
+  v("swiglu", c.swiglu, FieldKind::kOption);
+  v("group_query_attention", c.group_query_attention, FieldKind::kOption);
+  v("num_query_groups", c.num_query_groups, FieldKind::kOption);
+  v("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights, FieldKind::kOption);
+  v("add_bias_linear", c.add_bias_linear, FieldKind::kOption);
+}
+
+// Rows of one loss-head chunk for N rows of V_tp logits of elem_bytes each:
+// N when the (N, V_tp) logits fit in max_bytes (or max_bytes is 0), else N
+// split into the fewest equal chunks that fit, rounded up to a multiple of
+// 64 rows (the last chunk takes the rest). The model's loss head
+// (model/gpt_model.h) and the planner's workspace bytes both use it.
+inline constexpr int64_t kLossChunkBytes = int64_t(1) << 30;  // the default chunk, 1 GiB
+int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max_bytes = kLossChunkBytes);
 
 }  // namespace tripod::config

@@ -264,12 +264,7 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
 // micro-batch 64): per chunk logits, loss and dlogits in place, d lnf rows,
 // dwte +=; the tensor-parallel reduction of d lnf runs once at the end.
 int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max_bytes) {
-  const int64_t row_bytes = V_tp * elem_bytes;
-  if (max_bytes <= 0 || N * row_bytes <= max_bytes) return N;
-  const int64_t fit = std::max<int64_t>(1, max_bytes / row_bytes);  // rows that fit
-  const int64_t chunks = (N + fit - 1) / fit;
-  const int64_t rows = ((N + chunks - 1) / chunks + 63) / 64 * 64;
-  return std::min(rows, N);
+  return config::head_chunk_rows(N, V_tp, elem_bytes, max_bytes);
 }
 
 void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss) {

@@ -38,7 +38,7 @@ using config::GptConfig;
 //              uniform method with --recompute-num-layers 1).
 // Dropout masks come from counters (backend/philox.h), so a recomputed
 // forward is bit-identical to the first one.
-enum class Recompute { None, Selective, Full };
+using config::Recompute;  // config/options.h
 
 struct StageConfig {
   int64_t first_layer = 0;

@@ -1,75 +1,13 @@
-// Layout: how the world of ranks is split into tensor-, data- and
-// pipeline-parallel groups, in Megatron's rank order.
-//
-// Relates to: parallel/groups.h (turns these rank lists into communicators),
-// docs/distributed.md (the worked examples below, with pictures).
-// Reference: Megatron-LM megatron/core/parallel_state.py (RankGenerator,
-// generate_masked_orthogonal_rank_groups, initialize_model_parallel).
-//
-// NOTE [Rank order]
-// The order string is "tp-dp-pp": tp varies fastest, then dp, then pp, so
-//   global_rank = tp_rank + tp * (dp_rank + dp * pp_rank).
-// Tensor-parallel peers (the most traffic) are neighbours, i.e. on one node.
-//
-// Worked example, 8 ranks, tp=2 pp=2 (dp = 8 / (2*2) = 2):
-//   tp groups  : [0,1] [2,3] [4,5] [6,7]
-//   dp groups  : [0,2] [1,3] [4,6] [5,7]
-//   pp groups  : [0,4] [1,5] [2,6] [3,7]
-//   mp groups  : [0,1,4,5] [2,3,6,7]        (tp x pp: one model replica)
-//   embd groups: [0,4] [1,5] [2,6] [3,7]    (first and last stage of each pp group)
-// Worked example, 16 ranks, tp=2 pp=4 (dp=2), as in Megatron's docstring:
-//   tp groups  : [0,1] [2,3] [4,5] [6,7] [8,9] [10,11] [12,13] [14,15]
-//   dp groups  : [0,2] [1,3] [4,6] [5,7] [8,10] [9,11] [12,14] [13,15]
-//   pp groups  : [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15]
-//   embd groups: [0,12] [1,13] [2,14] [3,15]  (ranks 4..11 are middle stages: no embd group)
-//
-// Usage:
-//   Layout layout = Layout::make(world_size, tp, pp, vpp);   // throws on bad sizes
-//   int stage = layout.pp_rank(global_rank);
+// The rank layout lives in config/layout.h (pure rank arithmetic, shared
+// with the planner); parallel/ names it as its users always have.
 #pragma once
 
-#include <string>
-#include <vector>
+#include "config/layout.h"
 
 namespace tripod::parallel {
 
-using RankGroups = std::vector<std::vector<int>>;
-
-struct Layout {
-  int world_size = 1;
-  int tp = 1;   // --tensor-model-parallel-size
-  int pp = 1;   // --pipeline-model-parallel-size
-  int dp = 1;   // world_size / (tp * pp)
-  int vpp = 1;  // virtual pipeline stages per pp rank; 1 = no interleaving
-
-  // Validates and derives dp. Errors name the Megatron flags.
-  static Layout make(int world_size, int tp, int pp, int vpp = 1);
-
-  int tp_rank(int global) const;
-  int dp_rank(int global) const;
-  int pp_rank(int global) const;
-  // Inverse of the three above.
-  int global_rank(int tp_rank, int dp_rank, int pp_rank) const;
-  bool is_first_stage(int global) const { return pp_rank(global) == 0; }
-  bool is_last_stage(int global) const { return pp_rank(global) == pp - 1; }
-
-  // Each list is ordered as Megatron orders it; members in increasing
-  // rank order. tp/dp/pp/mp partition the world; embd covers only the
-  // first and last stages (all ranks when pp <= 2).
-  RankGroups tp_groups() const;
-  RankGroups dp_groups() const;
-  RankGroups pp_groups() const;
-  RankGroups mp_groups() const;    // tp x pp
-  RankGroups embd_groups() const;  // {first, last} stage of each pp group
-
-  std::string str() const;  // "world 8 = tp 2 x dp 2 x pp 2 (vpp 1)"
-};
-
-// The group mechanism behind the accessors above, for other orders (tests,
-// future cp/ep). `order` names the dims fastest first ("tp-dp-pp"), `sizes`
-// gives their sizes in the same order, and `mask` the dims that vary inside
-// one group (e.g. "tp-pp" for model-parallel groups).
-RankGroups masked_rank_groups(const std::string& order, const std::vector<int>& sizes,
-                              const std::string& mask);
+using config::Layout;
+using config::masked_rank_groups;
+using config::RankGroups;
 
 }  // namespace tripod::parallel

@@ -20,67 +20,45 @@
 #include <string>
 #include <vector>
 
+#include "config/gpt_config.h"
+#include "config/layout.h"
+#include "config/options.h"
+#include "tensor/dtype.h"
+
 namespace tripod::plan {
 
-enum class Precision { kBf16, kFp16, kFp32 };
-enum class Recompute { kNone, kSelective, kFull };
+// The model is config::GptConfig, finalized (GptConfig::finalize: the
+// derived widths filled, the rules checked); its arithmetic (widths, padded
+// vocab, parameters, FLOPs per token, per-layer specs) lives there, once.
+using config::GptConfig;
+using config::Recompute;
+using config::recompute_from_string;
+using config::to_string;
 
-std::string to_string(Recompute r);  // "none" | "selective" | "full"
-Recompute recompute_from_string(const std::string& s);  // throws Error on unknown names
+// A point of the search space: the rank layout (config/layout.h: tp, pp,
+// vpp and dp = world / (TP x PP), computed once by config::Layout::make)
+// plus what the plan varies beside it. The number of micro-batches per step
+// (gradient accumulation) = global / (micro x DP).
+struct Layout : config::Layout {
+  Layout() = default;
+  explicit Layout(const config::Layout& ranks) : config::Layout(ranks) {}
 
-// The model, with Megatron's flag names. ffn_hidden_size 0 -> 4 * hidden.
-struct ModelSpec {
-  int64_t num_layers = 12;
-  int64_t hidden_size = 768;
-  int64_t num_attention_heads = 12;
-  int64_t ffn_hidden_size = 0;
-  int64_t seq_length = 1024;
-  int64_t max_position_embeddings = 0;  // 0 -> seq_length
-  int64_t vocab_size = 50257;
-  int64_t make_vocab_size_divisible_by = 128;
-  Precision precision = Precision::kBf16;
-  // The Llama-family options (config/gpt_config.h; docs/llama.md).
-  int64_t num_query_groups = 0;  // K/V heads with --group-query-attention (0: heads)
-  bool swiglu = false;           // fc1 2F wide, three F x C matrices
-  bool untie_embeddings = false; // an output layer of its own
-  bool add_bias_linear = true;
-  bool rmsnorm = false;          // no norm biases, one statistic
-  bool learned_positions = true; // false with --position-embedding-type rope|none
-
-  // Megatron's default MLP width: 4C, with SwiGLU 2/3 of it rounded down to 64.
-  int64_t ffn() const {
-    return ffn_hidden_size > 0 ? ffn_hidden_size : (swiglu ? (4 * hidden_size * 2 / 3) / 64 * 64 : 4 * hidden_size);
-  }
-  int64_t groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
-  int64_t qkv_width() const { return (num_attention_heads + 2 * groups()) * (hidden_size / num_attention_heads); }
-  int64_t fc1_width() const { return swiglu ? 2 * ffn() : ffn(); }
-  int64_t max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
-  // Megatron's padding: smallest multiple of divisible_by * tp >= vocab.
-  int64_t padded_vocab(int tp) const;
-  // Parameters of the whole model at vocab V (a tied output layer counted
-  // once). Same count as config::GptConfig::num_parameters.
-  int64_t num_parameters(int64_t vocab) const;
-  // Training FLOPs per token, 6N + 6LTC (N at the unpadded vocab, less an
-  // untied input embedding; the attention term counts the full T x T, as
-  // llm.c and PaLM do). Same as config::GptConfig::flops_per_token.
-  double flops_per_token() const;
-  void validate() const;  // throws Error naming the flag
-};
-
-// A point of the search space. DP = world / (TP x PP); the number of
-// micro-batches per step (gradient accumulation) = global / (micro x DP).
-struct Layout {
-  int tp = 1, pp = 1, dp = 1;
-  int vpp = 1;  // virtual pipeline stages (model chunks) per pipeline rank
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false;      // ignored at tp 1, as in Megatron
   bool distributed_optimizer = false;  // ZeRO-1 over dp
-  Recompute recompute = Recompute::kNone;
+  Recompute recompute = Recompute::None;
+  // Parameters' and activations' dtype: BF16 (--bf16, the default), F16
+  // (--fp16) or F32; gradients and optimizer state are f32 in every case.
+  DType dtype = DType::BF16;
 
   int64_t num_microbatches() const { return global_batch / (micro_batch * dp); }
   bool sp() const { return sequence_parallel && tp > 1; }
   std::string str() const;  // "tp2 pp4 dp1 vpp2 mbs1 sp dist-opt recompute=selective"
 };
+
+// Throws Error when `m` was not finalized (GptConfig::finalize fills the
+// widths the formulas below read).
+void check_finalized(const GptConfig& m);
 
 // Bytes per GPU on the busiest pipeline stage.
 struct MemoryBreakdown {
@@ -103,14 +81,14 @@ struct MemoryBreakdown {
 // tripod's distributed optimizer (`tripod` below) also keeps the f32
 // reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and,
 // at fp32 too, an f32 value shard: kept + 16/DP for every precision.
-double model_state_bytes_per_param(Precision p, bool distributed_optimizer, int dp, bool tripod = false);
+double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod = false);
 
 // Parameters held by one GPU of pipeline stage `stage` (0..pp-1), with even
 // layer split and TP sharding of the linear layers and the vocabulary.
-// LayerNorms, the position embedding and row-parallel biases are replicated
-// over tp. With pp > 1 the last stage keeps its own copy of the word
+// Per layer from GptConfig::layer_spec (config/layer_spec.h): norms, the
+// position embedding and row-parallel biases are replicated over tp. With pp > 1 the last stage keeps its own copy of the word
 // embedding for the tied output layer (as Megatron does).
-int64_t params_on_stage(const ModelSpec& m, int tp, int pp, int stage);
+int64_t params_on_stage(const GptConfig& m, int tp, int pp, int stage);
 
 // Korthikanti et al. activation bytes of ONE transformer layer for ONE
 // micro-batch, 16-bit activations, generalised from F = 4h to any FFN width:
@@ -119,7 +97,7 @@ int64_t params_on_stage(const ModelSpec& m, int tp, int pp, int stage);
 //   TP+SP:  sbh(18 + 4F/h)/t + 5as^2 b / t
 // selective drops the 5as^2 b term; full keeps only the layer input 2sbh
 // (2sbh/t with SP). With F = 4h these are the paper's 34, 10 + 24/t, 34/t.
-double paper_layer_activation_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp,
+double paper_layer_activation_bytes(const GptConfig& m, int64_t micro_batch, int tp, bool sp,
                                     Recompute r);
 
 // tripod's own per-layer activation bytes (model::MicroBatchActs, what the
@@ -131,12 +109,12 @@ double paper_layer_activation_bytes(const ModelSpec& m, int64_t micro_batch, int
 //   act * [ 4 N_sp h  (ln1, res1, ln2, out) + N (3h + h + 2F) / t  (qkv, att, fc1, gelu) ]
 //   + 4 * [ 4 N_sp  (ln1/ln2 mean, rstd) + N a / t  (lse) ]
 // Selective recompute drops att and lse; full keeps only out (act N_sp h).
-double tripod_layer_activation_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp,
-                                     int act_bytes = 4, Recompute r = Recompute::kNone);
+double tripod_layer_activation_bytes(const GptConfig& m, int64_t micro_batch, int tp, bool sp,
+                                     int act_bytes = 4, Recompute r = Recompute::None);
 // Bytes of one micro-batch outside the layers, as MicroBatchActs::bytes()
 // counts: the stage input (N_sp, h) and, on the last stage, the final norm
 // (N_sp h act + 2 N_sp fp32), the per-token losses (N fp32) and d lnf (N_sp h act).
-double tripod_stage_extra_activation_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp,
+double tripod_stage_extra_activation_bytes(const GptConfig& m, int64_t micro_batch, int tp, bool sp,
                                            bool post_process, int act_bytes = 4);
 
 // Micro-batches whose activations the first pipeline stage holds at its
@@ -170,19 +148,20 @@ struct MemoryOptions {
 
 // tripod model: bytes of one model chunk's scratch buffers (model/workspace.h),
 // sized for micro-batch b; the logits (N, V_pad/tp) only with post_process.
-double tripod_model_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool sp, bool post_process,
-                                    Recompute r);
-// Rows of one loss-head chunk (model/gpt_model.h head_chunk_rows, 1 GiB chunks).
-int64_t head_chunk_rows_like_model(int64_t N, int64_t V_tp, int64_t elem_bytes);
+// Activations in `dtype`; the loss head's logits in chunks of
+// config::head_chunk_rows (the model's default 1 GiB).
+double tripod_model_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp, bool sp, bool post_process,
+                                    Recompute r, DType dtype);
 // tripod model: the cuDNN attention backward's own workspace
 // (cuda/cudnn_attention.cpp), bf16/fp16 only: by default dQ is summed
 // with atomics into an f32 accumulator of B * T * H/tp * HS * 4 bytes;
 // under --deterministic-mode dS is kept instead, B * H/tp * T64^2 * 2
-// bytes (T rounded up to 64).
-double cudnn_dq_workspace_bytes(const ModelSpec& m, int64_t micro_batch, int tp, bool deterministic = false);
+// bytes (T rounded up to 64). 0 for F32.
+double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp, DType dtype,
+                                bool deterministic = false);
 
 // Full estimate for the busiest stage (the larger of the first and last),
 // with the model o.model.
-MemoryBreakdown estimate_memory(const ModelSpec& m, const Layout& l, const MemoryOptions& o = {});
+MemoryBreakdown estimate_memory(const GptConfig& m, const Layout& l, const MemoryOptions& o = {});
 
 }  // namespace tripod::plan

@@ -98,12 +98,12 @@ double OpShape::work() const {
   return 0;
 }
 
-std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
+std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
   const int64_t N = l.micro_batch * m.seq_length, Nsp = l.sp() ? N / l.tp : N;
-  const int64_t C = m.hidden_size, Ctp = C / l.tp, Ftp = m.ffn() / l.tp, NHtp = m.num_attention_heads / l.tp;
-  const int64_t HS = C / m.num_attention_heads, Vtp = m.padded_vocab(l.tp) / l.tp;
+  const int64_t C = m.hidden_size, Ctp = C / l.tp, Ftp = m.ffn_hidden_size / l.tp, NHtp = m.num_attention_heads / l.tp;
+  const int64_t HS = C / m.num_attention_heads, Vtp = m.padded_vocab_size(l.tp) / l.tp;
   const int64_t Qtp = m.qkv_width() / l.tp, F1tp = m.fc1_width() / l.tp;  // (NH + 2G) HS; 2F with SwiGLU
-  const int s = m.precision == Precision::kFp32 ? 4 : 2;
+  const int s = l.dtype == DType::F32 ? 4 : 2;
   const double layers = double(m.num_layers) / l.pp;
   auto op = [&](OpKind k, int64_t a, int64_t b, int64_t c = 0, int64_t d = 0) {
     OpShape o;
@@ -132,15 +132,15 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
     auto [it, fresh] = acc.try_emplace(o.key(), OpCount{o, 0});
     it->second.count += n;
   };
-  for (const auto& o : fwd) add(o, l.recompute == Recompute::kFull ? 2 * layers : layers);
+  for (const auto& o : fwd) add(o, l.recompute == Recompute::Full ? 2 * layers : layers);
   for (const auto& o : bwd) add(o, layers);
-  if (l.recompute == Recompute::kSelective) add(fwd[2], layers);  // the attention core again
+  if (l.recompute == Recompute::Selective) add(fwd[2], layers);  // the attention core again
   // The busiest stage is the last: final LayerNorm, then the LM head and
   // cross-entropy in row chunks of at most 1 GiB of logits (gpt_model.cpp,
   // head_chunk_rows); with one stage the embedding too (an add each way).
   add(op(OpKind::kNormFwd, Nsp, C), 1);
   add(op(OpKind::kNormBwd, Nsp, C), 1);
-  const int64_t rows = head_chunk_rows_like_model(N, Vtp, s);
+  const int64_t rows = config::head_chunk_rows(N, Vtp, s);
   for (int64_t done = 0; done < N; done += rows) {
     const int64_t r = std::min(rows, N - done);
     add(op(OpKind::kLinearFwd, r, C, Vtp), 1);
@@ -153,12 +153,12 @@ std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l) {
   return out;
 }
 
-std::vector<OpCount> step_ops(const ModelSpec& m, const Layout& l) {
+std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l) {
   const int64_t params = std::max(params_on_stage(m, l.tp, l.pp, 0), params_on_stage(m, l.tp, l.pp, l.pp - 1));
   OpShape adam, norm;
   adam.kind = OpKind::kAdamW;
   adam.d[0] = l.distributed_optimizer ? (params + l.dp - 1) / l.dp : params;
-  adam.act_bytes = norm.act_bytes = m.precision == Precision::kFp32 ? 4 : 2;
+  adam.act_bytes = norm.act_bytes = l.dtype == DType::F32 ? 4 : 2;
   // The grad norm reads this rank's gradient shard; every gradient is zeroed.
   norm.kind = OpKind::kGradNorm;
   norm.d[0] = params;

@@ -66,10 +66,10 @@ struct OpCount {
 
 // One micro-batch, forward + backward (+ the recomputed forward), on the
 // busiest pipeline stage (the last: it holds the loss head) at one TP rank.
-std::vector<OpCount> micro_batch_ops(const ModelSpec& m, const Layout& l);
+std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l);
 // Once per step: the optimizer over this rank's parameters (its shard under
 // the distributed optimizer).
-std::vector<OpCount> step_ops(const ModelSpec& m, const Layout& l);
+std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l);
 
 struct ClassFit {
   double rate = 0;        // work per second (0: no fit)

@@ -24,7 +24,7 @@ std::vector<int> divisors(int n) {
 
 bool is_plain_dp(const Layout& l) { return l.tp == 1 && l.pp == 1; }
 
-void add_reasons(const ModelSpec& m, const Machine& mc, Candidate& c) {
+void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
   const Layout& l = c.layout;
   auto& r = c.reasons;
   const double gpu = mc.gpu_memory_gb * kGiB;
@@ -42,9 +42,9 @@ void add_reasons(const ModelSpec& m, const Machine& mc, Candidate& c) {
   if (l.sp()) r.push_back(fmt::format("sequence parallel: LayerNorm/dropout activations / {}", l.tp));
   if (l.distributed_optimizer)
     r.push_back(fmt::format("distributed optimizer: {:.2f} instead of {:.0f} bytes/param", c.mem.bytes_per_param,
-                            model_state_bytes_per_param(m.precision, false, l.dp)));
-  if (l.recompute == Recompute::kSelective) r.push_back("selective recompute: attention scores not stored (+ ~2LTC FLOPs)");
-  if (l.recompute == Recompute::kFull) r.push_back("full recompute: only layer inputs stored (+33% compute)");
+                            model_state_bytes_per_param(l.dtype, false, l.dp)));
+  if (l.recompute == Recompute::Selective) r.push_back("selective recompute: attention scores not stored (+ ~2LTC FLOPs)");
+  if (l.recompute == Recompute::Full) r.push_back("full recompute: only layer inputs stored (+33% compute)");
   if (l.dp > 1 && c.time.dp_crosses_nodes) r.push_back("DP gradient sync crosses nodes");
   r.push_back(fmt::format("grad accumulation {} = {} / ({} x {})", l.num_microbatches(), l.global_batch,
                           l.micro_batch, l.dp));
@@ -53,7 +53,7 @@ void add_reasons(const ModelSpec& m, const Machine& mc, Candidate& c) {
 }
 
 // Every layout of the search space (before the rules).
-std::vector<Layout> enumerate(const ModelSpec& m, const Machine& mc, const SearchOptions& o) {
+std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const SearchOptions& o) {
   std::vector<Layout> out;
   const int world = mc.world();
   const std::vector<int> tps = o.tp > 0 ? std::vector<int>{o.tp} : divisors(world);
@@ -77,8 +77,8 @@ std::vector<Layout> enumerate(const ModelSpec& m, const Machine& mc, const Searc
           for (bool sp : sps)
             for (bool dopt : dos)
               for (Recompute rc : o.recompute) {
-                Layout l;
-                l.tp = tp, l.pp = pp, l.dp = dp, l.vpp = vpp, l.micro_batch = mb;
+                Layout l{config::Layout::make(world, tp, pp)};
+                l.vpp = vpp, l.micro_batch = mb, l.dtype = o.dtype;
                 l.global_batch = o.global_batch, l.sequence_parallel = sp;
                 l.distributed_optimizer = dopt, l.recompute = rc;
                 out.push_back(l);
@@ -90,19 +90,19 @@ std::vector<Layout> enumerate(const ModelSpec& m, const Machine& mc, const Searc
 
 }  // namespace
 
-std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const Layout& l, bool allow_tp_across_nodes) {
+std::string layout_rule_violation(const GptConfig& m, const Machine& mc, const Layout& l, bool allow_tp_across_nodes) {
   const int world = mc.world();
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.micro_batch < 1)
     return "sizes must be >= 1";
-  if (int64_t(l.tp) * l.pp * l.dp != world)
+  if (l.world_size != world || int64_t(l.tp) * l.pp * l.dp != world)
     return fmt::format("TP x PP x DP = {} x {} x {} != {} GPUs", l.tp, l.pp, l.dp, world);
   if (!allow_tp_across_nodes && group_crosses_nodes(l.tp, mc.gpus_per_node))
     return fmt::format("TP {} does not divide the {} GPUs of a node (TP would cross nodes; TP is kept within a "
                        "node unless --allow-tp-across-nodes)", l.tp, mc.gpus_per_node);
   if (m.num_attention_heads % l.tp != 0)
     return fmt::format("heads {} % TP {} != 0", m.num_attention_heads, l.tp);
-  if (m.groups() % l.tp != 0) return fmt::format("query groups {} % TP {} != 0", m.groups(), l.tp);
-  if (m.ffn() % l.tp != 0) return fmt::format("ffn {} % TP {} != 0", m.ffn(), l.tp);
+  if (m.query_groups() % l.tp != 0) return fmt::format("query groups {} % TP {} != 0", m.query_groups(), l.tp);
+  if (m.ffn_hidden_size % l.tp != 0) return fmt::format("ffn {} % TP {} != 0", m.ffn_hidden_size, l.tp);
   if (l.sp() && m.seq_length % l.tp != 0)
     return fmt::format("sequence parallel: seq {} % TP {} != 0", m.seq_length, l.tp);
   if (m.num_layers % (int64_t(l.pp) * l.vpp) != 0)
@@ -115,7 +115,7 @@ std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const L
   return "";
 }
 
-Candidate evaluate(const ModelSpec& m, const Machine& mc, const Layout& l, const MemoryOptions& o) {
+Candidate evaluate(const GptConfig& m, const Machine& mc, const Layout& l, const MemoryOptions& o) {
   Candidate c;
   c.layout = l;
   c.mem = estimate_memory(m, l, o);
@@ -128,8 +128,8 @@ Candidate evaluate(const ModelSpec& m, const Machine& mc, const Layout& l, const
   return c;
 }
 
-PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptions& o) {
-  m.validate();
+PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptions& o) {
+  check_finalized(m);
   TRIPOD_CHECK(mc.nnodes >= 1 && mc.gpus_per_node >= 1, "--nnodes and --gpus-per-node must be >= 1");
   TRIPOD_CHECK(o.global_batch >= 1, "--global-batch-size must be >= 1");
   PlanResult res;
@@ -208,13 +208,13 @@ PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptio
   return res;
 }
 
-std::string megatron_flags(const ModelSpec& m, const Layout& l) {
+std::string megatron_flags(const GptConfig& m, const Layout& l) {
   std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
   if (l.vpp > 1) s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
   s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
   if (l.sp()) s += " --sequence-parallel";
   if (l.distributed_optimizer) s += " --use-distributed-optimizer";
-  if (l.recompute != Recompute::kNone) s += " --recompute-granularity " + to_string(l.recompute);
+  if (l.recompute != Recompute::None) s += " --recompute-granularity " + to_string(l.recompute);
   return s;
 }
 

@@ -37,10 +37,11 @@ struct SearchOptions {
   int64_t micro_batch = 0;  // 0: search 1, 2, 4, ... that divide global / DP
   int tp = 0, pp = 0;       // 0: search
   std::vector<int> vpp = {1, 2, 4};
-  std::vector<Recompute> recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)
   Choice distributed_optimizer = Choice::kSearch;
   bool allow_tp_across_nodes = false;
+  DType dtype = DType::BF16;  // --bf16 / --fp16 / --fp32, for every searched layout
   MemoryOptions memory;
 };
 
@@ -63,15 +64,16 @@ struct PlanResult {
   std::vector<std::string> notes;     // whole-plan remarks ("model fits one GPU: ...")
 };
 
+// `m` is finalized (GptConfig::finalize); every function below reads it as is.
 // Empty when `l` obeys every rule for this model and machine, else why not.
-std::string layout_rule_violation(const ModelSpec& m, const Machine& mc, const Layout& l,
+std::string layout_rule_violation(const GptConfig& m, const Machine& mc, const Layout& l,
                                   bool allow_tp_across_nodes);
 
-Candidate evaluate(const ModelSpec& m, const Machine& mc, const Layout& l, const MemoryOptions& o = {});
+Candidate evaluate(const GptConfig& m, const Machine& mc, const Layout& l, const MemoryOptions& o = {});
 
-PlanResult plan_layouts(const ModelSpec& m, const Machine& mc, const SearchOptions& o);
+PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptions& o);
 
 // The `tripod train` (= Megatron) flags that select layout `l`.
-std::string megatron_flags(const ModelSpec& m, const Layout& l);
+std::string megatron_flags(const GptConfig& m, const Layout& l);
 
 }  // namespace tripod::plan

@@ -18,17 +18,17 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
   return 2.0 * (n - 1) / n * bytes / (bw_gbs * 1e9) + latency_us * 1e-6;
 }
 
-double matmul_efficiency(const ModelSpec& m, const Layout& l) {
+double matmul_efficiency(const GptConfig& m, const Layout& l) {
   const double rows = double(l.micro_batch * m.seq_length);      // M of every GEMM
   const double cols = double(m.hidden_size) / l.tp;              // the TP-sharded width
   return rows / (rows + 256.0) * cols / (cols + 128.0);
 }
 
-TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& mc) {
+TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& mc) {
   TimeBreakdown t;
   const double s = double(m.seq_length), h = double(m.hidden_size), L = double(m.num_layers);
   const double b = double(l.micro_batch), mb = double(l.num_microbatches());
-  const double act_bytes = m.precision == Precision::kFp32 ? 4.0 : 2.0;
+  const double act_bytes = l.dtype == DType::F32 ? 4.0 : 2.0;
   t.tp_crosses_nodes = group_crosses_nodes(l.tp, mc.gpus_per_node);
   t.dp_crosses_nodes = group_crosses_nodes(l.tp * l.dp, mc.gpus_per_node);
   t.pp_crosses_nodes = mc.world() > mc.gpus_per_node && l.pp > 1 &&
@@ -38,8 +38,8 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& 
 
   // ---- compute: one micro-batch on one stage, one tp rank ----
   double flops_token = m.flops_per_token();
-  if (l.recompute == Recompute::kFull) flops_token *= 4.0 / 3.0;
-  if (l.recompute == Recompute::kSelective) flops_token += 2.0 * L * s * h;
+  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0;
+  if (l.recompute == Recompute::Selective) flops_token += 2.0 * L * s * h;
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
   double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l));
   if (mc.ops) {
@@ -59,7 +59,7 @@ TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& 
   // 6 with full recompute (the forward runs twice) ----
   double t_tp_mb = 0;
   if (l.tp > 1) {
-    const double per_layer = l.recompute == Recompute::kFull ? 6.0 : 4.0;
+    const double per_layer = l.recompute == Recompute::Full ? 6.0 : 4.0;
     const double layers_stage = L / l.pp;
     t_tp_mb = layers_stage * per_layer *
               all_reduce_seconds(s * b * h * act_bytes, l.tp, bw(t.tp_crosses_nodes), lat(t.tp_crosses_nodes));

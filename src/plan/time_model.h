@@ -65,8 +65,8 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
 // M/(M + 256) for the M = b s rows of a micro-batch, times n/(n + 128) for
 // the n = h/t columns a TP rank keeps (half speed at 256 rows or 128 columns).
 // It is what makes a larger micro-batch and a smaller TP win when memory allows.
-double matmul_efficiency(const ModelSpec& m, const Layout& l);
+double matmul_efficiency(const GptConfig& m, const Layout& l);
 
-TimeBreakdown estimate_time(const ModelSpec& m, const Layout& l, const Machine& machine);
+TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& machine);
 
 }  // namespace tripod::plan

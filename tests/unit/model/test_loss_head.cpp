@@ -2,8 +2,8 @@
 // CPU backend: a training micro-batch whose logits go through in chunks of
 // 64 rows gives the same per-token losses and parameter gradients as one
 // chunk (the word-embedding gradient sums the chunks in another order, so
-// within float rounding), the chunk rule matches the one `tripod plan`
-// uses for memory, and last_logits() refuses chunked logits.
+// within float rounding), the chunk rule is config's (the one `tripod plan`
+// uses for memory) at the default 1 GiB, and last_logits() refuses chunked logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "model/gpt_model.h"
-#include "plan/memory_model.h"
+#include "config/gpt_config.h"
 
 namespace tripod {
 namespace {
@@ -79,7 +79,7 @@ TEST(LossHead, ChunkRuleMatchesThePlanner) {
   for (int64_t N : {1024, 8192, 16384, 32768, 65536, 65536 + 64, 131072})
     for (int64_t V : {50304, 25152, 12576, 128256, 32000})
       for (int64_t es : {2, 4})
-        EXPECT_EQ(model::head_chunk_rows(N, V, es, gib), plan::head_chunk_rows_like_model(N, V, es))
+        EXPECT_EQ(model::head_chunk_rows(N, V, es, gib), config::head_chunk_rows(N, V, es))
             << N << " " << V << " " << es;
   // Chunks cover every row: N 65536 of 50304 bf16 logits -> 9408-row chunks (7 of them).
   EXPECT_EQ(model::head_chunk_rows(65536, 50304, 2, gib), 9408);

@@ -10,17 +10,12 @@
 
 #include "base/error.h"
 #include "plan/op_profile.h"
+#include "unit/plan/plan_models.h"
 
 namespace tripod::plan {
 namespace {
 
-ModelSpec gpt(int64_t L, int64_t C, int64_t NH) {
-  ModelSpec m;
-  m.num_layers = L, m.hidden_size = C, m.num_attention_heads = NH;
-  m.seq_length = 256;
-  m.vocab_size = 1000;
-  return m;
-}
+GptConfig gpt(int64_t L, int64_t C, int64_t NH) { return gpt_model(L, C, NH, 256, 1000); }
 
 double sum_work(const std::vector<OpCount>& ops, OpKind k) {
   double w = 0;
@@ -30,11 +25,11 @@ double sum_work(const std::vector<OpCount>& ops, OpKind k) {
 }
 
 TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
-  const ModelSpec m = gpt(4, 64, 4);
-  Layout l;
-  l.tp = 2, l.pp = 2, l.micro_batch = 3;
+  const GptConfig m = gpt(4, 64, 4);
+  Layout l = layout(4, 2, 2);
+  l.micro_batch = 3;
   const auto ops = micro_batch_ops(m, l);
-  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab(2)), layers = 2;
+  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab_size(2)), layers = 2;
   // Per layer: qkv C x 3C, proj C x C, fc1 C x F, fc2 F x C, all split by tp 2;
   // the LM head C x V/2 once on the last stage.
   const double fwd = 2 * N * (layers * (3 * C * C + C * C + 2 * C * F) / 2 + C * V / 2);
@@ -46,20 +41,20 @@ TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
   EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kAttentionBwd), 2.5 * att);
 
   // Full recompute runs every layer's forward twice; selective the attention core.
-  l.recompute = Recompute::kFull;
+  l.recompute = Recompute::Full;
   const auto full = micro_batch_ops(m, l);
   EXPECT_DOUBLE_EQ(sum_work(full, OpKind::kLinearFwd), fwd + 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2);
   EXPECT_DOUBLE_EQ(sum_work(full, OpKind::kAttentionFwd), 2 * att);
-  l.recompute = Recompute::kSelective;
+  l.recompute = Recompute::Selective;
   const auto sel = micro_batch_ops(m, l);
   EXPECT_DOUBLE_EQ(sum_work(sel, OpKind::kLinearFwd), fwd);
   EXPECT_DOUBLE_EQ(sum_work(sel, OpKind::kAttentionFwd), 2 * att);
 }
 
 TEST(OpProfile, SequenceParallelShardsTheNormRows) {
-  const ModelSpec m = gpt(2, 64, 4);
-  Layout l;
-  l.tp = 2, l.micro_batch = 2;
+  const GptConfig m = gpt(2, 64, 4);
+  Layout l = layout(2, 2);
+  l.micro_batch = 2;
   auto rows_of_norm = [&](const Layout& lay) {
     for (const auto& c : micro_batch_ops(m, lay))
       if (c.op.kind == OpKind::kNormFwd) return c.op.d[0];
@@ -71,9 +66,8 @@ TEST(OpProfile, SequenceParallelShardsTheNormRows) {
 }
 
 TEST(OpProfile, OptimizerShardFollowsTheDistributedOptimizer) {
-  const ModelSpec m = gpt(2, 64, 4);
-  Layout l;
-  l.dp = 4;
+  const GptConfig m = gpt(2, 64, 4);
+  Layout l = layout(4);
   const int64_t p = params_on_stage(m, 1, 1, 0);
   EXPECT_EQ(step_ops(m, l)[0].op.d[0], p);
   l.distributed_optimizer = true;
@@ -150,8 +144,8 @@ TEST(OpProfile, FileRoundTripsAndBadFilesNameThemselves) {
 TEST(OpProfile, ShippedH200CoversEveryOpClass) {
   const auto p = shipped_profile("NVIDIA H200");
   ASSERT_TRUE(p.has_value());
-  const ModelSpec m = gpt(12, 768, 12);
-  Layout l;
+  const GptConfig m = gpt(12, 768, 12);
+  Layout l = layout(1);
   l.micro_batch = 8;
   bool ok = true;
   const double t = p->seconds_of(micro_batch_ops(m, l), &ok) + p->seconds_of(step_ops(m, l), &ok);

@@ -2,8 +2,9 @@
 // tripod_layer_activation_bytes) against what the model really allocates:
 // model::MicroBatchActs::bytes() for stages with and without the embedding
 // and the loss head, at tp 1 and tp 2 with and without sequence parallel.
-// Also the parameter count of plan::ModelSpec against config::GptConfig, and
-// all of it for the Llama family (GQA, SwiGLU, RMSNorm, untied, no bias).
+// Also the plan's parameters per stage against config::GptConfig's count
+// and the model's buffers, and all of it for the Llama family (GQA, SwiGLU,
+// RMSNorm, untied, no bias).
 #include <gtest/gtest.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -33,19 +34,12 @@ struct Case {
   model::Recompute rc = model::Recompute::None;
 };
 
-Recompute to_plan(model::Recompute r) {
-  return r == model::Recompute::Full ? Recompute::kFull
-         : r == model::Recompute::Selective ? Recompute::kSelective : Recompute::kNone;
-}
-
 TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
   config::GptConfig cfg;
   cfg.num_layers = 3, cfg.hidden_size = 64, cfg.num_attention_heads = 4, cfg.ffn_hidden_size = 192;
   cfg.seq_length = 32, cfg.vocab_size = 100;
   cfg.finalize();
-  ModelSpec m;
-  m.num_layers = 3, m.hidden_size = 64, m.num_attention_heads = 4, m.ffn_hidden_size = 192;
-  m.seq_length = 32, m.vocab_size = 100;
+  const GptConfig& m = cfg;
   auto be = backend::make_cpu_backend();
   for (const Case& c : {Case{1, false, true, true, 2}, Case{1, false, false, true, 3}, Case{1, false, true, false, 1},
                         Case{2, false, true, true, 2}, Case{2, true, true, true, 2}, Case{2, true, false, false, 4},
@@ -66,7 +60,7 @@ TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
     const int act = int(dtype_size(c.dtype));
     model::GptModel model(cfg, st, *be);
     const model::MicroBatchActs acts = model.make_acts(c.B, cfg.seq_length);
-    const double want = 3 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp, act, to_plan(c.rc)) +
+    const double want = 3 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp, act, c.rc) +
                         tripod_stage_extra_activation_bytes(m, c.B, c.tp, c.sp, c.post, act);
     EXPECT_DOUBLE_EQ(double(acts.bytes()), want);
   }
@@ -77,15 +71,16 @@ TEST(PlanActivations, HandCountOneLayer) {
   // res1, out: 2 x 64 x 64; means/rstds: 4 x 64; qkv 64 x 192; att 64 x 64;
   // lse 2 x 4 x 32; fc1, gelu: 2 x 64 x 256  -> 8192 + 256 + 12288 + 4096 + 256 + 32768 = 57856 floats
   // (the LayerNorm outputs are workspace).
-  ModelSpec m;
+  GptConfig m;
   m.num_layers = 1, m.hidden_size = 64, m.num_attention_heads = 4, m.seq_length = 32, m.vocab_size = 100;
+  m.finalize();
   EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false), 4.0 * 57856);
   // bf16 activations, f32 statistics (256 + 256 floats of means/rstd and lse):
   EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 2), 2.0 * (57856 - 512) + 4.0 * 512);
   // selective: no att (64 x 64) and no lse (256); full: only out (64 x 64).
-  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 4, Recompute::kSelective),
+  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 4, Recompute::Selective),
                    4.0 * (57856 - 4096 - 256));
-  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 2, Recompute::kFull), 2.0 * 4096);
+  EXPECT_DOUBLE_EQ(tripod_layer_activation_bytes(m, 2, 1, false, 2, Recompute::Full), 2.0 * 4096);
 }
 
 TEST(PlanActivations, ParameterCountMatchesModel) {
@@ -93,13 +88,13 @@ TEST(PlanActivations, ParameterCountMatchesModel) {
   cfg.num_layers = 48, cfg.hidden_size = 1600, cfg.num_attention_heads = 25, cfg.seq_length = 1024;
   cfg.vocab_size = 50257;
   cfg.finalize();
-  ModelSpec m;
-  m.num_layers = 48, m.hidden_size = 1600, m.num_attention_heads = 25, m.seq_length = 1024;
-  for (int tp : {1, 2, 8}) {
-    EXPECT_EQ(m.padded_vocab(tp), cfg.padded_vocab_size(tp));
-    EXPECT_EQ(m.num_parameters(m.padded_vocab(tp)), cfg.num_parameters(cfg.padded_vocab_size(tp)));
-  }
-  EXPECT_DOUBLE_EQ(m.flops_per_token(), cfg.flops_per_token());
+  // One stage, one tp rank: the whole model, as config counts it.
+  EXPECT_EQ(params_on_stage(cfg, 1, 1, 0), cfg.num_parameters(cfg.padded_vocab_size(1)));
+  // tp 2, pp 1: the model less half of what tp splits.
+  int64_t split = 0;
+  for (int64_t i = 0; i < cfg.num_layers; ++i) split += cfg.layer_spec(i).tp_sharded_parameters() / 2;
+  EXPECT_EQ(params_on_stage(cfg, 2, 1, 0),
+            cfg.num_parameters(cfg.padded_vocab_size(2)) - split - cfg.padded_vocab_size(2) * 1600 / 2);
 }
 
 TEST(PlanActivations, LlamaFormulasMatchTheModel) {
@@ -111,19 +106,13 @@ TEST(PlanActivations, LlamaFormulasMatchTheModel) {
   cfg.normalization = config::GptConfig::Norm::RMSNorm;
   cfg.untie_embeddings_and_output_weights = true, cfg.add_bias_linear = false;
   cfg.finalize();
-  ModelSpec m;
-  m.num_layers = 4, m.hidden_size = 64, m.num_attention_heads = 8, m.ffn_hidden_size = 96;
-  m.seq_length = 32, m.vocab_size = 100;
-  m.num_query_groups = 2, m.swiglu = true, m.rmsnorm = true, m.untie_embeddings = true;
-  m.add_bias_linear = false, m.learned_positions = false;
+  const GptConfig& m = cfg;
   // Hand count at vocab 100: per layer 2 x 64 (norms) + 96 x 64 (qkv: (8 + 2 x 2) x 8 rows) + 64 x 64
   // + 192 x 64 (fc1) + 64 x 96 (fc2) = 128 + 6144 + 4096 + 12288 + 6144 = 28800; x 4 = 115200;
   // + 2 x 100 x 64 (embedding, output layer) + 64 (final norm) = 128064.
   EXPECT_EQ(cfg.num_parameters(100), 128064);
-  EXPECT_EQ(m.num_parameters(100), 128064);
   // FLOPs: 6 x (N less the untied input embedding) + 6 L T C.
-  EXPECT_DOUBLE_EQ(m.flops_per_token(), 6.0 * (128064 - 6400) + 6.0 * 4 * 32 * 64);
-  EXPECT_DOUBLE_EQ(m.flops_per_token(), cfg.flops_per_token());
+  EXPECT_DOUBLE_EQ(cfg.flops_per_token(), 6.0 * (128064 - 6400) + 6.0 * 4 * 32 * 64);
   auto be = backend::make_cpu_backend();
   for (const Case& c : {Case{1, false, true, true, 2}, Case{2, false, true, true, 2}, Case{2, true, false, true, 2},
                         Case{2, true, true, false, 3, DType::BF16},
@@ -138,7 +127,7 @@ TEST(PlanActivations, LlamaFormulasMatchTheModel) {
     const int act = int(dtype_size(c.dtype));
     model::GptModel model(cfg, st, *be);
     const model::MicroBatchActs acts = model.make_acts(c.B, cfg.seq_length);
-    EXPECT_DOUBLE_EQ(double(acts.bytes()), 4 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp, act, to_plan(c.rc)) +
+    EXPECT_DOUBLE_EQ(double(acts.bytes()), 4 * tripod_layer_activation_bytes(m, c.B, c.tp, c.sp, act, c.rc) +
                                                tripod_stage_extra_activation_bytes(m, c.B, c.tp, c.sp, c.post, act));
     if (c.pre && c.post) EXPECT_EQ(model.params().numel(), params_on_stage(m, c.tp, 1, 0));
   }

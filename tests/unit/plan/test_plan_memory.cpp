@@ -5,29 +5,21 @@
 
 #include "plan/memory_model.h"
 #include "plan/time_model.h"
+#include "unit/plan/plan_models.h"
 
 namespace tripod::plan {
 namespace {
 
-ModelSpec gpt2_124m() {
-  ModelSpec m;  // 12 layers, 768 hidden, 12 heads, seq 1024, vocab 50257 -> 50304 at tp1
-  return m;
-}
-
-ModelSpec gpt2_1558m() {
-  ModelSpec m;
-  m.num_layers = 48, m.hidden_size = 1600, m.num_attention_heads = 25, m.seq_length = 1024;
-  return m;
-}
+GptConfig gpt2_1558m() { return gpt_model(48, 1600, 25); }
 
 TEST(PlanMemory, ParameterCountsGpt2) {
   // 124M: per layer 4C + 3C^2 + 3C + C^2 + C + 2FC + F + C = 7,087,872 (C 768, F 3072);
   // x 12 + 50304 x 768 + 1024 x 768 + 2 x 768 = 124,475,904 (llm.c prints the same).
-  EXPECT_EQ(gpt2_124m().padded_vocab(1), 50304);
+  EXPECT_EQ(gpt2_124m().padded_vocab_size(1), 50304);
   EXPECT_EQ(gpt2_124m().num_parameters(50304), 124475904);
   EXPECT_EQ(params_on_stage(gpt2_124m(), 1, 1, 0), 124475904);
   // 1.5B at tp 2: vocab padded to a multiple of 256 -> 50432.
-  EXPECT_EQ(gpt2_1558m().padded_vocab(2), 50432);
+  EXPECT_EQ(gpt2_1558m().padded_vocab_size(2), 50432);
   // tp2 pp2, stage 0: 24 layers x (30,731,200 / 2 sharded + 6 x 1600 replicated) = 369,004,800,
   // + 50432 x 1600 / 2 + 1024 x 1600 = 410,988,800.
   EXPECT_EQ(params_on_stage(gpt2_1558m(), 2, 2, 0), 410988800);
@@ -36,24 +28,24 @@ TEST(PlanMemory, ParameterCountsGpt2) {
 }
 
 TEST(PlanMemory, BytesPerParamAsMegatronDoc) {
-  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kBf16, false, 8), 18.0);
-  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kBf16, true, 8), 6.0 + 12.0 / 8);
-  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kFp16, true, 4), 9.0);
-  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kFp32, false, 4), 16.0);
-  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(Precision::kFp32, true, 4), 10.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, false, 8), 18.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8), 6.0 + 12.0 / 8);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F16, true, 4), 9.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, false, 4), 16.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, true, 4), 10.0);
 }
 
 TEST(PlanMemory, PaperFormulasAtFourH) {
   // With F = 4h the generalised formula is the paper's: s b h (34 + 5as/h) etc.
-  const ModelSpec m = gpt2_124m();
+  const GptConfig m = gpt2_124m();
   const double sbh = 1024.0 * 4 * 768, a = 12, s = 1024, h = 768;
-  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 1, false, Recompute::kNone), sbh * (34 + 5 * a * s / h));
-  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, false, Recompute::kNone),
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 1, false, Recompute::None), sbh * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, false, Recompute::None),
                    sbh * (10 + 24.0 / 4 + 5 * a * s / (h * 4)));
-  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::kNone), sbh * (34.0 / 4 + 5 * a * s / (h * 4)));
-  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::kSelective), sbh * 34.0 / 4);
-  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::kFull), 2 * sbh / 4);
-  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, false, Recompute::kFull), 2 * sbh);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::None), sbh * (34.0 / 4 + 5 * a * s / (h * 4)));
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::Selective), sbh * 34.0 / 4);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, true, Recompute::Full), 2 * sbh / 4);
+  EXPECT_DOUBLE_EQ(paper_layer_activation_bytes(m, 4, 4, false, Recompute::Full), 2 * sbh);
 }
 
 TEST(PlanMemory, InflightMicrobatches) {
@@ -68,8 +60,8 @@ TEST(PlanMemory, InflightMicrobatches) {
 const MemoryOptions kMegatron{MemoryModelKind::kMegatron};
 
 TEST(PlanMemory, Gpt2_124mPlainDp) {
-  Layout l;
-  l.dp = 8, l.micro_batch = 4, l.global_batch = 32;
+  Layout l = layout(8);
+  l.micro_batch = 4, l.global_batch = 32;
   const MemoryBreakdown mb = estimate_memory(gpt2_124m(), l, kMegatron);
   EXPECT_EQ(mb.stage, 0);
   EXPECT_DOUBLE_EQ(mb.model_states, 124475904.0 * 18);  // 2,240,566,272
@@ -82,8 +74,8 @@ TEST(PlanMemory, Gpt2_124mPlainDp) {
 }
 
 TEST(PlanMemory, Gpt2_1558mTp2Pp2Sp) {
-  Layout l;
-  l.tp = 2, l.pp = 2, l.dp = 2, l.micro_batch = 1, l.global_batch = 64, l.sequence_parallel = true;
+  Layout l = layout(8, 2, 2);
+  l.micro_batch = 1, l.global_batch = 64, l.sequence_parallel = true;
   const MemoryBreakdown mb = estimate_memory(gpt2_1558m(), l, kMegatron);
   EXPECT_EQ(mb.stage, 0);  // first stage: 2 micro-batches in flight + the embedding
   EXPECT_EQ(mb.params_per_gpu, 410988800);
@@ -95,27 +87,27 @@ TEST(PlanMemory, Gpt2_1558mTp2Pp2Sp) {
 }
 
 TEST(PlanMemory, RecomputeInterleavingAndDistOptOrder) {
-  const ModelSpec m = gpt2_1558m();
-  Layout l;
-  l.tp = 2, l.pp = 4, l.dp = 1, l.micro_batch = 2, l.global_batch = 64, l.sequence_parallel = true;
+  const GptConfig m = gpt2_1558m();
+  Layout l = layout(8, 2, 4);
+  l.micro_batch = 2, l.global_batch = 64, l.sequence_parallel = true;
   auto acts = [&](Recompute r, int vpp) {
     Layout x = l;
     x.recompute = r, x.vpp = vpp;
     return estimate_memory(m, x, kMegatron).activations;
   };
-  EXPECT_GT(acts(Recompute::kNone, 1), acts(Recompute::kSelective, 1));
-  EXPECT_GT(acts(Recompute::kSelective, 1), acts(Recompute::kFull, 1));
+  EXPECT_GT(acts(Recompute::None, 1), acts(Recompute::Selective, 1));
+  EXPECT_GT(acts(Recompute::Selective, 1), acts(Recompute::Full, 1));
   // Interleaving x2 at P 4: the first stage holds 1 + 3/8 times the layer activations.
-  const double layers_1f1b = 4 * 12 * paper_layer_activation_bytes(m, 2, 2, true, Recompute::kNone);
-  EXPECT_NEAR(acts(Recompute::kNone, 2) - acts(Recompute::kNone, 1), layers_1f1b * 3.0 / 8 +
+  const double layers_1f1b = 4 * 12 * paper_layer_activation_bytes(m, 2, 2, true, Recompute::None);
+  EXPECT_NEAR(acts(Recompute::None, 2) - acts(Recompute::None, 1), layers_1f1b * 3.0 / 8 +
                   1.5 * 1024.0 * 2 * 1600 / 2, 1.0);  // + the extra embedding masks in flight
 }
 
 TEST(PlanTime, BubbleAndCommFormulas) {
-  const ModelSpec m = gpt2_1558m();
+  const GptConfig m = gpt2_1558m();
   Machine mc;  // 1 x 8
-  Layout l;
-  l.tp = 1, l.pp = 4, l.dp = 2, l.micro_batch = 1, l.global_batch = 16;  // m = 8
+  Layout l = layout(8, 1, 4);
+  l.micro_batch = 1, l.global_batch = 16;  // m = 8
   TimeBreakdown t = estimate_time(m, l, mc);
   EXPECT_NEAR(t.bubble / (t.compute + t.tp_comm), 3.0 / 8, 1e-12);  // (P-1)/m
   l.vpp = 2;
@@ -142,48 +134,50 @@ TEST(PlanTime, GroupsLeavingANode) {
 
 // The tripod model (the default), piece by piece at GPT-2 124M, bf16.
 TEST(PlanMemory, TripodModelPieces) {
-  ModelSpec m = gpt2_124m();  // bf16
+  const GptConfig m = gpt2_124m();  // bf16
   // cuDNN attention backward: atomics into an f32 dQ (B T C x 4 bytes); deterministic
   // (--deterministic-mode) keeps dS, B x H x T64^2 x 2 bytes.
-  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1), 32.0 * 1024 * 768 * 4);
-  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1, true), 32.0 * 12 * 1024 * 1024 * 2);  // 768 MiB
-  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 2, true), 64.0 * 6 * 1024 * 1024 * 2);   // heads split over tp
+  const DType bf16 = DType::BF16;
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1, bf16), 32.0 * 1024 * 768 * 4);
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 32, 1, bf16, true), 32.0 * 12 * 1024 * 1024 * 2);  // 768 MiB
+  EXPECT_DOUBLE_EQ(cudnn_dq_workspace_bytes(m, 64, 2, bf16, true), 64.0 * 6 * 1024 * 1024 * 2);   // heads split over tp
   // Scratch buffers, b 1 (N 1024), tp 1, 2-byte: ln, dresidual, dln, tmp 4 N C, dqkv + datt + dfc1
   // N (3C + C + F), full_b N C (full_a only under SP) = 1024 x (6912 + 3072) = 10,223,616 elements.
-  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone), 2.0 * 10223616);
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::None, bf16), 2.0 * 10223616);
   // On the last stage the scratch (all but full_b) lives in the logits (N x 50304, larger), + 3 N floats.
-  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, true, Recompute::kNone),
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, true, Recompute::None, bf16),
                    2.0 * 1024 * 768 + 2.0 * 1024 * 50304 + 4.0 * 3 * 1024);
   // Logits past 1 GiB go in equal chunks of rows (multiples of 64): N 65536 x 50304 x 2 bytes = 6.1 GiB
   // -> 7 chunks of ceil(65536 / 7) = 9363 -> 9408 rows.
-  EXPECT_EQ(head_chunk_rows_like_model(65536, 50304, 2), 9408);
-  EXPECT_EQ(head_chunk_rows_like_model(1024, 50304, 2), 1024);
+  EXPECT_EQ(config::head_chunk_rows(65536, 50304, 2), 9408);
+  EXPECT_EQ(config::head_chunk_rows(1024, 50304, 2), 1024);
   // Selective recompute adds one layer's att + lse buffer.
-  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kSelective) -
-                       tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::kNone),
+  EXPECT_DOUBLE_EQ(tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::Selective, bf16) -
+                       tripod_model_workspace_bytes(m, 1, 1, false, false, Recompute::None, bf16),
                    2.0 * 1024 * 768 + 4.0 * 12 * 1024);
 
-  Layout l;
+  Layout l = layout(1);
   l.micro_batch = 32, l.global_batch = 32;
   const MemoryBreakdown mb = estimate_memory(m, l);
   EXPECT_DOUBLE_EQ(mb.model_states, 124475904.0 * 18);
   const double acts = 12 * tripod_layer_activation_bytes(m, 32, 1, false, 2) +
                       tripod_stage_extra_activation_bytes(m, 32, 1, false, true, 2);
   EXPECT_DOUBLE_EQ(mb.activations, acts);
-  EXPECT_DOUBLE_EQ(mb.workspace, tripod_model_workspace_bytes(m, 32, 1, false, true, Recompute::kNone) +
-                                     double(32 << 20) + cudnn_dq_workspace_bytes(m, 32, 1));
+  EXPECT_DOUBLE_EQ(mb.workspace, tripod_model_workspace_bytes(m, 32, 1, false, true, Recompute::None, bf16) +
+                                     double(32 << 20) + cudnn_dq_workspace_bytes(m, 32, 1, bf16));
   EXPECT_DOUBLE_EQ(mb.reserved, double(1 << 30));
   EXPECT_DOUBLE_EQ(mb.allocator_peak(), mb.model_states + mb.activations + mb.workspace);
   // tripod's distributed optimizer shards master + Adam state over dp and
   // keeps the reduce-scattered f32 gradient shard (Megatron's table: 6 + 12/dp).
-  l.dp = 4, l.global_batch = 128, l.distributed_optimizer = true;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 124475904.0 * (6 + 16.0 / 4));
+  Layout l4 = layout(4);
+  l4.micro_batch = 32, l4.global_batch = 128, l4.distributed_optimizer = true;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l4).model_states, 124475904.0 * (6 + 16.0 / 4));
   MemoryOptions meg;
   meg.model = MemoryModelKind::kMegatron;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l, meg).model_states, 124475904.0 * (6 + 12.0 / 4));
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l4, meg).model_states, 124475904.0 * (6 + 12.0 / 4));
   // 1F1B at pp 4, 8 micro-batches: the first stage holds 4 of its 3 layers (+ input).
-  Layout p;
-  p.pp = 4, p.micro_batch = 2, p.global_batch = 16;
+  Layout p = layout(4, 1, 4);
+  p.micro_batch = 2, p.global_batch = 16;
   const MemoryBreakdown pb = estimate_memory(m, p);
   EXPECT_EQ(pb.stage, 0);  // 4 in flight + the embedding outweigh the last stage's 1 + logits
   EXPECT_DOUBLE_EQ(pb.activations, 4 * (3 * tripod_layer_activation_bytes(m, 2, 1, false, 2) +

@@ -4,18 +4,15 @@
 #include <gtest/gtest.h>
 
 #include "plan/search.h"
+#include "unit/plan/plan_models.h"
 
 namespace tripod::plan {
 namespace {
 
-ModelSpec gpt_13b() {
-  ModelSpec m;
-  m.num_layers = 40, m.hidden_size = 5120, m.num_attention_heads = 40, m.seq_length = 2048;
-  return m;
-}
+GptConfig gpt_13b() { return gpt_model(40, 5120, 40, 2048); }
 
 // The rules, written out again independently of layout_rule_violation().
-void expect_obeys_rules(const ModelSpec& m, const Machine& mc, const Layout& l) {
+void expect_obeys_rules(const GptConfig& m, const Machine& mc, const Layout& l) {
   SCOPED_TRACE(l.str());
   EXPECT_EQ(l.tp * l.pp * l.dp, mc.world());
   EXPECT_LE(l.tp, mc.gpus_per_node);
@@ -27,7 +24,7 @@ void expect_obeys_rules(const ModelSpec& m, const Machine& mc, const Layout& l) 
 }
 
 TEST(PlanSearch, SmallModelPlainDpFirst) {
-  ModelSpec m;  // GPT-2 124M
+  const GptConfig m = gpt2_124m();
   Machine mc;   // 1 x 8 x 80 GiB
   SearchOptions o;
   o.global_batch = 256;
@@ -51,7 +48,7 @@ TEST(PlanSearch, SmallModelPlainDpFirst) {
 }
 
 TEST(PlanSearch, Model13bOn8x80NeedsModelParallel) {
-  const ModelSpec m = gpt_13b();  // ~12.9 B params: 18 B/param = 232 GB, 7.5 = 97 GB
+  const GptConfig m = gpt_13b();  // ~12.9 B params: 18 B/param = 232 GB, 7.5 = 97 GB
   Machine mc;
   SearchOptions o;
   o.global_batch = 512;
@@ -69,7 +66,7 @@ TEST(PlanSearch, Model13bOn8x80NeedsModelParallel) {
 }
 
 TEST(PlanSearch, TpNeverSpansNodesByDefault) {
-  const ModelSpec m = gpt_13b();
+  const GptConfig m = gpt_13b();
   Machine mc;
   mc.nnodes = 4, mc.gpus_per_node = 4, mc.gpu_memory_gb = 40;
   SearchOptions o;
@@ -91,33 +88,39 @@ TEST(PlanSearch, TpNeverSpansNodesByDefault) {
 }
 
 TEST(PlanSearch, RuleViolationsNamed) {
-  const ModelSpec m = gpt_13b();  // 40 heads, 40 layers
+  const GptConfig m = gpt_13b();  // 40 heads, 40 layers
   Machine mc;                     // 8 GPUs
-  Layout l;
-  l.tp = 8, l.pp = 1, l.dp = 1, l.micro_batch = 1, l.global_batch = 8;
+  // A layout with the ranks of `world` GPUs, micro 1, global 8.
+  auto at = [](int world, int tp, int pp = 1) {
+    Layout l = layout(world, tp, pp);
+    l.micro_batch = 1, l.global_batch = 8;
+    return l;
+  };
+  Layout l = at(8, 8);
   EXPECT_EQ(layout_rule_violation(m, mc, l, false), "");
-  l.tp = 3, l.dp = 1;  // 3 x 1 x 1 != 8
+  l = at(3, 3);  // 3 x 1 x 1 != 8
   EXPECT_NE(layout_rule_violation(m, mc, l, false).find("!= 8 GPUs"), std::string::npos);
-  ModelSpec m12 = m;
-  m12.num_attention_heads = 12, m12.hidden_size = 12 * 432;
-  l.tp = 8, l.dp = 1;
+  const GptConfig m12 = gpt_model(40, 12 * 432, 12, 2048);
+  l = at(8, 8);
   EXPECT_NE(layout_rule_violation(m12, mc, l, false).find("heads 12 % TP 8"), std::string::npos);
-  l.tp = 1, l.pp = 8;
+  l = at(8, 1, 8);
   l.vpp = 1;  // 40 % 8 == 0 fine; vpp 2: 40 % 16 != 0
   EXPECT_EQ(layout_rule_violation(m, mc, l, false), "");
   l.vpp = 2;
   EXPECT_NE(layout_rule_violation(m, mc, l, false).find("layers 40"), std::string::npos);
-  l.vpp = 1, l.pp = 1, l.dp = 8, l.micro_batch = 3, l.global_batch = 64;
+  l = at(8, 1);
+  l.micro_batch = 3, l.global_batch = 64;
   EXPECT_NE(layout_rule_violation(m, mc, l, false).find("global batch 64"), std::string::npos);
   Machine two;
   two.nnodes = 2, two.gpus_per_node = 8;
-  l.tp = 16, l.dp = 1, l.micro_batch = 1;
+  l = at(16, 16);
+  l.global_batch = 64;
   EXPECT_NE(layout_rule_violation(m, two, l, false).find("cross nodes"),
             std::string::npos);
 }
 
 TEST(PlanSearch, NothingFitsSaysWhy) {
-  const ModelSpec m = gpt_13b();
+  const GptConfig m = gpt_13b();
   Machine mc;
   mc.gpus_per_node = 1, mc.gpu_memory_gb = 24;
   SearchOptions o;
@@ -131,8 +134,8 @@ TEST(PlanSearch, NothingFitsSaysWhy) {
 
 
 TEST(PlanSearch, TpPinnedAboveANodeNamesTheRule) {
-  ModelSpec m;  // 345M-class, 16 heads: only the node rule stands in the way of TP 16
-  m.num_attention_heads = 16, m.hidden_size = 1024, m.num_layers = 24;
+  // 345M-class, 16 heads: only the node rule stands in the way of TP 16
+  const GptConfig m = gpt_model(24, 1024, 16);
   Machine mc;
   mc.nnodes = 2, mc.gpus_per_node = 8, mc.gpu_memory_gb = 40;
   SearchOptions o;
@@ -151,8 +154,7 @@ bool has_note(const PlanResult& r, const std::string& text) {
 }
 
 TEST(PlanSearch, PinnedTpOrPpDoesNotDenyThatPlainDpFits) {
-  ModelSpec m;  // GPT-2 345M: 24 layers, 1024 hidden, 16 heads
-  m.num_layers = 24, m.hidden_size = 1024, m.num_attention_heads = 16, m.seq_length = 1024;
+  const GptConfig m = gpt_model(24, 1024, 16);  // GPT-2 345M: 24 layers, 1024 hidden, 16 heads
   Machine mc;
   mc.gpus_per_node = 8, mc.gpu_memory_gb = 40;
   SearchOptions o;

@@ -1,6 +1,6 @@
-// Implementation of parallel/layout.h: Megatron's masked orthogonal rank
+// Implementation of config/layout.h: Megatron's masked orthogonal rank
 // groups over the "tp-dp-pp" order (see NOTE [Rank order] in layout.h).
-#include "parallel/layout.h"
+#include "config/layout.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 
-namespace tripod::parallel {
+namespace tripod::config {
 
 namespace {
 
@@ -101,11 +101,11 @@ int Layout::global_rank(int tp_r, int dp_r, int pp_r) const {
   return tp_r + tp * (dp_r + dp * pp_r);
 }
 
-RankGroups Layout::tp_groups() const { return masked_rank_groups("tp-dp-pp", {tp, dp, pp}, "tp"); }
-RankGroups Layout::dp_groups() const { return masked_rank_groups("tp-dp-pp", {tp, dp, pp}, "dp"); }
-RankGroups Layout::pp_groups() const { return masked_rank_groups("tp-dp-pp", {tp, dp, pp}, "pp"); }
+RankGroups Layout::tp_groups() const { return masked_rank_groups(kRankOrder, {tp, dp, pp}, "tp"); }
+RankGroups Layout::dp_groups() const { return masked_rank_groups(kRankOrder, {tp, dp, pp}, "dp"); }
+RankGroups Layout::pp_groups() const { return masked_rank_groups(kRankOrder, {tp, dp, pp}, "pp"); }
 RankGroups Layout::mp_groups() const {
-  return masked_rank_groups("tp-dp-pp", {tp, dp, pp}, "tp-pp");
+  return masked_rank_groups(kRankOrder, {tp, dp, pp}, "tp-pp");
 }
 
 RankGroups Layout::embd_groups() const {
@@ -123,4 +123,4 @@ std::string Layout::str() const {
   return fmt::format("world {} = tp {} x dp {} x pp {} (vpp {})", world_size, tp, dp, pp, vpp);
 }
 
-}  // namespace tripod::parallel
+}  // namespace tripod::config

@@ -1,10 +1,11 @@
 // `tripod plan --calibrate`: time the ops a plan's layouts would run on this
 // machine's device, with the real backend kernels. See plan/op_profile.h.
-#include "cli/plan_calibrate.h"
+#include "plan/calibrate.h"
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "base/error.h"
@@ -12,15 +13,11 @@
 #include <fmt/format.h>
 
 #include "base/log.h"
-#include "cli/default_device.h"
-#include "cli/device.h"
 
-namespace tripod::cli {
+namespace tripod::plan {
 namespace {
 
 using backend::Backend;
-using plan::OpKind;
-using plan::OpShape;
 
 // Seconds per call of `run` after one warm-up call (which also builds the
 // cuDNN plans and cuBLASLt heuristics a training run would build once).
@@ -134,13 +131,24 @@ double measure(Backend& be, const OpShape& op, int reps) {
 
 }  // namespace
 
+std::vector<OpShape> ops_of_fitting_layouts(const GptConfig& m, Machine mc, const SearchOptions& o,
+                                            const OpProfile* profile) {
+  mc.ops = profile;
+  const PlanResult pr = plan_layouts(m, mc, o);
+  std::set<OpShape> uniq;
+  for (size_t i = 0; i < std::min<size_t>(pr.fits.size(), 64); ++i)
+    for (const auto& list : {micro_batch_ops(m, pr.fits[i].layout), step_ops(m, pr.fits[i].layout)})
+      for (const auto& c : list) uniq.insert(c.op);
+  return std::vector<OpShape>(uniq.begin(), uniq.end());
+}
+
 std::string device_model_name(const Backend& be) {
   const std::string n = be.name();  // "cpu" or "cuda:0 (NVIDIA H200)"
   const auto l = n.find('('), r = n.rfind(')');
   return l != std::string::npos && r != std::string::npos && r > l ? n.substr(l + 1, r - l - 1) : n;
 }
 
-int calibrate_ops(Backend& be, const std::vector<plan::OpShape>& ops, plan::OpProfile& profile) {
+int calibrate_ops(Backend& be, const std::vector<OpShape>& ops, OpProfile& profile) {
   const int reps = be.device().is_cpu() ? 1 : 3;
   int n = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -157,14 +165,15 @@ int calibrate_ops(Backend& be, const std::vector<plan::OpShape>& ops, plan::OpPr
 }
 
 OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
-                               const std::function<std::vector<plan::OpShape>(const plan::OpProfile*)>& shapes_needed) {
+                               const DeviceOpener& open_device,
+                               const std::function<std::vector<OpShape>(const OpProfile*)>& shapes_needed) {
   OpTimesChoice c;
   if (!calibrate && op_times == "assumed") {
     c.note = "op times: none (--op-times assumed): compute = FLOPs / (peak x --assumed-mfu x size factor)";
     return c;
   }
   if (!calibrate && op_times != "auto") {
-    if (auto shipped = plan::shipped_profile(op_times)) {
+    if (auto shipped = shipped_profile(op_times)) {
       c.profile = std::move(shipped);
     } else {
       std::ifstream in(op_times);
@@ -172,7 +181,7 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
                         "--op-times {}: no such file and no shipped op times of that name", op_times);
       std::stringstream ss;
       ss << in.rdbuf();
-      c.profile = plan::OpProfile::from_json(ss.str(), op_times);
+      c.profile = OpProfile::from_json(ss.str(), op_times);
       c.profile->origin = "from " + op_times + " (measured on " + c.profile->device + ")";
     }
     c.note = "op times: " + c.profile->origin;
@@ -180,30 +189,29 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
   }
   // auto or --calibrate: this machine's device and its cache (a broken or
   // stale cache is named in the note, never fatal).
-  const std::string dev = device.empty() ? default_device().device : device;
   std::unique_ptr<backend::Backend> be;
   std::string name = "cpu";
-  if (dev != "cpu" || calibrate) {
-    be = make_backend(dev);
+  if (device != "cpu" || calibrate) {
+    be = open_device(device);
     name = device_model_name(*be);
   }
-  const std::string path = plan::calibration_cache_path(name);
+  const std::string path = calibration_cache_path(name);
   std::string why;
-  c.profile = plan::load_calibration(path, name, &why);
+  c.profile = load_calibration(path, name, &why);
   if (calibrate) {
     if (!c.profile) {
       if (std::filesystem::exists(path)) log::info("plan: {}", why);
-      c.profile = plan::OpProfile{};
+      c.profile = OpProfile{};
       c.profile->device = name;
-      c.profile->tripod_version = plan::tripod_version();
+      c.profile->tripod_version = tripod_version();
     }
     // The ops of the layouts that fit under the current times; measuring
     // them can reorder the layouts, so look again with the new times.
     for (int round = 0; round < 2; ++round) {
-      const plan::OpProfile* current = c.profile->measured.empty() ? nullptr : &*c.profile;
+      const OpProfile* current = c.profile->measured.empty() ? nullptr : &*c.profile;
       if (calibrate_ops(*be, shapes_needed(current), *c.profile) == 0) break;
     }
-    plan::save_calibration(path, *c.profile);
+    save_calibration(path, *c.profile);
     c.profile->origin = fmt::format("measured on this machine ({}, {} ops; cached in {})", name,
                                     c.profile->measured.size(), path);
     c.note = "op times: " + c.profile->origin;
@@ -213,7 +221,7 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
     c.note = "op times: " + c.profile->origin;
     return c;
   }
-  c.profile = plan::shipped_profile("h200");
+  c.profile = shipped_profile("h200");
   c.note = "op times: " + c.profile->origin + " (" + why + ")";
   return c;
 }
@@ -250,4 +258,4 @@ std::string apply_link_files(const std::vector<std::string>& files, double& intr
                                    : "");
 }
 
-}  // namespace tripod::cli
+}  // namespace tripod::plan

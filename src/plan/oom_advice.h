@@ -10,30 +10,39 @@
 
 #include "base/error.h"
 #include "plan/search.h"
-#include "train/train_args.h"
 
-namespace tripod::cli {
+namespace tripod::plan {
 
+// A training job as the plan sees it.
+struct Job {
+  GptConfig model;           // finalized
+  // The run's layout and precision on the job's GPUs (layout.world_size).
+  // dp 0: the GPUs are not a multiple of TP x PP (memory_fit_check says so).
+  Layout layout;
+  int local_world_size = 1;  // GPUs per node
+  bool cpu_device = false;   // --device cpu: no CUDA context or library workspaces (TRIPOD_CPU_MEMORY_LIMIT_MB)
+};
+
+// Where the allocation failed.
 struct JobShape {
-  int rank = 0, world_size = 1, local_world_size = 1;
+  int rank = 0;
   int tp_rank = 0, pp_rank = 0, dp_rank = 0;
 };
 
 // The full message: the allocation, the rank, then up to three layouts that
 // fit (best first, with their flags) or, when none does, the smallest one
 // and how much memory it needs, plus the `tripod plan` command to see more.
-std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, const JobShape& job);
+std::string oom_advice(const OutOfMemoryError& e, const Job& job, const JobShape& where);
 
-// Before a run: the plan's predicted peak per GPU for the layout these flags
-// ask for on `world_size` GPUs (`local_world_size` per node) of
-// `capacity_bytes` each. Fits: pass with the breakdown; does not fit (or the
-// layout breaks a rule): fail with the layouts predicted to fit, as the OOM
-// advice lists them.
+// Before a run: the plan's predicted peak per GPU for the job's layout on
+// GPUs of `capacity_bytes` each. Fits: pass with the breakdown; does not fit
+// (or the layout breaks a rule): fail with the layouts predicted to fit, as
+// the OOM advice lists them.
 struct MemoryFit {
   bool fits = false;
   double predicted_bytes = 0;  // plan's total per GPU (CUDA context included on GPUs)
   std::string finding, fix;
 };
-MemoryFit memory_fit_check(const train::TrainArgs& a, int world_size, int local_world_size, double capacity_bytes);
+MemoryFit memory_fit_check(const Job& job, double capacity_bytes);
 
-}  // namespace tripod::cli
+}  // namespace tripod::plan

@@ -1,0 +1,43 @@
+// One transformer layer's shape and kinds, as GptConfig::layer_spec(layer)
+// gives them. Per layer, so the coming options can vary it along the stack
+// (FP8 keeping the first and last layers in bf16, mixture of experts every
+// --moe-layer-freq layers): code that counts or builds a layer reads its
+// spec instead of the model-wide fields, and those features change
+// layer_spec() and this struct, nowhere else.
+#pragma once
+
+#include <cstdint>
+
+#include "config/options.h"
+
+namespace tripod::config {
+
+struct LayerSpec {
+  int64_t hidden_size = 0;          // C
+  Norm norm = Norm::LayerNorm;      // the input and pre-MLP norms
+  AttentionKind attention = AttentionKind::Local;
+  int64_t num_attention_heads = 0;  // NH
+  int64_t query_groups = 0;         // G (NH without grouped-query attention)
+  MlpKind mlp = MlpKind::Dense;
+  bool swiglu = false;              // fc1 is [gate | up], 2F rows
+  int64_t ffn_hidden_size = 0;      // F
+  bool bias = true;                 // --add-bias-linear
+
+  int64_t head_size() const { return hidden_size / num_attention_heads; }
+  // Width of qkv's output: (NH + 2G) HS.
+  int64_t qkv_width() const { return (num_attention_heads + 2 * query_groups) * head_size(); }
+  // Width of fc1's output: 2F with SwiGLU, else F.
+  int64_t fc1_width() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
+  // One norm's parameters: a weight (and a bias for LayerNorm).
+  int64_t norm_parameters() const { return norm == Norm::RMSNorm ? hidden_size : 2 * hidden_size; }
+  // All the layer's parameters: two norms, qkv, proj, fc1, fc2 and biases.
+  int64_t num_parameters() const { return tp_sharded_parameters() + tp_replicated_parameters(); }
+  // What tensor parallelism splits: the column-parallel qkv and fc1 (weights
+  // and biases) and the row-parallel proj and fc2 weights ...
+  int64_t tp_sharded_parameters() const;
+  // ... and what every tp rank keeps whole: the norms and the row-parallel
+  // biases.
+  int64_t tp_replicated_parameters() const;
+};
+
+}  // namespace tripod::config

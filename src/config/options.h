@@ -1,0 +1,44 @@
+// The typed options of a model and its run, with Megatron-LM's spellings
+// for their names (--position-embedding-type, --normalization,
+// --recompute-granularity). The kinds marked "next" name where the coming
+// features extend the vocabulary: a new enumerator here, its name below,
+// and the layer spec (config/layer_spec.h) that carries it.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tripod::config {
+
+// --position-embedding-type learned_absolute | rope | none
+enum class Position { LearnedAbsolute, Rope, None };
+// --normalization LayerNorm | RMSNorm
+enum class Norm { LayerNorm, RMSNorm };
+// A layer's MLP. Dense today; next: a set of experts (--num-experts,
+// --moe-layer-freq), per layer.
+enum class MlpKind { Dense };
+// A layer's attention. Local today (each rank sees the whole sequence);
+// next: split across a context-parallel group (--context-parallel-size).
+enum class AttentionKind { Local };
+
+// Activation recomputation (--recompute-granularity; model/gpt_model.h says
+// what each keeps):
+//   None       keep every activation backward needs
+//   Selective  drop the attention core's output and statistics; backward
+//              reruns the attention core
+//   Full       keep only each layer's input; backward reruns the layer
+enum class Recompute { None, Selective, Full };
+
+// Megatron's spellings: "learned_absolute", "LayerNorm", "selective", ...
+std::string to_string(Position p);
+std::string to_string(Norm n);
+std::string to_string(Recompute r);
+// nullopt for a name that is not one of the above (the caller names the
+// flag or the file in its error).
+std::optional<Position> position_from_string(const std::string& s);
+std::optional<Norm> norm_from_string(const std::string& s);
+std::optional<Recompute> recompute_from_name(const std::string& s);
+// Throws Error naming the accepted values.
+Recompute recompute_from_string(const std::string& s);
+
+}  // namespace tripod::config

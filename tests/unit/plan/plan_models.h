@@ -1,0 +1,26 @@
+// The model shapes and layouts the plan tests use, built as the planner
+// takes them: a finalized config::GptConfig and a layout whose dp comes
+// from config::Layout::make.
+#pragma once
+
+#include <cstdint>
+
+#include "plan/memory_model.h"
+
+namespace tripod::plan {
+
+// GPT-2-style (LayerNorm, learned positions, GELU, biases, tied output).
+inline GptConfig gpt_model(int64_t L, int64_t C, int64_t NH, int64_t T = 1024, int64_t V = 50257) {
+  GptConfig m;
+  m.num_layers = L, m.hidden_size = C, m.num_attention_heads = NH, m.seq_length = T, m.vocab_size = V;
+  m.finalize();
+  return m;
+}
+
+// 12 layers, 768 hidden, 12 heads, seq 1024, vocab 50257 -> 50304 at tp1.
+inline GptConfig gpt2_124m() { return gpt_model(12, 768, 12); }
+
+// `world` GPUs split into tp x pp x dp.
+inline Layout layout(int world, int tp = 1, int pp = 1) { return Layout(config::Layout::make(world, tp, pp)); }
+
+}  // namespace tripod::plan
