@@ -50,7 +50,6 @@ size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const config::GptConfi
   auto be = backend::make_cpu_backend();
   SizeOnlyGroup group(tp);
   model::StageConfig st;
-  st.tp_size = tp;
   st.tp = tp > 1 ? &group : nullptr;
   st.sequence_parallel = sp;
   st.pre_process = false;   // transformer layers only, as the paper's per-layer formula
