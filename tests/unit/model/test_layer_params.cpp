@@ -14,20 +14,12 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/gpt_model.h"
+#include "testing/tiny_model.h"
 
 namespace tripod {
 namespace {
 
-config::GptConfig config() {
-  config::GptConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.seq_length = 8;
-  c.vocab_size = 50;
-  c.finalize();
-  return c;
-}
+config::GptConfig config() { return testing::tiny_gpt({.num_layers = 4, .vocab_size = 50}); }
 
 // The stage membership rule by name (what the roles replace).
 bool held_by_name(const std::string& n, int layer, const model::StageConfig& st) {
