@@ -149,9 +149,7 @@ const Tensor& GptModel::last_logits() const {
 }
 
 MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
-  const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size(), Ns = local_rows(B, T);
-  const int64_t C_tp = C / tp, F_tp = config_.ffn_hidden_size / tp, NH_tp = config_.num_attention_heads / tp;
-  const int64_t QKV_tp = config_.qkv_width() / tp, F1_tp = config_.fc1_width() / tp;
+  const int64_t N = B * T, C = config_.hidden_size, Ns = local_rows(B, T);
   auto act = [&](Shape s) { return be_.empty(s, stage_.compute_dtype); };
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
   MicroBatchActs a;
@@ -159,21 +157,7 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
   a.T = T;
   a.tokens = be_.empty({B, T}, DType::I32);
   a.input = act({Ns, C});
-  for (int64_t l = 0; l < stage_.num_local_layers; ++l) {
-    LayerActs la;
-    la.out = act({Ns, C});
-    if (stage_.recompute != Recompute::Full) {
-      la.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
-      if (!config_.rmsnorm()) la.ln1_mean = f32({Ns});
-      la.qkv = act({B, T, QKV_tp});
-      if (stage_.recompute == Recompute::None) { la.att = act({B, T, C_tp}); la.lse = f32({B, NH_tp, T}); }
-      la.res1 = act({Ns, C});
-      la.ln2_rstd = f32({Ns});
-      if (!config_.rmsnorm()) la.ln2_mean = f32({Ns});
-      la.fc1 = act({N, F1_tp}); la.gelu = act({N, F_tp});
-    }
-    a.layers.push_back(std::move(la));
-  }
+  for (const TransformerLayer& layer : layers_) a.layers.push_back(layer.make_acts(B, T));
   if (stage_.post_process) {
     a.targets = be_.empty({B, T}, DType::I32);
     a.lnf = act({Ns, C}); a.lnf_rstd = f32({Ns});
@@ -188,10 +172,7 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
 size_t MicroBatchActs::bytes() const {
   size_t n = input.nbytes() + lnf.nbytes() + lnf_mean.nbytes() + lnf_rstd.nbytes() + losses.nbytes() +
              dlnf.nbytes();
-  for (const auto& l : layers)
-    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.att, &l.lse, &l.res1, &l.ln2,
-                            &l.ln2_mean, &l.ln2_rstd, &l.fc1, &l.gelu, &l.out})
-      if (t->defined()) n += t->nbytes();
+  for (const auto& l : layers) n += l.bytes();
   return n;
 }
 

@@ -33,6 +33,7 @@
 namespace tripod::model {
 using config::GptConfig;
 
+// Shapes as in LayerActs (model/transformer_layer.h).
 struct MicroBatchActs {
   int64_t B = 0, T = 0;
   int64_t sample_offset = 0;      // global index of the first sample (dropout keys)

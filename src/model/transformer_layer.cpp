@@ -47,6 +47,40 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
       linear_fc1_(params.linear_fc1_weight, params.linear_fc1_bias, tp),
       linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {}
 
+LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
+  const GptConfig& c = *config_;
+  const StageConfig& s = *stage_;
+  const int64_t N = B * T, C = c.hidden_size, tp = s.tp_size(), Ns = s.local_rows(B, T);
+  const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, NH_tp = c.num_attention_heads / tp;
+  const int64_t QKV_tp = c.qkv_width() / tp, F1_tp = c.fc1_width() / tp;
+  auto act = [&](Shape sh) { return be_->empty(sh, s.compute_dtype); };
+  auto f32 = [&](Shape sh) { return be_->empty(sh, DType::F32); };
+  LayerActs a;
+  a.out = act({Ns, C});
+  if (s.recompute == Recompute::Full) return a;
+  a.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
+  if (!c.rmsnorm()) a.ln1_mean = f32({Ns});
+  a.qkv = act({B, T, QKV_tp});
+  if (s.recompute == Recompute::None) {
+    a.att = act({B, T, C_tp});
+    a.lse = f32({B, NH_tp, T});
+  }
+  a.res1 = act({Ns, C});
+  a.ln2_rstd = f32({Ns});
+  if (!c.rmsnorm()) a.ln2_mean = f32({Ns});
+  a.fc1 = act({N, F1_tp});
+  a.gelu = act({N, F_tp});
+  return a;
+}
+
+size_t LayerActs::bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1,
+                          &gelu, &out})
+    if (t->defined()) n += t->nbytes();
+  return n;
+}
+
 // Dropout stream of (layer, site): site 0 after attention, 1 after the MLP.
 uint64_t TransformerLayer::dropout_key(uint64_t seed, int site) const {
   return backend::mix64(seed, static_cast<uint64_t>(layer_number_) * 2 + static_cast<uint64_t>(site) + 1);

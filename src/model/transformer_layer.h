@@ -43,6 +43,7 @@ struct LayerActs {
   Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
   Tensor out;                      // (N_sp,C) layer output (residual after MLP)
+  size_t bytes() const;            // activation bytes held
 };
 
 // The hidden dropout of one pass over a micro-batch: its probability (0:
@@ -65,6 +66,11 @@ class TransformerLayer {
 
   int64_t layer_number() const { return layer_number_; }
   const LayerParams& params() const { return params_; }
+
+  // The activations this layer keeps for one micro-batch of (B, T): all of
+  // LayerActs but the LayerNorm outputs, less what StageConfig::recompute
+  // recomputes.
+  LayerActs make_acts(int64_t B, int64_t T) const;
 
   // x (N_sp, C) -> a.out. `a` holds the buffers to write (the stored ones
   // and the workspace's, Workspace::layer_acts).
