@@ -55,9 +55,15 @@ TEST(LayerParams, EveryPipelineSplitResolvesTheExpectedParameters) {
 
     const model::StageParams& sp = m.stage_params();
     ASSERT_EQ(sp.layers.size(), static_cast<size_t>(n)) << where;
+    ASSERT_EQ(m.layers().size(), static_cast<size_t>(n)) << where;
     for (int i = 0; i < n; ++i) {
       const model::LayerParams& l = sp.layers[static_cast<size_t>(i)];
       const std::string p = fmt::format("decoder.layers.{}.", first + i);
+      // The stage's TransformerLayer i is global layer first + i and holds these handles.
+      const model::TransformerLayer& layer = m.layers()[static_cast<size_t>(i)];
+      EXPECT_EQ(layer.layer_number(), first + i) << where;
+      EXPECT_EQ(layer.params().linear_qkv_weight, l.linear_qkv_weight) << where;
+      EXPECT_EQ(layer.params().linear_fc2_bias, l.linear_fc2_bias) << where;
       expect_handle(m, l.input_layernorm_weight, p + "input_layernorm.weight");
       expect_handle(m, l.input_layernorm_bias, p + "input_layernorm.bias");
       expect_handle(m, l.linear_qkv_weight, p + "self_attention.linear_qkv.weight");

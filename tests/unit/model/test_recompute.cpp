@@ -1,9 +1,10 @@
-// Activation recomputation (model/gpt_model.h, Recompute) on the CPU backend:
-// one training micro-batch with and without --recompute-activations /
-// --recompute-granularity full gives bit-identical losses and parameter
-// gradients (the recomputed forward runs the same ops on the same inputs,
-// dropout included), and the activation bytes kept per micro-batch drop by
-// exactly the tensors that recompute does not store (counted by hand).
+// Activation recomputation (model/stage_config.h, Recompute;
+// TransformerLayer::recompute) on the CPU backend: one training micro-batch
+// with and without --recompute-activations / --recompute-granularity full
+// gives bit-identical losses and parameter gradients (the recomputed
+// forward runs the same ops on the same inputs, dropout included), and the
+// activation bytes kept per micro-batch drop by exactly the tensors that
+// recompute does not store (counted by hand).
 #include <gtest/gtest.h>
 
 #include <cstring>
