@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "model/gpt_model.h"
 #include "plan/memory_model.h"
+
 #include "testing/tiny_model.h"
 
 namespace tripod {
