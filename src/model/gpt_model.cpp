@@ -1,6 +1,6 @@
 // Implementation of model/gpt_model.h: construction, parameter table,
 // activation buffers, and the stage-level forward/backward. The transformer
-// layer itself is in transformer_layer.cpp.
+// layer itself is model/transformer_layer.h.
 #include "model/gpt_model.h"
 
 #include <fmt/format.h>
@@ -74,13 +74,10 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   TRIPOD_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_local_layers <= config_.num_layers,
                "stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
                stage_.first_layer + stage_.num_local_layers, config_.num_layers);
-  padded_vocab_ = config_.padded_vocab_size(stage_.tp_size);
+  const int64_t tp = stage_.tp_size();
+  padded_vocab_ = config_.padded_vocab_size(static_cast<int>(tp));
   tp_.group = stage_.tp;
-  tp_.sequence_parallel = stage_.sequence_parallel && stage_.tp_size > 1;
-  tp_.rank = stage_.tp_rank;
-  TRIPOD_CHECK(stage_.tp_size == 1 || (stage_.tp && stage_.tp->size() == stage_.tp_size),
-               "tensor-parallel size {} needs a tp group of that size", stage_.tp_size);
-  const int64_t tp = stage_.tp_size;
+  tp_.sequence_parallel = stage_.sequence_parallel_active();
   TRIPOD_CHECK_HINT(config_.num_attention_heads % tp == 0, "choose a --tensor-model-parallel-size that divides the heads",
                     "--num-attention-heads {} is not divisible by --tensor-model-parallel-size {}",
                     config_.num_attention_heads, tp);
@@ -103,16 +100,14 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
     if (stage_holds(s, stage_.first_layer, stage_.num_local_layers, stage_.pre_process, stage_.post_process,
                     !config_.untie_embeddings_and_output_weights))
       mine.push_back(std::move(s));
-  params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size, stage_.tp_rank, be_,
+  params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size(), stage_.tp_rank(), be_,
                                          stage_.param_buffer_pad, stage_.compute_dtype);
   ws_ = std::make_unique<Workspace>();
   sp_ = resolve_params(*params_, config_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
                        stage_.post_process);
-  for (const LayerParams& l : sp_.layers)
-    linears_.push_back({ColumnParallelLinear(l.linear_qkv_weight, l.linear_qkv_bias, tp_),
-                        RowParallelLinear(l.linear_proj_weight, l.linear_proj_bias, tp_),
-                        ColumnParallelLinear(l.linear_fc1_weight, l.linear_fc1_bias, tp_),
-                        RowParallelLinear(l.linear_fc2_weight, l.linear_fc2_bias, tp_)});
+  layers_.reserve(sp_.layers.size());
+  for (size_t i = 0; i < sp_.layers.size(); ++i)
+    layers_.emplace_back(config_, stage_, stage_.first_layer + static_cast<int64_t>(i), sp_.layers[i], tp_, be_);
   if (stage_.pre_process)
     embedding_ = VocabParallelEmbedding(sp_.embedding.word_embeddings, sp_.embedding.position_embeddings, tp_);
   if (stage_.post_process)
@@ -154,9 +149,7 @@ const Tensor& GptModel::last_logits() const {
 }
 
 MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
-  const int64_t N = B * T, C = config_.hidden_size, tp = stage_.tp_size, Ns = local_rows(B, T);
-  const int64_t C_tp = C / tp, F_tp = config_.ffn_hidden_size / tp, NH_tp = config_.num_attention_heads / tp;
-  const int64_t QKV_tp = config_.qkv_width() / tp, F1_tp = config_.fc1_width() / tp;
+  const int64_t N = B * T, C = config_.hidden_size, Ns = local_rows(B, T);
   auto act = [&](Shape s) { return be_.empty(s, stage_.compute_dtype); };
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
   MicroBatchActs a;
@@ -164,21 +157,7 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
   a.T = T;
   a.tokens = be_.empty({B, T}, DType::I32);
   a.input = act({Ns, C});
-  for (int64_t l = 0; l < stage_.num_local_layers; ++l) {
-    LayerActs la;
-    la.out = act({Ns, C});
-    if (stage_.recompute != Recompute::Full) {
-      la.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
-      if (!config_.rmsnorm()) la.ln1_mean = f32({Ns});
-      la.qkv = act({B, T, QKV_tp});
-      if (stage_.recompute == Recompute::None) { la.att = act({B, T, C_tp}); la.lse = f32({B, NH_tp, T}); }
-      la.res1 = act({Ns, C});
-      la.ln2_rstd = f32({Ns});
-      if (!config_.rmsnorm()) la.ln2_mean = f32({Ns});
-      la.fc1 = act({N, F1_tp}); la.gelu = act({N, F_tp});
-    }
-    a.layers.push_back(std::move(la));
-  }
+  for (const TransformerLayer& layer : layers_) a.layers.push_back(layer.make_acts(B, T));
   if (stage_.post_process) {
     a.targets = be_.empty({B, T}, DType::I32);
     a.lnf = act({Ns, C}); a.lnf_rstd = f32({Ns});
@@ -190,31 +169,10 @@ MicroBatchActs GptModel::make_acts(int64_t B, int64_t T) const {
   return a;
 }
 
-LayerActs GptModel::working_acts(const LayerActs& stored, bool for_backward) const {
-  LayerActs w;
-  if (stage_.recompute != Recompute::Full) {
-    w = stored;
-    w.ln1 = ws_->ln;  // NOTE [LayerNorm outputs]
-    w.ln2 = ws_->ln;
-    if (stage_.recompute == Recompute::None) return w;
-    w.att = ws_->recomputed.att;
-    w.lse = ws_->recomputed.lse;
-    return w;
-  }
-  w = ws_->recomputed;
-  // The first forward writes the stored output (the next layer's input);
-  // the recomputation in backward writes the workspace copy.
-  if (!for_backward) w.out = stored.out;
-  return w;
-}
-
 size_t MicroBatchActs::bytes() const {
   size_t n = input.nbytes() + lnf.nbytes() + lnf_mean.nbytes() + lnf_rstd.nbytes() + losses.nbytes() +
              dlnf.nbytes();
-  for (const auto& l : layers)
-    for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.att, &l.lse, &l.res1, &l.ln2,
-                            &l.ln2_mean, &l.ln2_rstd, &l.fc1, &l.gelu, &l.out})
-      if (t->defined()) n += t->nbytes();
+  for (const auto& l : layers) n += l.bytes();
   return n;
 }
 
@@ -230,22 +188,23 @@ size_t MicroBatchActs::bytes() const {
 void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed,
                        const ParamHook* before_use) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
-  training_ = with_grad;
+  // Dropout only while training (forward with grad).
+  const LayerDropout drop{with_grad ? config_.hidden_dropout : 0.f, dropout_seed, dropout_counter(acts)};
   auto use = [&](int g) {
     if (before_use && *before_use && g >= 0) (*before_use)(groups_[static_cast<size_t>(g)]);
   };
   if (stage_.pre_process) {
     use(embedding_group_);
     embedding_.forward(be_, acts.input, acts.tokens, ws_->full_b);
-    if (config_.hidden_dropout > 0 && training_)
+    if (config_.hidden_dropout > 0 && with_grad)
       be_.dropout_forward(acts.input, acts.input, config_.hidden_dropout,
                           backend::mix64(dropout_seed, 0xE3B0), dropout_counter(acts));
   }
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
-    LayerActs w = working_acts(acts.layers[i], false);
+    LayerActs w = ws_->layer_acts(acts.layers[i], stage_.recompute, false);
     use(first_layer_group_ + static_cast<int>(i));
-    layer_forward(stage_.first_layer + i, *x, w, acts, dropout_seed);
+    layers_[static_cast<size_t>(i)].forward(*x, w, *ws_, drop);
     x = &acts.layers[i].out;
   }
   if (stage_.post_process) {
@@ -263,9 +222,6 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
 // StageConfig::loss_chunk_bytes: 1 GiB instead of 6.6 GB for GPT-2 124M at
 // micro-batch 64): per chunk logits, loss and dlogits in place, d lnf rows,
 // dwte +=; the tensor-parallel reduction of d lnf runs once at the end.
-int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max_bytes) {
-  return config::head_chunk_rows(N, V_tp, elem_bytes, max_bytes);
-}
 
 void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss) {
   const FinalNormParams& lnf_p = sp_.final_layernorm;
@@ -277,7 +233,7 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
                           config_.layernorm_epsilon);
   const int64_t N = acts.B * acts.T, R = ws_->head_rows;
   Param& W = output_layer_.weight();
-  const int64_t V_tp = W.shape[0], vocab_start = stage_.tp_rank * V_tp;
+  const int64_t V_tp = W.shape[0], vocab_start = stage_.tp_rank() * V_tp;
   const Tensor targets = acts.targets.view({N});
   const Tensor& lnf = output_layer_.input(acts.lnf, ws_->full_a);  // (N, C), gathered under SP
   // d lnf rows land in acts.dlnf directly when there is no tp reduction.
@@ -301,6 +257,11 @@ void GptModel::head_forward_backward(MicroBatchActs& acts, bool with_grad, float
   if (dlnf.raw() != acts.dlnf.raw()) be_.copy(acts.dlnf, dlnf);
 }
 
+uint64_t GptModel::dropout_counter(const MicroBatchActs& mb) const {
+  const int64_t rows_before = tp_.sequence_parallel ? stage_.tp_rank() * local_rows(mb.B, mb.T) : 0;
+  return static_cast<uint64_t>((mb.sample_offset * mb.T + rows_before) * config_.hidden_size);
+}
+
 void GptModel::reduce_sequence_parallel_grads() {
   for (auto& p : params_->params())
     if (has_partial_sp_grad(p)) parallel::tensor_model_parallel_all_reduce(tp_.group, p.grad);
@@ -309,6 +270,7 @@ void GptModel::reduce_sequence_parallel_grads() {
 void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed,
                         const ParamHook* grads_ready) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
+  const LayerDropout drop{config_.hidden_dropout, dropout_seed, dropout_counter(acts)};
   auto ready = [&](int g) {
     if (grads_ready && *grads_ready && g >= 0) (*grads_ready)(groups_[static_cast<size_t>(g)]);
   };
@@ -330,18 +292,10 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   }
   for (int64_t i = stage_.num_local_layers - 1; i >= 0; --i) {
     const Tensor& x = i == 0 ? acts.input : acts.layers[i - 1].out;
-    const int64_t l = stage_.first_layer + i;
-    LayerActs w = working_acts(acts.layers[i], true);
-    if (stage_.recompute == Recompute::Full) {
-      training_ = true;  // dropout as in the first forward
-      layer_forward(l, x, w, acts, dropout_seed);
-    } else if (stage_.recompute == Recompute::Selective) {
-      be_.attention_forward(w.att, w.lse, w.qkv, static_cast<int>(config_.num_attention_heads / stage_.tp_size),
-                            config_.group_query_attention
-                                ? static_cast<int>(config_.query_groups() / stage_.tp_size)
-                                : 0);
-    }
-    layer_backward(l, x, w, dres, acts, dropout_seed);
+    const TransformerLayer& layer = layers_[static_cast<size_t>(i)];
+    LayerActs w = ws_->layer_acts(acts.layers[i], stage_.recompute, true);
+    layer.recompute(x, w, *ws_, drop);  // dropout as in the first forward
+    layer.backward(x, w, dres, *ws_, drop);
     ready(first_layer_group_ + static_cast<int>(i));
   }
   if (stage_.pre_process) {

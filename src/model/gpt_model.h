@@ -8,7 +8,10 @@
 // as Megatron's GPTModel(pre_process, post_process). With one stage it is
 // the whole model.
 //
-// Per micro-batch, forward() fills a MicroBatchActs; backward() consumes it.
+// The layers are TransformerLayers (model/transformer_layer.h); the stage
+// holds them plus the embedding, the final norm and the loss head, and its
+// forward and backward loop over them. Per micro-batch, forward() fills a
+// MicroBatchActs; backward() consumes it.
 // On the last stage, forward(..., with_grad=true) also runs the loss head's
 // backward right away (logits never outlive the call: see NOTE [Loss head]).
 #pragma once
@@ -23,62 +26,14 @@
 #include "config/gpt_config.h"
 #include "model/layer_params.h"
 #include "model/param_table.h"
+#include "model/stage_config.h"
 #include "model/tensor_parallel.h"
+#include "model/transformer_layer.h"
 
 namespace tripod::model {
 using config::GptConfig;
 
-// Activation recomputation (Megatron's --recompute-granularity):
-//   Selective  the attention core's output and log-sum-exp are not kept per
-//              micro-batch; backward recomputes them from the stored qkv
-//              (--recompute-activations).
-//   Full       only each layer's output (the next layer's input) is kept;
-//              backward reruns the layer's forward from its input first
-//              (--recompute-granularity full, every layer: Megatron's
-//              uniform method with --recompute-num-layers 1).
-// Dropout masks come from counters (backend/philox.h), so a recomputed
-// forward is bit-identical to the first one.
-using config::Recompute;  // config/options.h
-
-struct StageConfig {
-  int64_t first_layer = 0;
-  int64_t num_local_layers = -1;  // -1: all layers
-  bool pre_process = true;        // holds the embedding
-  bool post_process = true;       // holds the final norm and the loss
-  int tp_size = 1, tp_rank = 0;
-  comm::Communicator* tp = nullptr;  // the tensor-parallel group (null: tp size 1)
-  bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
-  int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
-  // Dtype of the weights used for compute and of the activations (--bf16,
-  // --fp16). Master weights, gradients and statistics stay f32.
-  DType compute_dtype = DType::F32;
-  Recompute recompute = Recompute::None;
-  // The loss head's logits are computed in row chunks of at most this many
-  // bytes (0: one chunk), see head_chunk_rows and NOTE [Loss head].
-  int64_t loss_chunk_bytes = int64_t(1) << 30;
-};
-
-// Rows of one loss-head chunk for N rows of V_tp logits of elem_bytes each:
-// N when the (N, V_tp) logits fit in max_bytes (or max_bytes is 0), else N
-// split into the fewest equal chunks that fit, rounded up to a multiple of
-// 64 rows (the last chunk takes the rest).
-int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max_bytes);
-
-// Shapes: N = B*T; N_sp = N / tp with sequence parallelism, else N. The
-// residual stream and LayerNorm outputs are (N_sp, C); everything between a
-// column- and a row-parallel linear is (N, *_tp). Activations are in the
-// compute dtype, statistics (mean, rstd, lse, losses) in f32. Under
-// recompute the tensors that are not kept stay undefined (see Recompute).
-struct LayerActs {
-  Tensor ln1, ln1_mean, ln1_rstd;  // (N_sp,C), (N_sp), (N_sp); ln1 and ln2 are workspace (NOTE [LayerNorm outputs])
-  Tensor qkv;                      // (N, 3*C_tp)
-  Tensor att, lse;                 // (N, C_tp), (B, NH_tp, T)
-  Tensor res1;                     // (N_sp,C) residual after attention
-  Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
-  Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
-  Tensor out;                      // (N_sp,C) layer output (residual after MLP)
-};
-
+// Shapes as in LayerActs (model/transformer_layer.h).
 struct MicroBatchActs {
   int64_t B = 0, T = 0;
   int64_t sample_offset = 0;      // global index of the first sample (dropout keys)
@@ -106,7 +61,9 @@ class GptModel {
   int64_t padded_vocab() const { return padded_vocab_; }
   bool sequence_parallel() const { return tp_.sequence_parallel; }
   // Rows of the residual stream this rank holds for B*T tokens (N_sp).
-  int64_t local_rows(int64_t B, int64_t T) const { return tp_.sequence_parallel ? B * T / stage_.tp_size : B * T; }
+  int64_t local_rows(int64_t B, int64_t T) const { return stage_.local_rows(B, T); }
+  // This stage's transformer layers, in order (layer first_layer + i at i).
+  const std::vector<TransformerLayer>& layers() const { return layers_; }
   // This stage's parameters as typed handles, resolved at construction.
   const StageParams& stage_params() const { return sp_; }
   // Sequence parallelism leaves LayerNorm gradients partial per tp rank:
@@ -153,14 +110,9 @@ class GptModel {
   const Tensor& last_logits() const;
 
  private:
-  struct Workspace;
-  void layer_forward(int64_t l, const Tensor& x, LayerActs& a, const MicroBatchActs& mb, uint64_t seed);
-  // The buffers layer forward/backward work on: the stored ones, with the
-  // workspace standing in for what recompute does not keep (handles only).
-  LayerActs working_acts(const LayerActs& stored, bool for_backward) const;
-  void layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& dresidual,
-                      const MicroBatchActs& mb, uint64_t seed);
   void head_forward_backward(MicroBatchActs& acts, bool with_grad, float dloss);
+  // Global element index of this rank's first residual element of the
+  // micro-batch: the same dropout mask at every layout.
   uint64_t dropout_counter(const MicroBatchActs& mb) const;
 
   GptConfig config_;
@@ -171,21 +123,14 @@ class GptModel {
   std::unique_ptr<Workspace> ws_;
   TpContext tp_;
   // Resolved once from params_ (no lookups by name after construction).
-  struct LayerLinears {
-    ColumnParallelLinear linear_qkv;
-    RowParallelLinear linear_proj;
-    ColumnParallelLinear linear_fc1;
-    RowParallelLinear linear_fc2;
-  };
   StageParams sp_;
-  std::vector<LayerLinears> linears_;  // per local layer
+  std::vector<TransformerLayer> layers_;  // per local layer
   VocabParallelEmbedding embedding_;   // first stage
   ColumnParallelLinear output_layer_;  // last stage: weight tied to the word embedding, no bias
   VocabParallelCrossEntropy cross_entropy_;
-  bool training_ = false;
   bool last_head_chunked_ = false;  // the last head ran in more than one chunk
   std::vector<std::vector<size_t>> groups_;  // see param_groups()
-  int embedding_group_ = -1, head_group_ = -1, first_layer_group_ = 0;  // dropout only while training (forward with grad)
+  int embedding_group_ = -1, head_group_ = -1, first_layer_group_ = 0;
 };
 
 }  // namespace tripod::model

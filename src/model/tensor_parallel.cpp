@@ -95,7 +95,7 @@ void VocabParallelEmbedding::forward(backend::Backend& be, Tensor& out, const Te
                                      Tensor& full_buf) const {
   const int64_t B = tokens.size(0), T = tokens.size(1), C = word_->shape[1];
   // No position embedding under --position-embedding-type rope|none.
-  const Tensor* position_here = (tp_.rank == 0 && position_) ? &position_->compute : nullptr;
+  const Tensor* position_here = (tp_.rank() == 0 && position_) ? &position_->compute : nullptr;
   if (!tp_.active()) {
     Tensor x = out.view({B, T, C});
     be.embedding_forward(x, tokens, word_->compute, position_here, vocab_start());

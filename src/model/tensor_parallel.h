@@ -28,11 +28,11 @@
 
 namespace tripod::model {
 
-// The tensor-parallel group the layers talk to.
+// The tensor-parallel group the layers talk to; its rank is the group's.
 struct TpContext {
   comm::Communicator* group = nullptr;  // null: tp size 1
   bool sequence_parallel = false;       // only set when the group is active
-  int rank = 0;
+  int rank() const { return group ? group->rank() : 0; }
   bool active() const { return parallel::tp_active(group); }
 };
 
@@ -124,7 +124,7 @@ class VocabParallelEmbedding {
   VocabParallelEmbedding() = default;
   VocabParallelEmbedding(Param* word, Param* position, const TpContext& tp)
       : word_(word), position_(position), tp_(tp) {}
-  int64_t vocab_start() const { return tp_.rank * word_->shape[0]; }
+  int64_t vocab_start() const { return tp_.rank() * word_->shape[0]; }
 
   // out (N_sp or N, C) from tokens (B, T); full_buf (N, C) holds the
   // partial sums when tp is active.

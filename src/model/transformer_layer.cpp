@@ -1,7 +1,4 @@
-// One pre-LayerNorm transformer layer, forward and backward:
-//   res1 = x + dropout(proj(attention(qkv(ln1(x)))))
-//   out  = res1 + dropout(fc2(gelu(fc1(ln2(res1)))))
-// Megatron: TransformerLayer with SelfAttention and MLP (local spec).
+// Implementation of model/transformer_layer.h.
 // The Llama-family options (config/gpt_config.h) change pieces in place:
 // RMSNorm for the LayerNorms, RoPE on q and k after qkv (so the stored qkv
 // is rotated; backward rotates dqkv back before qkv's backward), grouped
@@ -28,125 +25,187 @@
 // per layer fewer: 4.7 GiB at GPT-2 1.5B, micro-batch 16. Parameters come from the LayerParams resolved at
 // construction (model/layer_params.h): no lookups here.
 
+#include "model/transformer_layer.h"
+
 #include "backend/philox.h"
-#include "model/gpt_model.h"
 #include "model/workspace.h"
 
 namespace tripod::model {
-namespace {
+
+TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& stage, int64_t layer_number,
+                                   const LayerParams& params, const TpContext& tp, backend::Backend& be)
+    : config_(&config),
+      stage_(&stage),
+      layer_number_(layer_number),
+      params_(params),
+      be_(&be),
+      num_heads_tp_(static_cast<int>(config.num_attention_heads / stage.tp_size())),
+      // K/V heads: 0 (= NH_tp) unless grouped, as the GPT-2 path always called the op.
+      kv_groups_tp_(config.group_query_attention ? static_cast<int>(config.query_groups() / stage.tp_size()) : 0),
+      linear_qkv_(params.linear_qkv_weight, params.linear_qkv_bias, tp),
+      linear_proj_(params.linear_proj_weight, params.linear_proj_bias, tp),
+      linear_fc1_(params.linear_fc1_weight, params.linear_fc1_bias, tp),
+      linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {}
+
+LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
+  const GptConfig& c = *config_;
+  const StageConfig& s = *stage_;
+  const int64_t N = B * T, C = c.hidden_size, tp = s.tp_size(), Ns = s.local_rows(B, T);
+  const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, NH_tp = c.num_attention_heads / tp;
+  const int64_t QKV_tp = c.qkv_width() / tp, F1_tp = c.fc1_width() / tp;
+  auto act = [&](Shape sh) { return be_->empty(sh, s.compute_dtype); };
+  auto f32 = [&](Shape sh) { return be_->empty(sh, DType::F32); };
+  LayerActs a;
+  a.out = act({Ns, C});
+  if (s.recompute == Recompute::Full) return a;
+  a.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
+  if (!c.rmsnorm()) a.ln1_mean = f32({Ns});
+  a.qkv = act({B, T, QKV_tp});
+  if (s.recompute == Recompute::None) {
+    a.att = act({B, T, C_tp});
+    a.lse = f32({B, NH_tp, T});
+  }
+  a.res1 = act({Ns, C});
+  a.ln2_rstd = f32({Ns});
+  if (!c.rmsnorm()) a.ln2_mean = f32({Ns});
+  a.fc1 = act({N, F1_tp});
+  a.gelu = act({N, F_tp});
+  return a;
+}
+
+size_t LayerActs::bytes() const {
+  size_t n = 0;
+  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1,
+                          &gelu, &out})
+    if (t->defined()) n += t->nbytes();
+  return n;
+}
+
 // Dropout stream of (layer, site): site 0 after attention, 1 after the MLP.
-uint64_t dropout_key(uint64_t seed, int64_t layer, int site) {
-  return backend::mix64(seed, static_cast<uint64_t>(layer) * 2 + static_cast<uint64_t>(site) + 1);
-}
-}  // namespace
-
-// Global element index of this rank's first residual element: the same
-// dropout mask at every layout.
-uint64_t GptModel::dropout_counter(const MicroBatchActs& mb) const {
-  const int64_t rows_before = tp_.sequence_parallel ? stage_.tp_rank * local_rows(mb.B, mb.T) : 0;
-  return static_cast<uint64_t>((mb.sample_offset * mb.T + rows_before) * config_.hidden_size);
+uint64_t TransformerLayer::dropout_key(uint64_t seed, int site) const {
+  return backend::mix64(seed, static_cast<uint64_t>(layer_number_) * 2 + static_cast<uint64_t>(site) + 1);
 }
 
-void GptModel::layer_forward(int64_t l, const Tensor& x, LayerActs& a, const MicroBatchActs& mb,
-                             uint64_t seed) {
-  const int NH_tp = static_cast<int>(config_.num_attention_heads / stage_.tp_size);
-  // K/V heads: 0 (= NH_tp) unless grouped, as the GPT-2 path always called the op.
-  const int G_tp = config_.group_query_attention ? static_cast<int>(config_.query_groups() / stage_.tp_size) : 0;
-  const float eps = config_.layernorm_epsilon, p = training_ ? config_.hidden_dropout : 0.f;
-  const uint64_t counter = dropout_counter(mb);
-  const size_t li = static_cast<size_t>(l - stage_.first_layer);
-  const LayerParams& P = sp_.layers[li];
-  const LayerLinears& M = linears_[li];
-  Workspace& w = *ws_;
-  const bool rms = config_.rmsnorm();
+void TransformerLayer::forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const {
+  const Tensor& attn_out = attention_forward(x, a, ws, d);
+  mlp_forward(x, attn_out, a, ws, d);
+}
 
-  // ---- attention block ----
-  if (rms)
-    be_.rmsnorm_forward(a.ln1, a.ln1_rstd, x, P.input_layernorm_weight->compute, eps);
-  else
-    be_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P.input_layernorm_weight->compute,
-                          P.input_layernorm_bias->compute, eps);
-  M.linear_qkv.forward(be_, a.qkv, a.ln1, w.full_a);  // ln1 gathered to (N, C) under SP
-  if (config_.rope()) be_.rope_forward(a.qkv, NH_tp, G_tp, config_.rotary_dim(), config_.rotary_base);
-  be_.attention_forward(a.att, a.lse, a.qkv, NH_tp, G_tp);
-  Tensor& attn_out = M.linear_proj.forward(be_, a.att, w.full_b, w.tmp);  // (N_sp, C)
-  if (p > 0) be_.dropout_forward(attn_out, attn_out, p, dropout_key(seed, l, 0), counter);
+void TransformerLayer::recompute(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const {
+  if (stage_->recompute == Recompute::Full)
+    forward(x, a, ws, d);
+  else if (stage_->recompute == Recompute::Selective)
+    attention_core_forward(a);
+}
 
-  // ---- MLP block (the residual add and its norm in one pass) ----
-  if (rms)
-    be_.fused_residual_rmsnorm_forward(a.res1, a.ln2, a.ln2_rstd, x, attn_out, P.pre_mlp_layernorm_weight->compute,
-                                       eps);
-  else
-    be_.fused_residual_layernorm_forward(a.res1, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn_out,
-                                         P.pre_mlp_layernorm_weight->compute, P.pre_mlp_layernorm_bias->compute,
-                                         eps);
-  if (config_.swiglu) {
-    M.linear_fc1.forward(be_, a.fc1, a.ln2, w.full_a);  // [gate | up]
-    be_.swiglu_forward(a.gelu, a.fc1);
+void TransformerLayer::backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
+                                const LayerDropout& d) const {
+  mlp_backward(a, dres, ws, d);
+  attention_backward(x, a, dres, ws, d);
+}
+
+// NOTE [LayerNorm outputs]: the norm's backward gives d input and writes
+// the norm's output again for the next linear's weight gradient (the
+// RMSNorm backward has no such output: its forward runs again, the same
+// values bit for bit).
+void TransformerLayer::norm_backward(Tensor& dres, Param* weight, Param* bias, const Tensor& dln, const Tensor& inp,
+                                     const Tensor& mean, Tensor& rstd, Tensor& ln) const {
+  backend::Backend& be = *be_;
+  if (config_->rmsnorm()) {
+    be.rmsnorm_backward(dres, weight->grad, dln, inp, weight->compute, rstd);
+    be.rmsnorm_forward(ln, rstd, inp, weight->compute, config_->layernorm_epsilon);
   } else {
-    M.linear_fc1.forward_gelu(be_, a.gelu, a.fc1, a.ln2, w.full_a);  // fc1 keeps the pre-GELU values
+    be.layernorm_backward(dres, weight->grad, bias->grad, dln, inp, weight->compute, mean, rstd, &ln,
+                          &bias->compute);
   }
-  Tensor& mlp_out = M.linear_fc2.forward(be_, a.gelu, w.full_b, w.tmp);
-  if (p > 0) be_.dropout_forward(mlp_out, mlp_out, p, dropout_key(seed, l, 1), counter);
-  be_.add(a.out, a.res1, mlp_out);
 }
 
-// dres (N_sp,C) holds d loss / d out on entry and d loss / d x on return.
-void GptModel::layer_backward(int64_t l, const Tensor& x, LayerActs& a, Tensor& dres,
-                              const MicroBatchActs& mb, uint64_t seed) {
-  const int NH_tp = static_cast<int>(config_.num_attention_heads / stage_.tp_size);
-  // K/V heads: 0 (= NH_tp) unless grouped, as the GPT-2 path always called the op.
-  const int G_tp = config_.group_query_attention ? static_cast<int>(config_.query_groups() / stage_.tp_size) : 0;
-  const float p = config_.hidden_dropout, eps = config_.layernorm_epsilon;
-  const uint64_t counter = dropout_counter(mb);
-  const size_t li = static_cast<size_t>(l - stage_.first_layer);
-  const LayerParams& P = sp_.layers[li];
-  const LayerLinears& M = linears_[li];
-  Workspace& w = *ws_;
-  const bool rms = config_.rmsnorm();
-  // NOTE [LayerNorm outputs]: the norm's backward gives d input and writes
-  // the norm's output again for the next linear's weight gradient (the
-  // RMSNorm backward has no such output: its forward runs again, the same
-  // values bit for bit).
-  auto norm_backward = [&](Param* weight, Param* bias, const Tensor& dln, const Tensor& inp, const Tensor& mean,
-                           Tensor& rstd, Tensor& ln) {
-    if (rms) {
-      be_.rmsnorm_backward(dres, weight->grad, dln, inp, weight->compute, rstd);
-      be_.rmsnorm_forward(ln, rstd, inp, weight->compute, eps);
-    } else {
-      be_.layernorm_backward(dres, weight->grad, bias->grad, dln, inp, weight->compute, mean, rstd, &ln,
-                             &bias->compute);
-    }
-  };
+// ---- self-attention: res1 = x + drop(proj(attn(rope(qkv(ln1(x)))))) ----
 
-  // ---- MLP block: out = res1 + drop(fc2(act(fc1(ln2(res1))))) ----
-  const Tensor* dmlp = &dres;
-  if (p > 0) {
-    be_.dropout_backward(w.tmp, dres, p, dropout_key(seed, l, 1), counter);
-    dmlp = &w.tmp;
-  }
-  if (config_.swiglu) {
-    M.linear_fc2.backward(be_, w.dact, *dmlp, a.gelu, w.full_b);
-    be_.swiglu_backward(w.dfc1, a.fc1, w.dact);
-  } else {
-    M.linear_fc2.backward_dgelu(be_, w.dfc1, *dmlp, a.gelu, a.fc1, w.full_b);  // GELU backward folded in
-  }
-  const Tensor& dln2 = M.linear_fc1.backward_input(be_, w.dfc1, w.full_b, w.dln);
-  norm_backward(P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd, a.ln2);
-  M.linear_fc1.backward_weight(be_, w.dfc1, M.linear_fc1.input(a.ln2, w.full_a));  // re-gathered under SP
+Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Workspace& ws,
+                                            const LayerDropout& d) const {
+  backend::Backend& be = *be_;
+  const LayerParams& P = params_;
+  const GptConfig& c = *config_;
+  if (c.rmsnorm())
+    be.rmsnorm_forward(a.ln1, a.ln1_rstd, x, P.input_layernorm_weight->compute, c.layernorm_epsilon);
+  else
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P.input_layernorm_weight->compute,
+                         P.input_layernorm_bias->compute, c.layernorm_epsilon);
+  linear_qkv_.forward(be, a.qkv, a.ln1, ws.full_a);  // ln1 gathered to (N, C) under SP
+  if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base);
+  attention_core_forward(a);
+  Tensor& attn_out = linear_proj_.forward(be, a.att, ws.full_b, ws.tmp);  // (N_sp, C)
+  if (d.p > 0) be.dropout_forward(attn_out, attn_out, d.p, dropout_key(d.seed, 0), d.counter);
+  return attn_out;
+}
 
-  // ---- attention block: res1 = x + drop(proj(attn(rope(qkv(ln1(x)))))) ----
+void TransformerLayer::attention_core_forward(LayerActs& a) const {
+  be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
+}
+
+void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
+                                          const LayerDropout& d) const {
+  backend::Backend& be = *be_;
+  const LayerParams& P = params_;
+  const GptConfig& c = *config_;
   const Tensor* datt_out = &dres;
-  if (p > 0) {
-    be_.dropout_backward(w.tmp, dres, p, dropout_key(seed, l, 0), counter);
-    datt_out = &w.tmp;
+  if (d.p > 0) {
+    be.dropout_backward(ws.tmp, dres, d.p, dropout_key(d.seed, 0), d.counter);
+    datt_out = &ws.tmp;
   }
-  M.linear_proj.backward(be_, w.datt, *datt_out, a.att, w.full_b);
-  be_.attention_backward(w.dqkv, w.datt, a.qkv, a.att, a.lse, NH_tp, G_tp);
-  if (config_.rope()) be_.rope_backward(w.dqkv, NH_tp, G_tp, config_.rotary_dim(), config_.rotary_base);
-  const Tensor& dln1 = M.linear_qkv.backward_input(be_, w.dqkv, w.full_b, w.dln);
-  norm_backward(P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd, a.ln1);
-  M.linear_qkv.backward_weight(be_, w.dqkv, M.linear_qkv.input(a.ln1, w.full_a));
+  linear_proj_.backward(be, ws.datt, *datt_out, a.att, ws.full_b);
+  be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
+  if (c.rope()) be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base);
+  const Tensor& dln1 = linear_qkv_.backward_input(be, ws.dqkv, ws.full_b, ws.dln);
+  norm_backward(dres, P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd, a.ln1);
+  linear_qkv_.backward_weight(be, ws.dqkv, linear_qkv_.input(a.ln1, ws.full_a));
+}
+
+// ---- MLP: out = res1 + drop(fc2(act(fc1(ln2(res1))))) ----
+
+void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, LayerActs& a, Workspace& ws,
+                                   const LayerDropout& d) const {
+  backend::Backend& be = *be_;
+  const LayerParams& P = params_;
+  const GptConfig& c = *config_;
+  // The residual add after attention and the MLP's norm in one pass.
+  if (c.rmsnorm())
+    be.fused_residual_rmsnorm_forward(a.res1, a.ln2, a.ln2_rstd, x, attn_out, P.pre_mlp_layernorm_weight->compute,
+                                      c.layernorm_epsilon);
+  else
+    be.fused_residual_layernorm_forward(a.res1, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn_out,
+                                        P.pre_mlp_layernorm_weight->compute, P.pre_mlp_layernorm_bias->compute,
+                                        c.layernorm_epsilon);
+  if (c.swiglu) {
+    linear_fc1_.forward(be, a.fc1, a.ln2, ws.full_a);  // [gate | up]
+    be.swiglu_forward(a.gelu, a.fc1);
+  } else {
+    linear_fc1_.forward_gelu(be, a.gelu, a.fc1, a.ln2, ws.full_a);  // fc1 keeps the pre-GELU values
+  }
+  Tensor& mlp_out = linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
+  if (d.p > 0) be.dropout_forward(mlp_out, mlp_out, d.p, dropout_key(d.seed, 1), d.counter);
+  be.add(a.out, a.res1, mlp_out);
+}
+
+void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const {
+  backend::Backend& be = *be_;
+  const LayerParams& P = params_;
+  const Tensor* dmlp = &dres;
+  if (d.p > 0) {
+    be.dropout_backward(ws.tmp, dres, d.p, dropout_key(d.seed, 1), d.counter);
+    dmlp = &ws.tmp;
+  }
+  if (config_->swiglu) {
+    linear_fc2_.backward(be, ws.dact, *dmlp, a.gelu, ws.full_b);
+    be.swiglu_backward(ws.dfc1, a.fc1, ws.dact);
+  } else {
+    linear_fc2_.backward_dgelu(be, ws.dfc1, *dmlp, a.gelu, a.fc1, ws.full_b);  // GELU backward folded in
+  }
+  const Tensor& dln2 = linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
+  norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd,
+                a.ln2);
+  linear_fc1_.backward_weight(be, ws.dfc1, linear_fc1_.input(a.ln2, ws.full_a));  // re-gathered under SP
 }
 
 }  // namespace tripod::model

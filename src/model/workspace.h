@@ -1,6 +1,7 @@
 // Scratch buffers shared by all micro-batches and layers of one GptModel
 // (gradients of activations and the logits), sized for the largest
-// micro-batch seen. Internal to model/.
+// micro-batch seen. Internal to model/: the stage (gpt_model.cpp) owns one,
+// its TransformerLayers work in it.
 //
 // NOTE [Scratch in the logits buffer]
 // The loss head computes the logits in row chunks of at most
@@ -16,12 +17,13 @@
 
 #include "backend/ops.h"
 #include "config/gpt_config.h"
-#include "model/gpt_model.h"
+#include "model/stage_config.h"
+#include "model/transformer_layer.h"
 
 namespace tripod::model {
 using config::GptConfig;
 
-struct GptModel::Workspace {
+struct Workspace {
   int64_t B = 0, T = 0;
   Tensor ln;             // (N_sp,C) the LayerNorm output in use (NOTE [LayerNorm outputs])
   Tensor dresidual;      // (N_sp,C)
@@ -41,14 +43,35 @@ struct GptModel::Workspace {
   // `out`; selective: att and lse only). Shapes as LayerActs.
   LayerActs recomputed;
 
+  // The buffers a layer's forward/backward work on: the stored ones, with
+  // the workspace standing in for what recompute does not keep (handles
+  // only). for_backward: the recomputation in backward writes the layer
+  // output to the workspace copy, not over the stored one (the next
+  // layer's input).
+  LayerActs layer_acts(const LayerActs& stored, Recompute rc, bool for_backward) const {
+    LayerActs w;
+    if (rc != Recompute::Full) {
+      w = stored;
+      w.ln1 = ln;  // NOTE [LayerNorm outputs]
+      w.ln2 = ln;
+      if (rc == Recompute::None) return w;
+      w.att = recomputed.att;
+      w.lse = recomputed.lse;
+      return w;
+    }
+    w = recomputed;
+    if (!for_backward) w.out = stored.out;
+    return w;
+  }
+
   void ensure(backend::Backend& be, int64_t b, int64_t t, const GptConfig& c, const StageConfig& s,
               int64_t padded_vocab) {
     if (b == B && t == T) return;
     *this = Workspace{};  // release the old buffers before allocating new ones
     B = b;
     T = t;
-    const int64_t N = b * t, C = c.hidden_size, tp = s.tp_size;
-    const int64_t N_sp = (s.sequence_parallel && tp > 1) ? N / tp : N;
+    const int64_t N = b * t, C = c.hidden_size, tp = s.tp_size();
+    const int64_t N_sp = s.local_rows(b, t);
     auto act = [&](Shape sh) { return be.empty(sh, s.compute_dtype); };
     auto f32 = [&](Shape sh) { return be.empty(sh, DType::F32); };
     const int64_t C_tp = C / tp, F_tp = c.ffn_hidden_size / tp, es = static_cast<int64_t>(dtype_size(s.compute_dtype));
@@ -84,7 +107,7 @@ struct GptModel::Workspace {
     datt = carve({b, t, C_tp});
     dfc1 = carve({N, F1_tp});
     if (c.swiglu) dact = carve({N, F_tp});
-    full_a = (s.sequence_parallel && tp > 1) ? act({N, C}) : Tensor{};
+    full_a = s.sequence_parallel_active() ? act({N, C}) : Tensor{};
     full_b = act({N, C});
     recomputed = LayerActs{};
     const int64_t NH_tp = c.num_attention_heads / tp;

@@ -172,9 +172,7 @@ void Trainer::build_chunks() {
     st.num_local_layers = Lv;
     st.pre_process = s == 0;
     st.post_process = s == P * vpp_ - 1;
-    st.tp_size = args_.tp;
-    st.tp_rank = tp_rank_;
-    st.tp = groups_.tp.get();
+    st.tp = groups_.tp.get();  // the tp size and rank come from the group
     st.sequence_parallel = args_.sequence_parallel;
     st.param_buffer_pad = args_.use_distributed_optimizer ? dp_size_ : 1;
     st.compute_dtype = args_.bf16 ? DType::BF16 : args_.fp16 ? DType::F16 : DType::F32;

@@ -20,6 +20,7 @@
 #include "ckpt/reshard.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "model/gpt_model.h"
+#include "testing/tiny_model.h"
 
 namespace {
 
@@ -30,14 +31,9 @@ using namespace tripod::ckpt;
 constexpr uint64_t kSeed = 11, kMomentSeed = 99;
 
 config::GptConfig tiny() {
-  config::GptConfig c;
-  c.num_layers = 1;
-  c.hidden_size = 8;
-  c.num_attention_heads = 2;
-  c.seq_length = 4;
-  c.vocab_size = 20;
+  config::GptConfig c = tripod::testing::tiny_gpt(
+      {.num_layers = 1, .hidden_size = 8, .num_attention_heads = 2, .seq_length = 4, .vocab_size = 20});
   c.make_vocab_size_divisible_by = 4;  // Vp: 20 at tp 1, 24 at tp 2, 32 at tp 4
-  c.finalize();
   return c;
 }
 

@@ -25,6 +25,7 @@
 #include "model/gpt_model.h"
 #include "parallel/groups.h"
 #include "testing/threads_as_ranks.h"
+#include "testing/tiny_model.h"
 
 namespace tripod {
 namespace {
@@ -50,15 +51,7 @@ void expect_compute_copy_is_cast(model::ParamStore& store, const char* where) {
     ASSERT_EQ(c[i], bf16 ? f32_to_bf16(val[i]) : f32_to_f16(val[i])) << where << ", element " << i;
 }
 
-config::GptConfig tiny_config() {
-  config::GptConfig cfg;
-  cfg.num_layers = 2;
-  cfg.hidden_size = 16;
-  cfg.num_attention_heads = 2;
-  cfg.seq_length = 8;
-  cfg.vocab_size = 40;
-  return cfg;
-}
+config::GptConfig tiny_config() { return testing::tiny_gpt(); }
 
 // Rank r's gradient of element i (distinct per rank, both signs, not all
 // representable sums: the reference sums them in float as the reduction does).

@@ -27,6 +27,7 @@
 #include "model/gpt_model.h"
 #include "parallel/pp_schedule.h"
 #include "testing/threads_as_ranks.h"
+#include "testing/tiny_model.h"
 #include "train/pipeline_stage.h"
 
 namespace tripod {
@@ -169,12 +170,8 @@ class RecordingComm final : public comm::Communicator {
 
 TEST(ParamAndGradBuffer, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   auto be = backend::make_cpu_backend();
-  config::GptConfig cfg;
-  cfg.num_layers = 4;
-  cfg.hidden_size = 32;
-  cfg.num_attention_heads = 4;
-  cfg.seq_length = 16;
-  cfg.vocab_size = 96;
+  const config::GptConfig cfg = testing::tiny_gpt(
+      {.num_layers = 4, .hidden_size = 32, .num_attention_heads = 4, .seq_length = 16, .vocab_size = 96});
   model::GptModel m(cfg, model::StageConfig{}, *be);
   m.params().init(3, 0.02f, cfg.num_layers);
   auto& store = m.params();

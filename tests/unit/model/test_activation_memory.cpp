@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "model/gpt_model.h"
+#include "testing/tiny_model.h"
 
 namespace tripod {
 namespace {
@@ -50,7 +51,6 @@ size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const config::GptConfi
   auto be = backend::make_cpu_backend();
   SizeOnlyGroup group(tp);
   model::StageConfig st;
-  st.tp_size = tp;
   st.tp = tp > 1 ? &group : nullptr;
   st.sequence_parallel = sp;
   st.pre_process = false;   // transformer layers only, as the paper's per-layer formula
@@ -62,14 +62,8 @@ size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const config::GptConfi
 }
 
 config::GptConfig config() {
-  config::GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 256;
-  c.num_attention_heads = 8;
-  c.seq_length = 64;
-  c.vocab_size = 1000;
-  c.finalize();
-  return c;
+  return testing::tiny_gpt({.num_layers = 2, .hidden_size = 256, .num_attention_heads = 8, .seq_length = 64,
+                            .vocab_size = 1000});
 }
 
 TEST(ActivationMemory, ExactCountPerLayer) {

@@ -14,20 +14,12 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/gpt_model.h"
+#include "testing/tiny_model.h"
 
 namespace tripod {
 namespace {
 
-config::GptConfig config() {
-  config::GptConfig c;
-  c.num_layers = 4;
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.seq_length = 8;
-  c.vocab_size = 50;
-  c.finalize();
-  return c;
-}
+config::GptConfig config() { return testing::tiny_gpt({.num_layers = 4, .vocab_size = 50}); }
 
 // The stage membership rule by name (what the roles replace).
 bool held_by_name(const std::string& n, int layer, const model::StageConfig& st) {
@@ -63,9 +55,15 @@ TEST(LayerParams, EveryPipelineSplitResolvesTheExpectedParameters) {
 
     const model::StageParams& sp = m.stage_params();
     ASSERT_EQ(sp.layers.size(), static_cast<size_t>(n)) << where;
+    ASSERT_EQ(m.layers().size(), static_cast<size_t>(n)) << where;
     for (int i = 0; i < n; ++i) {
       const model::LayerParams& l = sp.layers[static_cast<size_t>(i)];
       const std::string p = fmt::format("decoder.layers.{}.", first + i);
+      // The stage's TransformerLayer i is global layer first + i and holds these handles.
+      const model::TransformerLayer& layer = m.layers()[static_cast<size_t>(i)];
+      EXPECT_EQ(layer.layer_number(), first + i) << where;
+      EXPECT_EQ(layer.params().linear_qkv_weight, l.linear_qkv_weight) << where;
+      EXPECT_EQ(layer.params().linear_fc2_bias, l.linear_fc2_bias) << where;
       expect_handle(m, l.input_layernorm_weight, p + "input_layernorm.weight");
       expect_handle(m, l.input_layernorm_bias, p + "input_layernorm.bias");
       expect_handle(m, l.linear_qkv_weight, p + "self_attention.linear_qkv.weight");

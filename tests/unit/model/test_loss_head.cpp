@@ -13,6 +13,8 @@
 #include "model/gpt_model.h"
 #include "config/gpt_config.h"
 
+#include "testing/tiny_model.h"
+
 namespace tripod {
 namespace {
 
@@ -25,12 +27,7 @@ struct Result {
 
 Result run(int64_t loss_chunk_bytes) {
   auto be = backend::make_cpu_backend();
-  config::GptConfig cfg;
-  cfg.num_layers = kL;
-  cfg.hidden_size = kC;
-  cfg.num_attention_heads = kNH;
-  cfg.seq_length = kT;
-  cfg.vocab_size = kV;
+  const config::GptConfig cfg = testing::tiny_gpt({kL, kC, kNH, kT, kV});
   model::StageConfig st;
   st.loss_chunk_bytes = loss_chunk_bytes;
   model::GptModel m(cfg, st, *be);

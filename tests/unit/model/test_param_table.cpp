@@ -11,19 +11,14 @@
 #include "model/gpt_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "testing/tiny_model.h"
 
 namespace tripod {
 namespace {
 
 config::GptConfig small_config() {
-  config::GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 8;
-  c.num_attention_heads = 4;
-  c.seq_length = 4;
-  c.vocab_size = 250;
-  c.finalize();
-  return c;
+  return testing::tiny_gpt({.num_layers = 2, .hidden_size = 8, .num_attention_heads = 4, .seq_length = 4,
+                            .vocab_size = 250});
 }
 
 TEST(ParamTable, ShardsAreSlicesOfTheFullTensorForEveryRule) {

@@ -1,15 +1,17 @@
-// Activation recomputation (model/gpt_model.h, Recompute) on the CPU backend:
-// one training micro-batch with and without --recompute-activations /
-// --recompute-granularity full gives bit-identical losses and parameter
-// gradients (the recomputed forward runs the same ops on the same inputs,
-// dropout included), and the activation bytes kept per micro-batch drop by
-// exactly the tensors that recompute does not store (counted by hand).
+// Activation recomputation (model/stage_config.h, Recompute;
+// TransformerLayer::recompute) on the CPU backend: one training micro-batch
+// with and without --recompute-activations / --recompute-granularity full
+// gives bit-identical losses and parameter gradients (the recomputed
+// forward runs the same ops on the same inputs, dropout included), and the
+// activation bytes kept per micro-batch drop by exactly the tensors that
+// recompute does not store (counted by hand).
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/gpt_model.h"
+#include "testing/tiny_model.h"
 
 namespace tripod {
 namespace {
@@ -23,19 +25,10 @@ struct Result {
 
 Result run(model::Recompute rc, bool llama = false) {
   auto be = backend::make_cpu_backend();
-  config::GptConfig cfg;
-  cfg.num_layers = kL;
-  cfg.hidden_size = kC;
-  cfg.num_attention_heads = kNH;
-  cfg.seq_length = kT;
-  cfg.vocab_size = kV;
+  const testing::TinyShape shape{kL, kC, kNH, kT, kV};
+  // Llama: RoPE and RMSNorm rerun in the recomputed forward; grouped heads, SwiGLU.
+  config::GptConfig cfg = llama ? testing::tiny_llama(shape, 2, 48) : testing::tiny_gpt(shape);
   cfg.hidden_dropout = 0.1f;  // the recomputed forward must draw the same masks
-  if (llama) {  // RoPE and RMSNorm rerun in the recomputed forward; grouped heads, SwiGLU
-    cfg.group_query_attention = true, cfg.num_query_groups = 2, cfg.swiglu = true, cfg.ffn_hidden_size = 48;
-    cfg.position_embedding_type = config::GptConfig::Position::Rope;
-    cfg.normalization = config::GptConfig::Norm::RMSNorm;
-    cfg.untie_embeddings_and_output_weights = true, cfg.add_bias_linear = false;
-  }
   model::StageConfig st;
   st.recompute = rc;
   model::GptModel m(cfg, st, *be);

@@ -67,7 +67,7 @@ void check_linears(int tp, bool sp) {
   testing::run_ranks(tp, 20s, [&](int r, comm::DistContext& ctx) {
     auto rbe = backend::make_cpu_backend();
     auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(tp, tp, 1));
-    const model::TpContext tpc{pg.tp.get(), sp, r};
+    const model::TpContext tpc{pg.tp.get(), sp};
     const int64_t rows = sp ? N / tp : N;
     Tensor full_a = zeros({N, C}), full_b = zeros({N, C}), shard = zeros({rows, C});
 
@@ -118,7 +118,7 @@ void check_embedding_and_loss(int tp, bool sp) {
   testing::run_ranks(tp, 20s, [&](int r, comm::DistContext& ctx) {
     auto rbe = backend::make_cpu_backend();
     auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(tp, tp, 1));
-    const model::TpContext tpc{pg.tp.get(), sp, r};
+    const model::TpContext tpc{pg.tp.get(), sp};
     const int64_t rows = sp ? N / tp : N;
     model::Param pw = shard_param(W, model::VocabParallelEmbedding::kWeightShard, tp, r);
     model::Param pp = shard_param(P, ShardDim::None, tp, r);

@@ -55,7 +55,7 @@ TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
     SizedGroup group(c.tp);
     model::StageConfig st;
     st.first_layer = 0, st.num_local_layers = cfg.num_layers, st.pre_process = c.pre, st.post_process = c.post;
-    st.tp_size = c.tp, st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
+    st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
     st.compute_dtype = c.dtype, st.recompute = c.rc;
     const int act = int(dtype_size(c.dtype));
     model::GptModel model(cfg, st, *be);
@@ -122,7 +122,7 @@ TEST(PlanActivations, LlamaFormulasMatchTheModel) {
     SizedGroup group(c.tp);
     model::StageConfig st;
     st.pre_process = c.pre, st.post_process = c.post;
-    st.tp_size = c.tp, st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
+    st.tp = c.tp > 1 ? &group : nullptr, st.sequence_parallel = c.sp;
     st.compute_dtype = c.dtype, st.recompute = c.rc;
     const int act = int(dtype_size(c.dtype));
     model::GptModel model(cfg, st, *be);

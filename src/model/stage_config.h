@@ -1,0 +1,60 @@
+// What one pipeline stage of the model is built with: its layers, its place
+// in the pipeline, its tensor-parallel group and its precision and memory
+// options (StageConfig), and the activation recomputation mode (Recompute).
+// The model (gpt_model.h), its layers (transformer_layer.h) and their
+// scratch buffers (workspace.h) all read these; nothing here depends on them.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "config/gpt_config.h"
+#include "config/options.h"
+
+namespace tripod::model {
+
+// Activation recomputation (Megatron's --recompute-granularity):
+//   Selective  the attention core's output and log-sum-exp are not kept per
+//              micro-batch; backward recomputes them from the stored qkv
+//              (--recompute-activations).
+//   Full       only each layer's output (the next layer's input) is kept;
+//              backward reruns the layer's forward from its input first
+//              (--recompute-granularity full, every layer: Megatron's
+//              uniform method with --recompute-num-layers 1).
+// Dropout masks come from counters (backend/philox.h), so a recomputed
+// forward is bit-identical to the first one.
+using config::Recompute;  // config/options.h
+
+struct StageConfig {
+  int64_t first_layer = 0;
+  int64_t num_local_layers = -1;  // -1: all layers
+  bool pre_process = true;        // holds the embedding
+  bool post_process = true;       // holds the final norm and the loss
+  // The tensor-parallel process group (null: tp size 1). The one source of
+  // the tp size and rank for the model, its layers and its ParamStore.
+  comm::Communicator* tp = nullptr;
+  bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
+  int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
+  // Dtype of the weights used for compute and of the activations (--bf16,
+  // --fp16). Master weights, gradients and statistics stay f32.
+  DType compute_dtype = DType::F32;
+  Recompute recompute = Recompute::None;
+  // The loss head's logits are computed in row chunks of at most this many
+  // bytes (0: one chunk), see head_chunk_rows and NOTE [Loss head].
+  int64_t loss_chunk_bytes = int64_t(1) << 30;
+
+  int tp_size() const { return tp ? tp->size() : 1; }
+  int tp_rank() const { return tp ? tp->rank() : 0; }
+  // Sequence parallelism in effect (asked for, and tp size > 1).
+  bool sequence_parallel_active() const { return sequence_parallel && tp_size() > 1; }
+  // Rows of the residual stream this rank holds for B*T tokens (N_sp).
+  int64_t local_rows(int64_t B, int64_t T) const {
+    return sequence_parallel_active() ? B * T / tp_size() : B * T;
+  }
+};
+
+// Rows of one loss-head chunk (the rule lives in config/, which plan/ shares).
+using config::head_chunk_rows;
+
+}  // namespace tripod::model
