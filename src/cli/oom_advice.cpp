@@ -25,7 +25,7 @@ plan::ModelSpec model_spec(const train::TrainArgs& a) {
   m.add_bias_linear = a.model.add_bias_linear;
   m.rmsnorm = a.model.rmsnorm();
   m.learned_positions = a.model.learned_positions();
-  m.precision = a.bf16 ? plan::Precision::kBf16 : a.fp16 ? plan::Precision::kFp16 : plan::Precision::kFp32;
+  m.precision = a.precision.bf16 ? plan::Precision::kBf16 : a.precision.fp16 ? plan::Precision::kFp16 : plan::Precision::kFp32;
   return m;
 }
 
@@ -54,14 +54,14 @@ std::string fitting_layouts(const train::TrainArgs& a, int world_size, int local
   const plan::ModelSpec m = model_spec(a);
   const plan::Machine mc = job_machine(world_size, local_world_size, capacity_bytes);
   plan::SearchOptions o;
-  const int dp = std::max(1, world_size / (a.tp * a.pp));
-  o.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * dp;
+  const int dp = std::max(1, world_size / (a.parallel.tp * a.parallel.pp));
+  o.global_batch = a.batch.global_batch_size > 0 ? a.batch.global_batch_size : a.batch.micro_batch_size * dp;
   o.memory = memory_options(a);
   std::string cmd = fmt::format("tripod plan --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
                                 "--vocab-size {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
                                 "--gpu-memory-gb {:.1f}", m.num_layers, m.hidden_size, m.num_attention_heads,
                                 m.seq_length, m.vocab_size, o.global_batch,
-                                a.bf16 ? "bf16" : a.fp16 ? "fp16" : "fp32", mc.nnodes, mc.gpus_per_node,
+                                a.precision.bf16 ? "bf16" : a.precision.fp16 ? "fp16" : "fp32", mc.nnodes, mc.gpus_per_node,
                                 mc.gpu_memory_gb);
   if (a.device == "cpu") cmd += " --device cpu";
   plan::PlanResult r;
@@ -90,8 +90,8 @@ std::string fitting_layouts(const train::TrainArgs& a, int world_size, int local
 std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, const JobShape& job) {
   std::string s = fmt::format("rank {} (tp rank {}, pp rank {}, dp rank {}; layout tp {} pp {} dp {}) ran out of "
                               "memory: {} (needed {:.2f} GiB more, {:.2f} GiB already in use{})",
-                              job.rank, job.tp_rank, job.pp_rank, job.dp_rank, a.tp, a.pp,
-                              job.world_size / (a.tp * a.pp), e.message(), gib(double(e.requested)),
+                              job.rank, job.tp_rank, job.pp_rank, job.dp_rank, a.parallel.tp, a.parallel.pp,
+                              job.world_size / (a.parallel.tp * a.parallel.pp), e.message(), gib(double(e.requested)),
                               gib(double(e.in_use)),
                               e.capacity ? fmt::format(", device memory {:.2f} GiB", gib(double(e.capacity))) : "");
   if (e.capacity == 0) return s;  // no capacity: nothing to plan against
@@ -101,21 +101,21 @@ std::string oom_advice(const OutOfMemoryError& e, const train::TrainArgs& a, con
 MemoryFit memory_fit_check(const train::TrainArgs& a, int world_size, int local_world_size, double capacity_bytes) {
   MemoryFit f;
   plan::Layout l;
-  l.tp = a.tp, l.pp = a.pp;
-  if (world_size % (a.tp * a.pp) != 0) {
-    f.finding = fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", world_size, a.tp, a.pp);
+  l.tp = a.parallel.tp, l.pp = a.parallel.pp;
+  if (world_size % (a.parallel.tp * a.parallel.pp) != 0) {
+    f.finding = fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", world_size, a.parallel.tp, a.parallel.pp);
     f.fix = "launch a multiple of TP x PP ranks, or change the sizes\n" +
             fitting_layouts(a, world_size, local_world_size, capacity_bytes);
     return f;
   }
-  l.dp = world_size / (a.tp * a.pp);
+  l.dp = world_size / (a.parallel.tp * a.parallel.pp);
   l.vpp = std::max(1, train::virtual_pipeline_size(a));
-  l.micro_batch = a.micro_batch_size;
-  l.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * l.dp;
-  l.sequence_parallel = a.sequence_parallel;
-  l.distributed_optimizer = a.use_distributed_optimizer;
-  const std::string g = a.recompute_granularity.empty() && a.recompute_activations ? "selective"
-                                                                                     : a.recompute_granularity;
+  l.micro_batch = a.batch.micro_batch_size;
+  l.global_batch = a.batch.global_batch_size > 0 ? a.batch.global_batch_size : a.batch.micro_batch_size * l.dp;
+  l.sequence_parallel = a.parallel.sequence_parallel;
+  l.distributed_optimizer = a.parallel.ddp.use_distributed_optimizer;
+  const std::string g = a.parallel.recompute_granularity.empty() && a.parallel.recompute_activations ? "selective"
+                                                                                     : a.parallel.recompute_granularity;
   l.recompute = g.empty() ? plan::Recompute::kNone : plan::recompute_from_string(g);
   const plan::Machine mc = job_machine(world_size, local_world_size, capacity_bytes);
   const plan::MemoryOptions mo = memory_options(a);

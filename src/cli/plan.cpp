@@ -14,8 +14,8 @@
 
 #include "base/error.h"
 #include "cli/command.h"
-#include "cli/model_flags.h"
 #include "cli/plan_calibrate.h"
+#include "cli/table_flags.h"
 #include "plan/search.h"
 
 namespace tripod::cli {
@@ -127,19 +127,16 @@ int run_plan(int argc, char** argv) {
        no_dopt = false, recompute_activations = false;
   std::string granularity, recompute_search = "none,selective,full", vpp_list = "1,2,4";
   int layers_per_virtual_stage = 0, top = 10;
-  app.add_option("--num-layers", m.num_layers)->required();
-  app.add_option("--hidden-size", m.hidden_size)->required();
-  app.add_option("--num-attention-heads", m.num_attention_heads)->required();
-  app.add_option("--ffn-hidden-size", m.ffn_hidden_size, "default 4 x hidden");
-  app.add_option("--seq-length", m.seq_length)->required();
-  app.add_option("--max-position-embeddings", m.max_position_embeddings, "default --seq-length");
-  app.add_option("--vocab-size", m.vocab_size, "tokenizer vocabulary")->capture_default_str();
-  app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, "padded to this x TP")
-      ->capture_default_str();
-  // The Llama-family model flags, as tripod train takes them (cli/model_flags.h).
-  config::GptConfig llama;
-  ModelFlags model_flags;
-  model_flags.add_to(app, llama);
+  // The model flags, as tripod train takes them (train/flag_table.h).
+  train::TrainArgs model_args;
+  model_args.model.num_layers = m.num_layers, model_args.model.hidden_size = m.hidden_size;
+  model_args.model.num_attention_heads = m.num_attention_heads, model_args.model.seq_length = m.seq_length;
+  model_args.model.vocab_size = m.vocab_size;
+  TableFlags model_flags;
+  model_flags.add_to(app, train::kPlan, model_args);
+  for (const char* f : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length"})
+    app.get_option(f)->required();
+  const config::GptConfig& llama = model_args.model;
   app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");
   app.add_option("--global-batch-size", o.global_batch)->capture_default_str();
   app.add_flag("--bf16", bf16, "bf16 params, fp32 grads and optimizer (the default)");
@@ -196,7 +193,11 @@ int run_plan(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  model_flags.apply(app, llama);
+  train::apply_model_flags(model_args.model_flags, model_args.model);
+  m.num_layers = llama.num_layers, m.hidden_size = llama.hidden_size;
+  m.num_attention_heads = llama.num_attention_heads, m.ffn_hidden_size = llama.ffn_hidden_size;
+  m.seq_length = llama.seq_length, m.max_position_embeddings = llama.max_position_embeddings;
+  m.vocab_size = llama.vocab_size, m.make_vocab_size_divisible_by = llama.make_vocab_size_divisible_by;
   TRIPOD_CHECK_HINT(!llama.group_query_attention || llama.num_query_groups > 0,
                     "pass --num-query-groups G with --group-query-attention",
                     "--group-query-attention needs --num-query-groups");

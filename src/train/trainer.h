@@ -122,7 +122,7 @@ class Trainer {
   int64_t skipped_updates_ = 0;          // fp16 overflow steps since start (lr schedule)
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
-  int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0, dp_size_ = 1, vpp_ = 1;
+  int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
   int64_t batch_base_ = 0;               // first sample of the current global batch
   const data::TokenDataset* batch_ds_ = nullptr;
 };
