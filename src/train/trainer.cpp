@@ -15,26 +15,22 @@
 
 namespace tripod::train {
 
-void validate_args(const TrainArgs& a, int world_size) {
+void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
   const auto& b = a.batch;
   const auto& p = a.parallel;
   TRIPOD_CHECK_HINT(b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
   TRIPOD_CHECK_HINT(b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
-  const int64_t mp = static_cast<int64_t>(p.tp) * p.pp;
-  TRIPOD_CHECK_HINT(p.tp >= 1 && p.pp >= 1 && world_size % mp == 0,
-                    "choose sizes whose product divides the number of ranks",
-                    "world size {} is not divisible by --tensor-model-parallel-size {} x "
-                    "--pipeline-model-parallel-size {}", world_size, p.tp, p.pp);
-  const int64_t dp = world_size / mp;
+  const int64_t dp = layout.dp;
   TRIPOD_CHECK_HINT(b.global_batch_size % (b.micro_batch_size * dp) == 0,
                     fmt::format("use a --global-batch-size that is a multiple of {} (micro batch {} x data-parallel {})",
                                 b.micro_batch_size * dp, b.micro_batch_size, dp),
                     "--global-batch-size {} is not divisible by --micro-batch-size {} x data-parallel size {}",
                     b.global_batch_size, b.micro_batch_size, dp);
-  TRIPOD_CHECK_HINT(a.model.num_layers % p.pp == 0,
+  TRIPOD_CHECK_HINT(a.model.num_layers % layout.pp == 0,
                     "choose a --pipeline-model-parallel-size that divides --num-layers",
-                    "--num-layers {} is not divisible by --pipeline-model-parallel-size {}", a.model.num_layers, p.pp);
+                    "--num-layers {} is not divisible by --pipeline-model-parallel-size {}", a.model.num_layers,
+                    layout.pp);
   TRIPOD_CHECK_HINT(a.logging.log_interval > 0, "use --log-interval >= 1", "--log-interval is {}",
                     a.logging.log_interval);
   const auto& pr = a.precision;
@@ -102,15 +98,15 @@ Trainer::~Trainer() = default;
 // flags asked for it when the job was assembled (train/job.h).
 void Trainer::setup(data::DatasetSplits* given) {
   args_.finalize();
-  if (!groups_.world) {  // a single process: size-1 groups
-    validate_args(args_, 1);
+  if (!groups_.world) {  // a single process: size-1 groups (the layout flags must ask for that)
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     const auto& p = args_.parallel;
-    groups_ = parallel::make_process_groups(*own_ctx_, parallel::Layout::make(1, p.tp, p.pp, 1));
+    groups_ = parallel::make_process_groups(
+        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_)));
   }
   comm_timers_ = parallel::time_communication(groups_);  // before models and buckets take the groups
   const auto& L = groups_.layout;
-  validate_args(args_, L.world_size);
+  validate_args(args_, L);
   args_.resolve(L);
   tp_rank_ = L.tp_rank(groups_.global_rank);
   dp_rank_ = L.dp_rank(groups_.global_rank);

@@ -131,9 +131,10 @@ class Trainer {
 // iteration boundary (see NOTE [Exit signal] in trainer.cpp).
 void install_exit_signal_handler();
 
-// Checks the layout- and batch-related flag combinations with errors that
-// name the flags (global batch % (micro x dp), ...). Called by Trainer.
-void validate_args(const TrainArgs& args, int world_size);
+// Checks the batch-, precision- and layout-related flag combinations on the
+// job's layout, with errors that name the flags (global batch % (micro x
+// dp), ...). Called by Trainer.
+void validate_args(const TrainArgs& args, const parallel::Layout& layout);
 // Virtual pipeline stages per pp rank from the flags (1 = no interleaving).
 int virtual_pipeline_size(const TrainArgs& args);
 
