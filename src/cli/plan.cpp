@@ -135,7 +135,8 @@ int run_plan(int argc, char** argv) {
   TableFlags model_flags;
   model_flags.add_to(app, train::kPlan, model_args);
   for (const char* f : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length"})
-    app.get_option(f)->required();
+    app.get_option(f)->required()->default_str("");
+  app.get_option("--vocab-size")->capture_default_str();
   const config::GptConfig& llama = model_args.model;
   app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");
   app.add_option("--global-batch-size", o.global_batch)->capture_default_str();

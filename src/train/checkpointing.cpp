@@ -146,9 +146,10 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
                       {"sequence_parallel", args_.parallel.sequence_parallel},
                       {"use_distributed_optimizer", args_.parallel.ddp.use_distributed_optimizer},
                       {"virtual_pipeline_size", groups_.layout.vpp}, {"padded_vocab_size", model().padded_vocab()}};
+    const optim::AdamWConfig& adam = args_.optimizer.adam;
     meta["optimizer"] = {{"saved", true}, {"type", "adamw"}, {"steps", optimizer_->steps()},
-                         {"beta1", args_.optimizer.adam.beta1}, {"beta2", args_.optimizer.adam.beta2}, {"eps", args_.optimizer.adam.eps},
-                         {"weight_decay", args_.optimizer.adam.weight_decay}};
+                         {"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
+                         {"weight_decay", adam.weight_decay}};
     meta["rng"] = {{"seed", args_.seed}, {"iteration", iteration_}};
     if (scaler_) {
       const LossScaler::State st = scaler_->state();
@@ -159,11 +160,13 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
     }
     // Absolute paths, so that `tripod generate` finds the files from any directory.
     auto abs = [](const std::string& f) { return f.empty() ? f : fs::absolute(f).string(); };
-    meta["tokenizer"] = {{"tokenizer_type", args_.tokenizer.type}, {"vocab_file", abs(args_.tokenizer.vocab_file)},
-                         {"merge_file", abs(args_.tokenizer.merge_file)}, {"tokenizer_model", abs(args_.tokenizer.tokenizer_model)}};
+    const auto& tok = args_.tokenizer;
+    meta["tokenizer"] = {{"tokenizer_type", tok.type}, {"vocab_file", abs(tok.vocab_file)},
+                         {"merge_file", abs(tok.merge_file)}, {"tokenizer_model", abs(tok.tokenizer_model)}};
     meta["training"] = {{"micro_batch_size", args_.batch.micro_batch_size},
                         {"global_batch_size", args_.batch.global_batch_size},
-                        {"train_iters", args_.batch.train_iters}, {"lr", args_.optimizer.lr.max_lr}, {"min_lr", args_.optimizer.lr.min_lr}};
+                        {"train_iters", args_.batch.train_iters}, {"lr", args_.optimizer.lr.max_lr},
+                        {"min_lr", args_.optimizer.lr.min_lr}};
     ckpt::commit_save(dir, iteration_, meta, args_.checkpoint.save_retain);
   });
 }
@@ -250,7 +253,8 @@ void Trainer::load_checkpoint() {
   }
   if (is_logger())
     log::info("loaded checkpoint {} (iteration {}, saved at {}) at tp {} pp {} dp {}{}{} ({:.2f} s)", where,
-              reader.iteration(), meta.contains("layout") ? meta["layout"].dump() : "?", groups_.layout.tp, groups_.layout.pp,
+              reader.iteration(), meta.contains("layout") ? meta["layout"].dump() : "?", groups_.layout.tp,
+              groups_.layout.pp,
               groups_.layout.dp, args_.checkpoint.finetune ? ", --finetune: weights only, iteration 0" : "",
               args_.checkpoint.no_load_optim && !args_.checkpoint.finetune ? ", --no-load-optim" : "", timer.seconds());
   // A save killed after its commit rename, before the marker moved, leaves a

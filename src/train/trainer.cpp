@@ -237,7 +237,8 @@ void Trainer::log_startup() {
     log::info("{}", cfg.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
-              args_.parallel.ddp.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(), args_.batch.micro_batch_size,
+              args_.parallel.ddp.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(),
+              args_.batch.micro_batch_size,
               args_.batch.global_batch_size, num_microbatches_);
     const std::string sizes = ddp_->describe_buckets();
     const int64_t bs = ddp_->bucket_size();
@@ -330,9 +331,10 @@ void Trainer::run() {
       if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
       break;
     }
-    if (args_.checkpoint.exit_interval > 0 && iteration_ % args_.checkpoint.exit_interval == 0 && iteration_ != args_.batch.train_iters) {
+    const int64_t exit_every = args_.checkpoint.exit_interval;
+    if (exit_every > 0 && iteration_ % exit_every == 0 && iteration_ != args_.batch.train_iters) {
       if (!args_.checkpoint.save.empty() && !interval) save_checkpoint();
-      if (logger) log::info("exiting after iteration {} (--exit-interval {})", iteration_, args_.checkpoint.exit_interval);
+      if (logger) log::info("exiting after iteration {} (--exit-interval {})", iteration_, exit_every);
       break;
     }
   }
