@@ -5,6 +5,9 @@
 // the derived flags' arithmetic and the closest-name hint for unknown flags.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -151,6 +154,21 @@ TEST(MegatronFlags, WarmupFractionOfTheDecayIterations) {
   run = run_tripod("train --parse-only --train-iters 1000 --lr-warmup-iters 5 --lr-warmup-fraction 0.1");
   EXPECT_NE(run.code, 0);
   EXPECT_TRUE(contains(run.output, "--lr-warmup-fraction and --lr-warmup-iters are both given")) << run.output;
+}
+
+TEST(MegatronFlags, RepeatedFlagTakesTheLastValueAndConfigFilesExpandInPlace) {
+  // As argparse: a launch script can override a value set earlier on the line.
+  auto run = run_tripod("train --parse-only --train-iters 10 --lr-warmup-iters 5 --lr-warmup-iters 7");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "lr warmup 7 iterations")) << run.output;
+  const std::string file = ::testing::TempDir() + "/tripod_flags_" + std::to_string(::getpid()) + ".txt";
+  std::ofstream(file) << "--train-iters 1000\n--lr-warmup-fraction 0.01\n";
+  run = run_tripod("train --parse-only --config " + file);
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "lr warmup 10 iterations")) << run.output;
+  run = run_tripod("train --parse-only --config " + file + " --train-iters 500");  // later flags override
+  EXPECT_TRUE(contains(run.output, "lr warmup 5 iterations")) << run.output;
+  std::remove(file.c_str());
 }
 
 TEST(MegatronFlags, UnknownFlagSuggestsTheClosestNames) {
