@@ -49,6 +49,7 @@ void TrainArgs::finalize() {
 }
 
 void TrainArgs::resolve(const parallel::Layout& layout) {
+  model.finalize();  // the derived widths, and the model's rules checked before any use
   if (batch.global_batch_size == 0) batch.global_batch_size = batch.micro_batch_size * layout.dp;
   auto& lr = optimizer.lr;
   if (lr.decay_iters <= 0) lr.decay_iters = batch.train_iters;

@@ -118,7 +118,8 @@ struct TrainArgs {
   // After parsing: applies model_flags to the model and --lr-warmup-fraction
   // to the warmup. Idempotent. Errors name the flags.
   void finalize();
-  // Once the layout is known (Trainer::setup): the global batch default
+  // Once the layout is known (Trainer::setup): the model's derived sizes
+  // (config::GptConfig::finalize), the global batch default
   // (micro x dp), the lr schedule's decay iterations and style, the compute
   // dtype, the recompute kind, the fp16 scaler's floor and data's sizes and
   // samples per split. Idempotent.
