@@ -25,7 +25,8 @@ plan::ModelSpec model_spec(const train::TrainArgs& a) {
   m.add_bias_linear = a.model.add_bias_linear;
   m.rmsnorm = a.model.rmsnorm();
   m.learned_positions = a.model.learned_positions();
-  m.precision = a.precision.bf16 ? plan::Precision::kBf16 : a.precision.fp16 ? plan::Precision::kFp16 : plan::Precision::kFp32;
+  const auto& pr = a.precision;
+  m.precision = pr.bf16 ? plan::Precision::kBf16 : pr.fp16 ? plan::Precision::kFp16 : plan::Precision::kFp32;
   return m;
 }
 
@@ -61,8 +62,8 @@ std::string fitting_layouts(const train::TrainArgs& a, int world_size, int local
                                 "--vocab-size {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
                                 "--gpu-memory-gb {:.1f}", m.num_layers, m.hidden_size, m.num_attention_heads,
                                 m.seq_length, m.vocab_size, o.global_batch,
-                                a.precision.bf16 ? "bf16" : a.precision.fp16 ? "fp16" : "fp32", mc.nnodes, mc.gpus_per_node,
-                                mc.gpu_memory_gb);
+                                a.precision.bf16 ? "bf16" : a.precision.fp16 ? "fp16" : "fp32", mc.nnodes,
+                                mc.gpus_per_node, mc.gpu_memory_gb);
   if (a.device == "cpu") cmd += " --device cpu";
   plan::PlanResult r;
   try {
@@ -103,7 +104,8 @@ MemoryFit memory_fit_check(const train::TrainArgs& a, int world_size, int local_
   plan::Layout l;
   l.tp = a.parallel.tp, l.pp = a.parallel.pp;
   if (world_size % (a.parallel.tp * a.parallel.pp) != 0) {
-    f.finding = fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", world_size, a.parallel.tp, a.parallel.pp);
+    f.finding =
+        fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", world_size, a.parallel.tp, a.parallel.pp);
     f.fix = "launch a multiple of TP x PP ranks, or change the sizes\n" +
             fitting_layouts(a, world_size, local_world_size, capacity_bytes);
     return f;
@@ -114,8 +116,9 @@ MemoryFit memory_fit_check(const train::TrainArgs& a, int world_size, int local_
   l.global_batch = a.batch.global_batch_size > 0 ? a.batch.global_batch_size : a.batch.micro_batch_size * l.dp;
   l.sequence_parallel = a.parallel.sequence_parallel;
   l.distributed_optimizer = a.parallel.ddp.use_distributed_optimizer;
-  const std::string g = a.parallel.recompute_granularity.empty() && a.parallel.recompute_activations ? "selective"
-                                                                                     : a.parallel.recompute_granularity;
+  const auto& p = a.parallel;
+  const std::string g = p.recompute_granularity.empty() && p.recompute_activations ? "selective"
+                                                                                   : p.recompute_granularity;
   l.recompute = g.empty() ? plan::Recompute::kNone : plan::recompute_from_string(g);
   const plan::Machine mc = job_machine(world_size, local_world_size, capacity_bytes);
   const plan::MemoryOptions mo = memory_options(a);
