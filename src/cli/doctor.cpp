@@ -17,14 +17,13 @@
 #include "base/error.h"
 #include "cli/command.h"
 #include "cli/device.h"
-#include "cli/megatron_flags.h"
-#include "cli/model_flags.h"
 #include "cli/plan_job.h"
-#include "cli/train_flags.h"
+#include "cli/table_flags.h"
 #include "comm/context.h"
 #include "comm/rendezvous.h"
 #include "doctor/checks.h"
 #include "doctor/comm_check.h"
+#include "train/job.h"
 
 namespace tripod::cli {
 namespace {
@@ -49,25 +48,18 @@ struct DoctorArgs {
 train::TrainArgs parse_train_part(const std::vector<std::string>& words) {
   CLI::App app{"the training flags after `tripod doctor --`", "tripod doctor --"};
   train::TrainArgs args;
-  data::TokenizerConfig tok;
-  DerivedFlags derived;
-  add_train_flags(app, args, tok, derived);
+  TableFlags flags;
+  flags.add_to(app, train::kTrain, args);
   for (CLI::Option* o : app.get_options()) o->required(false);  // the run's length does not matter here
-  std::string dist_backend;
-  app.add_option("--distributed-backend", dist_backend);
-  ModelFlags model_flags;
-  model_flags.add_to(app, args.model);
-  MegatronCompat compat;
-  compat.add_to(app);
   std::vector<std::string> rev(words.rbegin(), words.rend());
   try {
     app.parse(rev);
   } catch (const CLI::ParseError& e) {
     TRIPOD_FAIL("tripod doctor -- ...: {} (the flags after `--` are `tripod train` flags)", e.what());
   }
-  compat.apply(app, false);
-  model_flags.apply(app, args.model);
-  if (args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_tokenizer(tok);
+  flags.apply(app, false);
+  args.finalize();
+  if (args.model.vocab_size == 0) args.model.vocab_size = train::vocab_size_from_tokenizer(args.tokenizer);
   if (args.model.vocab_size == 0) args.model.vocab_size = 50257;
   return args;
 }

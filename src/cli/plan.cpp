@@ -15,7 +15,7 @@
 #include "cli/command.h"
 #include "cli/default_device.h"
 #include "cli/device.h"
-#include "cli/model_flags.h"
+#include "cli/table_flags.h"
 #include "plan/calibrate.h"
 #include "plan/search.h"
 
@@ -130,18 +130,15 @@ int run_plan(int argc, char** argv) {
        no_dopt = false, recompute_activations = false;
   std::string granularity, recompute_search = "none,selective,full", vpp_list = "1,2,4";
   int layers_per_virtual_stage = 0, top = 10;
-  app.add_option("--num-layers", m.num_layers)->required();
-  app.add_option("--hidden-size", m.hidden_size)->required();
-  app.add_option("--num-attention-heads", m.num_attention_heads)->required();
-  app.add_option("--ffn-hidden-size", m.ffn_hidden_size, "default 4 x hidden");
-  app.add_option("--seq-length", m.seq_length)->required();
-  app.add_option("--max-position-embeddings", m.max_position_embeddings, "default --seq-length");
-  app.add_option("--vocab-size", m.vocab_size, "tokenizer vocabulary")->capture_default_str();
-  app.add_option("--make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, "padded to this x TP")
-      ->capture_default_str();
-  // The Llama-family model flags, as tripod train takes them (cli/model_flags.h).
-  ModelFlags model_flags;
-  model_flags.add_to(app, m);
+  // The model flags, as tripod train takes them (train/flag_table.h), into
+  // plan's defaults (the GPT-2 vocabulary).
+  train::TrainArgs model_args;
+  model_args.model = m;
+  TableFlags model_flags;
+  model_flags.add_to(app, train::kPlan, model_args);
+  for (const char* f : {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length"})
+    app.get_option(f)->required()->default_str("");
+  app.get_option("--vocab-size")->capture_default_str();
   app.add_option("--micro-batch-size", o.micro_batch, "fix it (default: search 1, 2, 4, ...)");
   app.add_option("--global-batch-size", o.global_batch)->capture_default_str();
   app.add_flag("--bf16", bf16, "bf16 params, fp32 grads and optimizer (the default)");
@@ -198,7 +195,8 @@ int run_plan(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  model_flags.apply(app, m);
+  train::apply_model_flags(model_args.model_flags, model_args.model);
+  m = model_args.model;
   m.finalize();
   TRIPOD_CHECK_HINT(int(bf16) + int(fp16) + int(fp32) <= 1, "pass one of --bf16, --fp16, --fp32",
                     "more than one precision flag given");

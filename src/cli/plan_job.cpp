@@ -7,20 +7,22 @@
 
 namespace tripod::cli {
 
-plan::Job plan_job(const train::TrainArgs& a, const config::Layout& ranks, int local_world_size) {
+plan::Job plan_job(const train::TrainArgs& args, const config::Layout& ranks, int local_world_size) {
+  // The derived values (the model's widths, the default global batch, the
+  // compute dtype, the recompute kind) as the trainer resolves them.
+  train::TrainArgs a = args;
+  a.resolve(ranks);
   plan::Job job;
   job.model = a.model;
-  job.model.finalize();
   job.layout = plan::Layout(ranks);
   plan::Layout& l = job.layout;
-  l.micro_batch = a.micro_batch_size;
-  l.global_batch = a.global_batch_size > 0 ? a.global_batch_size : a.micro_batch_size * std::max(1, l.dp);
-  l.sequence_parallel = a.sequence_parallel;
-  l.distributed_optimizer = a.use_distributed_optimizer;
-  const std::string g = a.recompute_granularity.empty() && a.recompute_activations ? "selective"
-                                                                                     : a.recompute_granularity;
-  l.recompute = g.empty() ? config::Recompute::None : config::recompute_from_string(g);
-  l.dtype = a.bf16 ? DType::BF16 : a.fp16 ? DType::F16 : DType::F32;
+  l.micro_batch = a.batch.micro_batch_size;
+  l.global_batch = a.batch.global_batch_size > 0 ? a.batch.global_batch_size
+                                                 : a.batch.micro_batch_size * std::max(1, l.dp);
+  l.sequence_parallel = a.parallel.sequence_parallel;
+  l.distributed_optimizer = a.parallel.ddp.use_distributed_optimizer;
+  l.recompute = a.parallel.recompute;
+  l.dtype = a.precision.compute_dtype;
   job.local_world_size = local_world_size;
   job.cpu_device = a.device == "cpu";
   return job;
@@ -28,16 +30,17 @@ plan::Job plan_job(const train::TrainArgs& a, const config::Layout& ranks, int l
 
 plan::Job plan_job(const train::TrainArgs& a, int world_size, int local_world_size) {
   config::Layout ranks;
-  if (world_size % (a.tp * a.pp) == 0) {
-    ranks = config::Layout::make(world_size, a.tp, a.pp);
+  const int tp = a.parallel.tp, pp = a.parallel.pp;
+  if (world_size % (tp * pp) == 0) {
+    ranks = config::Layout::make(world_size, tp, pp);
     ranks.vpp = std::max(1, train::virtual_pipeline_size(a));
   } else {
-    ranks.world_size = world_size, ranks.tp = a.tp, ranks.pp = a.pp, ranks.dp = 0;
+    ranks.world_size = world_size, ranks.tp = tp, ranks.pp = pp, ranks.dp = 0;
   }
   plan::Job job = plan_job(a, ranks, local_world_size);
   // The search's global batch with the DP these GPUs would give.
-  if (ranks.dp == 0 && a.global_batch_size <= 0)
-    job.layout.global_batch = a.micro_batch_size * std::max(1, world_size / (a.tp * a.pp));
+  if (ranks.dp == 0 && a.batch.global_batch_size <= 0)
+    job.layout.global_batch = a.batch.micro_batch_size * std::max(1, world_size / (tp * pp));
   return job;
 }
 

@@ -30,7 +30,8 @@ namespace tripod::train {
 
 using FlagValues = std::vector<std::pair<std::string, std::string>>;  // (flag, value) in a fixed order
 
-// The flags that must be equal on every rank, as the user wrote them.
+// The flags that must be equal on every rank (the rows of train/flag_table.h
+// marked must-agree), with their values after TrainArgs::finalize().
 FlagValues agreed_args(const TrainArgs& a);
 
 // "" when `mine` equals `rank0`, else the first difference:

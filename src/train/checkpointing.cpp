@@ -93,7 +93,7 @@ void Trainer::save_checkpoint() {
   namespace fs = std::filesystem;
   ddp_->finish_param_sync();  // --overlap-param-gather: the updated values must have arrived
   Timer timer;
-  const std::string& dir = args_.save;
+  const std::string& dir = args_.checkpoint.save;
   const bool rank0 = is_rank0(groups_);
   ckpt::reset_fault_points();
   const std::string tmp = ckpt::tmp_dir_for(dir, iteration_);
@@ -112,7 +112,7 @@ void Trainer::save_checkpoint() {
 
 void Trainer::save_checkpoint_steps(const std::string& tmp) {
   namespace fs = std::filesystem;
-  const std::string& dir = args_.save;
+  const std::string& dir = args_.checkpoint.save;
   const bool rank0 = is_rank0(groups_);
   collective_step(groups_, be_, "prepare", [&] { if (rank0) ckpt::prepare_save(dir, iteration_); });
   // Every model chunk's shards go into this rank's one file (the names are global).
@@ -135,20 +135,21 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
         tensors.push_back({"optim.exp_avg_sq." + s.name, s.global_shape, s.shard, vc});
       }
     }
-    ckpt::write_rank_file(tmp, tp_rank_, args_.tp, pp_rank_, tensors);
+    ckpt::write_rank_file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, tensors);
   });
   collective_step(groups_, be_, "commit", [&] {
     if (!rank0) return;
     json meta;
     meta["consumed_samples"] = consumed_samples_;
     meta["model"] = ckpt::config_to_json(model().config());
-    meta["layout"] = {{"tp", args_.tp}, {"pp", args_.pp}, {"dp", dp_size_},
-                      {"sequence_parallel", args_.sequence_parallel},
-                      {"use_distributed_optimizer", args_.use_distributed_optimizer},
-                      {"virtual_pipeline_size", vpp_}, {"padded_vocab_size", model().padded_vocab()}};
+    meta["layout"] = {{"tp", groups_.layout.tp}, {"pp", groups_.layout.pp}, {"dp", groups_.layout.dp},
+                      {"sequence_parallel", args_.parallel.sequence_parallel},
+                      {"use_distributed_optimizer", args_.parallel.ddp.use_distributed_optimizer},
+                      {"virtual_pipeline_size", groups_.layout.vpp}, {"padded_vocab_size", model().padded_vocab()}};
+    const optim::AdamWConfig& adam = args_.optimizer.adam;
     meta["optimizer"] = {{"saved", true}, {"type", "adamw"}, {"steps", optimizer_->steps()},
-                         {"beta1", args_.adam_beta1}, {"beta2", args_.adam_beta2}, {"eps", args_.adam_eps},
-                         {"weight_decay", args_.weight_decay}};
+                         {"beta1", adam.beta1}, {"beta2", adam.beta2}, {"eps", adam.eps},
+                         {"weight_decay", adam.weight_decay}};
     meta["rng"] = {{"seed", args_.seed}, {"iteration", iteration_}};
     if (scaler_) {
       const LossScaler::State st = scaler_->state();
@@ -159,12 +160,14 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
     }
     // Absolute paths, so that `tripod generate` finds the files from any directory.
     auto abs = [](const std::string& f) { return f.empty() ? f : fs::absolute(f).string(); };
-    meta["tokenizer"] = {{"tokenizer_type", args_.tokenizer_type}, {"vocab_file", abs(args_.vocab_file)},
-                         {"merge_file", abs(args_.merge_file)}, {"tokenizer_model", abs(args_.tokenizer_model)}};
-    meta["training"] = {{"micro_batch_size", args_.micro_batch_size},
-                        {"global_batch_size", args_.global_batch_size},
-                        {"train_iters", args_.train_iters}, {"lr", args_.lr}, {"min_lr", args_.min_lr}};
-    ckpt::commit_save(dir, iteration_, meta, args_.save_retain);
+    const auto& tok = args_.tokenizer;
+    meta["tokenizer"] = {{"tokenizer_type", tok.type}, {"vocab_file", abs(tok.vocab_file)},
+                         {"merge_file", abs(tok.merge_file)}, {"tokenizer_model", abs(tok.tokenizer_model)}};
+    meta["training"] = {{"micro_batch_size", args_.batch.micro_batch_size},
+                        {"global_batch_size", args_.batch.global_batch_size},
+                        {"train_iters", args_.batch.train_iters}, {"lr", args_.optimizer.lr.max_lr},
+                        {"min_lr", args_.optimizer.lr.min_lr}};
+    ckpt::commit_save(dir, iteration_, meta, args_.checkpoint.save_retain);
   });
 }
 
@@ -207,7 +210,7 @@ static ckpt::CheckpointReader open_verified(const std::string& dir, int64_t step
 
 void Trainer::load_checkpoint() {
   Timer timer;
-  const auto reader = open_verified(args_.load, args_.ckpt_step);
+  const auto reader = open_verified(args_.checkpoint.load, args_.checkpoint.ckpt_step);
   const json& meta = reader.metadata();
   const std::string where = reader.path();
   config::GptConfig saved = reader.config();
@@ -216,19 +219,19 @@ void Trainer::load_checkpoint() {
   const auto& cfg = model().config();
   for (auto& m : models_) ckpt::load_params(reader, m->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
   const bool has_optim = meta.contains("optimizer") && meta["optimizer"].value("saved", false);
-  if (args_.finetune) {
+  if (args_.checkpoint.finetune) {
     iteration_ = 0;
     consumed_samples_ = 0;
   } else {
     iteration_ = reader.iteration();
     consumed_samples_ = meta.value("consumed_samples", int64_t{0});
-    if (!args_.no_load_rng && meta.contains("rng")) {  // imported checkpoints have no RNG state
+    if (!args_.checkpoint.no_load_rng && meta.contains("rng")) {  // imported checkpoints have no RNG state
       const uint64_t seed = meta["rng"].value("seed", uint64_t{0});
       TRIPOD_CHECK_HINT(seed == args_.seed, fmt::format("pass --seed {} to continue the same random streams, or "
                         "--no-load-rng to continue with --seed {}", seed, args_.seed),
                         "--seed {} contradicts the checkpoint {} (seed {})", args_.seed, where, seed);
     }
-    if (!args_.no_load_optim) {
+    if (!args_.checkpoint.no_load_optim) {
       TRIPOD_CHECK_HINT(has_optim, "pass --finetune or --no-load-optim to start a fresh optimizer",
                         "{} holds no optimizer state (imported or weights-only)", where);
       const int64_t steps = meta["optimizer"].value("steps", int64_t{0});
@@ -250,19 +253,20 @@ void Trainer::load_checkpoint() {
   }
   if (is_logger())
     log::info("loaded checkpoint {} (iteration {}, saved at {}) at tp {} pp {} dp {}{}{} ({:.2f} s)", where,
-              reader.iteration(), meta.contains("layout") ? meta["layout"].dump() : "?", args_.tp, args_.pp,
-              dp_size_, args_.finetune ? ", --finetune: weights only, iteration 0" : "",
-              args_.no_load_optim && !args_.finetune ? ", --no-load-optim" : "", timer.seconds());
+              reader.iteration(), meta.contains("layout") ? meta["layout"].dump() : "?", groups_.layout.tp,
+              groups_.layout.pp,
+              groups_.layout.dp, args_.checkpoint.finetune ? ", --finetune: weights only, iteration 0" : "",
+              args_.checkpoint.no_load_optim && !args_.checkpoint.finetune ? ", --no-load-optim" : "", timer.seconds());
   // A save killed after its commit rename, before the marker moved, leaves a
   // complete newer iteration that the marker does not name (NOTE [Atomic commit]).
-  if (is_logger() && args_.ckpt_step < 0) {
+  if (is_logger() && args_.checkpoint.ckpt_step < 0) {
     std::string newer;
-    for (int64_t it : ckpt::committed_iterations(args_.load))
+    for (int64_t it : ckpt::committed_iterations(args_.checkpoint.load))
       if (it > reader.iteration()) newer += (newer.empty() ? "" : ", ") + ckpt::iter_dir_name(it);
     if (!newer.empty())
       log::info("{} also holds {}, newer than iteration {} that {} names (a save killed between its commit and "
                 "the marker update, or a run resumed with --ckpt-step); not loaded: --ckpt-step N resumes from one, "
-                "and a save of the same iteration replaces it", args_.load, newer, reader.iteration(),
+                "and a save of the same iteration replaces it", args_.checkpoint.load, newer, reader.iteration(),
                 ckpt::kLatestFile);
   }
 }

@@ -32,8 +32,8 @@ StepResult Trainer::train_step() {
   // The time split (train/metrics.h): cumulative communicator times at the
   // start of the iteration; the differences are this iteration's.
   const double tp0 = comm_timers_.tp->seconds(), dp0 = comm_timers_.dp->seconds();
-  const int64_t B = args_.micro_batch_size, T = model().config().seq_length;
-  const int64_t tokens = B * T * num_microbatches_ * dp_size_;  // in the global batch
+  const int64_t B = args_.batch.micro_batch_size, T = model().config().seq_length;
+  const int64_t tokens = B * T * num_microbatches_ * groups_.layout.dp;  // in the global batch
   ddp_->zero_grad_buffer();
   batch_ds_ = data_.train.get();
   batch_base_ = consumed_samples_;
@@ -75,7 +75,7 @@ StepResult Trainer::train_step() {
     phase.reset();
   }
   if (!r.skipped) {
-    const double clip = optim::clip_coefficient(r.grad_norm, args_.clip_grad);
+    const double clip = optim::clip_coefficient(r.grad_norm, args_.optimizer.clip_grad);
     optimizer_->step(r.lr, static_cast<float>(clip / r.loss_scale));
   }
   // The optimizer's own dp all-gather counts as dp comm, not optimizer.
@@ -91,7 +91,7 @@ StepResult Trainer::train_step() {
   r.tp_comm_seconds = comm_timers_.tp->seconds() - tp0;
   r.dp_comm_seconds = comm_timers_.dp->seconds() - dp0;
   ++iteration_;
-  consumed_samples_ += args_.global_batch_size;
+  consumed_samples_ += args_.batch.global_batch_size;
   return r;
 }
 
@@ -161,7 +161,7 @@ void Trainer::dump_weights(const std::string& dir) {
       put_i64(static_cast<int64_t>(p.spec.name.size()));
       std::fwrite(p.spec.name.data(), 1, p.spec.name.size(), f);
       put_i64(static_cast<int64_t>(p.spec.shard));
-      put_i64(args_.tp);
+      put_i64(groups_.layout.tp);
       put_i64(tp_rank_);
       put_i64(dp_rank_);
       put_i64(static_cast<int64_t>(p.spec.global_shape.size()));

@@ -1,5 +1,16 @@
-// Everything `tripod train` takes, with Megatron's flag names in comments.
-// cli/train.cpp fills it; Trainer validates the combinations.
+// Everything `tripod train` takes, in sections that each component takes
+// whole: the model (config::GptConfig), the layout and data parallelism
+// (ParallelArgs, holding distributed::DistributedDataParallelConfig), the
+// batch, the optimizer (optim::AdamWConfig, optim::LrSchedule), precision
+// (LossScalerConfig), data (data::DataConfig, data::TokenizerConfig),
+// checkpoints and logging. The flags that fill each member, with their help
+// and Megatron-LM status, are one table (train/flag_table.h); cli/ registers
+// them, Trainer validates the combinations.
+//
+// Derived values are computed in one place: finalize() after parsing (the
+// Llama-family spellings, --lr-warmup-fraction), resolve() once the job's
+// layout is known (defaults that depend on dp or tp, the lr schedule, the
+// compute dtype, the recompute kind, the samples per split).
 #pragma once
 
 #include <cstdint>
@@ -7,60 +18,65 @@
 #include <vector>
 
 #include "config/gpt_config.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+#include "distributed/distributed_data_parallel.h"
+#include "config/options.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "parallel/layout.h"
+#include "tensor/dtype.h"
+#include "train/loss_scaler.h"
 
 namespace tripod::train {
 
-struct TrainArgs {
-  config::GptConfig model;
-  // batch
-  int64_t micro_batch_size = 1;      // --micro-batch-size
-  int64_t global_batch_size = 0;     // --global-batch-size (0: micro x dp)
-  int64_t train_iters = 0;           // --train-iters
-  // optimizer
-  double lr = 1e-4, min_lr = 0.0;    // --lr, --min-lr
-  std::string lr_decay_style = "linear";  // --lr-decay-style (Megatron's default)
-  int64_t lr_decay_iters = 0;        // --lr-decay-iters (0: train-iters)
-  int64_t lr_warmup_iters = 0;       // --lr-warmup-iters
-  double weight_decay = 0.01;        // --weight-decay
-  double clip_grad = 1.0;            // --clip-grad
-  double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8;
-  uint64_t seed = 1234;              // --seed
-  // data
-  bool mock_data = false;            // --mock-data
-  std::vector<std::string> data_path;  // --data-path
-  std::string split = "969,30,1";    // --split
-  // eval / logging
-  int64_t eval_interval = 1000, eval_iters = 100;  // --eval-interval, --eval-iters
-  int64_t log_interval = 100;        // --log-interval
-  std::string metrics_file;          // --metrics-file (JSONL)
-  std::string tensorboard_dir;       // --tensorboard-dir (TensorBoard event files)
-  // layout
-  int tp = 1, pp = 1;                // --tensor-model-parallel-size, --pipeline-model-parallel-size
+// Megatron's model flags that are spelled differently from the GptConfig
+// member they set (names, aliases); finalize() applies them to the model.
+struct ModelFlagSpelling {
+  std::string position_embedding_type;  // --position-embedding-type ("": not given)
+  std::string normalization;            // --normalization ("": not given)
+  bool use_rotary_position_embeddings = false;  // = --position-embedding-type rope
+  bool no_position_embedding = false;           // no learned position table
+  bool disable_bias_linear = false;             // add_bias_linear = false
+};
+
+// The layout flags as given. After the job is assembled the sizes are read
+// from the process groups' Layout (parallel/groups.h), not from here.
+struct ParallelArgs {
+  int tp = 1, pp = 1;                        // --tensor-model-parallel-size, --pipeline-model-parallel-size
   int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
-  bool sequence_parallel = false;    // --sequence-parallel
-  bool use_distributed_optimizer = false;
-  // data parallelism (distributed/distributed_data_parallel.h)
-  int64_t ddp_bucket_size = 0;       // --ddp-bucket-size, elements (0: Megatron's default, max(4e7, 1e6 x dp))
-  bool overlap_grad_reduce = false;  // --overlap-grad-reduce
-  bool overlap_param_gather = false; // --overlap-param-gather (with --use-distributed-optimizer and --overlap-grad-reduce)
-  double distributed_timeout_minutes = 10;  // --distributed-timeout-minutes
-  // device / precision
-  std::string device = "cpu";        // --device cpu|cuda
-  bool deterministic_mode = false;   // --deterministic-mode: no atomics-ordered kernels where a choice exists
-  bool bf16 = false, fp16 = false;   // --bf16, --fp16
-  // fp16 loss scaling (see train/loss_scaler.h)
-  double loss_scale = 0;                       // --loss-scale (0: dynamic)
-  double initial_loss_scale = 4294967296.0;    // --initial-loss-scale
-  double min_loss_scale = 1.0;                 // --min-loss-scale
-  int64_t loss_scale_window = 1000;            // --loss-scale-window
-  int hysteresis = 2;                          // --hysteresis
-  // activation recomputation (model/gpt_model.h, Recompute)
-  bool recompute_activations = false;          // --recompute-activations (= selective)
-  std::string recompute_granularity;           // --recompute-granularity full|selective
-  int64_t inject_grad_overflow_at = 0;         // testing aid: poison the grads of this iteration (1-based)
-  double peak_tflops = 0;            // --peak-tflops for MFU (0: from the device)
-  // outputs
+  bool sequence_parallel = false;            // --sequence-parallel
+  distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
+  std::string distributed_backend;           // --distributed-backend nccl | gloo ("": by device)
+  double distributed_timeout_minutes = 10;   // --distributed-timeout-minutes
+  // Activation recomputation (config/options.h, Recompute).
+  bool recompute_activations = false;        // --recompute-activations (= selective)
+  std::string recompute_granularity;         // --recompute-granularity full|selective
+  config::Recompute recompute = config::Recompute::None;  // resolved from the two above
+};
+
+struct BatchArgs {
+  int64_t micro_batch_size = 1;   // --micro-batch-size
+  int64_t global_batch_size = 0;  // --global-batch-size (0: micro x dp, set by resolve())
+  int64_t train_iters = 0;        // --train-iters
+};
+
+struct OptimizerArgs {
+  optim::AdamWConfig adam;               // --adam-beta1/2, --adam-eps, --weight-decay
+  double clip_grad = 1.0;                // --clip-grad
+  optim::LrSchedule lr;                  // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (0: train-iters)
+  std::string lr_decay_style = "linear";  // --lr-decay-style (Megatron's default); lr.style by resolve()
+  double lr_warmup_fraction = -1;        // --lr-warmup-fraction: lr.warmup_iters by finalize()
+};
+
+struct PrecisionArgs {
+  bool bf16 = false, fp16 = false;  // --bf16, --fp16
+  LossScalerConfig loss_scaler;     // --loss-scale, --initial-loss-scale, ... (fp16 only)
+  DType compute_dtype = DType::F32; // resolved from --bf16 / --fp16
+};
+
+struct CheckpointArgs {
   std::string save, load;            // --save, --load
   int64_t save_interval = 0;         // --save-interval (0: only at the end when --save is given)
   int save_retain = 0;               // --save-retain K: keep the last K checkpoints (0: all)
@@ -70,7 +86,47 @@ struct TrainArgs {
   int64_t ckpt_step = -1;            // --ckpt-step N: load iteration N from --load (-1: the latest)
   int64_t exit_interval = 0;         // --exit-interval N: save (with --save) and stop at a multiple of N
   bool exit_signal_handler = false;  // --exit-signal-handler: SIGTERM -> save at the next iteration, exit 0
-  std::string tokenizer_type, vocab_file, merge_file, tokenizer_model;  // recorded in checkpoints
+  double exit_duration_in_mins = 0;  // --exit-duration-in-mins: the signal-handler path after M minutes
 };
+
+struct LoggingArgs {
+  int64_t eval_interval = 1000, eval_iters = 100;  // --eval-interval, --eval-iters
+  int64_t log_interval = 100;        // --log-interval
+  std::string metrics_file;          // --metrics-file (JSONL)
+  std::string tensorboard_dir;       // --tensorboard-dir (TensorBoard event files)
+  double peak_tflops = 0;            // --peak-tflops for MFU (0: from the device)
+};
+
+struct TrainArgs {
+  config::GptConfig model;
+  ModelFlagSpelling model_flags;
+  ParallelArgs parallel;
+  BatchArgs batch;
+  OptimizerArgs optimizer;
+  PrecisionArgs precision;
+  // --mock-data, --data-path, --split; the sizes and sample counts by resolve().
+  data::DataConfig data;
+  data::TokenizerConfig tokenizer;  // --tokenizer-type, --vocab-file, ... (recorded in checkpoints)
+  CheckpointArgs checkpoint;
+  LoggingArgs logging;
+  std::string device;                // --device cpu|cuda ("": the job chooses; cpu for a Trainer alone)
+  bool deterministic_mode = false;   // --deterministic-mode: no atomics-ordered kernels where a choice exists
+  uint64_t seed = 1234;              // --seed
+  int64_t inject_grad_overflow_at = 0;  // testing aid: poison the grads of this iteration (1-based)
+  std::string dump_weights;          // testing aid: write each rank's shards to DIR after training
+
+  // After parsing: applies model_flags to the model and --lr-warmup-fraction
+  // to the warmup. Idempotent. Errors name the flags.
+  void finalize();
+  // Once the layout is known (Trainer::setup): the model's derived sizes
+  // (config::GptConfig::finalize), the global batch default
+  // (micro x dp), the lr schedule's decay iterations and style, the compute
+  // dtype, the recompute kind, the fp16 scaler's floor and data's sizes and
+  // samples per split. Idempotent.
+  void resolve(const parallel::Layout& layout);
+};
+
+// Applies the spelled model flags to `m` (also `tripod plan`'s model).
+void apply_model_flags(const ModelFlagSpelling& f, config::GptConfig& m);
 
 }  // namespace tripod::train

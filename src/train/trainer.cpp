@@ -15,65 +15,67 @@
 
 namespace tripod::train {
 
-void validate_args(const TrainArgs& a, int world_size) {
-  TRIPOD_CHECK_HINT(a.train_iters > 0, "pass --train-iters N", "--train-iters is {}", a.train_iters);
-  TRIPOD_CHECK_HINT(a.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
-                    "--micro-batch-size is {}", a.micro_batch_size);
-  const int64_t mp = static_cast<int64_t>(a.tp) * a.pp;
-  TRIPOD_CHECK_HINT(a.tp >= 1 && a.pp >= 1 && world_size % mp == 0,
-                    "choose sizes whose product divides the number of ranks",
-                    "world size {} is not divisible by --tensor-model-parallel-size {} x "
-                    "--pipeline-model-parallel-size {}", world_size, a.tp, a.pp);
-  const int64_t dp = world_size / mp;
-  TRIPOD_CHECK_HINT(a.global_batch_size % (a.micro_batch_size * dp) == 0,
+void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
+  const auto& b = a.batch;
+  const auto& p = a.parallel;
+  TRIPOD_CHECK_HINT(b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
+  TRIPOD_CHECK_HINT(b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
+                    "--micro-batch-size is {}", b.micro_batch_size);
+  const int64_t dp = layout.dp;
+  TRIPOD_CHECK_HINT(b.global_batch_size % (b.micro_batch_size * dp) == 0,
                     fmt::format("use a --global-batch-size that is a multiple of {} (micro batch {} x data-parallel {})",
-                                a.micro_batch_size * dp, a.micro_batch_size, dp),
+                                b.micro_batch_size * dp, b.micro_batch_size, dp),
                     "--global-batch-size {} is not divisible by --micro-batch-size {} x data-parallel size {}",
-                    a.global_batch_size, a.micro_batch_size, dp);
-  TRIPOD_CHECK_HINT(a.model.num_layers % a.pp == 0,
+                    b.global_batch_size, b.micro_batch_size, dp);
+  TRIPOD_CHECK_HINT(a.model.num_layers % layout.pp == 0,
                     "choose a --pipeline-model-parallel-size that divides --num-layers",
-                    "--num-layers {} is not divisible by --pipeline-model-parallel-size {}", a.model.num_layers, a.pp);
-  TRIPOD_CHECK_HINT(a.log_interval > 0, "use --log-interval >= 1", "--log-interval is {}", a.log_interval);
-  TRIPOD_CHECK_HINT(!(a.bf16 && a.fp16), "pass only one of --bf16 and --fp16",
+                    "--num-layers {} is not divisible by --pipeline-model-parallel-size {}", a.model.num_layers,
+                    layout.pp);
+  TRIPOD_CHECK_HINT(a.logging.log_interval > 0, "use --log-interval >= 1", "--log-interval is {}",
+                    a.logging.log_interval);
+  const auto& pr = a.precision;
+  TRIPOD_CHECK_HINT(!(pr.bf16 && pr.fp16), "pass only one of --bf16 and --fp16",
                     "--bf16 and --fp16 are mutually exclusive");
-  TRIPOD_CHECK_HINT(a.device == "cuda" || (!a.bf16 && !a.fp16), "drop --bf16/--fp16, or run with --device cuda",
+  TRIPOD_CHECK_HINT(a.device == "cuda" || (!pr.bf16 && !pr.fp16), "drop --bf16/--fp16, or run with --device cuda",
                     "the CPU backend computes in fp32 only");
-  TRIPOD_CHECK_HINT(a.recompute_granularity.empty() || a.recompute_granularity == "full" ||
-                        a.recompute_granularity == "selective",
+  TRIPOD_CHECK_HINT(p.recompute_granularity.empty() || p.recompute_granularity == "full" ||
+                        p.recompute_granularity == "selective",
                     "use --recompute-granularity full or selective", "unknown --recompute-granularity '{}'",
-                    a.recompute_granularity);
-  TRIPOD_CHECK_HINT(a.fp16 || a.loss_scale == 0,
+                    p.recompute_granularity);
+  TRIPOD_CHECK_HINT(pr.fp16 || pr.loss_scaler.static_scale == 0,
                     "loss scaling applies to --fp16 only; drop --loss-scale", "--loss-scale {} without --fp16",
-                    a.loss_scale);
-  TRIPOD_CHECK_HINT(a.ddp_bucket_size >= 0, "pass --ddp-bucket-size N with N >= 1 elements, or leave it out",
-                    "--ddp-bucket-size is {}", a.ddp_bucket_size);
-  TRIPOD_CHECK_HINT(!a.overlap_param_gather || a.use_distributed_optimizer,
+                    pr.loss_scaler.static_scale);
+  const auto& ddp = p.ddp;
+  TRIPOD_CHECK_HINT(ddp.bucket_size >= 0, "pass --ddp-bucket-size N with N >= 1 elements, or leave it out",
+                    "--ddp-bucket-size is {}", ddp.bucket_size);
+  TRIPOD_CHECK_HINT(!ddp.overlap_param_gather || ddp.use_distributed_optimizer,
                     "add --use-distributed-optimizer (the all-gather of updated parameters exists only with it), "
                     "or drop --overlap-param-gather",
                     "--overlap-param-gather needs --use-distributed-optimizer");
-  TRIPOD_CHECK_HINT(!a.overlap_param_gather || a.overlap_grad_reduce,
+  TRIPOD_CHECK_HINT(!ddp.overlap_param_gather || ddp.overlap_grad_reduce,
                     "add --overlap-grad-reduce, or drop --overlap-param-gather",
                     "--overlap-param-gather needs --overlap-grad-reduce (as in Megatron)");
   virtual_pipeline_size(a);
 }
 
 int virtual_pipeline_size(const TrainArgs& a) {
-  int v = a.virtual_pipeline_size > 0 ? a.virtual_pipeline_size : 1;
-  if (a.num_layers_per_virtual_stage > 0) {
-    const int64_t per_rank = a.model.num_layers / a.pp;
-    TRIPOD_CHECK_HINT(per_rank % a.num_layers_per_virtual_stage == 0,
+  const auto& p = a.parallel;
+  int v = p.virtual_pipeline_size > 0 ? p.virtual_pipeline_size : 1;
+  if (p.num_layers_per_virtual_stage > 0) {
+    const int64_t per_rank = a.model.num_layers / p.pp;
+    TRIPOD_CHECK_HINT(per_rank % p.num_layers_per_virtual_stage == 0,
                       "choose --num-layers-per-virtual-pipeline-stage dividing --num-layers / --pipeline-model-parallel-size",
                       "--num-layers {} / --pipeline-model-parallel-size {} = {} layers per rank is not divisible by "
-                      "--num-layers-per-virtual-pipeline-stage {}", a.model.num_layers, a.pp, per_rank,
-                      a.num_layers_per_virtual_stage);
-    v = static_cast<int>(per_rank / a.num_layers_per_virtual_stage);
+                      "--num-layers-per-virtual-pipeline-stage {}", a.model.num_layers, p.pp, per_rank,
+                      p.num_layers_per_virtual_stage);
+    v = static_cast<int>(per_rank / p.num_layers_per_virtual_stage);
   }
-  TRIPOD_CHECK_HINT(v == 1 || a.pp > 1, "interleaving needs --pipeline-model-parallel-size >= 2",
+  TRIPOD_CHECK_HINT(v == 1 || p.pp > 1, "interleaving needs --pipeline-model-parallel-size >= 2",
                     "a virtual pipeline of {} stages per rank needs pipeline parallelism", v);
-  TRIPOD_CHECK_HINT(a.model.num_layers % (static_cast<int64_t>(a.pp) * v) == 0,
+  TRIPOD_CHECK_HINT(a.model.num_layers % (static_cast<int64_t>(p.pp) * v) == 0,
                     "choose sizes so that --num-layers divides into pp x virtual stages",
                     "--num-layers {} is not divisible by {} pipeline stages x {} virtual stages", a.model.num_layers,
-                    a.pp, v);
+                    p.pp, v);
   return v;
 }
 
@@ -92,67 +94,43 @@ Trainer::Trainer(const TrainArgs& args, backend::Backend& be, data::DatasetSplit
 
 Trainer::~Trainer() = default;
 
+// The layout (tp, pp, dp, vpp) is the process groups' from here on; the
+// flags asked for it when the job was assembled (train/job.h).
 void Trainer::setup(data::DatasetSplits* given) {
-  if (!groups_.world) {  // a single process: size-1 groups
+  args_.finalize();
+  if (!groups_.world) {  // a single process: size-1 groups (the layout flags must ask for that)
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
-    groups_ = parallel::make_process_groups(*own_ctx_, parallel::Layout::make(1, 1, 1, 1));
+    const auto& p = args_.parallel;
+    groups_ = parallel::make_process_groups(
+        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_)));
   }
   comm_timers_ = parallel::time_communication(groups_);  // before models and buckets take the groups
-  const int world = groups_.world->size();
-  dp_size_ = world / (args_.tp * args_.pp);
-  if (args_.global_batch_size == 0) args_.global_batch_size = args_.micro_batch_size * dp_size_;
-  validate_args(args_, world);
-  vpp_ = virtual_pipeline_size(args_);
   const auto& L = groups_.layout;
-  TRIPOD_CHECK(L.tp == args_.tp && L.pp == args_.pp, "process groups built for {} but the flags ask for tp {} pp {}",
-               L.str(), args_.tp, args_.pp);
+  validate_args(args_, L);
+  args_.resolve(L);
   tp_rank_ = L.tp_rank(groups_.global_rank);
   dp_rank_ = L.dp_rank(groups_.global_rank);
   pp_rank_ = L.pp_rank(groups_.global_rank);
-  num_microbatches_ = args_.global_batch_size / (args_.micro_batch_size * dp_size_);
+  const auto& b = args_.batch;
+  num_microbatches_ = b.global_batch_size / (b.micro_batch_size * L.dp);
   parallel::validate_schedule_config(schedule_config(false));
   build_chunks();
 
-  schedule_.max_lr = args_.lr;
-  schedule_.min_lr = args_.min_lr;
-  schedule_.warmup_iters = args_.lr_warmup_iters;
-  schedule_.decay_iters = args_.lr_decay_iters > 0 ? args_.lr_decay_iters : args_.train_iters;
-  schedule_.style = optim::decay_style_from_name(args_.lr_decay_style);
+  schedule_ = args_.optimizer.lr;
   schedule_.validate();
 
-  const auto& cfg = model().config();
-  data::DataConfig dc;
-  dc.mock_data = args_.mock_data;
-  dc.vocab_size = cfg.vocab_size;
-  dc.padded_vocab_size = model().padded_vocab();
-  dc.data_path = args_.data_path;
-  dc.split = args_.split;
-  dc.seq_length = cfg.seq_length;
-  dc.seed = args_.seed;
-  dc.train_samples = args_.train_iters * args_.global_batch_size;
-  const int64_t evals = args_.eval_interval > 0 ? args_.train_iters / args_.eval_interval + 1 : 0;
-  dc.valid_samples = evals * args_.eval_iters * args_.global_batch_size;
-  dc.test_samples = args_.eval_iters * args_.global_batch_size;
-  data_ = given ? std::move(*given) : data::build_gpt_datasets(dc);
+  data_ = given ? std::move(*given) : data::build_gpt_datasets(args_.data);
   TRIPOD_CHECK(data_.train, "no training dataset");
-  metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.metrics_file : std::string());
-  tensorboard_ = std::make_unique<TensorBoardWriter>(is_logger() ? args_.tensorboard_dir : std::string());
-  if (args_.fp16) {
-    LossScalerConfig lc;
-    lc.initial_scale = args_.initial_loss_scale;
-    lc.min_scale = args_.min_loss_scale;
-    lc.window = args_.loss_scale_window;
-    lc.hysteresis = args_.hysteresis;
-    lc.static_scale = args_.loss_scale;
-    if (lc.static_scale > 0) lc.min_scale = std::min(lc.min_scale, lc.static_scale);
-    scaler_ = std::make_unique<LossScaler>(lc);
-  }
+  metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.logging.metrics_file : std::string());
+  tensorboard_ = std::make_unique<TensorBoardWriter>(is_logger() ? args_.logging.tensorboard_dir : std::string());
+  if (args_.precision.fp16) scaler_ = std::make_unique<LossScaler>(args_.precision.loss_scaler);
 
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
   stage_ = std::make_unique<GptPipelineStage>(
-      models, args_.micro_batch_size, cfg.seq_length, [this](int m, Tensor& tokens, Tensor& targets, int64_t& first) {
-        first = batch_base_ + (static_cast<int64_t>(m) * dp_size_ + dp_rank_) * args_.micro_batch_size;
+      models, b.micro_batch_size, model().config().seq_length,
+      [this](int m, Tensor& tokens, Tensor& targets, int64_t& first) {
+        first = batch_base_ + (static_cast<int64_t>(m) * groups_.layout.dp + dp_rank_) * args_.batch.micro_batch_size;
         if (tokens.defined()) fill_batch(*batch_ds_, first, tokens, targets);
       });
   // Data-parallel overlap: the DDP's hooks run during the last micro-batch.
@@ -163,45 +141,38 @@ void Trainer::setup(data::DatasetSplits* given) {
 // [s * Lv, (s + 1) * Lv), Lv = L / (pp * vpp) (Megatron's interleaving).
 // Then data parallelism over the chunks and the optimizer over its buffers.
 void Trainer::build_chunks() {
-  const int P = args_.pp;
-  const int64_t Lv = args_.model.num_layers / (static_cast<int64_t>(P) * vpp_);
-  for (int c = 0; c < vpp_; ++c) {
+  const auto& L = groups_.layout;
+  const auto& p = args_.parallel;
+  const int P = L.pp, V = L.vpp;
+  const int64_t Lv = args_.model.num_layers / (static_cast<int64_t>(P) * V);
+  for (int c = 0; c < V; ++c) {
     const int s = c * P + pp_rank_;
     model::StageConfig st;
     st.first_layer = s * Lv;
     st.num_local_layers = Lv;
     st.pre_process = s == 0;
-    st.post_process = s == P * vpp_ - 1;
+    st.post_process = s == P * V - 1;
     st.tp = groups_.tp.get();  // the tp size and rank come from the group
-    st.sequence_parallel = args_.sequence_parallel;
-    st.param_buffer_pad = args_.use_distributed_optimizer ? dp_size_ : 1;
-    st.compute_dtype = args_.bf16 ? DType::BF16 : args_.fp16 ? DType::F16 : DType::F32;
-    st.recompute = args_.recompute_granularity == "full" ? model::Recompute::Full
-                   : (args_.recompute_activations || args_.recompute_granularity == "selective")
-                       ? model::Recompute::Selective
-                       : model::Recompute::None;
+    st.sequence_parallel = p.sequence_parallel;
+    st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp : 1;
+    st.compute_dtype = args_.precision.compute_dtype;
+    st.recompute = p.recompute;
     auto m = std::make_unique<model::GptModel>(args_.model, st, be_);
     m->params().init(args_.seed, m->config().init_method_std, m->config().num_layers);
     models_.push_back(std::move(m));
   }
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
-  distributed::DistributedDataParallelConfig dc;
-  dc.overlap_grad_reduce = args_.overlap_grad_reduce;
-  dc.overlap_param_gather = args_.overlap_param_gather;
-  dc.use_distributed_optimizer = args_.use_distributed_optimizer;
-  dc.bucket_size = args_.ddp_bucket_size;
-  ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, groups_, be_, dc);
-  optim::AdamWConfig oc{args_.adam_beta1, args_.adam_beta2, args_.adam_eps, args_.weight_decay};
-  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, groups_, be_, oc);
+  ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, groups_, be_, p.ddp);
+  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, groups_, be_, args_.optimizer.adam);
 }
 
 parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
   parallel::ScheduleConfig sc;
-  sc.pp_size = args_.pp;
+  sc.pp_size = groups_.layout.pp;
   sc.pp_rank = pp_rank_;
   sc.num_microbatches = static_cast<int>(num_microbatches_);
-  sc.num_chunks = vpp_;
+  sc.num_chunks = groups_.layout.vpp;
   sc.forward_only = forward_only;
   return sc;
 }
@@ -226,14 +197,14 @@ double Trainer::evaluate() {
   int64_t tokens = 0;
   batch_ds_ = data_.valid.get();
   // Megatron walks the validation set from its start at each evaluation.
-  for (int64_t it = 0; it < args_.eval_iters; ++it) {
-    batch_base_ = it * args_.global_batch_size;
+  for (int64_t it = 0; it < args_.logging.eval_iters; ++it) {
+    batch_base_ = it * args_.batch.global_batch_size;
     stage_->begin(false, 0.f, 0);
     parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(true));
     total += stage_->loss_sum();
     tokens += stage_->loss_tokens();
   }
-  return reduce_loss(total) / static_cast<double>(std::max<int64_t>(tokens, 1) * dp_size_);
+  return reduce_loss(total) / static_cast<double>(std::max<int64_t>(tokens, 1) * groups_.layout.dp);
 }
 
 // NOTE [Exit signal]: ranks may see SIGTERM at different iterations, so the
@@ -264,14 +235,15 @@ void Trainer::log_startup() {
     log::info("{}", cfg.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
-              args_.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(), args_.micro_batch_size,
-              args_.global_batch_size, num_microbatches_);
+              args_.parallel.ddp.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(),
+              args_.batch.micro_batch_size,
+              args_.batch.global_batch_size, num_microbatches_);
     const std::string sizes = ddp_->describe_buckets();
     const int64_t bs = ddp_->bucket_size();
     log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
               "size {}{}; overlap grad reduce {}, overlap param gather {}",
-              dp_size_, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
-              args_.ddp_bucket_size > 0 && !ddp_->overlap_grad_reduce()
+              groups_.layout.dp, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
+              args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
               ddp_->overlap_grad_reduce() ? "on" : "off", ddp_->overlap_param_gather() ? "on" : "off");
@@ -283,21 +255,21 @@ void Trainer::run() {
   const bool logger = is_logger();
   log_startup();
   const double flops_per_token = cfg.flops_per_token();
-  double peak = args_.peak_tflops;
+  double peak = args_.logging.peak_tflops;
   if (peak == 0 && be_.device().type == DeviceType::CUDA) peak = 989.0;  // H100/H200 dense bf16
   IterationMetrics m;
-  m.train_iters = args_.train_iters;
-  m.global_batch_size = args_.global_batch_size;
+  m.train_iters = args_.batch.train_iters;
+  m.global_batch_size = args_.batch.global_batch_size;
   double loss_acc = 0, compute_s = 0, wait_s = 0;
   double data_s = 0, tp_s = 0, dp_s = 0, opt_s = 0;  // time split parts over the interval
   int64_t since_log = 0, skipped = 0;
-  if (!args_.load.empty()) {
+  if (!args_.checkpoint.load.empty()) {
     load_checkpoint();
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
   Timer timer;
-  while (iteration_ < args_.train_iters) {
+  while (iteration_ < args_.batch.train_iters) {
     inject_rank_fault(groups_.global_rank, iteration_ + 1);  // TRIPOD_FAULT (tests/faults)
     StepResult r = train_step();
     // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
@@ -308,7 +280,7 @@ void Trainer::run() {
     data_s += r.data_seconds, tp_s += r.tp_comm_seconds, dp_s += r.dp_comm_seconds, opt_s += r.optimizer_seconds;
     ++since_log;
     if (iteration_ == start_iteration + 1) log_memory(r);
-    if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
+    if (iteration_ % args_.logging.log_interval == 0 || iteration_ == args_.batch.train_iters) {
       be_.synchronize();
       const double secs = timer.seconds() / static_cast<double>(since_log);
       m.iteration = iteration_;
@@ -319,11 +291,11 @@ void Trainer::run() {
       m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
       m.skipped_iters = skipped;
       m.elapsed_ms = secs * 1e3;
-      m.tokens_per_sec = static_cast<double>(args_.global_batch_size * cfg.seq_length) / secs;
+      m.tokens_per_sec = static_cast<double>(args_.batch.global_batch_size * cfg.seq_length) / secs;
       m.tflops_per_gpu = m.tokens_per_sec * flops_per_token / 1e12 / groups_.world->size();
       m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
       m.mem_peak_bytes = be_.peak_memory_bytes();
-      if (args_.pp > 1) {
+      if (groups_.layout.pp > 1) {
         m.pp_bubble = compute_s > 0 ? wait_s / compute_s : 0.0;
         m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
       }
@@ -337,8 +309,8 @@ void Trainer::run() {
       since_log = skipped = 0;
       timer.reset();
     }
-    if (args_.eval_interval > 0 && args_.eval_iters > 0 && data_.valid &&
-        (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters)) {
+    if (args_.logging.eval_interval > 0 && args_.logging.eval_iters > 0 && data_.valid &&
+        (iteration_ % args_.logging.eval_interval == 0 || iteration_ == args_.batch.train_iters)) {
       const double v = evaluate();
       if (logger)
         log::info(" validation loss at iteration {} | lm loss value: {:.6E} | lm loss PPL: {:.6E}", iteration_, v,
@@ -347,19 +319,20 @@ void Trainer::run() {
       tensorboard_->write_eval(iteration_, v);
       timer.reset();
     }
-    const bool interval = args_.save_interval > 0 && iteration_ % args_.save_interval == 0;
-    if (!args_.save.empty() && (interval || iteration_ == args_.train_iters)) {
+    const bool interval = args_.checkpoint.save_interval > 0 && iteration_ % args_.checkpoint.save_interval == 0;
+    if (!args_.checkpoint.save.empty() && (interval || iteration_ == args_.batch.train_iters)) {
       save_checkpoint();
       timer.reset();
     }
-    if (args_.exit_signal_handler && exit_requested()) {
-      if (!args_.save.empty() && !interval && iteration_ != args_.train_iters) save_checkpoint();
+    if (args_.checkpoint.exit_signal_handler && exit_requested()) {
+      if (!args_.checkpoint.save.empty() && !interval && iteration_ != args_.batch.train_iters) save_checkpoint();
       if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
       break;
     }
-    if (args_.exit_interval > 0 && iteration_ % args_.exit_interval == 0 && iteration_ != args_.train_iters) {
-      if (!args_.save.empty() && !interval) save_checkpoint();
-      if (logger) log::info("exiting after iteration {} (--exit-interval {})", iteration_, args_.exit_interval);
+    const int64_t exit_every = args_.checkpoint.exit_interval;
+    if (exit_every > 0 && iteration_ % exit_every == 0 && iteration_ != args_.batch.train_iters) {
+      if (!args_.checkpoint.save.empty() && !interval) save_checkpoint();
+      if (logger) log::info("exiting after iteration {} (--exit-interval {})", iteration_, exit_every);
       break;
     }
   }

@@ -122,7 +122,7 @@ class Trainer {
   int64_t skipped_updates_ = 0;          // fp16 overflow steps since start (lr schedule)
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
-  int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0, dp_size_ = 1, vpp_ = 1;
+  int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
   int64_t batch_base_ = 0;               // first sample of the current global batch
   const data::TokenDataset* batch_ds_ = nullptr;
 };
@@ -131,9 +131,10 @@ class Trainer {
 // iteration boundary (see NOTE [Exit signal] in trainer.cpp).
 void install_exit_signal_handler();
 
-// Checks the layout- and batch-related flag combinations with errors that
-// name the flags (global batch % (micro x dp), ...). Called by Trainer.
-void validate_args(const TrainArgs& args, int world_size);
+// Checks the batch-, precision- and layout-related flag combinations on the
+// job's layout, with errors that name the flags (global batch % (micro x
+// dp), ...). Called by Trainer.
+void validate_args(const TrainArgs& args, const parallel::Layout& layout);
 // Virtual pipeline stages per pp rank from the flags (1 = no interleaving).
 int virtual_pipeline_size(const TrainArgs& args);
 

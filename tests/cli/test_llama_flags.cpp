@@ -1,4 +1,4 @@
-// The Llama-family model flags through `tripod train` (cli/model_flags.cpp,
+// The Llama-family model flags through `tripod train` (train/flag_table.cpp, TrainArgs::finalize,
 // config::GptConfig::finalize, GptModel's layout rules): each bad value stops
 // the run before any work with a message naming the flag and the fix, and a
 // good configuration builds the model it names, with the parameter count of
