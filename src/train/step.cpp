@@ -35,14 +35,12 @@ StepResult Trainer::train_step() {
   const int64_t B = args_.micro_batch_size, T = model().config().seq_length;
   const int64_t tokens = B * T * num_microbatches_ * dp_size_;  // in the global batch
   ddp_->zero_grad_buffer();
-  batch_ds_ = data_.train.get();
-  batch_base_ = consumed_samples_;
   StepResult r;
   // fp16: the loss gradient carries the loss scale, so every gradient is
   // scaled by it; the norm and the optimizer divide it out again.
   r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   stage_->begin(true, static_cast<float>(r.loss_scale / static_cast<double>(tokens)),
-                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)));
+                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)), batches(*data_.train, consumed_samples_));
   r.schedule = parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(false));
   if (timing) {
     be_.synchronize();

@@ -150,11 +150,7 @@ void Trainer::setup(data::DatasetSplits* given) {
 
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
-  stage_ = std::make_unique<GptPipelineStage>(
-      models, args_.micro_batch_size, cfg.seq_length, [this](int m, Tensor& tokens, Tensor& targets, int64_t& first) {
-        first = batch_base_ + (static_cast<int64_t>(m) * dp_size_ + dp_rank_) * args_.micro_batch_size;
-        if (tokens.defined()) fill_batch(*batch_ds_, first, tokens, targets);
-      });
+  stage_ = std::make_unique<GptPipelineStage>(models, args_.micro_batch_size, cfg.seq_length);
   // Data-parallel overlap: the DDP's hooks run during the last micro-batch.
   stage_->set_param_hooks(static_cast<int>(num_microbatches_) - 1, ddp_->grad_ready_hook(), ddp_->param_use_hook());
 }
@@ -208,17 +204,8 @@ parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
   return sc;
 }
 
-void Trainer::fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets) {
-  const int64_t B = tokens.size(0), T = tokens.size(1), S = ds.sample_length();
-  TRIPOD_CHECK(S == T + 1, "dataset samples have {} tokens, expected --seq-length + 1 = {}", S, T + 1);
-  std::vector<int32_t> sample(static_cast<size_t>(S));
-  for (int64_t b = 0; b < B; ++b) {
-    ds.get((first + b) % ds.num_samples(), sample.data());
-    for (int64_t t = 0; t < T; ++t) {
-      tokens.data<int32_t>()[b * T + t] = sample[t];
-      targets.data<int32_t>()[b * T + t] = sample[t + 1];
-    }
-  }
+BatchSource Trainer::batches(const data::TokenDataset& dataset, int64_t first_sample) const {
+  return BatchSource(dataset, first_sample, dp_rank_, dp_size_, args_.micro_batch_size);
 }
 
 double Trainer::evaluate() {
@@ -226,11 +213,9 @@ double Trainer::evaluate() {
                     "evaluation requested but the validation split is empty");
   double total = 0;
   int64_t tokens = 0;
-  batch_ds_ = data_.valid.get();
   // Megatron walks the validation set from its start at each evaluation.
   for (int64_t it = 0; it < args_.eval_iters; ++it) {
-    batch_base_ = it * args_.global_batch_size;
-    stage_->begin(false, 0.f, 0);
+    stage_->begin(false, 0.f, 0, batches(*data_.valid, it * args_.global_batch_size));
     parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(true));
     total += stage_->loss_sum();
     tokens += stage_->loss_tokens();

@@ -25,6 +25,7 @@
 #include "model/gpt_model.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
+#include "train/batch_source.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
 #include "train/tensorboard.h"
@@ -93,7 +94,8 @@ class Trainer {
  private:
   void setup(data::DatasetSplits* data);
   void build_chunks();
-  void fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets);
+  // The micro-batches of the global batch starting at first_sample, for this dp rank.
+  BatchSource batches(const data::TokenDataset& dataset, int64_t first_sample) const;
   double reduce_loss(double local_sum);
   void check_finite(double loss, double grad_norm);
   void inject_grad_overflow();
@@ -123,8 +125,6 @@ class Trainer {
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
   int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0, dp_size_ = 1, vpp_ = 1;
-  int64_t batch_base_ = 0;               // first sample of the current global batch
-  const data::TokenDataset* batch_ds_ = nullptr;
 };
 
 // --exit-signal-handler: SIGTERM/SIGINT set a flag the loop checks at each
