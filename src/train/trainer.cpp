@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "backend/philox.h"
+#include "base/debug_config.h"
 #include "base/fault_injection.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -97,7 +98,8 @@ void Trainer::setup(data::DatasetSplits* given) {
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     groups_ = parallel::make_process_groups(*own_ctx_, parallel::Layout::make(1, 1, 1, 1));
   }
-  comm_timers_ = parallel::time_communication(groups_);  // before models and buckets take the groups
+  // Timing decorators on the groups before models and buckets take them.
+  time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
   const int world = groups_.world->size();
   dp_size_ = world / (args_.tp * args_.pp);
   if (args_.global_batch_size == 0) args_.global_batch_size = args_.micro_batch_size * dp_size_;
@@ -275,8 +277,7 @@ void Trainer::run() {
   IterationMetrics m;
   m.train_iters = args_.train_iters;
   m.global_batch_size = args_.global_batch_size;
-  double loss_acc = 0, compute_s = 0, wait_s = 0;
-  double data_s = 0, tp_s = 0, dp_s = 0, opt_s = 0;  // time split parts over the interval
+  double loss_acc = 0;
   int64_t since_log = 0, skipped = 0;
   if (!args_.load.empty()) {
     load_checkpoint();
@@ -290,9 +291,6 @@ void Trainer::run() {
     // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
     if (!r.skipped) loss_acc += r.lm_loss;
     skipped += r.skipped ? 1 : 0;
-    compute_s += r.schedule.compute_seconds;
-    wait_s += r.schedule.wait_seconds;
-    data_s += r.data_seconds, tp_s += r.tp_comm_seconds, dp_s += r.dp_comm_seconds, opt_s += r.optimizer_seconds;
     ++since_log;
     if (iteration_ == start_iteration + 1) log_memory(r);
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
@@ -311,16 +309,15 @@ void Trainer::run() {
       m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
       m.mem_peak_bytes = be_.peak_memory_bytes();
       if (args_.pp > 1) {
-        m.pp_bubble = compute_s > 0 ? wait_s / compute_s : 0.0;
+        m.pp_bubble = time_split_.pp_bubble();
         m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
       }
-      const double per_ms = 1e3 / static_cast<double>(since_log);
-      m.time = make_time_split(m.elapsed_ms, tp_s * per_ms, wait_s * per_ms, dp_s * per_ms, opt_s * per_ms,
-                               data_s * per_ms);
+      m.time = time_split_.split(m.elapsed_ms, since_log);
       if (logger) log::info("{}", format_log_line(m));
       metrics_->write_train(m);
       tensorboard_->write_train(m);
-      loss_acc = compute_s = wait_s = data_s = tp_s = dp_s = opt_s = 0;
+      time_split_.reset();
+      loss_acc = 0;
       since_log = skipped = 0;
       timer.reset();
     }

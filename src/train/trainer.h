@@ -28,8 +28,9 @@
 #include "train/batch_source.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
-#include "train/tensorboard.h"
 #include "train/pipeline_stage.h"
+#include "train/tensorboard.h"
+#include "train/time_split.h"
 #include "train/train_args.h"
 
 namespace tripod::train {
@@ -40,9 +41,7 @@ struct StepResult {
   double loss_scale = 1;  // the scale this iteration ran with (1 unless --fp16)
   bool skipped = false;   // fp16 overflow: no optimizer step
   double lr = 0;
-  parallel::ScheduleStats schedule;  // pp wait of the time split: schedule.wait_seconds
-  // Host seconds of this iteration by kind, for the time split (train/metrics.h).
-  double data_seconds = 0, tp_comm_seconds = 0, dp_comm_seconds = 0, optimizer_seconds = 0;
+  parallel::ScheduleStats schedule;  // the schedule's steps, live micro-batches and p2p wait
 };
 
 class Trainer {
@@ -109,7 +108,7 @@ class Trainer {
   backend::Backend& be_;
   std::unique_ptr<comm::DistContext> own_ctx_;  // when no groups were given
   parallel::ProcessGroups groups_;
-  parallel::CommTimers comm_timers_;     // host time in tp / dp communication (time split)
+  TimeSplitAccumulator time_split_;      // where the iterations' host time goes (train/time_split.h)
   // Destroyed in reverse: the optimizer and the buffers (whose outstanding
   // collectives write into the models' buffers) before the models.
   std::vector<std::unique_ptr<model::GptModel>> models_;
