@@ -61,14 +61,21 @@ void TimeSplitAccumulator::optimizer_end(const parallel::ScheduleStats& schedule
   compute_s_ += schedule.compute_seconds;
   wait_s_ += schedule.wait_seconds;
   data_s_ += data_seconds, tp_s_ += tp_seconds() - tp0_, dp_s_ += dp_seconds() - dp0_, opt_s_ += opt;
+  ++iterations_;
 }
 
-IterationMetrics::TimeSplit TimeSplitAccumulator::split(double elapsed_ms, int64_t iterations) const {
-  const double per_ms = 1e3 / static_cast<double>(iterations);
+IterationMetrics::TimeSplit TimeSplitAccumulator::split(double elapsed_ms) const {
+  const double per_ms = 1e3 / static_cast<double>(iterations_);
   return make_time_split(elapsed_ms, tp_s_ * per_ms, wait_s_ * per_ms, dp_s_ * per_ms, opt_s_ * per_ms,
                          data_s_ * per_ms);
 }
 
-void TimeSplitAccumulator::reset() { compute_s_ = wait_s_ = data_s_ = tp_s_ = dp_s_ = opt_s_ = 0; }
+void TimeSplitAccumulator::reset() {
+  compute_s_ = wait_s_ = data_s_ = tp_s_ = dp_s_ = opt_s_ = 0;
+  iterations_ = 0;
+  wall_.reset();
+}
+
+void TimeSplitAccumulator::restart_clock() { wall_.reset(); }
 
 }  // namespace tripod::train

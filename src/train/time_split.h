@@ -1,7 +1,8 @@
 // Where the host wall time of the training iterations goes (the time split
 // of train/metrics.h: data, tp comm, pp wait, dp comm, optimizer, and
-// compute as the rest), accumulated over a log interval beside the loop, so
-// that Trainer::run and train_step read as the algorithm.
+// compute as the rest) and the interval's wall clock, accumulated over a log
+// interval beside the loop, so that Trainer::run and train_step read as the
+// algorithm.
 //
 // Per iteration, train_step marks its phases in order:
 //   begin_iteration()   zero grads, the pipeline schedule
@@ -43,12 +44,16 @@ class TimeSplitAccumulator {
   void optimizer_end(const parallel::ScheduleStats& schedule, double data_seconds, int64_t iteration,
                      int64_t num_microbatches);
 
-  // The split of the interval's mean iteration of elapsed_ms (ms per
-  // iteration, over `iterations`), and the measured pipeline bubble (p2p
-  // wait / compute); then reset() for the next interval.
-  IterationMetrics::TimeSplit split(double elapsed_ms, int64_t iterations) const;
+  // The interval (since reset()): its iterations, their mean wall time
+  // (the clock runs from reset() or restart_clock(), so evaluation and
+  // saving stay out), the split of a mean iteration of elapsed_ms, and the
+  // measured pipeline bubble (p2p wait / compute).
+  int64_t iterations() const { return iterations_; }
+  double seconds_per_iteration() const { return wall_.seconds() / static_cast<double>(iterations_); }
+  IterationMetrics::TimeSplit split(double elapsed_ms) const;
   double pp_bubble() const { return compute_s_ > 0 ? wait_s_ / compute_s_ : 0.0; }
-  void reset();
+  void reset();          // a new interval; the clock starts now
+  void restart_clock();  // time until now is not iteration time
 
  private:
   double tp_seconds() const { return timers_.tp->seconds(); }
@@ -62,7 +67,9 @@ class TimeSplitAccumulator {
   double tp0_ = 0, dp0_ = 0, tp_opt0_ = 0, dp_opt0_ = 0;
   Timer optimizer_, phase_;
   double t_sched_ms_ = 0, t_norm_ms_ = 0;
-  // The interval: seconds summed over its iterations.
+  // The interval: its clock, iterations, and seconds summed over them.
+  Timer wall_;
+  int64_t iterations_ = 0;
   double compute_s_ = 0, wait_s_ = 0, data_s_ = 0, tp_s_ = 0, dp_s_ = 0, opt_s_ = 0;
 };
 

@@ -267,59 +267,63 @@ void Trainer::log_startup() {
   }
 }
 
-void Trainer::run() {
+// Megatron's training_log: the log line, the JSONL record and the
+// TensorBoard scalars of the interval that ends at this iteration.
+void Trainer::training_log(const StepResult& last, double loss_sum, int64_t skipped) {
+  be_.synchronize();
   const auto& cfg = model().config();
-  const bool logger = is_logger();
-  log_startup();
-  const double flops_per_token = cfg.flops_per_token();
   double peak = args_.peak_tflops;
   if (peak == 0 && be_.device().type == DeviceType::CUDA) peak = 989.0;  // H100/H200 dense bf16
+  const int64_t n = time_split_.iterations();
+  const double secs = time_split_.seconds_per_iteration();
   IterationMetrics m;
   m.train_iters = args_.train_iters;
   m.global_batch_size = args_.global_batch_size;
-  double loss_acc = 0;
-  int64_t since_log = 0, skipped = 0;
+  m.iteration = iteration_;
+  m.consumed_samples = consumed_samples_;
+  // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
+  m.lm_loss = n > skipped ? loss_sum / static_cast<double>(n - skipped) : last.lm_loss;
+  m.lr = last.lr;
+  m.grad_norm = last.grad_norm;
+  m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  m.skipped_iters = skipped;
+  m.elapsed_ms = secs * 1e3;
+  m.tokens_per_sec = static_cast<double>(args_.global_batch_size * cfg.seq_length) / secs;
+  m.tflops_per_gpu = m.tokens_per_sec * cfg.flops_per_token() / 1e12 / groups_.world->size();
+  m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
+  m.mem_peak_bytes = be_.peak_memory_bytes();
+  if (args_.pp > 1) {
+    m.pp_bubble = time_split_.pp_bubble();
+    m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
+  }
+  m.time = time_split_.split(m.elapsed_ms);
+  if (is_logger()) log::info("{}", format_log_line(m));
+  metrics_->write_train(m);
+  tensorboard_->write_train(m);
+  time_split_.reset();
+}
+
+void Trainer::run() {
+  const bool logger = is_logger();
+  log_startup();
   if (!args_.load.empty()) {
     load_checkpoint();
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
-  Timer timer;
+  double loss_sum = 0;  // over the log interval's iterations that stepped
+  int64_t skipped = 0;
+  time_split_.reset();
   while (iteration_ < args_.train_iters) {
     inject_rank_fault(groups_.global_rank, iteration_ + 1);  // TRIPOD_FAULT (tests/faults)
     StepResult r = train_step();
-    // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
-    if (!r.skipped) loss_acc += r.lm_loss;
+    if (!r.skipped) loss_sum += r.lm_loss;
     skipped += r.skipped ? 1 : 0;
-    ++since_log;
     if (iteration_ == start_iteration + 1) log_memory(r);
     if (iteration_ % args_.log_interval == 0 || iteration_ == args_.train_iters) {
-      be_.synchronize();
-      const double secs = timer.seconds() / static_cast<double>(since_log);
-      m.iteration = iteration_;
-      m.consumed_samples = consumed_samples_;
-      m.lm_loss = since_log > skipped ? loss_acc / static_cast<double>(since_log - skipped) : r.lm_loss;
-      m.lr = r.lr;
-      m.grad_norm = r.grad_norm;
-      m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-      m.skipped_iters = skipped;
-      m.elapsed_ms = secs * 1e3;
-      m.tokens_per_sec = static_cast<double>(args_.global_batch_size * cfg.seq_length) / secs;
-      m.tflops_per_gpu = m.tokens_per_sec * flops_per_token / 1e12 / groups_.world->size();
-      m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
-      m.mem_peak_bytes = be_.peak_memory_bytes();
-      if (args_.pp > 1) {
-        m.pp_bubble = time_split_.pp_bubble();
-        m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
-      }
-      m.time = time_split_.split(m.elapsed_ms, since_log);
-      if (logger) log::info("{}", format_log_line(m));
-      metrics_->write_train(m);
-      tensorboard_->write_train(m);
-      time_split_.reset();
-      loss_acc = 0;
-      since_log = skipped = 0;
-      timer.reset();
+      training_log(r, loss_sum, skipped);
+      loss_sum = 0;
+      skipped = 0;
     }
     if (args_.eval_interval > 0 && args_.eval_iters > 0 && data_.valid &&
         (iteration_ % args_.eval_interval == 0 || iteration_ == args_.train_iters)) {
@@ -329,12 +333,12 @@ void Trainer::run() {
                   std::exp(std::min(v, 20.0)));
       metrics_->write_eval(iteration_, v);
       tensorboard_->write_eval(iteration_, v);
-      timer.reset();
+      time_split_.restart_clock();  // evaluation is not iteration time
     }
     const bool interval = args_.save_interval > 0 && iteration_ % args_.save_interval == 0;
     if (!args_.save.empty() && (interval || iteration_ == args_.train_iters)) {
       save_checkpoint();
-      timer.reset();
+      time_split_.restart_clock();
     }
     if (args_.exit_signal_handler && exit_requested()) {
       if (!args_.save.empty() && !interval && iteration_ != args_.train_iters) save_checkpoint();

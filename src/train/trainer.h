@@ -102,6 +102,7 @@ class Trainer {
   bool exit_requested();
   void log_startup();
   void log_memory(const StepResult& first_step);
+  void training_log(const StepResult& last, double loss_sum, int64_t skipped);
   parallel::ScheduleConfig schedule_config(bool forward_only) const;
 
   TrainArgs args_;
