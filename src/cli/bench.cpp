@@ -98,8 +98,8 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_w
   ckpt::write_text_atomic(a.links_out, j.dump(1) + "\n");
   std::printf("# wrote %s: all_reduce %lld B over %d ranks (%s), bus bandwidth %.2f GB/s; use it with "
               "`tripod plan --links %s`\n",
-              a.links_out.c_str(), (long long)links.bytes, c.size(), links.spans_nodes ? "across nodes" : "within a node",
-              links.busbw_gbs, a.links_out.c_str());
+              a.links_out.c_str(), (long long)links.bytes, c.size(),
+              links.spans_nodes ? "across nodes" : "within a node", links.busbw_gbs, a.links_out.c_str());
   std::fflush(stdout);
 }
 

@@ -157,7 +157,8 @@ void bench_collectives(const CommBenchOptions& o, Communicator& c, Communicator&
                                 ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
                                 : count * 4;
       const double algbw = double(sized) / t / 1e9;
-      if (op == "all_reduce" && sized >= links_bytes) links_bytes = sized, links_busbw = algbw * bus_factor(op, c.size());
+      if (op == "all_reduce" && sized >= links_bytes)
+        links_bytes = sized, links_busbw = algbw * bus_factor(op, c.size());
       if (on_row) on_row({op, sized, t, algbw, algbw * bus_factor(op, c.size()), wrong});
     }
   }

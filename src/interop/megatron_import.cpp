@@ -133,7 +133,8 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
   TRIPOD_CHECK_HINT(!iter.empty() && fs::is_directory(iter, ec),
                     "pass Megatron's --save directory (with latest_checkpointed_iteration.txt) or an iter_N inside it",
                     "--import-megatron {}: not a Megatron checkpoint directory", dir);
-  TRIPOD_CHECK_HINT(!is_megatron_torch_dist(iter) || !megatron_rank_dirs(iter).files.empty(), megatron_checkpoint_hint(dir),
+  TRIPOD_CHECK_HINT(!is_megatron_torch_dist(iter) || !megatron_rank_dirs(iter).files.empty(),
+                    megatron_checkpoint_hint(dir),
                     "--import-megatron {}: the torch_dist format is not read by tripod", dir);
   const MegatronRankDirs ranks = megatron_rank_dirs(iter);
   TRIPOD_CHECK(!ranks.files.empty(), "--import-megatron {}: no mp_rank_* directories in {}", dir, iter.string());

@@ -29,7 +29,8 @@ StepResult Trainer::train_step() {
   // scaled by it; the norm and the optimizer divide it out again.
   r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   stage_->begin(true, static_cast<float>(r.loss_scale / static_cast<double>(tokens)),
-                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)), batches(*data_.train, consumed_samples_));
+                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)),
+                batches(*data_.train, consumed_samples_));
   r.schedule = parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(false));
   time_split_.schedule_done();
   optimizer_->reduce_grads();
