@@ -14,7 +14,7 @@
 // ("crc32.<name>"), checked when the tensor is read: a flipped bit in the
 // data is an error too.
 //
-// Relates to: ckpt/sharded_checkpoint.h (one file per rank), ckpt/hf_gpt2.h.
+// Relates to: ckpt/sharded_checkpoint.h (one file per rank), interop/hf_gpt2.h.
 // Reference: github.com/huggingface/safetensors (format description).
 #pragma once
 

@@ -27,7 +27,7 @@
 #include "base/log.h"
 #include "base/temp_files.h"
 #include "ckpt/atomic_io.h"
-#include "ckpt/megatron_import.h"
+#include "ckpt/megatron_layout.h"
 
 namespace tripod::ckpt {
 namespace fs = std::filesystem;

@@ -1,16 +1,12 @@
-// `tripod bench comm`: communication benchmark in the spirit of nccl-tests
-// (time, algbw, busbw per collective and size, with a data check before
-// timing), and `--check`, which verifies every collective on every group of
-// a layout against analytic values (used by the launcher tests).
+// `tripod bench comm`: the flags of the communication benchmark
+// (doctor/comm_bench.h: time, algbw, busbw per collective and size, with a
+// data check before timing, as nccl-tests), its printed table and --links-out
+// file, and `--check`, which verifies every collective on every group of a
+// layout against analytic values (parallel/groups_check.h; used by the
+// launcher tests).
 //
-// Bandwidths are defined exactly as nccl-tests' doc/PERFORMANCE.md:
-//   algbw = S / t, S = bytes of the full buffer (all_gather: the gathered
-//           output; reduce_scatter: the input), t = time of one op
-//   busbw = algbw x factor: all_reduce 2(n-1)/n, all_gather and
-//           reduce_scatter (n-1)/n, broadcast and send/recv 1.
-// t is the slowest rank's mean over --iters.
-//
-// Relates to: parallel/groups_check.h, comm/context.h, docs/distributed.md.
+// Relates to: doctor/comm_bench.h, parallel/groups_check.h, comm/context.h,
+// docs/distributed.md.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +27,7 @@
 #include "cli/device.h"
 #include "comm/context.h"
 #include "comm/rendezvous.h"
+#include "doctor/comm_bench.h"
 #include "parallel/groups.h"
 #include "parallel/groups_check.h"
 
@@ -56,129 +53,11 @@ struct CommArgs {
   std::string links_out;  // --links-out: the largest all_reduce's bus bandwidth, for `tripod plan --links`
 };
 
-double bus_factor(const std::string& op, int n) {
-  if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "all_gather" || op == "reduce_scatter") return double(n - 1) / n;
-  return 1.0;
-}
-
-// A buffer as the communicator sees it (`dev`: on the GPU for NCCL, the
-// host tensor itself for Gloo) and its host mirror for filling and checking.
-struct Buf {
-  Tensor host, dev;
-};
-
-class Buffers {
- public:
-  explicit Buffers(backend::Backend* be) : be_(be) {}  // be: null on the CPU
-  Buf make(int64_t n) {
-    Buf b;
-    b.host = Tensor::empty({n}, DType::F32);
-    b.dev = be_ ? be_->empty({n}, DType::F32) : b.host;
-    return b;
-  }
-  void up(Buf& b) {
-    if (be_) be_->copy(b.dev, b.host), be_->synchronize();
-  }
-  void down(Buf& b) {
-    if (be_) be_->copy(b.host, b.dev), be_->synchronize();
-  }
-
- private:
-  backend::Backend* be_;
-};
-
-// One op on `bytes` of f32: `run` runs it once; `wrong` checks the result
-// against its analytic value (number of wrong elements) and re-arms inputs.
-struct OpCase {
-  std::function<void()> run;
-  std::function<int64_t()> wrong;
-};
-
-// Counts elements of b (after copying it to the host) that differ from want(i).
-template <typename Want>
-int64_t count_wrong(Buffers& bufs, Buf b, Want want) {
-  bufs.down(b);
-  int64_t w = 0;
-  const float* h = b.host.data<float>();
-  for (int64_t i = 0; i < b.host.numel(); ++i) w += h[i] != want(i);
-  return w;
-}
-
-template <typename Fill>
-void fill(Buffers& bufs, Buf& b, Fill value) {
-  float* h = b.host.data<float>();
-  for (int64_t i = 0; i < b.host.numel(); ++i) h[i] = value(i);
-  bufs.up(b);
-}
-
-OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, Buffers& bufs) {
-  const int n = c.size(), gr = c.rank();
-  const int64_t total = std::max<int64_t>(1, bytes / 4);
-  const int64_t per = std::max<int64_t>(1, total / n);
-  OpCase oc;
-  Buffers* B = &bufs;
-  if (op == "all_reduce") {
-    Buf t = bufs.make(total);
-    auto init = [=]() mutable { fill(*B, t, [&](int64_t) { return float(gr + 1); }); };
-    init();
-    oc.run = [&c, t]() mutable { c.all_reduce(t.dev)->wait(); };
-    oc.wrong = [=]() mutable {
-      int64_t w = count_wrong(*B, t, [&](int64_t) { return float(n * (n + 1) / 2); });
-      init();
-      return w;
-    };
-  } else if (op == "all_gather") {
-    Buf in = bufs.make(per), out = bufs.make(per * n);
-    fill(bufs, in, [&](int64_t) { return float(gr); });
-    oc.run = [&c, in, out]() mutable { c.all_gather(out.dev, in.dev)->wait(); };
-    oc.wrong = [=] { return count_wrong(*B, out, [&](int64_t i) { return float(i / per); }); };
-  } else if (op == "reduce_scatter") {
-    Buf in = bufs.make(per * n), out = bufs.make(per);
-    fill(bufs, in, [&](int64_t i) { return float(i / per + gr); });
-    oc.run = [&c, in, out]() mutable { c.reduce_scatter(out.dev, in.dev)->wait(); };
-    // sum over ranks r of (gr + r)
-    oc.wrong = [=] { return count_wrong(*B, out, [&](int64_t) { return float(n * gr + n * (n - 1) / 2); }); };
-  } else if (op == "broadcast") {
-    Buf t = bufs.make(total);
-    fill(bufs, t, [&](int64_t) { return gr == 0 ? 42.0f : 0.0f; });
-    oc.run = [&c, t]() mutable { c.broadcast(t.dev, {0})->wait(); };
-    oc.wrong = [=] { return count_wrong(*B, t, [](int64_t) { return 42.0f; }); };
-  } else if (op == "sendrecv") {
-    TRIPOD_CHECK(n > 1, "sendrecv needs a group of 2 or more ranks");
-    Buf s = bufs.make(total), r = bufs.make(total);
-    fill(bufs, s, [&](int64_t) { return float(gr); });
-    oc.run = [&c, s, r, n, gr]() mutable {
-      // Even ranks send first, odd ranks receive first (as Megatron pairs
-      // p2p), so a communicator that serialises p2p cannot deadlock.
-      std::shared_ptr<comm::Work> a, b;
-      if (gr % 2 == 0) a = c.send(s.dev, (gr + 1) % n), b = c.recv(r.dev, (gr + n - 1) % n);
-      else a = c.recv(r.dev, (gr + n - 1) % n), b = c.send(s.dev, (gr + 1) % n);
-      a->wait();
-      b->wait();
-    };
-    oc.wrong = [=] { return count_wrong(*B, r, [&](int64_t) { return float((gr + n - 1) % n); }); };
-  } else {
-    TRIPOD_FAIL("--ops: unknown op '{}' (all_reduce, all_gather, reduce_scatter, broadcast, sendrecv)", op);
-  }
-  return oc;
-}
-
-// op over the world of one value per rank (through device buffers on GPUs).
-double world_reduce(Communicator& world, Buffers& bufs, double v, comm::ReduceOp op) {
-  Buf b = bufs.make(1);
-  fill(bufs, b, [&](int64_t) { return float(v); });
-  world.all_reduce(b.dev, {op})->wait();
-  bufs.down(b);
-  return b.host.data<float>()[0];
-}
-
-void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_world_size, Buffers& bufs) {
+void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_world_size, backend::Backend* be) {
   std::map<std::string, std::shared_ptr<Communicator>> by_name = {
       {"world", pg.world}, {"tp", pg.tp}, {"dp", pg.dp}, {"pp", pg.pp}, {"mp", pg.mp}};
   TRIPOD_CHECK(by_name.count(a.group), "--group must be world, tp, dp, pp or mp; got '{}'", a.group);
   Communicator& c = *by_name[a.group];
-  Communicator& world = *pg.world;
   const bool root = pg.global_rank == 0;
   if (root) {
     const std::string via = comm::comm_backend_name(a.device == "cpu" ? DeviceType::CPU : DeviceType::CUDA,
@@ -189,57 +68,38 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_w
     std::printf("# %12s %12s %-15s %12s %12s %12s %8s\n", "size(B)", "count", "op", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
+  doctor::CommBenchOptions o;
   std::stringstream ss(a.ops);
-  std::string op;
-  int64_t total_wrong = 0;
-  int64_t links_bytes = 0;
-  double links_busbw = 0;
-  while (std::getline(ss, op, ',')) {
-    if (op == "sendrecv" && c.size() == 1) continue;
-    for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= a.step_factor) {
-      const bool bigger = pg.global_rank == a.fault_size_mismatch_rank;
-      OpCase oc = make_case(op, c, bigger ? 2 * bytes : bytes, bufs);
-      oc.run();  // data check before timing
-      const int64_t wrong = int64_t(world_reduce(world, bufs, double(oc.wrong()), comm::ReduceOp::Sum));
-      total_wrong += wrong;
-      for (int i = 0; i < a.warmup; ++i) oc.run();
-      world.barrier();
-      Timer timer;
-      for (int i = 0; i < a.iters; ++i) oc.run();
-      const double t = world_reduce(world, bufs, timer.seconds() / a.iters, comm::ReduceOp::Max);
-      const int64_t count = std::max<int64_t>(1, bytes / 4);
-      const int64_t sized = op == "all_gather" || op == "reduce_scatter"
-                                ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
-                                : count * 4;
-      const double algbw = double(sized) / t / 1e9;
-      if (op == "all_reduce" && sized >= links_bytes) links_bytes = sized, links_busbw = algbw * bus_factor(op, c.size());
-      if (root)
-        std::printf("  %12lld %12lld %-15s %12.1f %12.4f %12.4f %8lld\n", (long long)sized,
-                    (long long)(sized / 4), op.c_str(), t * 1e6, algbw, algbw * bus_factor(op, c.size()),
-                    (long long)wrong);
-    }
-  }
-  if (root) std::fflush(stdout);
-  TRIPOD_CHECK(total_wrong == 0, "bench comm: {} wrong elements in the data checks", total_wrong);
-  if (a.links_out.empty()) return;
-  // Whether the group leaves a node: nodes hold LOCAL_WORLD_SIZE consecutive ranks.
-  const double node = double(pg.global_rank / std::max(1, local_world_size));
-  const double hi = world_reduce(c, bufs, node, comm::ReduceOp::Max);
-  const double lo = -world_reduce(c, bufs, -node, comm::ReduceOp::Max);
-  if (!root) return;
+  for (std::string op; std::getline(ss, op, ',');) o.ops.push_back(op);
+  o.min_bytes = a.min_bytes;
+  o.max_bytes = a.max_bytes;
+  o.step_factor = a.step_factor;
+  o.iters = a.iters;
+  o.warmup = a.warmup;
+  o.size_mismatch_rank = a.fault_size_mismatch_rank;
+  auto print_row = [&](const doctor::CommBenchRow& r) {
+    if (!root) return;
+    std::printf("  %12lld %12lld %-15s %12.1f %12.4f %12.4f %8lld\n", (long long)r.bytes, (long long)(r.bytes / 4),
+                r.op.c_str(), r.seconds * 1e6, r.algbw_gbs, r.busbw_gbs, (long long)r.wrong);
+    std::fflush(stdout);
+  };
+  doctor::CommBenchLinks links;
+  doctor::bench_collectives(o, c, *pg.world, pg.global_rank, be, print_row, local_world_size,
+                            a.links_out.empty() ? nullptr : &links);
+  if (a.links_out.empty() || !root) return;
   const nlohmann::json j = {{"format", 1},
                             {"what", "tripod bench comm: bus bandwidth of the largest all_reduce"},
                             {"group", a.group},
                             {"group_size", c.size()},
-                            {"spans_nodes", hi != lo},
+                            {"spans_nodes", links.spans_nodes},
                             {"device", a.device},
-                            {"bytes", links_bytes},
-                            {"busbw_gbs", links_busbw}};
+                            {"bytes", links.bytes},
+                            {"busbw_gbs", links.busbw_gbs}};
   ckpt::write_text_atomic(a.links_out, j.dump(1) + "\n");
   std::printf("# wrote %s: all_reduce %lld B over %d ranks (%s), bus bandwidth %.2f GB/s; use it with "
               "`tripod plan --links %s`\n",
-              a.links_out.c_str(), (long long)links_bytes, c.size(), hi != lo ? "across nodes" : "within a node",
-              links_busbw, a.links_out.c_str());
+              a.links_out.c_str(), (long long)links.bytes, c.size(),
+              links.spans_nodes ? "across nodes" : "within a node", links.busbw_gbs, a.links_out.c_str());
   std::fflush(stdout);
 }
 
@@ -280,8 +140,7 @@ int run_comm(const CommArgs& a) {
     std::fflush(stdout);
     return 0;
   }
-  Buffers bufs(be.get());
-  run_bench(a, pg, info.local_world_size, bufs);
+  run_bench(a, pg, info.local_world_size, be.get());
   return 0;
 }
 

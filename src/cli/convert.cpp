@@ -1,19 +1,19 @@
 // `tripod convert`: Hugging Face GPT-2 and Llama export and import
-// (ckpt/hf_gpt2.h, ckpt/hf_llama.h; the model's options pick the format),
-// Megatron-LM legacy checkpoint import (ckpt/megatron_import.h).
+// (interop/hf_gpt2.h, interop/hf_llama.h; the model's options pick the format),
+// Megatron-LM legacy checkpoint import (interop/megatron_import.h).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
 //   tripod convert --import-megatron IN --save DIR Megatron --ckpt-format torch -> tripod (its iteration)
-// Flags only; the conversion lives in ckpt/.
+// Flags only; the conversion lives in interop/.
 #include <CLI/CLI.hpp>
 
 #include "base/error.h"
 #include "base/log.h"
-#include "ckpt/hf_gpt2.h"
-#include "ckpt/megatron_import.h"
-#include "ckpt/hf_llama.h"
 #include "cli/command.h"
 #include "data/tokenizer.h"
+#include "interop/hf_gpt2.h"
+#include "interop/hf_llama.h"
+#include "interop/megatron_import.h"
 
 namespace tripod::cli {
 namespace {
@@ -59,7 +59,7 @@ int run_convert(int argc, char** argv) {
   tok["merge_file"] = merges;
   if (megatron) {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-megatron needs --save");
-    const auto r = ckpt::import_megatron(megatron_dir, save, {{"tokenizer", tok}});
+    const auto r = interop::import_megatron(megatron_dir, save, {{"tokenizer", tok}});
     log::info("imported {} ({}; TP {} x PP {}{}) into {} at iteration {}, {} consumed samples, model weights only; "
               "train with --load {} --finetune (or --no-load-optim to continue its schedule)",
               megatron_dir, r.config.describe(), r.tp, r.pp, r.vpp > 1 ? fmt::format(" x vpp {}", r.vpp) : "", save,
@@ -71,12 +71,12 @@ int run_convert(int argc, char** argv) {
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
     const config::GptConfig c = reader.config();
     if (c.is_gpt2()) {
-      ckpt::export_hf_gpt2(reader, export_dir);
+      interop::export_hf_gpt2(reader, export_dir);
     } else {
       std::string why;
-      TRIPOD_CHECK_HINT(ckpt::is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
+      TRIPOD_CHECK_HINT(interop::is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
                         "{} is neither GPT-2 nor a Llama-family model: {}", reader.path(), why);
-      ckpt::export_hf_llama(reader, export_dir);
+      interop::export_hf_llama(reader, export_dir);
     }
     log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
               export_dir);
@@ -87,13 +87,13 @@ int run_convert(int argc, char** argv) {
     tok["tokenizer_model"] = tok_model;
     tok["vocab_file"] = vocab;
     tok["merge_file"] = merges;
-    const std::string arch = ckpt::hf_architecture(import_dir);
+    const std::string arch = interop::hf_architecture(import_dir);
     const bool llama = arch == "LlamaForCausalLM" || arch == "llama";
     TRIPOD_CHECK_HINT(llama || arch == "GPT2LMHeadModel" || arch == "GPT2Model" || arch == "gpt2" || arch.empty(),
                       "import GPT2LMHeadModel or LlamaForCausalLM checkpoints",
                       "{}/config.json: architecture {} is not supported", import_dir, arch);
-    const auto cfg = llama ? ckpt::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
-                           : ckpt::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
+    const auto cfg = llama ? interop::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
+                           : interop::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
     log::info("imported {} ({}) into {} at iteration 0; fine-tune with tripod train --load {} --finetune",
               import_dir, cfg.describe(), save, save);
   }

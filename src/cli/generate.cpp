@@ -1,5 +1,5 @@
 // `tripod generate`: sample text from a checkpoint saved at any layout, on
-// one CPU process (ckpt/generate.h). Flags only.
+// one CPU process (generate/generate.h). Flags only.
 //   tripod generate --load DIR --prompt "In the beginning" --max-new-tokens 40 --seed 1
 //   tripod generate --load DIR --prompt-ids 1,5,9 --greedy --logits-out L.f32   (token ids in and out)
 #include <CLI/CLI.hpp>
@@ -10,10 +10,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "base/error.h"
 #include "base/log.h"
-#include "ckpt/generate.h"
 #include "ckpt/reshard.h"
 #include "cli/command.h"
 #include "data/tokenizer.h"
+#include "generate/generate.h"
 
 namespace tripod::cli {
 namespace {
@@ -23,7 +23,7 @@ int run_generate(int argc, char** argv) {
                "Example: tripod generate --load ckpt --prompt \"In the beginning\" --max-new-tokens 40 --top-k 40"};
   std::string load, prompt, prompt_ids, logits_out;
   int64_t iteration = -1;
-  ckpt::SamplingOptions o;
+  generate::SamplingOptions o;
   data::TokenizerConfig tc;
   bool ignore_eos = false;
   app.add_option("--load", load, "checkpoint directory")->required();
@@ -61,7 +61,7 @@ int run_generate(int argc, char** argv) {
   };
   auto write_logits = [&](model::GptModel& m, const std::vector<int32_t>& ids) {
     if (logits_out.empty()) return;
-    const Tensor l = ckpt::sequence_logits(m, ids);
+    const Tensor l = generate::sequence_logits(m, ids);
     std::FILE* f = std::fopen(logits_out.c_str(), "wb");
     TRIPOD_CHECK(f, "--logits-out {}: cannot open for writing", logits_out);
     const size_t n = std::fwrite(l.raw(), 1, l.nbytes(), f);
@@ -87,7 +87,7 @@ int run_generate(int argc, char** argv) {
     write_logits(m, ids);
     o.stop_token = -1;
     const size_t n_prompt = ids.size();
-    ckpt::generate(m, ids, o);
+    generate::generate(m, ids, o);
     std::string line;
     for (size_t i = n_prompt; i < ids.size(); ++i) line += (line.empty() ? "" : " ") + std::to_string(ids[i]);
     std::printf("%s\n", line.c_str());
@@ -121,7 +121,7 @@ int run_generate(int argc, char** argv) {
   TRIPOD_CHECK_HINT(!ids.empty(), "pass a non-empty --prompt", "the prompt encodes to no tokens");
   write_logits(m, ids);
   const size_t n_prompt = ids.size();
-  ckpt::generate(m, ids, o);
+  generate::generate(m, ids, o);
   std::vector<int32_t> gen(ids.begin() + static_cast<std::ptrdiff_t>(n_prompt), ids.end());
   if (!gen.empty() && gen.back() == o.stop_token) gen.pop_back();
   const std::string text = prompt + tok->decode(gen);

@@ -2,7 +2,7 @@
 // bootstrap store, read from the environment that the launcher set.
 //
 // Relates to: comm/context.h (uses RankInfo to start the store and the
-// communicators), cli/launch.cpp (`tripod launch` sets the tripod variables),
+// communicators), launch/launch.h (`tripod launch` sets the tripod variables),
 // docs/distributed.md (the table of variables per launcher).
 //
 // Launchers understood, first match wins:

@@ -3,7 +3,7 @@
 // bus bandwidth exactly as nccl-tests defines it (busbw = S/t x 2(n-1)/n,
 // t = the slowest rank's mean time). Same definitions as `tripod bench comm`.
 //
-// Relates to: cli/bench.cpp (the full benchmark), doctor/checks.h.
+// Relates to: doctor/comm_bench.h (the full benchmark), doctor/checks.h.
 #pragma once
 
 #include <cstdint>

@@ -15,18 +15,6 @@
 
 namespace tripod::train {
 
-IterationMetrics::TimeSplit make_time_split(double iteration_ms, double tp_comm_ms, double pp_wait_ms,
-                                            double dp_comm_ms, double optimizer_ms, double data_ms) {
-  IterationMetrics::TimeSplit t;
-  t.tp_comm_ms = tp_comm_ms;
-  t.pp_wait_ms = pp_wait_ms;
-  t.dp_comm_ms = dp_comm_ms;
-  t.optimizer_ms = optimizer_ms;
-  t.data_ms = data_ms;
-  t.compute_ms = std::max(0.0, iteration_ms - (tp_comm_ms + pp_wait_ms + dp_comm_ms + optimizer_ms + data_ms));
-  return t;
-}
-
 std::string format_log_line(const IterationMetrics& m) {
   const std::time_t now = std::time(nullptr);
   std::string mfu = m.mfu ? fmt::format("{:.1f}%", *m.mfu * 100.0) : std::string("n/a");

@@ -25,7 +25,8 @@ struct IterationMetrics {
   // Pipeline parallelism: measured bubble (p2p wait / compute) and theory.
   std::optional<double> pp_bubble, pp_bubble_theory;
   // Where an iteration's host wall time went: ms per iteration, mean over
-  // the log interval; the parts add up to elapsed_ms. See TimeSplit.
+  // the log interval; the parts add up to elapsed_ms. Measured by
+  // TimeSplitAccumulator (train/time_split.h).
   struct TimeSplit {
     double compute_ms = 0;    // the rest: forward, backward, loss, bookkeeping
     double tp_comm_ms = 0;    // blocked in tp collectives (incl. sequence-parallel and tied-embedding grads)
@@ -35,12 +36,6 @@ struct IterationMetrics {
     double data_ms = 0;       // loading micro-batches (dataset read + host-to-device copy)
   } time;
 };
-
-// The split of one iteration of iteration_ms from the measured parts (all
-// ms); compute is the remainder, never negative. Host wall time: exact on
-// CPU, approximate on GPU where kernels run asynchronously (docs/parallelism.md).
-IterationMetrics::TimeSplit make_time_split(double iteration_ms, double tp_comm_ms, double pp_wait_ms,
-                                            double dp_comm_ms, double optimizer_ms, double data_ms);
 
 std::string format_log_line(const IterationMetrics& m);
 

@@ -10,8 +10,8 @@
 
 namespace tripod::train {
 
-GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T, BatchFn batch)
-    : chunks_(std::move(chunks)), B_(B), T_(T), batch_(std::move(batch)), free_(chunks_.size()),
+GptPipelineStage::GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T)
+    : chunks_(std::move(chunks)), B_(B), T_(T), free_(chunks_.size()),
       slot_bytes_(chunks_.size(), 0),
       // Testing aid (undocumented for users): sleep this long in every
       // micro-batch load, so tests can check that the time split's "data"
@@ -31,7 +31,8 @@ void GptPipelineStage::set_param_hooks(int last_microbatch, ParamHook grads_read
   }
 }
 
-void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed) {
+void GptPipelineStage::begin(bool with_grad, float dloss, uint64_t dropout_seed, BatchSource batches) {
+  batches_ = batches;
   with_grad_ = with_grad;
   dloss_ = dloss;
   seed_ = dropout_seed;
@@ -84,18 +85,15 @@ void GptPipelineStage::forward(int m, int c) {
   if (!with_grad_ && pending_release_.first >= 0) release(pending_release_.first, pending_release_.second);
   model::GptModel& model = *chunks_[static_cast<size_t>(c)];
   model::MicroBatchActs& a = acts(m, c);
+  a.sample_offset = batches_.sample_offset(m);  // middle chunks need the offset only (dropout keys)
   if (model.stage().pre_process || model.stage().post_process) {
     Timer load;
     if (data_sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(data_sleep_ms_));
     Tensor tokens = Tensor::empty({B_, T_}, DType::I32), targets = Tensor::empty({B_, T_}, DType::I32);
-    batch_(m, tokens, targets, a.sample_offset);
+    batches_.load(m, tokens, targets);
     if (model.stage().pre_process) model.backend().copy(a.tokens, tokens);
     if (model.stage().post_process) model.backend().copy(a.targets, targets);
     data_seconds_ += load.seconds();
-  } else {
-    // Middle chunks need the offset only (dropout keys).
-    Tensor none;
-    batch_(m, none, none, a.sample_offset);
   }
   const auto* use = before_use_.empty() ? nullptr : &before_use_[static_cast<size_t>(c)];
   model.forward(a, with_grad_, dloss_, seed_, use);

@@ -1,8 +1,9 @@
 // GptPipelineStage: the parallel::PipelineStage the schedules drive, around
 // this rank's model chunks (one per virtual pipeline stage). It owns the
-// activations of the (micro-batch, chunk) pairs in flight, loads each
-// micro-batch's tokens/targets where a chunk needs them, and adds up the
-// loss on the chunk that computes it.
+// activations of the (micro-batch, chunk) pairs in flight and the batch
+// source of the pass (train/batch_source.h), loads each micro-batch's
+// tokens/targets from it where a chunk needs them, and adds up the loss on
+// the chunk that computes it.
 #pragma once
 
 #include <functional>
@@ -12,19 +13,19 @@
 
 #include "model/gpt_model.h"
 #include "parallel/pp_schedule.h"
+#include "train/batch_source.h"
 
 namespace tripod::train {
 
 class GptPipelineStage final : public parallel::PipelineStage {
  public:
-  // Fills tokens and targets (B, T) on the host for micro-batch m.
-  using BatchFn = std::function<void(int m, Tensor& tokens, Tensor& targets, int64_t& sample_offset)>;
-
-  GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T, BatchFn batch);
+  // B: micro-batch size, T: sequence length.
+  GptPipelineStage(std::vector<model::GptModel*> chunks, int64_t B, int64_t T);
 
   // Per iteration (or evaluation pass): gradient scale of each token's loss
-  // (0 with forward-only) and the dropout seed.
-  void begin(bool with_grad, float dloss, uint64_t dropout_seed);
+  // (0 with forward-only), the dropout seed and where the pass's
+  // micro-batches come from.
+  void begin(bool with_grad, float dloss, uint64_t dropout_seed, BatchSource batches);
   // Data-parallel overlap hooks (distributed/distributed_data_parallel.h), per chunk c:
   // grads_ready is passed to the model's backward of micro-batch
   // last_microbatch only (the one after which gradients are final; with
@@ -66,7 +67,7 @@ class GptPipelineStage final : public parallel::PipelineStage {
 
   std::vector<model::GptModel*> chunks_;
   int64_t B_, T_;
-  BatchFn batch_;
+  BatchSource batches_;
   bool with_grad_ = false;
   float dloss_ = 0;
   uint64_t seed_ = 0;

@@ -1,60 +1,42 @@
 // One training iteration (train/trainer.h): the pipeline schedule, then the
 // optimizer (distributed/distributed_optimizer.h: gradient reductions, the
 // global grad norm, AdamW) with the fp16 loss-scaling decisions around it;
-// plus the per-rank memory report and the weight dump.
+// plus the per-rank memory report and the weight dump. TRIPOD_STEP_TIMING
+// and the time split are train/time_split.h.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backend/philox.h"
-#include "base/debug_config.h"
 #include "base/error.h"
-#include "base/timer.h"
 #include "base/log.h"
 #include "train/scalar_reduce.h"
 #include "train/trainer.h"
 
 namespace tripod::train {
 
-// TRIPOD_STEP_TIMING=1: synchronise between the phases of an iteration and
-// log where the time goes (forward+backward schedule, reductions + grad
-// norm, optimizer + compute-copy cast). Costs the overlap it measures.
-namespace {
-bool step_timing() {
-  return debug_config().step_timing;
-}
-}  // namespace
-
+// Megatron's train_step: zero the gradient buffers, run the forward-backward
+// schedule over the micro-batches, reduce the gradients, take the global
+// grad norm, clip, step at the scheduled lr. time_split_ marks the phases
+// (train/time_split.h).
 StepResult Trainer::train_step() {
-  const bool timing = step_timing();
-  Timer phase;
-  double t_sched = 0, t_norm = 0;
-  // The time split (train/metrics.h): cumulative communicator times at the
-  // start of the iteration; the differences are this iteration's.
-  const double tp0 = comm_timers_.tp->seconds(), dp0 = comm_timers_.dp->seconds();
+  time_split_.begin_iteration();
   const int64_t B = args_.batch.micro_batch_size, T = model().config().seq_length;
   const int64_t tokens = B * T * num_microbatches_ * groups_.layout.dp;  // in the global batch
   ddp_->zero_grad_buffer();
-  batch_ds_ = data_.train.get();
-  batch_base_ = consumed_samples_;
   StepResult r;
   // fp16: the loss gradient carries the loss scale, so every gradient is
   // scaled by it; the norm and the optimizer divide it out again.
   r.loss_scale = scaler_ ? scaler_->scale() : 1.0;
   stage_->begin(true, static_cast<float>(r.loss_scale / static_cast<double>(tokens)),
-                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)));
+                backend::mix64(args_.seed, static_cast<uint64_t>(iteration_ + 1)),
+                batches(*data_.train, consumed_samples_));
   r.schedule = parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(false));
-  if (timing) {
-    be_.synchronize();
-    t_sched = phase.millis();
-    phase.reset();
-  }
+  time_split_.schedule_done();
   optimizer_->reduce_grads();
   if (args_.inject_grad_overflow_at == iteration_ + 1) inject_grad_overflow();
   r.lm_loss = reduce_loss(stage_->loss_sum()) / static_cast<double>(tokens);
-  // Optimizer part of the time split: grad norm, clip, AdamW, compute-copy cast.
-  Timer opt_timer;
-  const double tp_opt0 = comm_timers_.tp->seconds(), dp_opt0 = comm_timers_.dp->seconds();
+  time_split_.optimizer_begin();
   r.grad_norm = optimizer_->get_grad_norm() / r.loss_scale;
   // As Megatron, the lr schedule advances with successful updates only, so
   // fp16 steps skipped at the start do not eat the warmup. (Checkpoints keep
@@ -70,26 +52,12 @@ StepResult Trainer::train_step() {
   } else {
     check_finite(r.lm_loss, r.grad_norm);
   }
-  if (timing) {
-    t_norm = phase.millis();  // the norm's host read already synchronised
-    phase.reset();
-  }
+  time_split_.grad_norm_done();
   if (!r.skipped) {
     const double clip = optim::clip_coefficient(r.grad_norm, args_.optimizer.clip_grad);
     optimizer_->step(r.lr, static_cast<float>(clip / r.loss_scale));
   }
-  // The optimizer's own dp all-gather counts as dp comm, not optimizer.
-  r.optimizer_seconds = std::max(0.0, opt_timer.seconds() - (comm_timers_.dp->seconds() - dp_opt0) -
-                                          (comm_timers_.tp->seconds() - tp_opt0));
-  if (timing) {
-    be_.synchronize();
-    log::info("step timing, iteration {}: forward+backward {:.2f} ms ({} micro-batches), loss read + "
-              "reductions + grad norm {:.2f} ms, optimizer + weight cast {:.2f} ms", iteration_ + 1, t_sched,
-              num_microbatches_, t_norm, phase.millis());
-  }
-  r.data_seconds = stage_->data_seconds();
-  r.tp_comm_seconds = comm_timers_.tp->seconds() - tp0;
-  r.dp_comm_seconds = comm_timers_.dp->seconds() - dp0;
+  time_split_.optimizer_end(r.schedule, stage_->data_seconds(), iteration_ + 1, num_microbatches_);
   ++iteration_;
   consumed_samples_ += args_.batch.global_batch_size;
   return r;

@@ -7,6 +7,7 @@
 #include <csignal>
 
 #include "backend/philox.h"
+#include "base/debug_config.h"
 #include "base/fault_injection.h"
 #include "base/error.h"
 #include "base/log.h"
@@ -104,7 +105,8 @@ void Trainer::setup(data::DatasetSplits* given) {
     groups_ = parallel::make_process_groups(
         *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_)));
   }
-  comm_timers_ = parallel::time_communication(groups_);  // before models and buckets take the groups
+  // Timing decorators on the groups before models and buckets take them.
+  time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
   const auto& L = groups_.layout;
   validate_args(args_, L);
   args_.resolve(L);
@@ -127,12 +129,7 @@ void Trainer::setup(data::DatasetSplits* given) {
 
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
-  stage_ = std::make_unique<GptPipelineStage>(
-      models, b.micro_batch_size, model().config().seq_length,
-      [this](int m, Tensor& tokens, Tensor& targets, int64_t& first) {
-        first = batch_base_ + (static_cast<int64_t>(m) * groups_.layout.dp + dp_rank_) * args_.batch.micro_batch_size;
-        if (tokens.defined()) fill_batch(*batch_ds_, first, tokens, targets);
-      });
+  stage_ = std::make_unique<GptPipelineStage>(models, b.micro_batch_size, model().config().seq_length);
   // Data-parallel overlap: the DDP's hooks run during the last micro-batch.
   stage_->set_param_hooks(static_cast<int>(num_microbatches_) - 1, ddp_->grad_ready_hook(), ddp_->param_use_hook());
 }
@@ -177,17 +174,8 @@ parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
   return sc;
 }
 
-void Trainer::fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets) {
-  const int64_t B = tokens.size(0), T = tokens.size(1), S = ds.sample_length();
-  TRIPOD_CHECK(S == T + 1, "dataset samples have {} tokens, expected --seq-length + 1 = {}", S, T + 1);
-  std::vector<int32_t> sample(static_cast<size_t>(S));
-  for (int64_t b = 0; b < B; ++b) {
-    ds.get((first + b) % ds.num_samples(), sample.data());
-    for (int64_t t = 0; t < T; ++t) {
-      tokens.data<int32_t>()[b * T + t] = sample[t];
-      targets.data<int32_t>()[b * T + t] = sample[t + 1];
-    }
-  }
+BatchSource Trainer::batches(const data::TokenDataset& dataset, int64_t first_sample) const {
+  return BatchSource(dataset, first_sample, dp_rank_, groups_.layout.dp, args_.batch.micro_batch_size);
 }
 
 double Trainer::evaluate() {
@@ -195,11 +183,9 @@ double Trainer::evaluate() {
                     "evaluation requested but the validation split is empty");
   double total = 0;
   int64_t tokens = 0;
-  batch_ds_ = data_.valid.get();
   // Megatron walks the validation set from its start at each evaluation.
   for (int64_t it = 0; it < args_.logging.eval_iters; ++it) {
-    batch_base_ = it * args_.batch.global_batch_size;
-    stage_->begin(false, 0.f, 0);
+    stage_->begin(false, 0.f, 0, batches(*data_.valid, it * args_.batch.global_batch_size));
     parallel::run_pipeline_schedule(*stage_, *groups_.pp, schedule_config(true));
     total += stage_->loss_sum();
     tokens += stage_->loss_tokens();
@@ -250,64 +236,63 @@ void Trainer::log_startup() {
   }
 }
 
-void Trainer::run() {
+// Megatron's training_log: the log line, the JSONL record and the
+// TensorBoard scalars of the interval that ends at this iteration.
+void Trainer::training_log(const StepResult& last, double loss_sum, int64_t skipped) {
+  be_.synchronize();
   const auto& cfg = model().config();
-  const bool logger = is_logger();
-  log_startup();
-  const double flops_per_token = cfg.flops_per_token();
   double peak = args_.logging.peak_tflops;
   if (peak == 0 && be_.device().type == DeviceType::CUDA) peak = 989.0;  // H100/H200 dense bf16
+  const int64_t n = time_split_.iterations();
+  const double secs = time_split_.seconds_per_iteration();
   IterationMetrics m;
   m.train_iters = args_.batch.train_iters;
   m.global_batch_size = args_.batch.global_batch_size;
-  double loss_acc = 0, compute_s = 0, wait_s = 0;
-  double data_s = 0, tp_s = 0, dp_s = 0, opt_s = 0;  // time split parts over the interval
-  int64_t since_log = 0, skipped = 0;
+  m.iteration = iteration_;
+  m.consumed_samples = consumed_samples_;
+  // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
+  m.lm_loss = n > skipped ? loss_sum / static_cast<double>(n - skipped) : last.lm_loss;
+  m.lr = last.lr;
+  m.grad_norm = last.grad_norm;
+  m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
+  m.skipped_iters = skipped;
+  m.elapsed_ms = secs * 1e3;
+  m.tokens_per_sec = static_cast<double>(args_.batch.global_batch_size * cfg.seq_length) / secs;
+  m.tflops_per_gpu = m.tokens_per_sec * cfg.flops_per_token() / 1e12 / groups_.world->size();
+  m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
+  m.mem_peak_bytes = be_.peak_memory_bytes();
+  if (groups_.layout.pp > 1) {
+    m.pp_bubble = time_split_.pp_bubble();
+    m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
+  }
+  m.time = time_split_.split(m.elapsed_ms);
+  if (is_logger()) log::info("{}", format_log_line(m));
+  metrics_->write_train(m);
+  tensorboard_->write_train(m);
+  time_split_.reset();
+}
+
+void Trainer::run() {
+  const bool logger = is_logger();
+  log_startup();
   if (!args_.checkpoint.load.empty()) {
     load_checkpoint();
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
-  Timer timer;
+  double loss_sum = 0;  // over the log interval's iterations that stepped
+  int64_t skipped = 0;
+  time_split_.reset();
   while (iteration_ < args_.batch.train_iters) {
     inject_rank_fault(groups_.global_rank, iteration_ + 1);  // TRIPOD_FAULT (tests/faults)
     StepResult r = train_step();
-    // As Megatron, skipped (fp16 overflow) iterations stay out of the loss average.
-    if (!r.skipped) loss_acc += r.lm_loss;
+    if (!r.skipped) loss_sum += r.lm_loss;
     skipped += r.skipped ? 1 : 0;
-    compute_s += r.schedule.compute_seconds;
-    wait_s += r.schedule.wait_seconds;
-    data_s += r.data_seconds, tp_s += r.tp_comm_seconds, dp_s += r.dp_comm_seconds, opt_s += r.optimizer_seconds;
-    ++since_log;
     if (iteration_ == start_iteration + 1) log_memory(r);
     if (iteration_ % args_.logging.log_interval == 0 || iteration_ == args_.batch.train_iters) {
-      be_.synchronize();
-      const double secs = timer.seconds() / static_cast<double>(since_log);
-      m.iteration = iteration_;
-      m.consumed_samples = consumed_samples_;
-      m.lm_loss = since_log > skipped ? loss_acc / static_cast<double>(since_log - skipped) : r.lm_loss;
-      m.lr = r.lr;
-      m.grad_norm = r.grad_norm;
-      m.loss_scale = scaler_ ? scaler_->scale() : 1.0;
-      m.skipped_iters = skipped;
-      m.elapsed_ms = secs * 1e3;
-      m.tokens_per_sec = static_cast<double>(args_.batch.global_batch_size * cfg.seq_length) / secs;
-      m.tflops_per_gpu = m.tokens_per_sec * flops_per_token / 1e12 / groups_.world->size();
-      m.mfu = peak > 0 ? std::optional<double>(m.tflops_per_gpu / peak) : std::nullopt;
-      m.mem_peak_bytes = be_.peak_memory_bytes();
-      if (groups_.layout.pp > 1) {
-        m.pp_bubble = compute_s > 0 ? wait_s / compute_s : 0.0;
-        m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
-      }
-      const double per_ms = 1e3 / static_cast<double>(since_log);
-      m.time = make_time_split(m.elapsed_ms, tp_s * per_ms, wait_s * per_ms, dp_s * per_ms, opt_s * per_ms,
-                               data_s * per_ms);
-      if (logger) log::info("{}", format_log_line(m));
-      metrics_->write_train(m);
-      tensorboard_->write_train(m);
-      loss_acc = compute_s = wait_s = data_s = tp_s = dp_s = opt_s = 0;
-      since_log = skipped = 0;
-      timer.reset();
+      training_log(r, loss_sum, skipped);
+      loss_sum = 0;
+      skipped = 0;
     }
     if (args_.logging.eval_interval > 0 && args_.logging.eval_iters > 0 && data_.valid &&
         (iteration_ % args_.logging.eval_interval == 0 || iteration_ == args_.batch.train_iters)) {
@@ -317,12 +302,12 @@ void Trainer::run() {
                   std::exp(std::min(v, 20.0)));
       metrics_->write_eval(iteration_, v);
       tensorboard_->write_eval(iteration_, v);
-      timer.reset();
+      time_split_.restart_clock();  // evaluation is not iteration time
     }
     const bool interval = args_.checkpoint.save_interval > 0 && iteration_ % args_.checkpoint.save_interval == 0;
     if (!args_.checkpoint.save.empty() && (interval || iteration_ == args_.batch.train_iters)) {
       save_checkpoint();
-      timer.reset();
+      time_split_.restart_clock();
     }
     if (args_.checkpoint.exit_signal_handler && exit_requested()) {
       if (!args_.checkpoint.save.empty() && !interval && iteration_ != args_.batch.train_iters) save_checkpoint();

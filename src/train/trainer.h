@@ -25,10 +25,12 @@
 #include "model/gpt_model.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
+#include "train/batch_source.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
-#include "train/tensorboard.h"
 #include "train/pipeline_stage.h"
+#include "train/tensorboard.h"
+#include "train/time_split.h"
 #include "train/train_args.h"
 
 namespace tripod::train {
@@ -39,9 +41,7 @@ struct StepResult {
   double loss_scale = 1;  // the scale this iteration ran with (1 unless --fp16)
   bool skipped = false;   // fp16 overflow: no optimizer step
   double lr = 0;
-  parallel::ScheduleStats schedule;  // pp wait of the time split: schedule.wait_seconds
-  // Host seconds of this iteration by kind, for the time split (train/metrics.h).
-  double data_seconds = 0, tp_comm_seconds = 0, dp_comm_seconds = 0, optimizer_seconds = 0;
+  parallel::ScheduleStats schedule;  // the schedule's steps, live micro-batches and p2p wait
 };
 
 class Trainer {
@@ -93,7 +93,8 @@ class Trainer {
  private:
   void setup(data::DatasetSplits* data);
   void build_chunks();
-  void fill_batch(const data::TokenDataset& ds, int64_t first, Tensor& tokens, Tensor& targets);
+  // The micro-batches of the global batch starting at first_sample, for this dp rank.
+  BatchSource batches(const data::TokenDataset& dataset, int64_t first_sample) const;
   double reduce_loss(double local_sum);
   void check_finite(double loss, double grad_norm);
   void inject_grad_overflow();
@@ -101,13 +102,14 @@ class Trainer {
   bool exit_requested();
   void log_startup();
   void log_memory(const StepResult& first_step);
+  void training_log(const StepResult& last, double loss_sum, int64_t skipped);
   parallel::ScheduleConfig schedule_config(bool forward_only) const;
 
   TrainArgs args_;
   backend::Backend& be_;
   std::unique_ptr<comm::DistContext> own_ctx_;  // when no groups were given
   parallel::ProcessGroups groups_;
-  parallel::CommTimers comm_timers_;     // host time in tp / dp communication (time split)
+  TimeSplitAccumulator time_split_;      // where the iterations' host time goes (train/time_split.h)
   // Destroyed in reverse: the optimizer and the buffers (whose outstanding
   // collectives write into the models' buffers) before the models.
   std::vector<std::unique_ptr<model::GptModel>> models_;
@@ -123,8 +125,6 @@ class Trainer {
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
   int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
-  int64_t batch_base_ = 0;               // first sample of the current global batch
-  const data::TokenDataset* batch_ds_ = nullptr;
 };
 
 // --exit-signal-handler: SIGTERM/SIGINT set a flag the loop checks at each

@@ -1,13 +1,13 @@
-// Fuzz target: torch.save files (ckpt/torch_pickle.h TorchFile: the zip
+// Fuzz target: torch.save files (interop/torch_pickle.h TorchFile: the zip
 // reader, the unpickler and tensor_f32). Input: a whole .pt file. Every
 // floating-point tensor found in an accepted file is read as f32, as the Megatron importer
 // reads them.
-#include "ckpt/torch_pickle.h"
+#include "interop/torch_pickle.h"
 #include "fuzz_common.h"
 
 namespace {
-void read_tensors(const tripod::ckpt::TorchFile& f, const tripod::ckpt::PyValue& v, int depth, int64_t* nodes) {
-  using K = tripod::ckpt::PyValue::Kind;
+void read_tensors(const tripod::interop::TorchFile& f, const tripod::interop::PyValue& v, int depth, int64_t* nodes) {
+  using K = tripod::interop::PyValue::Kind;
   if (depth > 64 || ++*nodes > 10000) return;
   if (v.kind == K::kTensor) {  // the floating-point ones, as the importer (the RNG state is bytes)
     if (v.dtype == tripod::DType::F32 || v.dtype == tripod::DType::F16 || v.dtype == tripod::DType::BF16)
@@ -26,7 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = fuzz::scratch_dir() + "/model_optim_rng.pt";
   fuzz::write_file(path, data, size);
   fuzz::run_input([&] {
-    const ckpt::TorchFile f(path);
+    const interop::TorchFile f(path);
     int64_t nodes = 0;
     read_tensors(f, f.root(), 0, &nodes);
   });

@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "ckpt/safetensors.h"
-#include "ckpt/torch_pickle.h"
 #include "data/hf_pretokenizer.h"
 #include "data/indexed_dataset.h"
+#include "interop/torch_pickle.h"
 #include "fuzz_ckpt_fixture.h"
 #include "fuzz_common.h"
 
@@ -170,7 +170,7 @@ void pickle_seeds(const std::string& dir, const std::string& source_dir) {
   write_file(dir + "/bad-os-system", lit("\x80\x02" "cos\nsystem\nq\x00X\x02\x00\x00\x00lsq\x01\x85q\x02R."));
   const std::string pt = fixture(source_dir, "ckpt/iter_0000020/mp_rank_00/model_optim_rng.pt");
   if (fs::exists(pt)) {
-    ckpt::ZipArchive zip(pt);
+    interop::ZipArchive zip(pt);
     for (const auto& n : zip.names())
       if (n.size() >= 8 && n.compare(n.size() - 8, 8, "data.pkl") == 0) {
         const auto e = zip.entry(n);

@@ -168,6 +168,22 @@ class RecordingComm final : public comm::Communicator {
   comm::LocalCommunicator local_{"dp-local"};
 };
 
+// A fixed dataset of n samples of `length` ids: sample s, position j holds
+// (s * 13 + j * 7) % vocab.
+class Samples final : public data::TokenDataset {
+ public:
+  Samples(int64_t n, int64_t length, int64_t vocab) : n_(n), length_(length), vocab_(vocab) {}
+  int64_t num_samples() const override { return n_; }
+  int64_t sample_length() const override { return length_; }
+  void get(int64_t s, int32_t* out) const override {
+    for (int64_t j = 0; j < length_; ++j) out[j] = static_cast<int32_t>((s * 13 + j * 7) % vocab_);
+  }
+  std::string describe() const override { return "test samples"; }
+
+ private:
+  int64_t n_, length_, vocab_;
+};
+
 TEST(ParamAndGradBuffer, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst) {
   auto be = backend::make_cpu_backend();
   const config::GptConfig cfg = testing::tiny_gpt(
@@ -185,14 +201,7 @@ TEST(ParamAndGradBuffer, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst)
   std::vector<std::string> events;  // "R<group>" grads ready, "L<bucket>" launch
   buckets.on_launch = [&](int k) { events.push_back("L" + std::to_string(k)); };
   const auto& groups = m.param_groups();
-  train::GptPipelineStage stage({&m}, 2, cfg.seq_length, [&](int mb, Tensor& tok, Tensor& tgt, int64_t& first) {
-    first = mb * 2;
-    if (!tok.defined()) return;
-    for (int64_t i = 0; i < tok.numel(); ++i) {
-      tok.data<int32_t>()[i] = static_cast<int32_t>((i * 7 + mb * 13) % cfg.vocab_size);
-      tgt.data<int32_t>()[i] = static_cast<int32_t>((i * 5 + mb) % cfg.vocab_size);
-    }
-  });
+  train::GptPipelineStage stage({&m}, 2, cfg.seq_length);
   stage.set_param_hooks(M - 1, [&](int, const std::vector<size_t>& p) {
     for (size_t g = 0; g < groups.size(); ++g)
       if (groups[g] == p) events.push_back("R" + std::to_string(g));
@@ -200,7 +209,8 @@ TEST(ParamAndGradBuffer, LaunchedDuringTheLastMicroBatchBackwardLastLayersFirst)
   }, {});
   store.zero_grad();
   buckets.reset();
-  stage.begin(true, 1.f / (M * 2 * cfg.seq_length), 9);
+  const Samples data(M * 2, cfg.seq_length + 1, cfg.vocab_size);
+  stage.begin(true, 1.f / (M * 2 * cfg.seq_length), 9, train::BatchSource(data, 0, 0, 1, 2));
   comm::LocalCommunicator pp("pp");
   parallel::ScheduleConfig sc;
   sc.num_microbatches = M;

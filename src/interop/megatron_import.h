@@ -1,5 +1,6 @@
-// Megatron-LM checkpoints: recognising them where a tripod checkpoint is
-// expected, and importing the legacy format (`--ckpt-format torch`).
+// Megatron-LM checkpoints: importing the legacy format (`--ckpt-format
+// torch`). Recognising them where a tripod checkpoint is expected, and the
+// directory layout, is ckpt/megatron_layout.h.
 //
 // Legacy layout (megatron/training/checkpointing.py):
 //   DIR/latest_checkpointed_iteration.txt        "N" or "release"
@@ -7,7 +8,7 @@
 //   DIR/iter_000000N/mp_rank_TT_PPP/model_optim_rng.pt    PP > 1
 // Each file is a torch.save dict: "args" (argparse.Namespace), "iteration",
 // "model" (or "model0", "model1", ... with a virtual pipeline), "optimizer",
-// "rng_state", ... read with ckpt/torch_pickle.h (no code runs).
+// "rng_state", ... read with interop/torch_pickle.h (no code runs).
 // The torch_dist format (iter_N/.metadata, __*_*.distcp, common.pt) is
 // recognised and named; Megatron itself converts it to the legacy format.
 //
@@ -22,7 +23,8 @@
 //   Transformer Engine's fused norms (linear_qkv.layer_norm_weight,
 //     linear_fc1.layer_norm_weight) are tripod's input/pre-MLP LayerNorms.
 //
-// Relates to: cli/convert.cpp, ckpt/sharded_checkpoint.h, docs/checkpoints.md.
+// Relates to: cli/convert.cpp, ckpt/megatron_layout.h, ckpt/sharded_checkpoint.h,
+// docs/checkpoints.md.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -30,14 +32,7 @@
 
 #include "config/gpt_config.h"
 
-namespace tripod::ckpt {
-
-// What Megatron checkpoint DIR (a --load directory or one iteration's
-// directory) holds, in one sentence; "" when it is not one.
-std::string describe_megatron_checkpoint(const std::string& dir);
-
-// The fix to print with describe_megatron_checkpoint()'s sentence.
-std::string megatron_checkpoint_hint(const std::string& dir);
+namespace tripod::interop {
 
 struct MegatronImport {
   config::GptConfig config;
@@ -52,4 +47,4 @@ struct MegatronImport {
 // into the metadata (tokenizer files).
 MegatronImport import_megatron(const std::string& dir, const std::string& save_dir, const nlohmann::json& extra);
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop

@@ -1,5 +1,5 @@
-// Implementation of ckpt/generate.h.
-#include "ckpt/generate.h"
+// Implementation of generate/generate.h.
+#include "generate/generate.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "backend/philox.h"
 #include "base/error.h"
 
-namespace tripod::ckpt {
+namespace tripod::generate {
 
 int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, int64_t step) {
   TRIPOD_CHECK(V > 0, "empty vocabulary");
@@ -88,4 +88,4 @@ Tensor sequence_logits(model::GptModel& m, const std::vector<int32_t>& ids) {
   return out;
 }
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::generate

@@ -1,5 +1,5 @@
-// Implementation of ckpt/hf_llama.h.
-#include "ckpt/hf_llama.h"
+// Implementation of interop/hf_llama.h.
+#include "interop/hf_llama.h"
 
 #include <cstring>
 #include <filesystem>
@@ -9,8 +9,17 @@
 #include "ckpt/reshard.h"
 #include "model/gpt_model.h"
 
-namespace tripod::ckpt {
+namespace tripod::interop {
 namespace fs = std::filesystem;
+using ckpt::CheckpointReader;
+using ckpt::SafetensorsFile;
+using ckpt::ShardTensor;
+using ckpt::config_to_json;
+using ckpt::fit_rows;
+using ckpt::read_text;
+using ckpt::save_unsharded;
+using ckpt::write_safetensors;
+using ckpt::write_text_atomic;
 using json = nlohmann::json;
 
 namespace {
@@ -296,4 +305,4 @@ config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& 
   return c;
 }
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop

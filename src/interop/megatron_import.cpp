@@ -1,5 +1,5 @@
-// Implementation of ckpt/megatron_import.h.
-#include "ckpt/megatron_import.h"
+// Implementation of interop/megatron_import.h.
+#include "interop/megatron_import.h"
 
 #include <filesystem>
 #include <map>
@@ -10,66 +10,27 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "ckpt/atomic_io.h"
+#include "ckpt/megatron_layout.h"
 #include "ckpt/reshard.h"
 #include "ckpt/sharded_checkpoint.h"
-#include "ckpt/torch_pickle.h"
+#include "interop/torch_pickle.h"
 #include "model/gpt_model.h"
 
-namespace tripod::ckpt {
+namespace tripod::interop {
 namespace fs = std::filesystem;
+using ckpt::MegatronRankDirs;
+using ckpt::ShardTensor;
+using ckpt::config_to_json;
+using ckpt::fit_rows;
+using ckpt::is_megatron_torch_dist;
+using ckpt::megatron_checkpoint_hint;
+using ckpt::megatron_iteration_dir;
+using ckpt::megatron_rank_dirs;
+using ckpt::save_unsharded;
 using json = nlohmann::json;
 using K = PyValue::Kind;
 
 namespace {
-
-const std::regex kRankDir(R"(mp_rank_(\d\d)(?:_(\d\d\d))?(?:_(\d\d\d))?)");
-
-// The iteration directory of DIR: DIR itself when it is iter_N or release,
-// else the one DIR/latest_checkpointed_iteration.txt names. Empty if neither.
-fs::path iteration_dir(const fs::path& dir, std::string* marker = nullptr) {
-  const std::string base = dir.filename().string();
-  static const std::regex iter(R"(iter_\d{7,})");
-  if (std::regex_match(base, iter) || base == "release") return dir;
-  std::error_code ec;
-  const fs::path latest = dir / kLatestFile;
-  if (!fs::is_regular_file(latest, ec)) return {};
-  std::string s = read_text(latest.string());
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  if (marker) *marker = s;
-  if (s == "release") return dir / "release";
-  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return {};
-  return dir / iter_dir_name(std::stoll(s));
-}
-
-struct RankDirs {
-  int tp = 0, pp = 0;
-  bool expert = false;
-  std::map<std::pair<int, int>, fs::path> files;  // (tp, pp) -> model_optim_rng.pt
-};
-
-RankDirs rank_dirs(const fs::path& iter) {
-  RankDirs r;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(iter, ec)) {
-    std::smatch m;
-    const std::string n = e.path().filename().string();
-    if (!e.is_directory() || !std::regex_match(n, m, kRankDir)) continue;
-    const int t = std::stoi(m[1]), p = m[2].matched ? std::stoi(m[2]) : 0;
-    r.expert |= m[3].matched;
-    r.tp = std::max(r.tp, t + 1);
-    r.pp = std::max(r.pp, p + 1);
-    r.files[{t, p}] = e.path() / "model_optim_rng.pt";
-  }
-  return r;
-}
-
-bool is_torch_dist(const fs::path& iter) {
-  std::error_code ec;
-  if (fs::exists(iter / ".metadata", ec)) return true;
-  for (const auto& e : fs::directory_iterator(iter, ec))
-    if (e.path().extension() == ".distcp") return true;
-  return false;
-}
 
 // ---- args ----
 
@@ -164,53 +125,18 @@ Tensor concat(const std::vector<Tensor>& parts, int dim) {
 
 }  // namespace
 
-std::string describe_megatron_checkpoint(const std::string& dir_in) {
-  std::error_code ec;
-  if (!fs::is_directory(dir_in, ec)) return "";
-  std::string marker;
-  const fs::path iter = iteration_dir(dir_in, &marker);
-  if (marker == "release" && iter.empty()) return "";
-  if (iter.empty() || !fs::is_directory(iter, ec)) {
-    if (marker == "release") return fmt::format("{} holds a Megatron-LM release checkpoint marker", dir_in);
-    return "";
-  }
-  const RankDirs r = rank_dirs(iter);
-  if (!r.files.empty())
-    return fmt::format("{} is a Megatron-LM checkpoint in the legacy torch format ({}: {} model-parallel file(s), "
-                       "TP {} x PP {}{}, PyTorch pickles)",
-                       dir_in, iter.filename().string(), r.files.size(), r.tp, r.pp, r.expert ? " with experts" : "");
-  if (is_torch_dist(iter))
-    return fmt::format("{} is a Megatron-LM checkpoint in the torch_dist format ({}: a PyTorch distributed "
-                       "checkpoint, .metadata and *.distcp files)",
-                       dir_in, iter.filename().string());
-  return "";
-}
-
-std::string megatron_checkpoint_hint(const std::string& dir) {
-  std::string marker;
-  const fs::path iter = iteration_dir(dir, &marker);
-  if (!iter.empty() && is_torch_dist(iter))
-    return fmt::format(
-        "convert it to the legacy format with Megatron-LM itself (its training script with --load {} "
-        "--ckpt-convert-format torch --ckpt-convert-save NEW_DIR), then `tripod convert --import-megatron "
-        "NEW_DIR --save CKPT` and train with --load CKPT",
-        dir);
-  return fmt::format("convert it: `tripod convert --import-megatron {} --save CKPT`, then train with --load CKPT "
-                     "(--finetune to restart at iteration 0, --no-load-optim to continue its schedule)",
-                     dir);
-}
-
 MegatronImport import_megatron(const std::string& dir, const std::string& save_dir, const json& extra) {
   std::error_code ec;
   TRIPOD_CHECK_HINT(fs::is_directory(dir, ec), "pass Megatron's --save directory (or one iter_N inside it)",
                     "--import-megatron {}: no such directory", dir);
-  const fs::path iter = iteration_dir(dir);
+  const fs::path iter = megatron_iteration_dir(dir);
   TRIPOD_CHECK_HINT(!iter.empty() && fs::is_directory(iter, ec),
                     "pass Megatron's --save directory (with latest_checkpointed_iteration.txt) or an iter_N inside it",
                     "--import-megatron {}: not a Megatron checkpoint directory", dir);
-  TRIPOD_CHECK_HINT(!is_torch_dist(iter) || !rank_dirs(iter).files.empty(), megatron_checkpoint_hint(dir),
+  TRIPOD_CHECK_HINT(!is_megatron_torch_dist(iter) || !megatron_rank_dirs(iter).files.empty(),
+                    megatron_checkpoint_hint(dir),
                     "--import-megatron {}: the torch_dist format is not read by tripod", dir);
-  const RankDirs ranks = rank_dirs(iter);
+  const MegatronRankDirs ranks = megatron_rank_dirs(iter);
   TRIPOD_CHECK(!ranks.files.empty(), "--import-megatron {}: no mp_rank_* directories in {}", dir, iter.string());
   TRIPOD_CHECK(!ranks.expert, "--import-megatron {}: expert-parallel (MoE) checkpoints are not supported", dir);
   for (int t = 0; t < ranks.tp; ++t)
@@ -344,4 +270,4 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
   return out;
 }
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop

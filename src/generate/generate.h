@@ -14,7 +14,7 @@
 
 #include "model/gpt_model.h"
 
-namespace tripod::ckpt {
+namespace tripod::generate {
 
 struct SamplingOptions {
   int64_t max_new_tokens = 64;  // --max-new-tokens
@@ -38,4 +38,4 @@ void generate(model::GptModel& model, std::vector<int32_t>& ids, const SamplingO
 // max_position_embeddings tokens), host f32, from one forward.
 Tensor sequence_logits(model::GptModel& model, const std::vector<int32_t>& ids);
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::generate

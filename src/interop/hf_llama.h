@@ -24,7 +24,7 @@
 // permutation (the permutation in HF's convert_llama_weights_to_hf.py
 // turns Meta's interleaved-pair weights into this convention).
 //
-// Relates to: cli/convert.cpp, ckpt/hf_gpt2.h, scripts/gpu_llama_hf_check.py.
+// Relates to: cli/convert.cpp, interop/hf_gpt2.h, scripts/gpu_llama_hf_check.py.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -32,7 +32,7 @@
 
 #include "ckpt/sharded_checkpoint.h"
 
-namespace tripod::ckpt {
+namespace tripod::interop {
 
 // Whether a tripod config is of the Llama family HF's LlamaForCausalLM can
 // hold (RMSNorm, RoPE over whole heads, SwiGLU, no learned positions).
@@ -40,7 +40,7 @@ namespace tripod::ckpt {
 bool is_hf_llama(const config::GptConfig& c, std::string* why);
 
 // Writes OUT/model.safetensors and OUT/config.json from a tripod checkpoint.
-void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir);
+void export_hf_llama(const ckpt::CheckpointReader& reader, const std::string& out_dir);
 
 // Reads IN/config.json + IN/model.safetensors (one file) and writes a tripod
 // checkpoint (iteration 0, tp 1, weights only) into save_dir. `extra` is
@@ -51,4 +51,4 @@ config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& 
 // The "architectures" entry of IN/config.json ("" when absent).
 std::string hf_architecture(const std::string& in_dir);
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop

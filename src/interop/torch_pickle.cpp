@@ -1,9 +1,9 @@
-// Implementation of ckpt/torch_pickle.h: a stored-entry zip reader and a
+// Implementation of interop/torch_pickle.h: a stored-entry zip reader and a
 // restricted pickle interpreter. References: the ZIP application note
 // (PKWARE APPNOTE.TXT 6.3, sections 4.3 and 4.5.3 for ZIP64), Python's
 // Lib/pickle.py and Lib/pickletools.py (opcodes), torch/serialization.py and
 // torch/_utils.py (what torch.save writes).
-#include "ckpt/torch_pickle.h"
+#include "interop/torch_pickle.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,7 +18,7 @@
 
 #include "base/error.h"
 
-namespace tripod::ckpt {
+namespace tripod::interop {
 
 // ---- zip ----
 
@@ -567,4 +567,4 @@ Tensor TorchFile::tensor_f32(const PyValue& t) const {
   return out;
 }
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop

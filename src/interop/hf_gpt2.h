@@ -24,10 +24,10 @@
 
 #include "ckpt/sharded_checkpoint.h"
 
-namespace tripod::ckpt {
+namespace tripod::interop {
 
 // Writes OUT/model.safetensors and OUT/config.json from a tripod checkpoint.
-void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir);
+void export_hf_gpt2(const ckpt::CheckpointReader& reader, const std::string& out_dir);
 
 // Reads IN/config.json + IN/model.safetensors and writes a tripod checkpoint
 // (iteration 0, tp 1, weights only) into save_dir. `extra` is merged into
@@ -39,4 +39,4 @@ config::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& s
 // ("" for names HF does not have).
 std::string hf_name(const std::string& tripod_name, bool* transposed);
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop

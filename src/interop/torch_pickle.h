@@ -41,7 +41,7 @@
 
 #include "tensor/tensor.h"
 
-namespace tripod::ckpt {
+namespace tripod::interop {
 
 class ZipArchive {
  public:
@@ -111,4 +111,4 @@ class TorchFile {
   PyPtr root_;
 };
 
-}  // namespace tripod::ckpt
+}  // namespace tripod::interop
