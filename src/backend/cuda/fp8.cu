@@ -55,14 +55,14 @@ __global__ void quantize_kernel(uint8_t* out, float* amax, const T* in, const fl
     struct alignas(16) In8 { T v[8]; };
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
       const In8 x = reinterpret_cast<const In8*>(in)[i];
-      uint8_t q[8];
+      uint32_t q[2] = {0u, 0u};
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float f = to_f(x.v[j]);
         m = fmaxf(m, fabsf(f));
-        q[j] = to_fp8<kE5M2>(f * s);
+        q[j / 4] |= uint32_t(to_fp8<kE5M2>(f * s)) << (8 * (j % 4));  // little-endian bytes
       }
-      reinterpret_cast<uint2*>(out)[i] = *reinterpret_cast<const uint2*>(q);
+      reinterpret_cast<uint2*>(out)[i] = make_uint2(q[0], q[1]);
     }
   } else {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride) {
@@ -115,10 +115,12 @@ __global__ void dequantize_kernel(T* out, const uint8_t* in, bool e5m2, const fl
     struct alignas(16) Out8 { T v[8]; };
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
       const uint2 raw = reinterpret_cast<const uint2*>(in)[i];
-      const uint8_t* q = reinterpret_cast<const uint8_t*>(&raw);
       Out8 y;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) y.v[j] = from_f<T>(from_fp8(q[j], e5m2) * s);
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t q = static_cast<uint8_t>((j < 4 ? raw.x : raw.y) >> (8 * (j % 4)));
+        y.v[j] = from_f<T>(from_fp8(q, e5m2) * s);
+      }
       reinterpret_cast<Out8*>(out)[i] = y;
     }
   } else {
