@@ -6,8 +6,9 @@
 # and dgrad write bf16, wgrad f32. _scaled_mm wants its first operand
 # row-major and its second column-major: the K-major layout of tripod's
 # fp8_matmul, so the same transposed copies are fed. use_fast_accum=False,
-# as fp8_matmul. (tripod's wgrad also adds into the f32 gradient, one read
-# of it more than _scaled_mm's plain write.) Timing: 3 warm-up calls, then 5
+# as fp8_matmul; the "fast" column with use_fast_accum=True (the bench's
+# fast-accumulation column). (tripod's wgrad also adds into the f32 gradient, one read
+# of it more than _scaled_mm's plain write; the bf16 wgrad here writes bf16.) Timing: 3 warm-up calls, then 5
 # repeats of ITERS calls between CUDA-event pairs; the median per call.
 #
 # usage: fp8_gemm_torch.py [--model gpt2-1.5b|llama3-8b|all] [--iters N]
@@ -47,7 +48,7 @@ def main():
     one = torch.ones((), device=dev)  # per-tensor scales (f32 scalars)
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.iters} iterations per repeat")
     print(f"{'model':10} {'gemm':5} {'orient':6} {'M x N x K':22} {'bf16 us':>10} {'TFLOP/s':>9} "
-          f"{'fp8 us':>10} {'TFLOP/s':>9} {'ratio':>7}")
+          f"{'fp8 us':>10} {'TFLOP/s':>9} {'ratio':>7} {'fast us':>10} {'TFLOP/s':>9}")
     for name, (N, gemms) in MODELS.items():
         if args.model not in ("all", name):
             continue
@@ -57,20 +58,23 @@ def main():
             dy = torch.randn(N, OC, device=dev, dtype=torch.bfloat16) * 1e-3
             x8, w8, dy8 = x.to(e4), w.to(e4), (dy * 16).to(e5)
             x8t, w8t, dy8t = x8.t().contiguous(), w8.t().contiguous(), dy8.t().contiguous()
+            def scaled(a, b, out_dtype):  # a row-major (M, K), b row-major (Nn, K): a @ b^T
+                return (lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=out_dtype),
+                        lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=out_dtype,
+                                                 use_fast_accum=True))
+
             cases = [
-                ("fwd", N, OC, C, lambda: x @ w.t(),
-                 lambda: torch._scaled_mm(x8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
-                ("dgrad", N, C, OC, lambda: dy @ w,
-                 lambda: torch._scaled_mm(dy8, w8t.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
-                ("wgrad", OC, C, N, lambda: dy.t() @ x,
-                 lambda: torch._scaled_mm(dy8t, x8t.t(), scale_a=one, scale_b=one, out_dtype=torch.float32)),
+                ("fwd", N, OC, C, lambda: x @ w.t(), *scaled(x8, w8, torch.bfloat16)),
+                ("dgrad", N, C, OC, lambda: dy @ w, *scaled(dy8, w8t, torch.bfloat16)),
+                ("wgrad", OC, C, N, lambda: dy.t() @ x, *scaled(dy8t, x8t, torch.float32)),
             ]
-            for orient, M, Nn, K, bf16, fp8 in cases:
+            for orient, M, Nn, K, bf16, fp8, fp8_fast in cases:
                 flops = 2.0 * M * Nn * K
-                tb, tf = median_us(bf16, args.iters), median_us(fp8, args.iters)
+                tb, tf, tq = (median_us(fn, args.iters) for fn in (bf16, fp8, fp8_fast))
                 shape = f"{M} x {Nn} x {K}"
                 print(f"{name:10} {g:5} {orient:6} {shape:22} {tb:10.1f} {flops / tb * 1e-6:9.1f} "
-                      f"{tf:10.1f} {flops / tf * 1e-6:9.1f} {tb / tf:6.2f}x", flush=True)
+                      f"{tf:10.1f} {flops / tf * 1e-6:9.1f} {tb / tf:6.2f}x {tq:10.1f} {flops / tq * 1e-6:9.1f}",
+                      flush=True)
 
 
 if __name__ == "__main__":
