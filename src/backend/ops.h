@@ -13,6 +13,8 @@
 //    adamw_update with a compute_out: adamw_update_cast_impl) have default _impls composed
 //    of the unfused ops (ops.cpp), so the CPU reference gives exactly the
 //    unfused results; a backend with a fused kernel overrides them.
+//  - The FP8 ops (fp8_quantize, fp8_cast_transpose, fp8_dequantize,
+//    fp8_matmul) have their validators in ops_fp8.cpp.
 //  - Adding an op: docs/adding-an-op.md.
 //
 // Conventions (all ops):
@@ -228,6 +230,38 @@ class Backend {
   // a statistics tensor (f32, or f64 under f64 x).
   void sum_squares(Tensor& acc, const Tensor& x);
 
+  // ---- FP8 (Transformer Engine's cast and GEMM ops; validators in ops_fp8.cpp) ----
+  // FP8 tensors have dtype E4M3 or E5M2. A value v converts as
+  // tensor/dtype.h's f32_to_fp8(f32(v) * scale): the product in f32, then
+  // round to nearest even, saturating to +-max (448 / 57344; also +-inf);
+  // NaN -> 0x7f. scale, scale_inv and amax are one-element statistics
+  // tensors on the device (f32; f64 under f64 inputs on the CPU reference,
+  // holding f32 values), so a delayed-scaling recipe can update them without
+  // a host sync. amax ACCUMULATES: amax = max(amax, max |in|) over the
+  // elements (NaN elements are skipped, as fmaxf; inf counts), so one
+  // amax can gather several tensors (zero it to start a new one).
+  //
+  // out = fp8(in * scale) (out: E4M3 or E5M2, in's numel).
+  void fp8_quantize(Tensor& out, Tensor& amax, const Tensor& in, const Tensor& scale);
+  // in(R, C) (R = numel / last dim): out(R, C) as fp8_quantize and out_t(C, R)
+  // its transpose, in one pass (Hopper's FP8 GEMM takes K-major operands
+  // only, so the weight gradient needs the transposes of dy and x).
+  void fp8_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& in,
+                          const Tensor& scale);
+  // out = f32(in) * scale_inv (in f32), rounded to out's dtype.
+  void fp8_dequantize(Tensor& out, const Tensor& in, const Tensor& scale_inv);
+  // The linear layer's GEMM on FP8 operands, both K-major:
+  // out(N, OC) = (a(N, K) * a_scale_inv) @ (b(OC, K) * b_scale_inv)^T (+ bias(OC)),
+  // accumulated in f32 (f64 on the reference) and rounded once to out's
+  // dtype; with accumulate, out += the product instead (no bias then).
+  //   forward  y = x W^T      fp8_matmul(y, x8, sx_inv, w8, sw_inv, &bias)
+  //   dgrad    dx = dy W      fp8_matmul(dx, dy8, sdy_inv, w8_t, sw_inv)          (w8_t (C, OC))
+  //   wgrad    dW += dy^T x   fp8_matmul(dW, dy8_t, sdy_inv, x8_t, sx_inv, nullptr, true)
+  // a and b are not both E5M2 (no FP8 GEMM takes two E5M2 operands; in
+  // the hybrid format only gradients are E5M2). bias has out's dtype.
+  void fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                  const Tensor& b_scale_inv, const Tensor* bias = nullptr, bool accumulate = false);
+
  protected:
   // One per public op, called after its checks passed (see ops.cpp).
   virtual void copy_impl(Tensor& dst, const Tensor& src) = 0;
@@ -297,6 +331,12 @@ class Backend {
   virtual void adamw_update_cast_impl(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                                       const AdamWStep& step, Tensor& compute_out);
   virtual void sum_squares_impl(Tensor& acc, const Tensor& x) = 0;
+  // FP8: fp8_quantize is fp8_cast_transpose_impl with out_t null.
+  virtual void fp8_cast_transpose_impl(Tensor& out, Tensor* out_t, Tensor& amax, const Tensor& in,
+                                       const Tensor& scale) = 0;
+  virtual void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) = 0;
+  virtual void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                               const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) = 0;
 };
 
 // The statistics dtype of activations of dtype `act`: f64 for f64, else f32.

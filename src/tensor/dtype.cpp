@@ -1,8 +1,10 @@
 // Implementation of tensor/dtype.h.
 #include "tensor/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/error.h"
 
@@ -13,7 +15,7 @@ size_t dtype_size(DType d) {
     case DType::F32: case DType::I32: return 4;
     case DType::F64: case DType::I64: return 8;
     case DType::BF16: case DType::F16: case DType::U16: return 2;
-    case DType::U8: return 1;
+    case DType::U8: case DType::E4M3: case DType::E5M2: return 1;
   }
   return 0;
 }
@@ -28,15 +30,17 @@ const char* dtype_name(DType d) {
     case DType::I64: return "i64";
     case DType::U16: return "u16";
     case DType::U8: return "u8";
+    case DType::E4M3: return "e4m3";
+    case DType::E5M2: return "e5m2";
   }
   return "?";
 }
 
 DType dtype_from_name(const std::string& n) {
   for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64,
-                  DType::U16, DType::U8})
+                  DType::U16, DType::U8, DType::E4M3, DType::E5M2})
     if (n == dtype_name(d)) return d;
-  TRIPOD_FAIL("unknown dtype '{}' (expected one of f32, f64, bf16, f16, i32, i64, u16, u8)", n);
+  TRIPOD_FAIL("unknown dtype '{}' (expected one of f32, f64, bf16, f16, i32, i64, u16, u8, e4m3, e5m2)", n);
 }
 
 std::string Device::str() const {
@@ -94,5 +98,71 @@ float f16_to_f32(uint16_t h) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+
+// ---- FP8 ----
+// The conversions work on the exact value (double holds every f32 and every
+// FP8 value), so each rule reads as written in dtype.h.
+
+namespace {
+
+struct Fp8Format {
+  int mant;         // mantissa bits
+  int bias;         // exponent bias
+  double max;       // largest finite value
+  bool has_inf;     // E5M2: IEEE-like inf/NaN; E4M3: only S.1111.111 is NaN
+};
+constexpr Fp8Format kE4M3{3, 7, 448.0, false};
+constexpr Fp8Format kE5M2{2, 15, 57344.0, true};
+
+uint8_t encode_fp8(float x, const Fp8Format& f) {
+  if (std::isnan(x)) return 0x7f;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const int emin = 1 - f.bias;  // exponent of the smallest normal; subnormals share its quantum
+  double a = std::fabs(static_cast<double>(x));
+  if (std::isinf(a)) {
+    a = f.max;
+  } else if (a > 0) {
+    int e;
+    std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): the exponent of a is e - 1
+    const double quantum = std::ldexp(1.0, std::max(e - 1, emin) - f.mant);
+    a = std::nearbyint(a / quantum) * quantum;  // ties to even (the default rounding mode)
+    a = std::min(a, f.max);                     // saturate
+  }
+  if (a == 0) return sign;
+  int e;
+  std::frexp(a, &e);
+  const int exp = e - 1;
+  if (exp < emin)  // subnormal: exponent field 0, a = mantissa * 2^(emin - mant)
+    return static_cast<uint8_t>(sign | static_cast<int>(std::ldexp(a, f.mant - emin)));
+  const int mantissa = static_cast<int>(std::ldexp(a, f.mant - exp)) - (1 << f.mant);
+  return static_cast<uint8_t>(sign | ((exp + f.bias) << f.mant) | mantissa);
+}
+
+float decode_fp8(uint8_t c, const Fp8Format& f) {
+  const int field = (c & 0x7f) >> f.mant, mantissa = c & ((1 << f.mant) - 1);
+  const int field_max = (1 << (7 - f.mant)) - 1;
+  if (f.has_inf ? field == field_max && mantissa != 0 : (c & 0x7f) == 0x7f)
+    return std::numeric_limits<float>::quiet_NaN();
+  double v;
+  if (f.has_inf && field == field_max) v = std::numeric_limits<double>::infinity();
+  else if (field == 0) v = std::ldexp(mantissa, 1 - f.bias - f.mant);
+  else v = std::ldexp((1 << f.mant) + mantissa, field - f.bias - f.mant);
+  return static_cast<float>(c & 0x80 ? -v : v);
+}
+
+const Fp8Format& fp8_format(DType d) {
+  TRIPOD_CHECK(is_fp8(d), "expected an FP8 dtype (e4m3 or e5m2), got {}", dtype_name(d));
+  return d == DType::E4M3 ? kE4M3 : kE5M2;
+}
+
+}  // namespace
+
+uint8_t f32_to_e4m3(float x) { return encode_fp8(x, kE4M3); }
+uint8_t f32_to_e5m2(float x) { return encode_fp8(x, kE5M2); }
+float e4m3_to_f32(uint8_t x) { return decode_fp8(x, kE4M3); }
+float e5m2_to_f32(uint8_t x) { return decode_fp8(x, kE5M2); }
+uint8_t f32_to_fp8(float x, DType fp8) { return encode_fp8(x, fp8_format(fp8)); }
+float fp8_to_f32(uint8_t x, DType fp8) { return decode_fp8(x, fp8_format(fp8)); }
+float fp8_max(DType fp8) { return static_cast<float>(fp8_format(fp8).max); }
 
 }  // namespace tripod

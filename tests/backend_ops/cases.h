@@ -33,5 +33,6 @@ void add_layer_cases(std::vector<OpCase>& cases);      // cases_layers.cpp
 void add_attention_cases(std::vector<OpCase>& cases);  // cases_attention.cpp
 void add_fused_cases(std::vector<OpCase>& cases);      // cases_fused.cpp
 void add_llama_cases(std::vector<OpCase>& cases);      // cases_llama.cpp
+void add_fp8_cases(std::vector<OpCase>& cases);        // cases_fp8.cpp
 
 }  // namespace tripod::testing

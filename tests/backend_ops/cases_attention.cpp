@@ -94,6 +94,7 @@ const std::vector<OpCase>& all_cases() {
     add_attention_cases(v);
     add_fused_cases(v);
     add_llama_cases(v);
+    add_fp8_cases(v);
     return v;
   }();
   return cases;

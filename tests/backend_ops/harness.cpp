@@ -24,9 +24,24 @@ double tolerance(DType act) {
 namespace {
 
 DType target_dtype(Kind k, DType act) {
-  return k == Kind::Act ? act : k == Kind::F32 ? DType::F32 : DType::I32;
+  switch (k) {
+    case Kind::Act: return act;
+    case Kind::F32: return DType::F32;
+    case Kind::Ids: return DType::I32;
+    case Kind::E4M3: return DType::E4M3;
+    case Kind::E5M2: return DType::E5M2;
+  }
+  return act;
 }
-DType ref_dtype(Kind k) { return k == Kind::Ids ? DType::I32 : DType::F64; }
+DType ref_dtype(Kind k) {
+  return k == Kind::Ids || k == Kind::E4M3 || k == Kind::E5M2 ? target_dtype(k, DType::F64) : DType::F64;
+}
+
+// An FP8 code's value, NaN with the code's sign (so 0x7f and 0xff differ).
+double fp8_value(uint8_t c, DType d) {
+  const double v = fp8_to_f32(c, d);
+  return std::isnan(v) ? std::copysign(v, c & 0x80 ? -1.0 : 1.0) : v;
+}
 
 // Value after a round trip through dtype d (what the target can hold).
 double round_to(double x, DType d) {
@@ -35,6 +50,7 @@ double round_to(double x, DType d) {
     case DType::BF16: return bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
     case DType::F16: return f16_to_f32(f32_to_f16(static_cast<float>(x)));
     case DType::I32: return static_cast<int32_t>(x);
+    case DType::E4M3: case DType::E5M2: return fp8_value(f32_to_fp8(static_cast<float>(x), d), d);
     default: return x;
   }
 }
@@ -48,6 +64,9 @@ Tensor host_from(const std::vector<double>& v, const Shape& shape, DType d) {
       case DType::BF16: t.data_u16()[i] = f32_to_bf16(static_cast<float>(v[i])); break;
       case DType::F16: t.data_u16()[i] = f32_to_f16(static_cast<float>(v[i])); break;
       case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(v[i]); break;
+      case DType::E4M3: case DType::E5M2:
+        static_cast<uint8_t*>(t.raw())[i] = f32_to_fp8(static_cast<float>(v[i]), d);
+        break;
       default: TRIPOD_FAIL("harness: dtype {}", dtype_name(d));
     }
   }
@@ -66,6 +85,7 @@ std::vector<double> to_host(backend::Backend& be, const Tensor& t) {
       case DType::BF16: v[i] = bf16_to_f32(h.data_u16()[i]); break;
       case DType::F16: v[i] = f16_to_f32(h.data_u16()[i]); break;
       case DType::I32: v[i] = h.data<int32_t>()[i]; break;
+      case DType::E4M3: case DType::E5M2: v[i] = fp8_value(static_cast<uint8_t*>(h.raw())[i], t.dtype()); break;
       default: TRIPOD_FAIL("harness: dtype {}", dtype_name(t.dtype()));
     }
   }
@@ -95,14 +115,23 @@ std::vector<double> generate(const ArgSpec& a, std::mt19937_64& rng) {
 
 struct Metrics {
   double nmse = 0, max_abs = 0, max_rel = 0;
-  int64_t bad = 0;  // non-finite where the reference is finite
+  int64_t bad = 0;  // non-finite where the reference is finite (exact: any element that differs)
 };
 
-Metrics compare(const std::vector<double>& got, const std::vector<double>& ref) {
+// Bit-for-bit equality of two values: NaN to NaN of the same sign, zeros of the same sign.
+bool same_bits(double a, double b) {
+  if (std::signbit(a) != std::signbit(b)) return false;
+  return (std::isnan(a) && std::isnan(b)) || a == b;
+}
+
+Metrics compare(const std::vector<double>& got, const std::vector<double>& ref, bool exact) {
   Metrics m;
   double err2 = 0, ref2 = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i]) && std::isfinite(ref[i])) {
+    if (exact) {
+      m.bad += !same_bits(got[i], ref[i]);
+      if (!std::isfinite(got[i]) || !std::isfinite(ref[i])) continue;
+    } else if (!std::isfinite(got[i]) && std::isfinite(ref[i])) {
       ++m.bad;
       continue;
     }
@@ -159,17 +188,25 @@ CaseResult run_case(const OpCase& c, backend::Backend& target, DType act, backen
   target.synchronize();
 
   CaseResult r;
-  const double tol = tolerance(act) * c.tol_scale;
+  const double tol = c.exact ? 0.0 : c.gate ? c.gate(act) : tolerance(act) * c.tol_scale;
   for (size_t i = 0; i < n; ++i) {
     if (c.args[i].role == Role::In) continue;
     std::vector<double> got = to_host(target, ta[i]), want = to_host(ref, ra[i]);
-    Metrics m = compare(got, want);
+    if (c.exact)  // the reference, rounded as the target stores it
+      for (auto& x : want) x = round_to(x, ta[i].dtype());
+    Metrics m = compare(got, want, c.exact);
     bool ok = m.bad == 0 && m.nmse <= tol;
     r.ok = r.ok && ok;
     r.summary += fmt::format("  {:<8} {} nmse={:.3e} (tol {:.0e}) max_abs={:.3e} max_rel={:.3e}{}\n",
                              c.args[i].name, ok ? "OK    " : "NOT OK", m.nmse, tol, m.max_abs,
-                             m.max_rel, m.bad ? fmt::format(" non-finite={}", m.bad) : "");
-    if (!ok)
+                             m.max_rel, m.bad ? fmt::format(" {}={}", c.exact ? "differ" : "non-finite", m.bad) : "");
+    if (!ok && c.exact) {
+      int shown = 0;
+      for (size_t k = 0; k < got.size() && shown < 8; ++k)
+        if (!same_bits(got[k], want[k]))
+          r.detail += fmt::format("    {}[{}] got {:.8g} want {:.8g} NOT OK\n", c.args[i].name, k, got[k],
+                                  want[k]), ++shown;
+    } else if (!ok)
       for (size_t k = 0; k < std::min<size_t>(8, got.size()); ++k)
         r.detail += fmt::format("    {}[{}] got {:.8g} want {:.8g} {}\n", c.args[i].name, k,
                                 got[k], want[k],

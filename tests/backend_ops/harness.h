@@ -9,7 +9,10 @@
 // element fails), Acc (random initial value that the op adds into; checks
 // the += contract). Kinds: Act (the tested dtype: f32, bf16 or f16), F32
 // (statistics, parameter gradients, optimizer state: f32 under test, f64 in
-// the reference), Ids (i32 token ids in [lo, hi)).
+// the reference), Ids (i32 token ids in [lo, hi)), E4M3 / E5M2 (FP8 tensors,
+// the same dtype on both backends; values saturate to the format's range).
+// An exact case compares every output bit for bit with the reference
+// rounded to the tested dtype (NaN to NaN of the same sign, signed zeros).
 // A case may derive inputs (LayerNorm mean/rstd, attention out/lse, CE row
 // max/sums) by running ops on the reference first (`prepare`).
 #pragma once
@@ -24,7 +27,7 @@
 namespace tripod::testing {
 
 enum class Role { In, Out, Acc };
-enum class Kind { Act, F32, Ids };
+enum class Kind { Act, F32, Ids, E4M3, E5M2 };
 
 struct ArgSpec {
   std::string name;
@@ -46,6 +49,8 @@ struct OpCase {
   OpFn prepare;              // optional: derives In args on the f64 reference
   bool f32_only = false;     // all arguments are f32 state (AdamW): one dtype is enough
   double tol_scale = 1.0;    // multiplies the dtype's NMSE bound (documented per case)
+  bool exact = false;        // bit for bit instead of the NMSE gate (the FP8 casts)
+  std::function<double(DType)> gate;  // optional: this case's NMSE bound per dtype (documented per case)
 };
 
 // Max NMSE per tested activation dtype.

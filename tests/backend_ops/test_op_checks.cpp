@@ -155,6 +155,33 @@ std::vector<Bad> bad_calls() {
     Tensor p = e(be, {8}), g = e(be, {8}), m = e(be, {8}), s = e(be, {8});
     Tensor c = p.flat(0, {8}); be.adamw_update(p, g, m, s, {}, &c); }});
   v.push_back({"sum_squares", "acc", [=](Backend& be) { Tensor a = e(be, {2}), x = e(be, {6}); be.sum_squares(a, x); }});
+  // FP8: E4M3 / E5M2 tensors, one-element f32 scales.
+  constexpr DType E4 = DType::E4M3, E5 = DType::E5M2;
+  v.push_back({"fp8_quantize", "out", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), a = e(be, {1}), x = e(be, {6, 8}), s = e(be, {1}); be.fp8_quantize(o, a, x, s); }});
+  v.push_back({"fp8_quantize", "scale", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}, E4), a = e(be, {1}), x = e(be, {6, 8}), s = e(be, {2}); be.fp8_quantize(o, a, x, s); }});
+  v.push_back({"fp8_cast_transpose", "out_t", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}, E4), ot = e(be, {6, 8}, E4), a = e(be, {1}), x = e(be, {6, 8}), s = e(be, {1});
+    be.fp8_cast_transpose(o, ot, a, x, s); }});
+  v.push_back({"fp8_cast_transpose", "out_t", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}, E4), ot = e(be, {8, 6}, E5), a = e(be, {1}), x = e(be, {6, 8}), s = e(be, {1});
+    be.fp8_cast_transpose(o, ot, a, x, s); }});
+  v.push_back({"fp8_dequantize", "in", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), x = e(be, {6, 8}, DType::U8), s = e(be, {1}); be.fp8_dequantize(o, x, s); }});
+  v.push_back({"fp8_matmul", "a", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), a = e(be, {6, 8}, E5), sa = e(be, {1}), w = e(be, {4, 8}, E5), sw = e(be, {1});
+    be.fp8_matmul(o, a, sa, w, sw); }});
+  v.push_back({"fp8_matmul", "a", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), a = e(be, {6, 7}, E4), sa = e(be, {1}), w = e(be, {4, 8}, E4), sw = e(be, {1});
+    be.fp8_matmul(o, a, sa, w, sw); }});
+  v.push_back({"fp8_matmul", "bias", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), a = e(be, {6, 8}, E4), sa = e(be, {1}), w = e(be, {4, 8}, E4), sw = e(be, {1}),
+           b = e(be, {4});
+    be.fp8_matmul(o, a, sa, w, sw, &b, true); }});
+  v.push_back({"fp8_matmul", "b_scale_inv", [=](Backend& be) {
+    Tensor o = e(be, {6, 4}), a = e(be, {6, 8}, E4), sa = e(be, {1}), w = e(be, {4, 8}, E4), sw = e(be, {1}, I);
+    be.fp8_matmul(o, a, sa, w, sw); }});
   return v;
 }
 

@@ -27,6 +27,8 @@ namespace {
   } while (0)
 
 int64_t rows(const Tensor& t) { return t.numel() / t.size(-1); }
+// The bytes of an FP8 (E4M3 / E5M2) tensor.
+uint8_t* fp8_data(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
 
 class CpuBackend final : public Backend {
  public:
@@ -196,6 +198,29 @@ class CpuBackend final : public Backend {
     double s = 0;
     TRIPOD_CPU_DISPATCH(x.dtype(), s = cpu::sum_squares<T>(x.data<T>(), x.numel()));
     TRIPOD_CPU_DISPATCH(acc.dtype(), acc.data<T>()[0] += static_cast<T>(s));
+  }
+
+  // ---- FP8 (fp8.cpp) ----
+  void fp8_cast_transpose_impl(Tensor& out, Tensor* out_t, Tensor& amax, const Tensor& in,
+                               const Tensor& scale) override {
+    const int64_t C = in.size(-1);
+    TRIPOD_CPU_DISPATCH(in.dtype(),
+        cpu::fp8_cast_transpose<T>(fp8_data(out), out_t ? fp8_data(*out_t) : nullptr, amax.data<cpu::stat_t<T>>(),
+                                   in.data<T>(), scale.data<cpu::stat_t<T>>()[0], C ? in.numel() / C : 0, C,
+                                   out.dtype()));
+  }
+  void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) override {
+    TRIPOD_CPU_DISPATCH(out.dtype(), cpu::fp8_dequantize<T>(out.data<T>(), fp8_data(in),
+                                                            scale_inv.data<cpu::stat_t<T>>()[0], out.numel(),
+                                                            in.dtype()));
+  }
+  void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) override {
+    const int64_t K = b.size(1), OC = b.size(0), N = K ? a.numel() / K : 0;
+    TRIPOD_CPU_DISPATCH(out.dtype(),
+        cpu::fp8_matmul<T>(out.data<T>(), fp8_data(a), a.dtype(), a_scale_inv.data<cpu::stat_t<T>>()[0],
+                           fp8_data(b), b.dtype(), b_scale_inv.data<cpu::stat_t<T>>()[0],
+                           bias ? bias->data<T>() : nullptr, accumulate, N, K, OC));
   }
 };
 

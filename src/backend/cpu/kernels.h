@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tensor/dtype.h"
+
 namespace tripod::backend::cpu {
 
 // Statistics type: f32, or f64 for the f64 reference.
@@ -69,6 +71,17 @@ void ce_row_sums(stat_t<T>* sums, const T* logits, const stat_t<T>* row_max, con
 template <typename T>
 void ce_backward(T* dlogits, const T* logits, const stat_t<T>* row_max, const stat_t<T>* sums,
                  const int32_t* targets, int64_t N, int64_t V, int64_t vocab_start, float dloss);
+
+// FP8 (fp8.cpp): fp8 is the dtype of the FP8 tensors (E4M3 or E5M2);
+// out_t may be null (fp8_quantize).
+template <typename T>
+void fp8_cast_transpose(uint8_t* out, uint8_t* out_t, stat_t<T>* amax, const T* in, stat_t<T> scale,
+                        int64_t R, int64_t C, DType fp8);
+template <typename T>
+void fp8_dequantize(T* out, const uint8_t* in, stat_t<T> scale_inv, int64_t n, DType fp8);
+template <typename T>
+void fp8_matmul(T* out, const uint8_t* a, DType a_fp8, stat_t<T> a_scale_inv, const uint8_t* b, DType b_fp8,
+                stat_t<T> b_scale_inv, const T* bias, bool accumulate, int64_t N, int64_t K, int64_t OC);
 
 template <typename T>
 void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, float lr, float b1, float b2,

@@ -22,6 +22,7 @@
 #include "backend/cuda/cross_entropy.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
+#include "backend/cuda/fp8.cuh"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/reduce.cuh"
@@ -47,12 +48,14 @@ class CudaBackend final : public Backend {
     caching_allocator();  // registers the CUDA allocator with tensor/
     TRIPOD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     blas_ = std::make_unique<BlasLt>();
+    fp8_gemm_ = std::make_unique<Fp8Gemm>();
   }
   ~CudaBackend() override {
     if (stream_) cudaStreamSynchronize(stream_);
     scratch_ = Tensor();
     rope_tables_.clear();
     blas_.reset();
+    fp8_gemm_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -313,6 +316,34 @@ class CudaBackend final : public Backend {
     cuda::sum_squares(acc.data<float>(), x.raw(), x.dtype(), x.numel(), scratch, stream_);
   }
 
+  // ---- FP8 (fp8.cu; the GEMM through cuBLASLt in fp8_matmul.cpp) ----
+  void fp8_cast_transpose_impl(Tensor& out, Tensor* out_t, Tensor& amax, const Tensor& in,
+                               const Tensor& scale) override {
+    const int64_t C = in.size(-1), R = C ? in.numel() / C : 0;
+    cuda::fp8_cast_transpose(out.raw(), out_t ? out_t->raw() : nullptr, out.dtype(), amax.data<float>(), in.raw(),
+                             in.dtype(), scale.data<float>(), R, C, stream_);
+  }
+  void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) override {
+    cuda::fp8_dequantize(out.raw(), out.dtype(), in.raw(), in.dtype(), scale_inv.data<float>(), out.numel(),
+                         stream_);
+  }
+  // cuBLASLt where it takes the call; an f32 out gets its bias added after
+  // the GEMM (the FP8 bias epilogue wants a bf16 bias there); other shapes
+  // (K or OC not a multiple of 16) go through the fallback kernel.
+  void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) override {
+    const int64_t K = b.size(1), OC = b.size(0), N = OC ? out.numel() / OC : 0;
+    const bool fuse_bias = bias && out.dtype() != DType::F32;
+    if (fp8_gemm_->run(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(), b.dtype(),
+                       b_scale_inv.data<float>(), fuse_bias ? bias->raw() : nullptr, accumulate, N, K, OC, stream_)) {
+      if (bias && !fuse_bias) cuda::add_bias(out.raw(), bias->raw(), N, OC, out.dtype(), stream_);
+      return;
+    }
+    cuda::fp8_matmul_fallback(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(),
+                              b.dtype(), b_scale_inv.data<float>(), bias ? bias->raw() : nullptr, accumulate, N, K,
+                              OC, stream_);
+  }
+
  private:
   static cuda::AdamWArgs adamw_args(const AdamWStep& step) {
     return {step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.grad_scale,
@@ -353,6 +384,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<BlasLt> blas_;
+  std::unique_ptr<Fp8Gemm> fp8_gemm_;  // FP8 GEMMs: own cuBLASLt handle, workspace at first use
   Tensor scratch_;  // f32 (n)
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
   bool deterministic_ = false;  // set_deterministic

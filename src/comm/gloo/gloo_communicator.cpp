@@ -61,7 +61,9 @@ void with_element_type(DType dtype, F&& f) {
     case DType::BF16:
     case DType::F16:
     case DType::U16: f(uint16_t{}); return;
-    case DType::U8: f(uint8_t{}); return;
+    case DType::U8:
+    case DType::E4M3:
+    case DType::E5M2: f(uint8_t{}); return;
   }
   TRIPOD_FAIL("unsupported dtype {}", dtype_name(dtype));
 }

@@ -1,0 +1,204 @@
+// FP8 casts (backend/ops.h: fp8_quantize, fp8_cast_transpose,
+// fp8_dequantize) and the fallback FP8 GEMM. CUDA version of
+// backend/cpu/fp8.cpp; the rules are tensor/dtype.h's:
+//  - to FP8: __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) (one cvt.rn.satfinite
+//    instruction on sm_89+), with NaN mapped to 0x7f first, so the NaN code
+//    does not depend on the instruction's NaN sign handling;
+//  - from FP8: exact through f16 (every E4M3 and E5M2 value is an f16 value);
+//    NaN codes give the positive quiet NaN;
+//  - amax: fmaxf over |x| per thread (NaN skipped), a block maximum, then one
+//    atomicMax on the float's bits (order-preserving for values >= 0).
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/fp8.cuh"
+
+namespace tripod::backend::cuda {
+namespace {
+
+template <bool kE5M2>
+__device__ __forceinline__ uint8_t to_fp8(float x) {
+  if (isnan(x)) return 0x7f;
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+__device__ __forceinline__ float from_fp8(uint8_t c, bool e5m2) {
+  const float f = __half2float(__half(__nv_cvt_fp8_to_halfraw(c, e5m2 ? __NV_E5M2 : __NV_E4M3)));
+  return isnan(f) ? __int_as_float(0x7fc00000) : f;
+}
+
+// Block maximum of m (>= 0) over any block shape, then amax = max(amax, it).
+__device__ __forceinline__ void commit_amax(float m, float* amax) {
+  __shared__ float part[32];
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warps = blockDim.x * blockDim.y / 32;
+  m = warp_max(m);
+  if (lane == 0) part[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    m = warp_max(lane < warps ? part[lane] : 0.f);
+    if (lane == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
+// out = fp8(in * scale) elementwise; 8 elements per step when `packed`
+// (n % 8 == 0, in 16-byte and out 8-byte aligned).
+template <typename T, bool kE5M2>
+__global__ void quantize_kernel(uint8_t* out, float* amax, const T* in, const float* scale, int64_t n,
+                                bool packed) {
+  const float s = *scale;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  float m = 0.f;
+  if (packed) {
+    struct alignas(16) In8 { T v[8]; };
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
+      const In8 x = reinterpret_cast<const In8*>(in)[i];
+      uint32_t q[2] = {0u, 0u};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float f = to_f(x.v[j]);
+        m = fmaxf(m, fabsf(f));
+        q[j / 4] |= uint32_t(to_fp8<kE5M2>(f * s)) << (8 * (j % 4));  // little-endian bytes
+      }
+      reinterpret_cast<uint2*>(out)[i] = make_uint2(q[0], q[1]);
+    }
+  } else {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride) {
+      const float f = to_f(in[i]);
+      m = fmaxf(m, fabsf(f));
+      out[i] = to_fp8<kE5M2>(f * s);
+    }
+  }
+  commit_amax(m, amax);
+}
+
+// in(R, C) -> out(R, C) and out_t(C, R): 32 x 32 tiles, blocks of 32 x 8
+// threads; the tile goes through shared memory so both writes are by rows.
+constexpr int kTile = 32, kTileRows = 8;
+template <typename T, bool kE5M2>
+__global__ void cast_transpose_kernel(uint8_t* out, uint8_t* out_t, float* amax, const T* in,
+                                      const float* scale, int64_t R, int64_t C) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const float s = *scale;
+  const int64_t c0 = int64_t(blockIdx.x) * kTile, row_tiles = (R + kTile - 1) / kTile;
+  float m = 0.f;
+  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
+    const int64_t r0 = tr * kTile;
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t r = r0 + i, c = c0 + threadIdx.x;
+      if (r < R && c < C) {
+        const float f = to_f(in[r * C + c]);
+        m = fmaxf(m, fabsf(f));
+        const uint8_t q = to_fp8<kE5M2>(f * s);
+        out[r * C + c] = q;
+        tile[i][threadIdx.x] = q;
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+      const int64_t c = c0 + i, r = r0 + threadIdx.x;
+      if (c < C && r < R) out_t[c * R + r] = tile[threadIdx.x][i];
+    }
+    __syncthreads();  // the tile is reused by the next row tile
+  }
+  commit_amax(m, amax);
+}
+
+template <typename T>
+__global__ void dequantize_kernel(T* out, const uint8_t* in, bool e5m2, const float* scale_inv, int64_t n,
+                                  bool packed) {
+  const float s = *scale_inv;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  if (packed) {
+    struct alignas(16) Out8 { T v[8]; };
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n / 8; i += stride) {
+      const uint2 raw = reinterpret_cast<const uint2*>(in)[i];
+      Out8 y;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const uint8_t q = static_cast<uint8_t>((j < 4 ? raw.x : raw.y) >> (8 * (j % 4)));
+        y.v[j] = from_f<T>(from_fp8(q, e5m2) * s);
+      }
+      reinterpret_cast<Out8*>(out)[i] = y;
+    }
+  } else {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += stride)
+      out[i] = from_f<T>(from_fp8(in[i], e5m2) * s);
+  }
+}
+
+template <typename T>
+__global__ void matmul_fallback_kernel(T* out, const uint8_t* a, bool a_e5m2, const float* a_scale_inv,
+                                       const uint8_t* b, bool b_e5m2, const float* b_scale_inv, const T* bias,
+                                       bool accumulate, int64_t N, int64_t K, int64_t OC) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= N * OC) return;
+  const int64_t n = idx / OC, o = idx % OC;
+  float acc = 0.f;
+  for (int64_t k = 0; k < K; ++k) acc += from_fp8(a[n * K + k], a_e5m2) * from_fp8(b[o * K + k], b_e5m2);
+  float v = acc * (*a_scale_inv * *b_scale_inv);
+  if (accumulate) v += to_f(out[idx]);
+  if (bias) v += to_f(bias[o]);
+  out[idx] = from_f<T>(v);
+}
+
+bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+}  // namespace
+
+void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* in, DType dt,
+                        const float* scale, int64_t R, int64_t C, cudaStream_t stream) {
+  const int64_t n = R * C;
+  if (n == 0) return;
+  auto* o = static_cast<uint8_t*>(out);
+  auto* ot = static_cast<uint8_t*>(out_t);
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    const T* x = static_cast<const T*>(in);
+    if (ot) {
+      const dim3 block(kTile, kTileRows);
+      const dim3 grid(static_cast<unsigned>(ceil_div(C, kTile)),
+                      static_cast<unsigned>(std::min<int64_t>(ceil_div(R, kTile), 65535)));
+      if (fp8 == DType::E5M2) cast_transpose_kernel<T, true><<<grid, block, 0, stream>>>(o, ot, amax, x, scale, R, C);
+      else cast_transpose_kernel<T, false><<<grid, block, 0, stream>>>(o, ot, amax, x, scale, R, C);
+    } else {
+      const bool packed = n % 8 == 0 && aligned(in, 16) && aligned(out, 8);
+      const int block = 256;
+      const unsigned grid = elementwise_grid(packed ? n / 8 : n, block);
+      if (fp8 == DType::E5M2) quantize_kernel<T, true><<<grid, block, 0, stream>>>(o, amax, x, scale, n, packed);
+      else quantize_kernel<T, false><<<grid, block, 0, stream>>>(o, amax, x, scale, n, packed);
+    }
+  });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void fp8_dequantize(void* out, DType dt, const void* in, DType fp8, const float* scale_inv, int64_t n,
+                    cudaStream_t stream) {
+  if (n == 0) return;
+  const bool packed = n % 8 == 0 && aligned(in, 8) && aligned(out, 16);
+  const int block = 256;
+  const unsigned grid = elementwise_grid(packed ? n / 8 : n, block);
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    dequantize_kernel<T><<<grid, block, 0, stream>>>(static_cast<T*>(out), static_cast<const uint8_t*>(in),
+                                                     fp8 == DType::E5M2, scale_inv, n, packed);
+  });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void fp8_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,
+                         const void* b, DType b_fp8, const float* b_scale_inv, const void* bias,
+                         bool accumulate, int64_t N, int64_t K, int64_t OC, cudaStream_t stream) {
+  if (N * OC == 0) return;
+  const int block = 256;
+  const unsigned grid = static_cast<unsigned>(ceil_div(N * OC, block));
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    matmul_fallback_kernel<T><<<grid, block, 0, stream>>>(
+        static_cast<T*>(out), static_cast<const uint8_t*>(a), a_fp8 == DType::E5M2, a_scale_inv,
+        static_cast<const uint8_t*>(b), b_fp8 == DType::E5M2, b_scale_inv, static_cast<const T*>(bias),
+        accumulate, N, K, OC);
+  });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+}  // namespace tripod::backend::cuda

@@ -1,0 +1,63 @@
+// Launchers of the FP8 ops of backend/ops.h (CUDA version of backend/cpu/fp8.cpp):
+// the casts (fp8.cu) and the FP8 GEMM through cuBLASLt (fp8_matmul.cpp).
+// FP8 tensors are bytes of dtype E4M3 or E5M2; activations are f32, bf16 or
+// f16 (`dt`); scale, scale_inv and amax are device pointers to one float.
+// The conversions match tensor/dtype.h's f32_to_fp8 / fp8_to_f32 bit for bit.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "tensor/dtype.h"
+
+namespace tripod::backend::cuda {
+
+// out(R, C) = fp8(f32(in) * scale); out_t(C, R) = its transpose when not
+// null (one pass: 32 x 32 tiles through shared memory); amax = max(amax, max |in|).
+void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* in, DType dt,
+                        const float* scale, int64_t R, int64_t C, cudaStream_t stream);
+// out(n) = f32(in) * scale_inv, rounded to dt.
+void fp8_dequantize(void* out, DType dt, const void* in, DType fp8, const float* scale_inv, int64_t n,
+                    cudaStream_t stream);
+// The FP8 GEMM of any shape without cuBLASLt (one thread per output, f32
+// accumulation): for shapes cuBLASLt's FP8 kernels do not take.
+void fp8_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,
+                         const void* b, DType b_fp8, const float* b_scale_inv, const void* bias,
+                         bool accumulate, int64_t N, int64_t K, int64_t OC, cudaStream_t stream);
+
+// cuBLASLt's FP8 GEMM, one per backend: its own handle and workspace
+// (allocated at the first call, so a run without FP8 pays nothing) and a
+// cache of chosen algorithms per shape, dtypes and alignment.
+class Fp8Gemm {
+ public:
+  Fp8Gemm() = default;
+  ~Fp8Gemm();
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+
+  // out(N, OC) (=, or += with accumulate) (a(N, K) * a_scale_inv) @
+  // (b(OC, K) * b_scale_inv)^T (+ bias(OC), of out's dtype), f32 accumulation
+  // (fast_accum: Hopper's faster FP8 accumulation without the f32
+  // promotion, CUBLASLT_MATMUL_DESC_FAST_ACCUM). Returns false, having done
+  // nothing, when cuBLASLt cannot take the call (K or OC not a multiple of
+  // 16, pointers not 16-byte aligned, no algorithm); the caller falls back.
+  // An f32 out takes no fused bias (cuBLASLt's FP8 bias epilogue wants a
+  // bf16 bias there): the caller adds it.
+  bool run(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
+           DType b_fp8, const float* b_scale_inv, const void* bias, bool accumulate, int64_t N, int64_t K,
+           int64_t OC, cudaStream_t stream, bool fast_accum = false);
+
+ private:
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, bool, bool, int>;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = size_t(32) << 20;
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;
+  std::map<Key, bool> unsupported_;
+};
+
+}  // namespace tripod::backend::cuda

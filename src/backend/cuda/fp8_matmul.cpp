@@ -1,0 +1,121 @@
+// cuBLASLt's FP8 GEMM (backend/cuda/fp8.cuh: Fp8Gemm). Row-major out(N, OC)
+// is the column-major D(OC, N) = op(A) op(B) with A = b (row-major (OC, K)
+// = column-major (K, OC), transposed) and B = a (column-major (K, N), as
+// is): the "TN" layout, the only one Hopper's FP8 kernels take (both
+// operands K-major). The per-tensor inverse scales ride as
+// CUBLASLT_MATMUL_DESC_A/B_SCALE_POINTER (device f32 scalars, so scaling
+// needs no host sync): D = (scale_A * scale_B) * (A B) (+ bias) (+ D).
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fp8.cuh"
+
+namespace tripod::backend::cuda {
+namespace {
+
+cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    case DType::E4M3: return CUDA_R_8F_E4M3;
+    case DType::E5M2: return CUDA_R_8F_E5M2;
+    default: fail_dtype(dt);
+  }
+}
+
+int alignment_of(const void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && a % align) align >>= 1;
+  return align;
+}
+
+struct MatmulDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }
+};
+struct Layout {
+  cublasLtMatrixLayout_t l = nullptr;
+  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
+};
+struct Preference {
+  cublasLtMatmulPreference_t p = nullptr;
+  ~Preference() { if (p) cublasLtMatmulPreferenceDestroy(p); }
+};
+
+}  // namespace
+
+Fp8Gemm::~Fp8Gemm() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+bool Fp8Gemm::run(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
+                  DType b_fp8, const float* b_scale_inv, const void* bias, bool accumulate, int64_t N, int64_t K,
+                  int64_t OC, cudaStream_t stream, bool fast_accum) {
+  if (N == 0 || OC == 0) return true;
+  // FP8 kernels want 16-byte leading dimensions and pointers (cuBLAS docs, "FP8"); the f32 bias is
+  // not an FP8 epilogue input.
+  const int align = std::min({alignment_of(out), alignment_of(a), alignment_of(b), bias ? alignment_of(bias) : 256});
+  if (K % 16 || OC % 16 || K == 0 || align < 16 || (bias && dt == DType::F32)) return false;
+  Key key{N, K, OC, static_cast<int>(dt), static_cast<int>(a_fp8), static_cast<int>(b_fp8), bias != nullptr,
+          accumulate, fast_accum, align};
+  if (unsupported_.count(key)) return false;
+  if (!handle_) {
+    TRIPOD_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    TRIPOD_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  }
+
+  MatmulDesc desc;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  // cuBLAS's A is our b, its B our a: the scales follow.
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv,
+                                                     sizeof(b_scale_inv)));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv,
+                                                     sizeof(a_scale_inv)));
+  const int8_t fast = fast_accum ? 1 : 0;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  const cudaDataType_t out_type = cuda_type(dt);
+  if (bias) {
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
+                                                       sizeof(out_type)));
+  }
+  Layout la, lb, ld;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, cuda_type(b_fp8), K, OC, K));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, cuda_type(a_fp8), K, N, K));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, out_type, OC, N, OC));
+
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    Preference pref;
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                             &workspace_bytes_, sizeof(workspace_bytes_)));
+    const uint32_t a32 = static_cast<uint32_t>(align);
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &a32, sizeof(a32)));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1,
+                                                              &result, &found);
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {  // e.g. NOT_SUPPORTED for this combination
+      unsupported_.emplace(key, true);
+      return false;
+    }
+    it = algos_.emplace(key, result.algo).first;
+  }
+  const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, b, la.l, a, lb.l, &beta, out, ld.l, out, ld.l,
+                                     &it->second, workspace_, workspace_bytes_, stream));
+  return true;
+}
+
+}  // namespace tripod::backend::cuda

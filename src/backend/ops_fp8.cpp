@@ -1,0 +1,89 @@
+// The FP8 ops of backend/ops.h (Transformer Engine's vocabulary: quantize,
+// cast-transpose, dequantize, the FP8 GEMM): their validators, shared by
+// every backend, then the backend's <op>_impl. The conversion rules are
+// tensor/dtype.h's (f32_to_fp8, fp8_to_f32).
+#include "backend/checks.h"
+#include "backend/ops.h"
+
+namespace tripod::backend {
+namespace {
+
+using namespace checks;
+
+void fp8(const Checks& k, const Tensor& t, const char* name) {
+  k.on_device(t, name);
+  k.that(is_fp8(t.dtype()), fmt::format("{} must have an FP8 dtype (e4m3 or e5m2), got {}", name, t.str()));
+}
+
+// A per-tensor scalar (scale, scale_inv, amax): one statistics element.
+void scalar(const Checks& k, const Tensor& t, const char* name, DType act) {
+  k.stat(t, name, act, 1, "one per tensor");
+}
+
+// Shared by fp8_quantize and fp8_cast_transpose.
+DType check_quantize(const Checks& k, const Tensor& out, const Tensor& amax, const Tensor& in,
+                     const Tensor& scale) {
+  const DType dt = k.act(in, "in");
+  fp8(k, out, "out");
+  k.numel(out, "out", in.numel(), "as many as in");
+  scalar(k, amax, "amax", dt);
+  scalar(k, scale, "scale", dt);
+  return dt;
+}
+
+}  // namespace
+
+void Backend::fp8_quantize(Tensor& out, Tensor& amax, const Tensor& in, const Tensor& scale) {
+  check_quantize(Checks(*this, "fp8_quantize"), out, amax, in, scale);
+  fp8_cast_transpose_impl(out, nullptr, amax, in, scale);
+}
+
+void Backend::fp8_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& in,
+                                 const Tensor& scale) {
+  Checks k(*this, "fp8_cast_transpose");
+  check_quantize(k, out, amax, in, scale);
+  k.that(in.dim() >= 2, fmt::format("in {} must be (R, C): rows of C", in.str()));
+  fp8(k, out_t, "out_t");
+  k.that(out_t.dtype() == out.dtype(),
+         fmt::format("out_t {} and out {} must have one FP8 dtype", out_t.str(), out.str()));
+  k.dim(out_t, "out_t", 2, "(C, R): the transpose of in");
+  k.that(out_t.size(0) == in.size(-1) && out_t.size(1) == rows_of(in),
+         fmt::format("out_t {} must be (C, R) = ({}, {}), the transpose of in {}", out_t.str(), in.size(-1),
+                     rows_of(in), in.str()));
+  k.that(!overlaps(out, out_t), "out and out_t must not overlap");
+  fp8_cast_transpose_impl(out, &out_t, amax, in, scale);
+}
+
+void Backend::fp8_dequantize(Tensor& out, const Tensor& in, const Tensor& scale_inv) {
+  Checks k(*this, "fp8_dequantize");
+  const DType dt = k.act(out, "out");
+  fp8(k, in, "in");
+  k.numel(in, "in", out.numel(), "as many as out");
+  scalar(k, scale_inv, "scale_inv", dt);
+  fp8_dequantize_impl(out, in, scale_inv);
+}
+
+void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                         const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) {
+  Checks k(*this, "fp8_matmul");
+  const DType dt = k.act(out, "out");
+  fp8(k, a, "a");
+  fp8(k, b, "b");
+  k.dim(b, "b", 2, "(OC, K): K-major");
+  k.that(a.dim() >= 1 && a.size(-1) == b.size(1),
+         fmt::format("a {} must be (N, K) with K = {} (b {} is (OC, K))", a.str(), b.size(1), b.str()));
+  k.that(!(a.dtype() == DType::E5M2 && b.dtype() == DType::E5M2),
+         "a and b must not both be e5m2 (no FP8 GEMM takes two e5m2 operands; make one of them e4m3)");
+  const int64_t OC = b.size(0);
+  k.numel(out, "out", rows_of(a) * OC, "N * OC");
+  k.that(out.size(-1) == OC, fmt::format("out {} must have width OC = {}", out.str(), OC));
+  scalar(k, a_scale_inv, "a_scale_inv", dt);
+  scalar(k, b_scale_inv, "b_scale_inv", dt);
+  if (bias) {
+    k.like(*bias, "bias", dt, OC, "OC");
+    k.that(!accumulate, "bias must be null with accumulate (out += a b^T takes no bias)");
+  }
+  fp8_matmul_impl(out, a, a_scale_inv, b, b_scale_inv, bias, accumulate);
+}
+
+}  // namespace tripod::backend

@@ -1,0 +1,139 @@
+// backend_ops cases: the FP8 ops (fp8_quantize, fp8_cast_transpose,
+// fp8_dequantize, fp8_matmul). The casts are exact cases: every output
+// (FP8 codes, amax, dequantized values) must equal the CPU reference bit for
+// bit, including saturation, NaN, signed zeros, subnormals and values below
+// half the smallest subnormal, which the `_special` cases write at the
+// front of the input. fp8_matmul is gated by NMSE against the f64 product
+// of the exactly decoded operands (fp8_matmul_gate below says why).
+// Shapes: one the CUDA fast paths take (widths multiples of 16, 16-byte
+// rows) and one they do not (odd widths, rows not a multiple of the tiles).
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cases.h"
+
+namespace tripod::testing {
+
+using backend::Backend;
+
+namespace {
+
+// Values at the edges of both formats' rounding rules (with scale 1):
+// ties at the top (464: ties to 448 in E4M3; 61440: to 57344 in E5M2, whose
+// next step would pass max), overflow and inf (saturate), NaN of either
+// sign (0x7f), signed zeros, subnormal ties (3 * 2^-10 = 1.5 quanta of
+// E4M3's 2^-9 -> 2 quanta), half the smallest subnormal (-> zero),
+// mantissa ties (1.0625 -> 1, 1.1875 -> 1.25 in E4M3), and an f32
+// subnormal. Each format meets the other's edges too.
+std::vector<double> special_values() {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  return {nan, -nan, inf, -inf, 0.0, -0.0, 448, -448, 464, 465, 480, -1e6, 57344, 61440, 61439, 65536,
+          std::ldexp(1, -9), std::ldexp(1, -10), -std::ldexp(1, -10), std::ldexp(1.5, -10), std::ldexp(3, -10),
+          std::ldexp(5, -10), std::ldexp(1, -16), std::ldexp(1, -17), std::ldexp(1.5, -17), std::ldexp(3, -17),
+          1e-30, -1e-30, 1.0625, 1.1875, 17, 18, -19, 0.1, 1e-45, std::ldexp(1, -14), std::ldexp(1, -6)};
+}
+
+// prepare(): the scale (the f64 reference holds an f32 value), and the
+// special values at the front of `in` when asked (scale 1 then, so the
+// values meet the rules as written).
+OpFn set_scale(size_t in, size_t scale, float value, bool specials) {
+  return [=](Backend&, Args& t) {
+    t[scale].data<double>()[0] = specials ? 1.0 : static_cast<double>(value);
+    if (!specials) {
+      t[in].data<double>()[0] = std::numeric_limits<double>::quiet_NaN();  // skipped by amax
+      return;
+    }
+    const std::vector<double> v = special_values();
+    double* x = t[in].data<double>();
+    for (size_t i = 0; i < v.size() && static_cast<int64_t>(i) < t[in].numel(); ++i) x[i] = v[i];
+  };
+}
+
+// fp8_matmul's NMSE gate. The products of two FP8 values are exact in f32
+// (at most 4 + 4 significant bits) and the reference sums them exactly in
+// f64, so the error is the GEMM's accumulation plus the output rounding.
+// Hopper's FP8 tensor cores add within one MMA keeping about 14 bits
+// (DeepSeek-V3 report, sec. 3.3.2), and cuBLASLt (fast accumulation off)
+// promotes each MMA's sum into f32: a relative error of ~2^-14 ~ 6e-5 per
+// partial sum at worst, an NMSE of a few 1e-9, so f32 outputs get 1e-7
+// (an f32 GEMM gets 1e-9). bf16 and f16 outputs are dominated by their own
+// rounding (2^-9, 2^-11 relative) and keep the harness's gates.
+double fp8_matmul_gate(DType out) { return out == DType::F32 ? 1e-7 : tolerance(out); }
+
+Kind kind_of(DType fp8) { return fp8 == DType::E4M3 ? Kind::E4M3 : Kind::E5M2; }
+
+}  // namespace
+
+void add_fp8_cases(std::vector<OpCase>& v) {
+  struct Fmt { const char* tag; DType dt; float scale; };
+  struct Sh { const char* tag; int64_t r, c; bool specials; };
+  for (Fmt f : {Fmt{"_e4m3", DType::E4M3, 300.7f}, Fmt{"_e5m2", DType::E5M2, 20011.3f}}) {
+    const Kind k = kind_of(f.dt);
+    for (Sh s : {Sh{"", 64, 96, false}, Sh{"_odd", 67, 100, false}, Sh{"_special", 8, 16, true}}) {
+      const int64_t R = s.r, C = s.c;
+      const std::string tag = std::string(f.tag) + s.tag;
+      OpCase q{"fp8_quantize" + tag,
+               {out("out", {R, C}, k), acc("amax", {1}, Kind::F32, true), in("in", {R, C}),
+                positive("scale", {1}, Kind::F32)},
+               [](Backend& be, Args& t) { be.fp8_quantize(t[0], t[1], t[2], t[3]); },
+               set_scale(2, 3, f.scale, s.specials)};
+      q.exact = true;
+      v.push_back(q);
+    }
+    // Cast + transpose: tiles of the CUDA kernel whole, cut, and one row.
+    for (Sh s : {Sh{"", 64, 96, false}, Sh{"_odd", 67, 100, false}, Sh{"_tall", 130, 33, false},
+                 Sh{"_row", 1, 48, false}, Sh{"_special", 8, 16, true}}) {
+      const int64_t R = s.r, C = s.c;
+      OpCase ct{std::string("fp8_cast_transpose") + f.tag + s.tag,
+                {out("out", {R, C}, k), out("out_t", {C, R}, k), acc("amax", {1}, Kind::F32, true),
+                 in("in", {R, C}), positive("scale", {1}, Kind::F32)},
+                [](Backend& be, Args& t) { be.fp8_cast_transpose(t[0], t[1], t[2], t[3], t[4]); },
+                set_scale(3, 4, f.scale, s.specials)};
+      ct.exact = true;
+      v.push_back(ct);
+    }
+    // Dequantize: the codes come from N(0, 1) * (max / 4) rounded to the
+    // format (saturated tails, subnormals near zero); NaN and inf codes
+    // (E5M2) are written in front by prepare.
+    for (Sh s : {Sh{"", 64, 96, false}, Sh{"_odd", 67, 100, false}}) {
+      const int64_t R = s.r, C = s.c;
+      const DType dt = f.dt;
+      OpCase dq{std::string("fp8_dequantize") + f.tag + s.tag,
+                {out("out", {R, C}), in("in", {R, C}, k, fp8_max(f.dt) / 4), positive("scale_inv", {1}, Kind::F32)},
+                [](Backend& be, Args& t) { be.fp8_dequantize(t[0], t[1], t[2]); },
+                [dt](Backend&, Args& t) {
+                  uint8_t* c = static_cast<uint8_t*>(t[1].raw());
+                  const uint8_t codes[] = {0x7f, 0x80, 0x00, 0x01, 0x81, 0x7e, 0xfe, 0x7c, 0xfc, 0x7b, 0x04, 0x08};
+                  for (size_t i = 0; i < sizeof(codes); ++i) c[i] = codes[i];
+                  t[2].data<double>()[0] = 1.0 / (dt == DType::E4M3 ? 300.7f : 20011.3f);
+                }};
+      dq.exact = true;
+      v.push_back(dq);
+    }
+  }
+
+  // ---- fp8_matmul: E4M3 x E4M3 (forward), E5M2 x E4M3 (hybrid dgrad/wgrad),
+  // with and without bias, and the wgrad form (out +=) ----
+  struct Mm { const char* tag; int64_t n, k, oc; DType a, b; bool bias, accumulate; };
+  for (Mm m : {Mm{"", 64, 128, 48, DType::E4M3, DType::E4M3, false, false},
+               Mm{"_bias", 64, 128, 48, DType::E4M3, DType::E4M3, true, false},
+               Mm{"_e5m2_a", 48, 64, 80, DType::E5M2, DType::E4M3, false, false},
+               Mm{"_e5m2_b_accumulate", 32, 96, 64, DType::E4M3, DType::E5M2, false, true},
+               Mm{"_odd", 37, 50, 29, DType::E4M3, DType::E4M3, true, false},
+               Mm{"_odd_accumulate", 37, 50, 29, DType::E5M2, DType::E4M3, false, true}}) {
+    const int64_t N = m.n, K = m.k, OC = m.oc;
+    std::vector<ArgSpec> args{m.accumulate ? acc("out", {N, OC}) : out("out", {N, OC}),
+                              in("a", {N, K}, kind_of(m.a), fp8_max(m.a) / 8), positive("a_scale_inv", {1}, Kind::F32, 0.01),
+                              in("b", {OC, K}, kind_of(m.b), fp8_max(m.b) / 8), positive("b_scale_inv", {1}, Kind::F32, 0.01)};
+    if (m.bias) args.push_back(in("bias", {OC}));
+    const bool bias = m.bias, accumulate = m.accumulate;
+    OpCase c{std::string("fp8_matmul") + m.tag, args, [bias, accumulate](Backend& be, Args& t) {
+               be.fp8_matmul(t[0], t[1], t[2], t[3], t[4], bias ? &t[5] : nullptr, accumulate);
+             }};
+    c.gate = fp8_matmul_gate;
+    v.push_back(c);
+  }
+}
+
+}  // namespace tripod::testing
