@@ -70,14 +70,18 @@ const char* st_dtype_name(DType d) {
     case DType::I64: return "I64";
     case DType::U16: return "U16";
     case DType::U8: return "U8";
+    case DType::E4M3: return "F8_E4M3";  // the safetensors names of the OCP FP8 formats
+    case DType::E5M2: return "F8_E5M2";
   }
   return "?";
 }
 
 DType st_dtype_from_name(const std::string& n, const std::string& file) {
-  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64, DType::U16, DType::U8})
+  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::F16, DType::I32, DType::I64, DType::U16, DType::U8,
+                  DType::E4M3, DType::E5M2})
     if (n == st_dtype_name(d)) return d;
-  TRIPOD_FAIL("{}: unsupported safetensors dtype '{}' (tripod reads F32, F64, BF16, F16, I32, I64, U16, U8)", file, n);
+  TRIPOD_FAIL("{}: unsupported safetensors dtype '{}' (tripod reads F32, F64, BF16, F16, I32, I64, U16, U8, F8_E4M3, "
+              "F8_E5M2)", file, n);
 }
 
 // ---- writer ----
