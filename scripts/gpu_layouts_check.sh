@@ -84,13 +84,17 @@ model=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
        --log-interval 1 --eval-interval 0 --device $DEVICE)
 dopt=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 30000)
 declare -A layout_n layout_flags
-names=(tp2 tp2_sp pp2 pp2_vpp dp2 dp2_dopt tp2pp2dp2)
+names=(tp2 tp2_sp pp2 pp2_vpp dp2 dp2_dopt tp2pp2_dopt tp2pp2dp2)
 layout_n[tp2]=2;       layout_flags[tp2]="--tensor-model-parallel-size 2"
 layout_n[tp2_sp]=2;    layout_flags[tp2_sp]="--tensor-model-parallel-size 2 --sequence-parallel"
 layout_n[pp2]=2;       layout_flags[pp2]="--pipeline-model-parallel-size 2"
 layout_n[pp2_vpp]=2;   layout_flags[pp2_vpp]="--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
 layout_n[dp2]=2;       layout_flags[dp2]=""
 layout_n[dp2_dopt]=2;  layout_flags[dp2_dopt]="${dopt[*]}"
+# dp 1 with the distributed optimizer: its shard copies go through a size-1
+# group (comm/local_communicator.h), which must order them after the compute
+# stream (they once read gradients still being written: loss ln V by step 2).
+layout_n[tp2pp2_dopt]=4; layout_flags[tp2pp2_dopt]="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 ${dopt[*]}"
 layout_n[tp2pp2dp2]=8; layout_flags[tp2pp2dp2]="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --sequence-parallel ${dopt[*]}"
 
 # run TAG NPROC ARGS...: one training run (NPROC 1: a plain process), its

@@ -98,7 +98,7 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
     ctx->config_.backend = backend;
     ctx->config_.timeout = timeout;
     ctx->config_.recorder = std::make_shared<FlightRecorder>();
-    ctx->world_ = std::make_shared<LocalCommunicator>("world", 0, device_copy(comm_device));
+    ctx->world_ = std::make_shared<LocalCommunicator>("world", 0, device_copy(comm_device), ctx->config_.device_stream);
     return ctx;
   }
   const std::string token =
@@ -187,7 +187,7 @@ void DistContext::start(int rank, int world_size, std::shared_ptr<Store> store, 
   config_.timeout = timeout;
   config_.recorder = std::make_shared<FlightRecorder>();
   if (world_size == 1) {
-    world_ = std::make_shared<LocalCommunicator>("world", rank, device_copy(comm_device));
+    world_ = std::make_shared<LocalCommunicator>("world", rank, device_copy(comm_device), config_.device_stream);
     return;
   }
   if (config_.backend == CommBackend::Gloo && comm_device != DeviceType::CPU)
@@ -301,7 +301,8 @@ std::shared_ptr<Communicator> DistContext::new_group(const std::vector<std::vect
   spec.global_rank = rank_;
   spec.group_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
   std::shared_ptr<Communicator> comm;
-  if (members.size() == 1) comm = std::make_shared<LocalCommunicator>(name, rank_, device_copy(device_));
+  if (members.size() == 1)
+    comm = std::make_shared<LocalCommunicator>(name, rank_, device_copy(device_), config_.device_stream);
   else comm = make_comm(spec, fmt::format("group/{}/{}/{}/", groups_made_, name, mine));
   comms_.push_back(comm);
   return comm;

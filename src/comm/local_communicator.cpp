@@ -7,8 +7,9 @@
 
 namespace tripod::comm {
 
-LocalCommunicator::LocalCommunicator(std::string name, int global_rank, DeviceCopy copy)
-    : name_(std::move(name)), global_rank_(global_rank), copy_(std::move(copy)) {}
+LocalCommunicator::LocalCommunicator(std::string name, int global_rank, DeviceCopy copy,
+                                     std::shared_ptr<std::atomic<void*>> stream)
+    : name_(std::move(name)), global_rank_(global_rank), copy_(std::move(copy)), stream_(std::move(stream)) {}
 
 void LocalCommunicator::copy(const Tensor& dst, const Tensor& src, const char* op) {
   TRIPOD_CHECK(dst.nbytes() == src.nbytes() && dst.dtype() == src.dtype(),
@@ -18,7 +19,7 @@ void LocalCommunicator::copy(const Tensor& dst, const Tensor& src, const char* o
   if (src.is_cpu() && dst.is_cpu()) std::memcpy(dst.raw(), src.raw(), src.nbytes());
   else {
     TRIPOD_CHECK(bool(copy_), "{} on group {}: no copy function for device tensors", op, name_);
-    copy_(dst.raw(), src.raw(), src.nbytes(), dst.device());
+    copy_(dst.raw(), src.raw(), src.nbytes(), dst.device(), stream_ ? stream_->load() : nullptr);
   }
 }
 

@@ -7,19 +7,26 @@
 // Relates to: comm/communicator.h (contract), comm/context.h (made for size-1 groups).
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
 
 namespace tripod::comm {
 
-// Copies nbytes from src to dst on `device` (host: memcpy).
-using DeviceCopy = std::function<void(void* dst, const void* src, size_t nbytes, Device device)>;
+// Copies nbytes from src to dst on `device`, in order after the work queued
+// on `stream` (the compute stream, a cudaStream_t; null: after all of the
+// device's work). Host tensors are copied with memcpy.
+using DeviceCopy = std::function<void(void* dst, const void* src, size_t nbytes, Device device, void* stream)>;
 
 class LocalCommunicator : public Communicator {
  public:
-  explicit LocalCommunicator(std::string name, int global_rank = 0, DeviceCopy copy = {});
+  // `stream`: where the compute stream is published (CommConfig::device_stream;
+  // read at each copy, so a stream set after the group was made counts).
+  explicit LocalCommunicator(std::string name, int global_rank = 0, DeviceCopy copy = {},
+                             std::shared_ptr<std::atomic<void*>> stream = nullptr);
   int rank() const override { return 0; }
   int size() const override { return 1; }
   const std::string& name() const override { return name_; }
@@ -38,6 +45,7 @@ class LocalCommunicator : public Communicator {
   std::string name_;
   int global_rank_;
   DeviceCopy copy_;
+  std::shared_ptr<std::atomic<void*>> stream_;
   bool aborted_ = false;
 };
 

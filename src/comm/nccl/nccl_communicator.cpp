@@ -338,8 +338,20 @@ std::shared_ptr<Communicator> make_nccl_communicator(const GroupSpec& spec, std:
   return std::make_shared<NcclCommunicator>(spec, std::move(store), config);
 }
 
-void device_copy(void* dst, const void* src, size_t nbytes, Device device) {
-  TRIPOD_NCCL_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), std::string("size-1 group copy"));
+// A size-1 group's all_gather / reduce_scatter: a copy ordered after the
+// compute stream's work (which produced src and may still be writing it),
+// and before the work queued after it. cudaMemcpy alone runs on the legacy
+// default stream, which does not wait for a non-blocking compute stream: the
+// distributed optimizer's shard copies at dp 1 read gradients still being
+// written. Without a published stream the device is synchronised first.
+void device_copy(void* dst, const void* src, size_t nbytes, Device, void* stream) {
+  if (stream) {
+    TRIPOD_NCCL_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+                           std::string("size-1 group copy"));
+  } else {
+    TRIPOD_NCCL_CUDA_CHECK(cudaDeviceSynchronize(), std::string("size-1 group copy"));
+    TRIPOD_NCCL_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault), std::string("size-1 group copy"));
+  }
 }
 
 // Linked as an object library, so this runs in every binary that links it.
