@@ -7,6 +7,7 @@
 // needs no host sync): D = (scale_A * scale_B) * (A B) (+ bias) (+ D).
 #include <algorithm>
 
+#include "backend/cuda/cublaslt_util.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fp8.cuh"
 
@@ -24,25 +25,10 @@ cudaDataType_t cuda_type(DType dt) {
   }
 }
 
-int alignment_of(const void* p) {
-  auto a = reinterpret_cast<uintptr_t>(p);
-  int align = 256;
-  while (align > 1 && a % align) align >>= 1;
-  return align;
-}
-
-struct MatmulDesc {
-  cublasLtMatmulDesc_t d = nullptr;
-  ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }
-};
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
-};
-struct Preference {
-  cublasLtMatmulPreference_t p = nullptr;
-  ~Preference() { if (p) cublasLtMatmulPreferenceDestroy(p); }
-};
+using lt::alignment_of;
+using lt::Layout;
+using lt::MatmulDesc;
+using lt::Preference;
 
 }  // namespace
 

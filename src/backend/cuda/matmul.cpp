@@ -8,6 +8,7 @@
 
 #include "backend/cuda/matmul.cuh"
 
+#include "backend/cuda/cublaslt_util.h"
 #include "backend/cuda/cuda_check.h"
 #include "base/error.h"
 
@@ -23,28 +24,10 @@ cudaDataType_t cuda_type(DType dt) {
   }
 }
 
-// Largest power of two (<= 256) dividing the address, for the heuristic's
-// alignment preferences (views can start at any element).
-int alignment_of(const void* p) {
-  auto a = reinterpret_cast<uintptr_t>(p);
-  int align = 256;
-  while (align > 1 && a % align) align >>= 1;
-  return align;
-}
-
-// RAII holders so an error thrown mid-setup leaks no descriptors.
-struct MatmulDesc {
-  cublasLtMatmulDesc_t d = nullptr;
-  ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }
-};
-struct Layout {
-  cublasLtMatrixLayout_t l = nullptr;
-  ~Layout() { if (l) cublasLtMatrixLayoutDestroy(l); }
-};
-struct Preference {
-  cublasLtMatmulPreference_t p = nullptr;
-  ~Preference() { if (p) cublasLtMatmulPreferenceDestroy(p); }
-};
+using lt::alignment_of;
+using lt::Layout;
+using lt::MatmulDesc;
+using lt::Preference;
 
 }  // namespace
 
