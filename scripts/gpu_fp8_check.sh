@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# FP8 training on one GPU, against tripod's own bf16 in the same call:
+#
+#   scripts/gpu_fp8_check.sh --stage DIR [--data DIR] [--checks "layouts convergence speed"]
+#
+# DIR: a folder written by `scripts/gpu_check.sh --stage DIR` (tripod). --data DIR
+# holds kjv_text_document.{bin,idx} (scripts/prepare_kjv.sh). Logs, metrics and
+# summary.txt go to $OUT (default ./gpu_fp8_out).
+#   layouts      --fp8-format hybrid, bf16, 20 iterations: TP2 with SP, PP2, DP2 with
+#                the distributed optimizer (ranks sharing the GPU over Gloo) against
+#                one process (loss within 1e-3 relative: bf16 on the GPU is not
+#                bit-repeatable across layouts), both recipes
+#   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
+#                (default 2000): bf16 vs FP8 hybrid (delayed), loss within 1% from
+#                iteration 200, no skipped steps; the FP8 run saved at ITERS/2 and
+#                resumed: identical losses after the resume
+#   speed        bf16 vs FP8 at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
+#                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
+#                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
+#                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage=""; data_dir=""; checks="layouts convergence speed"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --stage) stage="$2"; shift 2 ;;
+    --data) data_dir="$2"; shift 2 ;;
+    --checks) checks="$2"; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "gpu_fp8_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ -n $stage ]] || { echo "gpu_fp8_check.sh: pass --stage DIR" >&2; exit 2; }
+OUT=${OUT:-$PWD/gpu_fp8_out}
+mkdir -p "$OUT"
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+source scripts/stage_env.sh
+note "gpu_fp8_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
+use_stage "$stage" /tmp/tripod_fp8_stage
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+has() { [[ " $checks " == *" $1 "* ]]; }
+
+run() {  # run NAME ARGS...: metrics in $OUT/NAME.jsonl
+  local name=$1; shift
+  rm -f "$OUT/$name.jsonl"
+  timeout 900 "$BIN_TRIPOD" "$@" --metrics-file "$OUT/$name.jsonl" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  ((rc == 0)) || { note "$name rc=$rc"; grep -iE "error|fail" "$OUT/$name.log" | head -3 | tee -a "$summary"; }
+}
+# compare A B TOL [FROM] [TO]: lm_loss of two runs at common iterations in [FROM, TO]
+compare() {
+  python3 - "$OUT/$1.jsonl" "$OUT/$2.jsonl" "$3" "${4:-0}" "${5:-1000000000}" <<'PY'
+import json, sys
+def rows(p):
+    try: return {r["iteration"]: r for r in map(json.loads, open(p)) if "lm_loss" in r}
+    except FileNotFoundError: return {}
+a, b, tol, lo, hi = rows(sys.argv[1]), rows(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+its = sorted(i for i in set(a) & set(b) if lo <= i <= hi)
+worst, at = 0.0, None
+for i in its:
+    d = abs(a[i]["lm_loss"] - b[i]["lm_loss"]) / abs(a[i]["lm_loss"])
+    if d > worst: worst, at = d, i
+skipped = sum(r.get("skipped_iters", 0) for r in b.values())
+last = f"final {a[its[-1]]['lm_loss']:.4f} vs {b[its[-1]]['lm_loss']:.4f}" if its else "no common iterations"
+ok = its and worst <= tol
+print(f"{len(its)} iterations, max rel diff {worst:.2e} (at {at}), tol {tol:g}, {last}, skipped {skipped} -> {'PASS' if ok else 'FAIL'}")
+PY
+}
+speed() {  # speed NAME: mean of iterations 6-20
+  python3 - "$OUT/$1.jsonl" <<'PY'
+import json, sys
+try: r = [x for x in map(json.loads, open(sys.argv[1])) if x.get("iteration", 0) > 5 and "tokens_per_sec" in x]
+except FileNotFoundError: r = []
+if not r: print("no data"); sys.exit()
+ms = sum(x["elapsed_ms"] for x in r) / len(r)
+tps = sum(x["tokens_per_sec"] * x["elapsed_ms"] for x in r) / len(r) / ms
+tf = r[-1]["tflops_per_gpu"] * tps / r[-1]["tokens_per_sec"]
+print(f"{tps:.0f} tokens/s, {tf:.0f} TFLOP/s ({ms:.1f} ms/iter, peak {r[-1].get('mem_peak_bytes', 0) / 2**30:.1f} GiB)")
+PY
+}
+
+if has layouts; then
+  note "---- layouts with --fp8-format hybrid (bf16, ranks sharing the GPU) ----"
+  small=(--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 --mock-data --vocab-size 2048
+         --micro-batch-size 2 --global-batch-size 16 --train-iters 20 --lr 3e-4 --log-interval 1 --eval-interval 0
+         --bf16 --device cuda --distributed-backend gloo --deterministic-mode --fp8-format hybrid)
+  for recipe in delayed tensorwise; do
+    run one_$recipe train "${small[@]}" --fp8-recipe $recipe
+    run tp2sp_$recipe launch --nproc-per-node 2 train "${small[@]}" --fp8-recipe $recipe --tensor-model-parallel-size 2 --sequence-parallel
+    run pp2_$recipe launch --nproc-per-node 2 train "${small[@]}" --fp8-recipe $recipe --pipeline-model-parallel-size 2
+    run dp2_$recipe launch --nproc-per-node 2 train "${small[@]}" --fp8-recipe $recipe --use-distributed-optimizer
+    for l in tp2sp pp2 dp2; do note "$recipe $l vs one process: $(compare one_$recipe ${l}_$recipe 1e-3)"; done
+  done
+fi
+
+if has convergence; then
+  iters=${ITERS:-2000}
+  if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
+    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid (delayed) ----"
+    kjv=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
+         --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
+         --global-batch-size 16 --train-iters "$iters" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
+         --lr-warmup-iters 100 --weight-decay 0.1 --clip-grad 1.0 --eval-interval 0 --log-interval 10 --seed 1234
+         --bf16 --device cuda)
+    run kjv_bf16 train "${kjv[@]}"
+    rm -rf "$OUT/ckpt_fp8"
+    run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid --save "$OUT/ckpt_fp8" --save-interval $((iters / 2))
+    note "fp8 vs bf16 from iteration 200: $(compare kjv_bf16 kjv_fp8 0.01 200)"
+    note "fp8 vs bf16 (all): $(compare kjv_bf16 kjv_fp8 1 0)"
+    run kjv_fp8_resumed train "${kjv[@]}" --fp8-format hybrid --load "$OUT/ckpt_fp8" --ckpt-step $((iters / 2))
+    note "fp8 resumed at $((iters / 2)) vs uninterrupted: $(compare kjv_fp8 kjv_fp8_resumed 0 $((iters / 2 + 1)))"
+    rm -rf "$OUT/ckpt_fp8"
+  else
+    note "no KJV data (--data DIR): convergence skipped"
+  fi
+fi
+
+if has speed; then
+  note "---- speed: bf16 vs FP8 hybrid (delayed), mean of iterations 6-20 ----"
+  g15=(--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --max-position-embeddings 1024
+       --mock-data --vocab-size 50257 --micro-batch-size 16 --global-batch-size 16 --train-iters 20 --lr 1e-4
+       --log-interval 1 --eval-interval 0 --bf16 --device cuda)
+  l8=(--num-layers 8 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8
+      --ffn-hidden-size 14336 --position-embedding-type rope --rotary-base 500000 --normalization RMSNorm --swiglu
+      --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 8192 --mock-data --vocab-size 128256
+      --micro-batch-size 1 --global-batch-size 1 --train-iters 20 --lr 1e-4 --log-interval 1 --eval-interval 0
+      --bf16 --device cuda)
+  for m in g15 l8; do
+    declare -n args=$m
+    run speed_${m}_bf16 train "${args[@]}"
+    run speed_${m}_fp8 train "${args[@]}" --fp8-format hybrid
+    b=$(speed speed_${m}_bf16); f=$(speed speed_${m}_fp8)
+    note "$m bf16: $b"
+    note "$m fp8:  $f"
+    python3 -c "
+import re,sys
+b, f = sys.argv[1], sys.argv[2]
+g = lambda s: float(s.split()[0]) if s[0].isdigit() else 0
+print(f'$m fp8 / bf16 = {g(f) / g(b):.3f}' if g(b) else '$m: no ratio')" "$b" "$f" | tee -a "$summary"
+  done
+fi
