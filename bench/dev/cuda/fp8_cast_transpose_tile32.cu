@@ -133,7 +133,8 @@ double time_us(backend::Backend& be, F&& fn) {
 }
 
 // One shape: random N(0, 4) inputs with NaN, inf, zeros and huge values at
-// the front, rounded to dt; the CPU reference; both kernels checked and timed.
+// the front, rounded to dt; the CPU reference on their f32 values; both
+// kernels checked and timed.
 // Returns false on a mismatch.
 bool run(backend::Backend& gpu, backend::Backend& cpu, int64_t R, int64_t C, DType dt, DType fp8) {
   std::mt19937_64 rng(R * 7919 + C);
@@ -144,14 +145,17 @@ bool run(backend::Backend& gpu, backend::Backend& cpu, int64_t R, int64_t C, DTy
   const float special[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity(), 0.f, -0.f,
                            1e6f, -464.f, 1e-30f, 61440.f};
   for (size_t i = 0; i < sizeof(special) / sizeof(float) && int64_t(i) < R * C; ++i) h[i] = special[i];
-  Tensor hx = Tensor::empty({R, C}, dt);
+  Tensor hx = Tensor::empty({R, C}, dt);  // the input; h32 becomes its f32 values (the CPU computes in f32)
   if (dt == DType::F32) cpu.copy(hx, h32);
-  else cpu.cast(hx, h32);
+  else {
+    cpu.cast(hx, h32);
+    cpu.cast(h32, hx);
+  }
   Tensor hscale = Tensor::empty({1}, DType::F32), hamax = Tensor::empty({1}, DType::F32);
   hscale.data<float>()[0] = fp8 == DType::E4M3 ? 30.7f : 2001.3f;
   hamax.data<float>()[0] = 0.f;
   Tensor want = Tensor::empty({R, C}, fp8), want_t = Tensor::empty({C, R}, fp8);
-  cpu.fp8_cast_transpose(want, want_t, hamax, hx, hscale);
+  cpu.fp8_cast_transpose(want, want_t, hamax, h32, hscale);
   const std::vector<uint8_t> w = bytes(cpu, want), wt = bytes(cpu, want_t), wa = bytes(cpu, hamax);
 
   Tensor x = gpu.empty({R, C}, dt), scale = gpu.empty({1}, DType::F32), amax = gpu.empty({1}, DType::F32);
