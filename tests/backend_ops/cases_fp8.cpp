@@ -81,9 +81,11 @@ void add_fp8_cases(std::vector<OpCase>& v) {
       q.exact = true;
       v.push_back(q);
     }
-    // Cast + transpose: tiles of the CUDA kernel whole, cut, and one row.
+    // Cast + transpose: tiles of the CUDA kernels whole, cut, and one row;
+    // `_tiles` runs the 128 x 128 kernel over two row and three column tiles,
+    // the last ones cut.
     for (Sh s : {Sh{"", 64, 96, false}, Sh{"_odd", 67, 100, false}, Sh{"_tall", 130, 33, false},
-                 Sh{"_row", 1, 48, false}, Sh{"_special", 8, 16, true}}) {
+                 Sh{"_row", 1, 48, false}, Sh{"_tiles", 136, 264, false}, Sh{"_special", 8, 16, true}}) {
       const int64_t R = s.r, C = s.c;
       OpCase ct{std::string("fp8_cast_transpose") + f.tag + s.tag,
                 {out("out", {R, C}, k), out("out_t", {C, R}, k), acc("amax", {1}, Kind::F32, true),

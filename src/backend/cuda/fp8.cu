@@ -74,12 +74,78 @@ __global__ void quantize_kernel(uint8_t* out, float* amax, const T* in, const fl
   commit_amax(m, amax);
 }
 
-// in(R, C) -> out(R, C) and out_t(C, R): 32 x 32 tiles, blocks of 32 x 8
-// threads; the tile goes through shared memory so both writes are by rows.
+// NOTE [FP8 cast + transpose]
+// in(R, C) -> out(R, C) and out_t(C, R) near memory bandwidth (the layout of
+// Transformer Engine's cast_transpose). A block of kTx x kTy threads takes a
+// tile of 8 kTy rows x 8 kTx columns; each thread an 8 x 8 sub-tile:
+//  - 8 loads of 8 elements (16-byte loads; two for f32), one per row;
+//  - per row, 8 codes -> one 8-byte store into out (a half warp writes 128
+//    contiguous bytes of a row);
+//  - the same 64 codes transposed in registers, column j's 8 codes -> one
+//    8-byte word in shared memory, tile_t[column][row chunk];
+//  - after the block's barrier, each thread copies 8-byte words of tile_t to
+//    out_t, consecutive threads along out_t's rows (a half warp writes 128
+//    contiguous bytes of a row of out_t for kTy = 16).
+// tile_t's row chunk index is XOR-swizzled with the writer's column group
+// ((column / 8) % kTy), so neither the writes (a half warp: 16 columns 8
+// apart, one chunk) nor the reads (one column, all chunks) hit a bank twice.
+// Needs R and C multiples of 8 (every sub-tile is whole or outside), in
+// 16-byte aligned, out and out_t 8-byte aligned; other calls take
+// cast_transpose_kernel_tile32. amax: one atomicMax per block. The codes are
+// to_fp8's, element by element, so both kernels give the same bytes.
+template <typename T, bool kE5M2, int kTx, int kTy>
+__global__ void __launch_bounds__(kTx * kTy)
+    cast_transpose_kernel(uint8_t* out, uint8_t* out_t, float* amax, const T* in, const float* scale, int64_t R,
+                          int64_t C) {
+  static_assert((kTy & (kTy - 1)) == 0, "the swizzle needs a power-of-two kTy");
+  constexpr int kRows = 8 * kTy, kCols = 8 * kTx;
+  struct alignas(16) In8 { T v[8]; };
+  __shared__ uint2 tile_t[kCols][kTy];
+  const float s = *scale;
+  const int tx = threadIdx.x % kTx, ty = threadIdx.x / kTx;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols, row_tiles = (R + kRows - 1) / kRows;
+  float m = 0.f;
+  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
+    const int64_t r0 = tr * kRows, r = r0 + 8 * ty, c = c0 + 8 * tx;
+    if (r < R && c < C) {
+      In8 x[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = *reinterpret_cast<const In8*>(in + (r + i) * C + c);
+      uint32_t t[8][2] = {};  // t[j]: the codes of column j, rows 0..7 (little-endian bytes)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint32_t q[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float f = to_f(x[i].v[j]);
+          m = fmaxf(m, fabsf(f));
+          const uint32_t b = to_fp8<kE5M2>(f * s);
+          q[j / 4] |= b << (8 * (j % 4));
+          t[j][i / 4] |= b << (8 * (i % 4));
+        }
+        *reinterpret_cast<uint2*>(out + (r + i) * C + c) = make_uint2(q[0], q[1]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile_t[8 * tx + j][ty ^ (tx % kTy)] = make_uint2(t[j][0], t[j][1]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kCols * kTy; i += kTx * kTy) {
+      const int cc = i / kTy, k = i % kTy;
+      const int64_t ct = c0 + cc, rt = r0 + 8 * k;
+      if (ct < C && rt < R) *reinterpret_cast<uint2*>(out_t + ct * R + rt) = tile_t[cc][k ^ ((cc / 8) % kTy)];
+    }
+    __syncthreads();  // tile_t is reused by the next row tile
+  }
+  commit_amax(m, amax);
+}
+
+// Any shape and alignment: 32 x 32 tiles, blocks of 32 x 8 threads, one
+// element per thread and step; the tile goes through shared memory so both
+// writes are by rows.
 constexpr int kTile = 32, kTileRows = 8;
 template <typename T, bool kE5M2>
-__global__ void cast_transpose_kernel(uint8_t* out, uint8_t* out_t, float* amax, const T* in,
-                                      const float* scale, int64_t R, int64_t C) {
+__global__ void cast_transpose_kernel_tile32(uint8_t* out, uint8_t* out_t, float* amax, const T* in,
+                                             const float* scale, int64_t R, int64_t C) {
   __shared__ uint8_t tile[kTile][kTile + 1];
   const float s = *scale;
   const int64_t c0 = int64_t(blockIdx.x) * kTile, row_tiles = (R + kTile - 1) / kTile;
@@ -156,12 +222,20 @@ void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const vo
   auto* ot = static_cast<uint8_t*>(out_t);
   TRIPOD_DISPATCH_ACT(dt, T, {
     const T* x = static_cast<const T*>(in);
-    if (ot) {
+    if (ot && R % 8 == 0 && C % 8 == 0 && aligned(in, 16) && aligned(out, 8) && aligned(out_t, 8)) {
+      constexpr int kTx = 16, kTy = 16;  // 128 x 128 tiles, 256 threads (NOTE [FP8 cast + transpose])
+      const dim3 grid(static_cast<unsigned>(ceil_div(C, 8 * kTx)),
+                      static_cast<unsigned>(std::min<int64_t>(ceil_div(R, 8 * kTy), 65535)));
+      if (fp8 == DType::E5M2)
+        cast_transpose_kernel<T, true, kTx, kTy><<<grid, kTx * kTy, 0, stream>>>(o, ot, amax, x, scale, R, C);
+      else cast_transpose_kernel<T, false, kTx, kTy><<<grid, kTx * kTy, 0, stream>>>(o, ot, amax, x, scale, R, C);
+    } else if (ot) {
       const dim3 block(kTile, kTileRows);
       const dim3 grid(static_cast<unsigned>(ceil_div(C, kTile)),
                       static_cast<unsigned>(std::min<int64_t>(ceil_div(R, kTile), 65535)));
-      if (fp8 == DType::E5M2) cast_transpose_kernel<T, true><<<grid, block, 0, stream>>>(o, ot, amax, x, scale, R, C);
-      else cast_transpose_kernel<T, false><<<grid, block, 0, stream>>>(o, ot, amax, x, scale, R, C);
+      if (fp8 == DType::E5M2)
+        cast_transpose_kernel_tile32<T, true><<<grid, block, 0, stream>>>(o, ot, amax, x, scale, R, C);
+      else cast_transpose_kernel_tile32<T, false><<<grid, block, 0, stream>>>(o, ot, amax, x, scale, R, C);
     } else {
       const bool packed = n % 8 == 0 && aligned(in, 16) && aligned(out, 8);
       const int block = 256;

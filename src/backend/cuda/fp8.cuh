@@ -17,7 +17,8 @@
 namespace tripod::backend::cuda {
 
 // out(R, C) = fp8(f32(in) * scale); out_t(C, R) = its transpose when not
-// null (one pass: 32 x 32 tiles through shared memory); amax = max(amax, max |in|).
+// null (one pass: 8 x 8 elements per thread, transposed through shared
+// memory, NOTE [FP8 cast + transpose] in fp8.cu); amax = max(amax, max |in|).
 void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* in, DType dt,
                         const float* scale, int64_t R, int64_t C, cudaStream_t stream);
 // out(n) = f32(in) * scale_inv, rounded to dt.
