@@ -5,6 +5,7 @@
 // f32 values and are read as f32.
 // CUDA version: backend/cuda/fp8.cu (casts), fp8_matmul.cpp (cuBLASLt).
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -60,6 +61,35 @@ void fp8_matmul(T* out, const uint8_t* a, DType a_fp8, stat_t<T> a_scale_inv, co
       out[i * OC + o] = static_cast<T>(v);
     }
 }
+
+// The scaling update of M tensors (backend/ops.h fp8_update_scale), in f32
+// as the CUDA kernel computes it: (fp8_max / a) * 2^-margin, each step
+// correctly rounded.
+template <typename S>
+void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t M, int64_t H, float fp8_max,
+                      int margin, bool use_max) {
+  const float margin_scale = std::ldexp(1.0f, -margin);
+  for (int64_t m = 0; m < M; ++m) {
+    float a = static_cast<float>(amax[m]);
+    if (history) {
+      S* row = history + m * H;
+      for (int64_t h = H - 1; h > 0; --h) row[h] = row[h - 1];
+      row[0] = amax[m];
+      if (use_max)
+        for (int64_t h = 1; h < H; ++h) a = std::fmax(a, static_cast<float>(row[h]));
+    }
+    float sc = 1.0f;
+    if (a > 0.0f && std::isfinite(a)) {
+      sc = (fp8_max / a) * margin_scale;
+      if (std::isinf(sc)) sc = std::numeric_limits<float>::max();
+    }
+    scale[m] = static_cast<S>(sc);
+    scale_inv[m] = static_cast<S>(1.0f / sc);
+  }
+}
+template void fp8_update_scale<float>(float*, float*, float*, const float*, int64_t, int64_t, float, int, bool);
+template void fp8_update_scale<double>(double*, double*, double*, const double*, int64_t, int64_t, float, int,
+                                       bool);
 
 #define TRIPOD_FP8_INSTANTIATE(T)                                                                           \
   template void fp8_cast_transpose<T>(uint8_t*, uint8_t*, stat_t<T>*, const T*, stat_t<T>, int64_t, int64_t, \
