@@ -6,7 +6,6 @@
 #include <algorithm>
 
 #include "base/error.h"
-#include "parallel/tp_regions.h"
 
 namespace tripod::model {
 
