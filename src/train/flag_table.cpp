@@ -190,9 +190,6 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "with --first-last-layers-bf16: layers at the start kept out of FP8").agreed().defaulted());
   t.push_back(flag("--num-layers-at-end-in-bf16", MEMBER(model.fp8.num_layers_at_end_in_bf16),
                    "with --first-last-layers-bf16: layers at the end kept out of FP8").agreed().defaulted());
-  t.push_back(flag("--fp8-param-gather", MEMBER(precision.fp8_param_gather),
-                   "not supported yet: the weights are gathered in bf16/fp32 and cast to FP8 once per step")
-                  .agreed());
   t.push_back(flag("--recompute-activations", MEMBER(parallel.recompute_activations),
                    "selective recompute: the attention core is recomputed in backward").agreed());
   t.push_back(flag("--recompute-granularity", MEMBER(parallel.recompute_granularity),

@@ -63,13 +63,6 @@ void apply_fp8_flags(const PrecisionArgs& p, config::GptConfig& m) {
   else
     throw Error(fmt::format("--fp8-amax-compute-algo {} is not one of most_recent, max", p.fp8_amax_compute_algo),
                 "use --fp8-amax-compute-algo most_recent (the default) or max");
-  TRIPOD_CHECK_HINT(!p.fp8_param_gather, "drop --fp8-param-gather (the weights are gathered in bf16/fp32 and cast "
-                    "to FP8 once per step)",
-                    "--fp8-param-gather is not supported yet: it needs FP8 copies of the weights in the distributed "
-                    "optimizer's parameter buffer (the all-gather then moves 1 byte per weight) and their scales "
-                    "updated with the optimizer step");
-  TRIPOD_CHECK_HINT(f.enabled() || !f.first_last_layers_bf16, "add --fp8-format hybrid, or drop the flag",
-                    "--first-last-layers-bf16 keeps layers out of FP8, but --fp8-format is not given");
 }
 
 void TrainArgs::finalize() {

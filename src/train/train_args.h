@@ -80,7 +80,6 @@ struct PrecisionArgs {
   std::string fp8_format;                          // --fp8-format e4m3|hybrid ("": no FP8)
   std::string fp8_recipe = "delayed";              // --fp8-recipe (Megatron's default)
   std::string fp8_amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo
-  bool fp8_param_gather = false;                   // --fp8-param-gather: not yet (finalize says why)
 };
 
 struct CheckpointArgs {
