@@ -266,8 +266,11 @@ class Backend {
   // scale, scale_inv, amax: (M) statistics. With amax_history (M, H) each
   // row rolls first (row m = [amax[m], row m[0 .. H-2]], newest first) and
   // a = max of the row (use_max) or its newest entry; without, a = amax[m].
-  // Then in f32: scale = (fp8_max / a) * 2^-margin when a > 0 and finite,
-  // else 1 (an overflow to inf saturates to FLT_MAX); scale_inv = 1 / scale.
+  // Then in f32: scale = (fp8_max / a) * 2^-margin when a > 0 and finite
+  // (an overflow to inf saturates to FLT_MAX); otherwise the scale stays as
+  // it is with a history (Transformer Engine's delayed scaling: an
+  // overflowed or empty step keeps the last good scale) and is 1 without;
+  // scale_inv = 1 / scale.
   void fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax, float fp8_max,
                         int margin, bool use_max);
 

@@ -80,7 +80,7 @@ void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t
       if (use_max)
         for (int64_t h = 1; h < H; ++h) a = std::fmax(a, static_cast<float>(row[h]));
     }
-    float sc = 1.0f;
+    float sc = history ? static_cast<float>(scale[m]) : 1.0f;  // kept when a is 0 or not finite
     if (a > 0.0f && std::isfinite(a)) {
       sc = (fp8_max / a) * margin_scale;
       if (std::isinf(sc)) sc = std::numeric_limits<float>::max();

@@ -161,7 +161,7 @@ __global__ void update_scale_kernel(float* scale, float* scale_inv, float* histo
     if (use_max)
       for (int64_t h = 1; h < H; ++h) a = fmaxf(a, row[h]);
   }
-  float sc = 1.0f;
+  float sc = history ? scale[m] : 1.0f;  // kept when a is 0 or not finite
   if (a > 0.0f && isfinite(a)) {
     sc = __fmul_rn(__fdiv_rn(fp8_max, a), margin_scale);
     if (isinf(sc)) sc = 3.402823466e+38f;

@@ -30,15 +30,20 @@ TEST(Fp8ScaleUpdate, HistoryRollsAndScalesByHand) {
   auto be = backend::make_cpu_backend();
   // Three tensors, history 3 (newest first), margin 1 (a factor 1/2).
   Tensor hist = host({5, 7, 1, 0, 0, 0, 9, 2, 3}, {3, 3}), amax = host({2, 0, 4});
-  Tensor scale = host({0, 0, 0}), scale_inv = host({0, 0, 0});
+  Tensor scale = host({0, 5, 0}), scale_inv = host({0, 0, 0});
   Tensor h2 = host(values(hist), {3, 3});
   be->fp8_update_scale(scale, scale_inv, &hist, amax, 448.f, 1, /*use_max=*/true);
   EXPECT_EQ(values(hist), (std::vector<float>{2, 5, 7, 0, 0, 0, 4, 9, 2}));
-  // max of [2 5 7] = 7: 448 / 7 / 2 = 32; an all-zero history: scale 1; max 9: (448 / 9) / 2 in f32.
-  EXPECT_EQ(values(scale), (std::vector<float>{32.f, 1.f, (448.f / 9.f) * 0.5f}));
-  EXPECT_EQ(values(scale_inv), (std::vector<float>{1.f / 32.f, 1.f, 1.f / ((448.f / 9.f) * 0.5f)}));
+  // max of [2 5 7] = 7: 448 / 7 / 2 = 32; an all-zero history keeps its
+  // scale (5, Transformer Engine's rule); max 9: (448 / 9) / 2 in f32.
+  EXPECT_EQ(values(scale), (std::vector<float>{32.f, 5.f, (448.f / 9.f) * 0.5f}));
+  EXPECT_EQ(values(scale_inv), (std::vector<float>{1.f / 32.f, 1.f / 5.f, 1.f / ((448.f / 9.f) * 0.5f)}));
   be->fp8_update_scale(scale, scale_inv, &h2, amax, 448.f, 1, /*use_max=*/false);  // most_recent
-  EXPECT_EQ(values(scale), (std::vector<float>{112.f, 1.f, 56.f}));
+  EXPECT_EQ(values(scale), (std::vector<float>{112.f, 5.f, 56.f}));
+  // An overflowed step (amax inf) keeps the last good scale too.
+  Tensor inf_amax = host({std::numeric_limits<float>::infinity(), 0, 0});
+  be->fp8_update_scale(scale, scale_inv, &h2, inf_amax, 448.f, 1, false);
+  EXPECT_EQ(values(scale)[0], 112.f);
   // No history (current scaling), the E5M2 maximum, margin 0; inf: scale 1.
   Tensor a = host({3.5f, std::numeric_limits<float>::infinity()}), s = host({0, 0}), si = host({0, 0});
   be->fp8_update_scale(s, si, nullptr, a, 57344.f, 0, false);
