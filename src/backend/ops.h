@@ -14,7 +14,7 @@
 //    of the unfused ops (ops.cpp), so the CPU reference gives exactly the
 //    unfused results; a backend with a fused kernel overrides them.
 //  - The FP8 ops (fp8_quantize, fp8_cast_transpose, fp8_dequantize,
-//    fp8_matmul) have their validators in ops_fp8.cpp.
+//    fp8_matmul, fp8_update_scale) have their validators in ops_fp8.cpp.
 //  - Adding an op: docs/adding-an-op.md.
 //
 // Conventions (all ops):
@@ -261,6 +261,18 @@ class Backend {
   // the hybrid format only gradients are E5M2). bias has out's dtype.
   void fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                   const Tensor& b_scale_inv, const Tensor* bias = nullptr, bool accumulate = false);
+  // The scaling update of M tensors at once (Transformer Engine's amax and
+  // scale update; model/fp8_meta.h), on the device without a host sync.
+  // scale, scale_inv, amax: (M) statistics. With amax_history (M, H) each
+  // row rolls first (row m = [amax[m], row m[0 .. H-2]], newest first) and
+  // a = max of the row (use_max) or its newest entry; without, a = amax[m].
+  // Then in f32: scale = (fp8_max / a) * 2^-margin when a > 0 and finite
+  // (an overflow to inf saturates to FLT_MAX); otherwise the scale stays as
+  // it is with a history (Transformer Engine's delayed scaling: an
+  // overflowed or empty step keeps the last good scale) and is 1 without;
+  // scale_inv = 1 / scale.
+  void fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax, float fp8_max,
+                        int margin, bool use_max);
 
  protected:
   // One per public op, called after its checks passed (see ops.cpp).
@@ -337,6 +349,8 @@ class Backend {
   virtual void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) = 0;
   virtual void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                                const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) = 0;
+  virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
+                                     float fp8_max, int margin, bool use_max) = 0;
 };
 
 // The statistics dtype of activations of dtype `act`: f64 for f64, else f32.

@@ -2,6 +2,8 @@
 // cast-transpose, dequantize, the FP8 GEMM): their validators, shared by
 // every backend, then the backend's <op>_impl. The conversion rules are
 // tensor/dtype.h's (f32_to_fp8, fp8_to_f32).
+#include <cmath>
+
 #include "backend/checks.h"
 #include "backend/ops.h"
 
@@ -84,6 +86,27 @@ void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv
     k.that(!accumulate, "bias must be null with accumulate (out += a b^T takes no bias)");
   }
   fp8_matmul_impl(out, a, a_scale_inv, b, b_scale_inv, bias, accumulate);
+}
+
+void Backend::fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
+                               float fp8_max, int margin, bool use_max) {
+  Checks k(*this, "fp8_update_scale");
+  k.on_device(amax, "amax");
+  k.that(amax.dtype() == DType::F32 || amax.dtype() == DType::F64,
+         fmt::format("amax {} must be a statistics tensor (f32, or f64 on the reference)", amax.str()));
+  const DType dt = amax.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  const int64_t M = amax.numel();
+  k.stat(scale, "scale", dt, M, "one per tensor, as amax");
+  k.stat(scale_inv, "scale_inv", dt, M, "one per tensor, as amax");
+  if (amax_history) {
+    k.on_device(*amax_history, "amax_history");
+    k.dtype(*amax_history, "amax_history", dt, "the dtype of amax");
+    k.that(amax_history->dim() == 2 && amax_history->size(0) == M && amax_history->size(1) >= 1,
+           fmt::format("amax_history {} must be (M, H) with M = {} (amax's numel) and H >= 1", amax_history->str(), M));
+  }
+  k.that(fp8_max > 0.f && std::isfinite(fp8_max), fmt::format("fp8_max {} must be positive and finite", fp8_max));
+  k.that(margin >= 0 && margin < 64, fmt::format("margin {} must be in [0, 64)", margin));
+  fp8_update_scale_impl(scale, scale_inv, amax_history, amax, fp8_max, margin, use_max);
 }
 
 }  // namespace tripod::backend

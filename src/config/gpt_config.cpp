@@ -61,6 +61,7 @@ void GptConfig::finalize() {
   TRIPOD_CHECK_HINT(attention_dropout == 0.f, "use --attention-dropout 0 (the default); --hidden-dropout is supported",
                     "--attention-dropout {} is not supported yet: the fused attention kernels keep no probability matrix",
                     attention_dropout);
+  fp8.finalize(num_layers);
 }
 
 int64_t GptConfig::padded_vocab_size(int tp_size) const {
@@ -78,7 +79,7 @@ bool GptConfig::is_gpt2() const {
          !group_query_attention && !untie_embeddings_and_output_weights && add_bias_linear;
 }
 
-LayerSpec GptConfig::layer_spec(int64_t /*layer*/) const {
+LayerSpec GptConfig::layer_spec(int64_t layer) const {
   LayerSpec s;
   s.hidden_size = hidden_size;
   s.norm = normalization;
@@ -89,6 +90,7 @@ LayerSpec GptConfig::layer_spec(int64_t /*layer*/) const {
   s.swiglu = swiglu;
   s.ffn_hidden_size = ffn_hidden_size;
   s.bias = add_bias_linear;
+  s.fp8 = fp8.uses_fp8(layer, num_layers);
   return s;
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 
+#include "config/fp8_config.h"
 #include "config/layer_spec.h"
 #include "config/options.h"
 
@@ -48,6 +49,10 @@ struct GptConfig {
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;   // --disable-bias-linear sets false
   int64_t kv_channels = 0;       // --kv-channels: 0 or C / NH (other head sizes are rejected)
+  // --fp8-format and its recipe (config/fp8_config.h): which layers' linears
+  // quantize is layer_spec(i).fp8. Not recorded in checkpoints (not in
+  // visit_fields): the GEMM precision does not change the parameters.
+  Fp8Config fp8;
 
   // Fills the derived sizes (ffn, max positions) and checks every rule that
   // does not depend on the layout. Errors name the flag and the fix.
@@ -68,8 +73,9 @@ struct GptConfig {
   int64_t fc1_width() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
   // True for the GPT-2 defaults of every Llama option.
   bool is_gpt2() const;
-  // The shape and kinds of layer `layer` (0..L-1). The same for every layer
-  // today; FP8's bf16 first/last layers and MoE's --moe-layer-freq vary it.
+  // The shape and kinds of layer `layer` (0..L-1): the same for every layer
+  // but its GEMM precision (FP8 unless --first-last-layers-bf16 keeps it in
+  // high precision); MoE's --moe-layer-freq will vary it too.
   LayerSpec layer_spec(int64_t layer) const;
 
   // Parameter count at padded vocab Vp (a tied output layer counted once).

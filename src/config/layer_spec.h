@@ -22,6 +22,9 @@ struct LayerSpec {
   bool swiglu = false;              // fc1 is [gate | up], 2F rows
   int64_t ffn_hidden_size = 0;      // F
   bool bias = true;                 // --add-bias-linear
+  // The four linears' GEMM precision: FP8 (--fp8-format) or the compute
+  // dtype (also under --fp8-format for the layers --first-last-layers-bf16 keeps).
+  bool fp8 = false;
 
   int64_t head_size() const { return hidden_size / num_attention_heads; }
   // Width of qkv's output: (NH + 2G) HS.

@@ -105,9 +105,13 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   ws_ = std::make_unique<Workspace>();
   sp_ = resolve_params(*params_, config_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
                        stage_.post_process);
+  int fp8_layers = 0;
+  for (int64_t i = 0; i < stage_.num_local_layers; ++i) fp8_layers += config_.layer_spec(stage_.first_layer + i).fp8;
+  if (fp8_layers > 0) fp8_ = std::make_unique<Fp8State>(config_.fp8, 4 * fp8_layers, be_, stage_.tp);
   layers_.reserve(sp_.layers.size());
   for (size_t i = 0; i < sp_.layers.size(); ++i)
-    layers_.emplace_back(config_, stage_, stage_.first_layer + static_cast<int64_t>(i), sp_.layers[i], tp_, be_);
+    layers_.emplace_back(config_, stage_, stage_.first_layer + static_cast<int64_t>(i), sp_.layers[i], tp_, be_,
+                         fp8_.get());
   if (stage_.pre_process)
     embedding_ = VocabParallelEmbedding(sp_.embedding.word_embeddings, sp_.embedding.position_embeddings, tp_);
   if (stage_.post_process)

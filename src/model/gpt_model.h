@@ -24,6 +24,7 @@
 #include "backend/ops.h"
 #include "comm/communicator.h"
 #include "config/gpt_config.h"
+#include "model/fp8_meta.h"
 #include "model/layer_params.h"
 #include "model/param_table.h"
 #include "model/stage_config.h"
@@ -71,6 +72,9 @@ class GptModel {
   // allreduce_layernorm_grads). No-op otherwise.
   void reduce_sequence_parallel_grads();
   backend::Backend& backend() { return be_; }
+  // The FP8 scaling state of this stage's FP8 layers (model/fp8_meta.h);
+  // null without --fp8-format or when every local layer keeps high precision.
+  Fp8State* fp8_state() { return fp8_.get(); }
 
   // Every parameter of the whole model (global shapes, shard rules of the
   // tensor-parallel layers that use them, roles), in a fixed order.
@@ -124,6 +128,7 @@ class GptModel {
   TpContext tp_;
   // Resolved once from params_ (no lookups by name after construction).
   StageParams sp_;
+  std::unique_ptr<Fp8State> fp8_;  // before layers_: their linears point into it
   std::vector<TransformerLayer> layers_;  // per local layer
   VocabParallelEmbedding embedding_;   // first stage
   ColumnParallelLinear output_layer_;  // last stage: weight tied to the word embedding, no bias

@@ -14,25 +14,43 @@ const Tensor& ColumnParallelLinear::input(const Tensor& x, Tensor& full_buf) con
 const Tensor& ColumnParallelLinear::forward(backend::Backend& be, Tensor& y, const Tensor& x,
                                             Tensor& full_buf) const {
   const Tensor& x_full = input(x, full_buf);
-  be.matmul_forward(y, x_full, weight_->compute, bias_ ? &bias_->compute : nullptr);
+  if (fp8_)  // x cast after the gather: its amax is the whole tensor's on every rank
+    fp8_->forward(y, x_full, false, bias_ ? &bias_->compute : nullptr);
+  else
+    be.matmul_forward(y, x_full, weight_->compute, bias_ ? &bias_->compute : nullptr);
   return x_full;
 }
 
 const Tensor& ColumnParallelLinear::forward_gelu(backend::Backend& be, Tensor& y, Tensor& pre, const Tensor& x,
                                                  Tensor& full_buf) const {
   const Tensor& x_full = input(x, full_buf);
-  be.matmul_forward_gelu(y, pre, x_full, weight_->compute, bias_ ? &bias_->compute : nullptr);
+  if (fp8_) {
+    fp8_->forward(pre, x_full, false, bias_ ? &bias_->compute : nullptr);
+    be.gelu_forward(y, pre);
+  } else {
+    be.matmul_forward_gelu(y, pre, x_full, weight_->compute, bias_ ? &bias_->compute : nullptr);
+  }
   return x_full;
 }
 
 const Tensor& ColumnParallelLinear::backward(backend::Backend& be, const Tensor& dy, const Tensor& x_full,
                                              Tensor& dfull_buf, Tensor& dshard_buf) const {
+  if (fp8_) {
+    backward_input(be, dy, dfull_buf, dshard_buf);  // reduces d x before the weight gradient; same values
+    backward_weight(be, dy, x_full);
+    return tp_.sequence_parallel ? dshard_buf : dfull_buf;
+  }
   be.matmul_backward(&dfull_buf, &weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, weight_->compute);
   return reduce_input_grad(dfull_buf, dshard_buf);
 }
 
 const Tensor& ColumnParallelLinear::backward_input(backend::Backend& be, const Tensor& dy, Tensor& dfull_buf,
                                                    Tensor& dshard_buf) const {
+  if (fp8_) {  // dy (N, OC_tp) is this rank's shard of the output gradient
+    fp8_->quantize_grad(dy, tp_.active());
+    fp8_->dgrad(dfull_buf);
+    return reduce_input_grad(dfull_buf, dshard_buf);
+  }
   // d x = dy W: matmul_backward reads its inp only for dweight, so the
   // output buffer (the shape of x_full) stands in for it.
   be.matmul_backward(&dfull_buf, nullptr, nullptr, dy, dfull_buf, weight_->compute);
@@ -40,6 +58,10 @@ const Tensor& ColumnParallelLinear::backward_input(backend::Backend& be, const T
 }
 
 void ColumnParallelLinear::backward_weight(backend::Backend& be, const Tensor& dy, const Tensor& x_full) const {
+  if (fp8_) {  // dy's FP8 codes from backward_input
+    fp8_->wgrad(weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, false);
+    return;
+  }
   be.matmul_backward(nullptr, &weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, weight_->compute);
 }
 
@@ -57,11 +79,17 @@ Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor
   // Unsplit (tp size 1): the bias rides in the matmul's epilogue. Split, it
   // must wait for the sum of the partial products.
   const Tensor* bias = bias_ ? &bias_->compute : nullptr;  // null: --disable-bias-linear
+  auto matmul = [&](const Tensor* b) {
+    if (fp8_)  // x (N, IC_tp) is this rank's shard of the input
+      fp8_->forward(partial_buf, x, tp_.active(), b);
+    else
+      be.matmul_forward(partial_buf, x, weight_->compute, b);
+  };
   if (!tp_.active()) {
-    be.matmul_forward(partial_buf, x, weight_->compute, bias);
+    matmul(bias);
     return partial_buf;
   }
-  be.matmul_forward(partial_buf, x, weight_->compute, nullptr);
+  matmul(nullptr);
   Tensor* out = &partial_buf;
   if (tp_.sequence_parallel) {
     reduce_scatter_to_sequence_parallel_region(tp_.group, shard_buf, partial_buf);
@@ -79,14 +107,29 @@ const Tensor& RowParallelLinear::full_output_grad(const Tensor& dy, Tensor& full
   return full_buf;
 }
 
+void RowParallelLinear::fp8_backward(Tensor& dx, const Tensor& dy_full, const Tensor& x) const {
+  fp8_->quantize_grad(dy_full, false);  // the full output gradient on every rank
+  fp8_->dgrad(dx);
+  fp8_->wgrad(weight_->grad, bias_ ? &bias_->grad : nullptr, dy_full, x, tp_.active());
+}
+
 void RowParallelLinear::backward(backend::Backend& be, Tensor& dx, const Tensor& dy, const Tensor& x,
                                  Tensor& full_buf) const {
+  if (fp8_) {
+    fp8_backward(dx, full_output_grad(dy, full_buf), x);
+    return;
+  }
   be.matmul_backward(&dx, &weight_->grad, bias_ ? &bias_->grad : nullptr, full_output_grad(dy, full_buf), x,
                      weight_->compute);
 }
 
 void RowParallelLinear::backward_dgelu(backend::Backend& be, Tensor& dpre, const Tensor& dy, const Tensor& x,
                                        const Tensor& pre, Tensor& full_buf) const {
+  if (fp8_) {  // the GELU backward unfused, after the FP8 dgrad
+    fp8_backward(dpre, full_output_grad(dy, full_buf), x);
+    be.gelu_backward(dpre, pre, dpre);
+    return;
+  }
   be.matmul_backward_dgelu(dpre, &weight_->grad, bias_ ? &bias_->grad : nullptr, full_output_grad(dy, full_buf),
                            x, weight_->compute, pre);
 }

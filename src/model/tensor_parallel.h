@@ -15,6 +15,9 @@
 //       input_is_parallel; the partial products leave by
 //       reduce_from_tensor_model_parallel_region (g) or, under SP,
 //       reduce_scatter_to_sequence_parallel_region; the bias is added once, after.
+//   Either linear runs its GEMMs in FP8 when given an Fp8Linear (use_fp8;
+//       model/fp8_meta.h): the input cast after the sequence-parallel
+//       gather, the bias and the GELU (unfused) in high precision.
 //   VocabParallelEmbedding  word [Vp/tp, C] rows of this rank's vocab range
 //   VocabParallelCrossEntropy  loss from (N, Vp/tp) logits, never gathered
 #pragma once
@@ -23,6 +26,7 @@
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
+#include "model/fp8_meta.h"
 #include "model/param_table.h"
 #include "parallel/tp_regions.h"
 
@@ -74,11 +78,15 @@ class ColumnParallelLinear {
   // all-reduce in place, or under SP the reduce-scatter into dshard_buf.
   const Tensor& reduce_input_grad(Tensor& dfull_buf, Tensor& dshard_buf) const;
   Param& weight() const { return *weight_; }
+  // FP8 GEMMs through `fp8` (null: the compute dtype's matmuls).
+  void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
+  bool fp8() const { return fp8_ != nullptr; }
 
  private:
   Param* weight_ = nullptr;
   Param* bias_ = nullptr;  // null: no bias (the tied output layer)
   TpContext tp_;
+  Fp8Linear* fp8_ = nullptr;
 };
 
 class RowParallelLinear {
@@ -101,13 +109,19 @@ class RowParallelLinear {
   // dpre (N, IC_tp) = (dy W) * gelu'(pre) (the MLP's fc2).
   void backward_dgelu(backend::Backend& be, Tensor& dpre, const Tensor& dy, const Tensor& x, const Tensor& pre,
                       Tensor& full_buf) const;
+  // FP8 GEMMs through `fp8` (null: the compute dtype's matmuls).
+  void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
+  bool fp8() const { return fp8_ != nullptr; }
 
  private:
   const Tensor& full_output_grad(const Tensor& dy, Tensor& full_buf) const;
+  // FP8: dx = dy W, then dW (and db) from dy and x (the input tp splits).
+  void fp8_backward(Tensor& dx, const Tensor& dy_full, const Tensor& x) const;
 
   Param* weight_ = nullptr;
   Param* bias_ = nullptr;
   TpContext tp_;
+  Fp8Linear* fp8_ = nullptr;
 };
 
 // The word embedding split by vocab rows, fused with the (replicated)

@@ -33,7 +33,8 @@
 namespace tripod::model {
 
 TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& stage, int64_t layer_number,
-                                   const LayerParams& params, const TpContext& tp, backend::Backend& be)
+                                   const LayerParams& params, const TpContext& tp, backend::Backend& be,
+                                   Fp8State* fp8)
     : config_(&config),
       stage_(&stage),
       layer_number_(layer_number),
@@ -45,7 +46,14 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
       linear_qkv_(params.linear_qkv_weight, params.linear_qkv_bias, tp),
       linear_proj_(params.linear_proj_weight, params.linear_proj_bias, tp),
       linear_fc1_(params.linear_fc1_weight, params.linear_fc1_bias, tp),
-      linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {}
+      linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {
+  if (fp8 && config.layer_spec(layer_number).fp8) {
+    linear_qkv_.use_fp8(fp8->add_linear(*params.linear_qkv_weight));
+    linear_proj_.use_fp8(fp8->add_linear(*params.linear_proj_weight));
+    linear_fc1_.use_fp8(fp8->add_linear(*params.linear_fc1_weight));
+    linear_fc2_.use_fp8(fp8->add_linear(*params.linear_fc2_weight));
+  }
+}
 
 LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   const GptConfig& c = *config_;

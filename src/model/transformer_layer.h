@@ -60,11 +60,15 @@ class TransformerLayer {
  public:
   // layer_number: the global index of the layer (0-based; it keys the
   // dropout streams). config and stage must outlive the layer (the model
-  // that holds it owns both).
+  // that holds it owns both). fp8: the stage's FP8 state, from which the
+  // four linears take their FP8 GEMMs when layer_spec(layer_number).fp8
+  // (null: no FP8 in this stage).
   TransformerLayer(const GptConfig& config, const StageConfig& stage, int64_t layer_number,
-                   const LayerParams& params, const TpContext& tp, backend::Backend& be);
+                   const LayerParams& params, const TpContext& tp, backend::Backend& be, Fp8State* fp8 = nullptr);
 
   int64_t layer_number() const { return layer_number_; }
+  // Whether the four linears run their GEMMs in FP8 (LayerSpec::fp8).
+  bool fp8() const { return linear_qkv_.fp8(); }
   const LayerParams& params() const { return params_; }
 
   // The activations this layer keeps for one micro-batch of (B, T): all of

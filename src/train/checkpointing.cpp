@@ -134,6 +134,12 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
         tensors.push_back({"optim.exp_avg." + s.name, s.global_shape, s.shard, mc});
         tensors.push_back({"optim.exp_avg_sq." + s.name, s.global_shape, s.shard, vc});
       }
+      // FP8 delayed scaling (model/fp8_meta.h): the same on every tp and dp
+      // rank after its reductions, so saved as replicated tensors. A run
+      // without FP8 writes none (its checkpoint bytes do not change).
+      if (model::Fp8State* f = models_[c]->fp8_state(); f && f->config().delayed())
+        for (auto& [name, t] : f->state_tensors())
+          tensors.push_back({"fp8." + name, {t.numel()}, model::ShardDim::None, to_host(be_, t)});
     }
     ckpt::write_rank_file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, tensors);
   });
@@ -208,6 +214,31 @@ static ckpt::CheckpointReader open_verified(const std::string& dir, int64_t step
   }
 }
 
+// FP8 delayed scaling's state, when the checkpoint has it (an FP8 run's):
+// a run without FP8 ignores it, an FP8 run from a checkpoint without it (or
+// with another --fp8-amax-history-len) starts those tensors fresh (scale 1,
+// empty history). The cached FP8 weights are cast again from the loaded ones.
+void Trainer::load_fp8_state(const ckpt::CheckpointReader& reader) {
+  int64_t loaded = 0, fresh = 0;
+  for (auto& m : models_) {
+    model::Fp8State* f = m->fp8_state();
+    if (!f) continue;
+    f->invalidate_weights();
+    if (!f->config().delayed()) continue;
+    for (auto& [name, t] : f->state_tensors()) {
+      const std::string key = "fp8." + name;
+      if (!reader.has(key) || reader.info(key).global_shape != Shape{t.numel()}) {
+        ++fresh;
+        continue;
+      }
+      be_.copy(t, reader.read_full(key));
+      ++loaded;
+    }
+  }
+  if (is_logger() && (loaded || fresh))
+    log::info("FP8 delayed scaling state: {} tensors loaded, {} fresh (not in the checkpoint)", loaded, fresh);
+}
+
 void Trainer::load_checkpoint() {
   Timer timer;
   const auto reader = open_verified(args_.checkpoint.load, args_.checkpoint.ckpt_step);
@@ -218,6 +249,7 @@ void Trainer::load_checkpoint() {
   check_model_args(model().config(), saved, where);
   const auto& cfg = model().config();
   for (auto& m : models_) ckpt::load_params(reader, m->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
+  load_fp8_state(reader);
   const bool has_optim = meta.contains("optimizer") && meta["optimizer"].value("saved", false);
   if (args_.checkpoint.finetune) {
     iteration_ = 0;

@@ -27,7 +27,7 @@ releases took and job scripts still pass, has one of these answers:
 - **planned**: the feature it belongs to (FP8 training, mixture of experts,
   context parallelism, ZeRO-2/3 and FSDP) is not in this version of tripod;
   the run stops before any work naming the feature and what to do meanwhile:
-  `error: --fp8-format is a Megatron-LM flag that tripod does not take yet: planned: FP8 training ...`.
+  `error: --fp8-output-proj is a Megatron-LM flag that tripod does not take yet: planned: FP8 training ...`.
 - **rejected**: the run stops before any work with the reason and what to use
   instead:
   `error: --rotary-interleaved is a Megatron-LM flag that tripod does not take: not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag`.

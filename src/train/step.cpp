@@ -24,6 +24,8 @@ StepResult Trainer::train_step() {
   const int64_t B = args_.batch.micro_batch_size, T = model().config().seq_length;
   const int64_t tokens = B * T * num_microbatches_ * groups_.layout.dp;  // in the global batch
   ddp_->zero_grad_buffer();
+  for (auto& m : models_)  // FP8: amaxes from zero, weights cast again at first use (model/fp8_meta.h)
+    if (model::Fp8State* f = m->fp8_state()) f->begin_iteration();
   StepResult r;
   // fp16: the loss gradient carries the loss scale, so every gradient is
   // scaled by it; the norm and the optimizer divide it out again.
@@ -57,6 +59,9 @@ StepResult Trainer::train_step() {
     const double clip = optim::clip_coefficient(r.grad_norm, args_.optimizer.clip_grad);
     optimizer_->step(r.lr, static_cast<float>(clip / r.loss_scale));
   }
+  // FP8 delayed scaling: amaxes reduced over tp and dp, histories rolled, new scales.
+  for (auto& m : models_)
+    if (model::Fp8State* f = m->fp8_state()) f->end_iteration(groups_.dp.get());
   time_split_.optimizer_end(r.schedule, stage_->data_seconds(), iteration_ + 1, num_microbatches_);
   ++iteration_;
   consumed_samples_ += args_.batch.global_batch_size;

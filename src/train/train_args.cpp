@@ -34,8 +34,40 @@ void apply_model_flags(const ModelFlagSpelling& f, config::GptConfig& m) {
   if (f.disable_bias_linear) m.add_bias_linear = false;
 }
 
+void apply_fp8_flags(const PrecisionArgs& p, config::GptConfig& m) {
+  config::Fp8Config& f = m.fp8;
+  if (p.fp8_format.empty()) {
+    f.format = config::Fp8Format::None;
+  } else if (auto v = config::fp8_format_from_string(p.fp8_format)) {
+    f.format = *v;
+  } else {
+    throw Error(fmt::format("--fp8-format {} is not one of e4m3, hybrid", p.fp8_format),
+                "use --fp8-format hybrid (E4M3 forward, E5M2 gradients: Megatron's usual choice) or e4m3");
+  }
+  if (auto r = config::fp8_recipe_from_string(p.fp8_recipe)) {
+    f.recipe = *r;
+  } else if (p.fp8_recipe == "blockwise") {
+    throw Error("--fp8-recipe blockwise is not supported yet: it needs block-scaled FP8 GEMMs (1x128 activation and "
+                "128x128 weight scales through cuBLASLt's block-scaling modes), which the backend does not call",
+                "use --fp8-recipe delayed (the default) or tensorwise");
+  } else if (p.fp8_recipe == "mxfp8") {
+    throw Error("--fp8-recipe mxfp8 is not supported: MXFP8 (32-element blocks with E8M0 scales) needs the MX "
+                "GEMMs of Blackwell GPUs (sm_100), which the backend does not call",
+                "use --fp8-recipe delayed (the default) or tensorwise");
+  } else {
+    throw Error(fmt::format("--fp8-recipe {} is not one of delayed, tensorwise", p.fp8_recipe),
+                "use --fp8-recipe delayed (the default) or tensorwise");
+  }
+  if (auto a = config::amax_compute_algo_from_string(p.fp8_amax_compute_algo))
+    f.amax_compute_algo = *a;
+  else
+    throw Error(fmt::format("--fp8-amax-compute-algo {} is not one of most_recent, max", p.fp8_amax_compute_algo),
+                "use --fp8-amax-compute-algo most_recent (the default) or max");
+}
+
 void TrainArgs::finalize() {
   apply_model_flags(model_flags, model);
+  apply_fp8_flags(precision, model);
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {
     // Megatron: warmup = fraction x decay steps; here in whole iterations.

@@ -74,6 +74,12 @@ struct PrecisionArgs {
   bool bf16 = false, fp16 = false;  // --bf16, --fp16
   LossScalerConfig loss_scaler;     // --loss-scale, --initial-loss-scale, ... (fp16 only)
   DType compute_dtype = DType::F32; // resolved from --bf16 / --fp16
+  // FP8 (config/fp8_config.h): the spelled flags, applied to model.fp8 by
+  // finalize(); --fp8-margin, --fp8-amax-history-len and the bf16 layer
+  // counts set model.fp8 directly.
+  std::string fp8_format;                          // --fp8-format e4m3|hybrid ("": no FP8)
+  std::string fp8_recipe = "delayed";              // --fp8-recipe (Megatron's default)
+  std::string fp8_amax_compute_algo = "most_recent";  // --fp8-amax-compute-algo
 };
 
 struct CheckpointArgs {
@@ -128,5 +134,7 @@ struct TrainArgs {
 
 // Applies the spelled model flags to `m` (also `tripod plan`'s model).
 void apply_model_flags(const ModelFlagSpelling& f, config::GptConfig& m);
+// Applies the spelled FP8 flags to m.fp8 (errors name the flag and the fix).
+void apply_fp8_flags(const PrecisionArgs& p, config::GptConfig& m);
 
 }  // namespace tripod::train

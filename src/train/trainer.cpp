@@ -219,6 +219,7 @@ void Trainer::log_startup() {
   const auto& cfg = model().config();
   if (is_logger()) {
     log::info("{}", cfg.describe());
+    if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
               args_.parallel.ddp.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(),

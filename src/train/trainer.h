@@ -33,6 +33,10 @@
 #include "train/time_split.h"
 #include "train/train_args.h"
 
+namespace tripod::ckpt {
+class CheckpointReader;
+}
+
 namespace tripod::train {
 
 struct StepResult {
@@ -81,6 +85,7 @@ class Trainer {
   // Collective over the world. Writes --save/iter_<N>/ atomically.
   void save_checkpoint();
   void save_checkpoint_steps(const std::string& tmp);  // prepare, write, commit
+  void load_fp8_state(const ckpt::CheckpointReader& reader);  // FP8 delayed scaling, when saved
   // Collective. Restores from --load (latest iteration), at any layout.
   // (Optimizer moments: DistributedOptimizer::state / set_state.)
   void load_checkpoint();

@@ -136,6 +136,29 @@ void add_fp8_cases(std::vector<OpCase>& v) {
     c.gate = fp8_matmul_gate;
     v.push_back(c);
   }
+
+  // ---- fp8_update_scale: M tensors' scales from their amaxes, with a
+  // rolling history (max or most recent) and without; exact (f32 steps);
+  // a zero and an infinite amax in front: scale 1 without a history, the
+  // old scale with one ----
+  struct Up { const char* tag; int64_t m, h; bool history, use_max; int margin; float max; };
+  for (Up u : {Up{"", 5, 0, false, false, 0, 448.f}, Up{"_history_max", 7, 4, true, true, 1, 57344.f},
+               Up{"_history_most_recent", 3, 3, true, false, 2, 448.f}, Up{"_many", 300, 2, true, true, 0, 448.f}}) {
+    // With a history the old scale is read (kept where the amax is 0 or inf).
+    std::vector<ArgSpec> args{u.history ? acc("scale", {u.m}, Kind::F32, true) : out("scale", {u.m}, Kind::F32),
+                              out("scale_inv", {u.m}, Kind::F32), positive("amax", {u.m}, Kind::F32, 3.0)};
+    if (u.history) args.push_back(acc("amax_history", {u.m, u.h}, Kind::F32, true));
+    OpCase c{std::string("fp8_update_scale") + u.tag, args,
+             [u](Backend& be, Args& t) {
+               be.fp8_update_scale(t[0], t[1], u.history ? &t[3] : nullptr, t[2], u.max, u.margin, u.use_max);
+             },
+             [u](Backend&, Args& t) {
+               t[2].data<double>()[0] = 0.0;
+               if (u.m > 2) t[2].data<double>()[2] = std::numeric_limits<double>::infinity();
+             }};
+    c.exact = true;
+    v.push_back(c);
+  }
 }
 
 }  // namespace tripod::testing

@@ -182,6 +182,12 @@ std::vector<Bad> bad_calls() {
   v.push_back({"fp8_matmul", "b_scale_inv", [=](Backend& be) {
     Tensor o = e(be, {6, 4}), a = e(be, {6, 8}, E4), sa = e(be, {1}), w = e(be, {4, 8}, E4), sw = e(be, {1}, I);
     be.fp8_matmul(o, a, sa, w, sw); }});
+  v.push_back({"fp8_update_scale", "amax_history", [=](Backend& be) {
+    Tensor sc = e(be, {3}), si = e(be, {3}), h = e(be, {2, 4}), a = e(be, {3});
+    be.fp8_update_scale(sc, si, &h, a, 448.f, 0, true); }});
+  v.push_back({"fp8_update_scale", "scale_inv", [=](Backend& be) {
+    Tensor sc = e(be, {3}), si = e(be, {2}), a = e(be, {3});
+    be.fp8_update_scale(sc, si, nullptr, a, 448.f, 0, false); }});
   return v;
 }
 

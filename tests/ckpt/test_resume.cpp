@@ -65,6 +65,45 @@ TEST(Resume, OneRankBitExact) { resume_case("resume1", 1, ""); }
 
 TEST(Resume, Tp2Dp2BitExact) { resume_case("resume_tp2dp2", 4, "--tensor-model-parallel-size 2"); }
 
+// FP8 with delayed scaling: the amax histories and scales travel in the
+// checkpoint (model/fp8_meta.h), so the resumed run quantizes with the
+// scales the straight run had: bit for bit again. A history of 4 with the
+// max algorithm, so the history itself matters, not only the last amax.
+const std::string kFp8Delayed = "--fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 4 "
+                                "--fp8-amax-compute-algo max";
+
+TEST(Fp8Checkpoint, DelayedOneRankBitExact) { resume_case("resume_fp8", 1, kFp8Delayed); }
+TEST(Fp8Checkpoint, DelayedTp2Dp2BitExact) {
+  resume_case("resume_fp8_tp2dp2", 4, kFp8Delayed + " --tensor-model-parallel-size 2 --sequence-parallel");
+}
+
+// Without the saved state the resumed run would start from scale 1: the
+// losses after the load differ (so the bit-exact resume above is the
+// state's doing). And the precisions load each other's checkpoints: an FP8
+// run a bf16-path (here fp32) checkpoint with fresh FP8 state, a run
+// without FP8 an FP8 run's checkpoint (the FP8 tensors ignored).
+TEST(Fp8Checkpoint, CrossPrecisionLoads) {
+  Scratch s("fp8_cross");
+  run(s, "plain4", 1, "--train-iters 4 --save " + (s / "plain").string());
+  run(s, "fp8_from_plain", 1, kFp8Delayed + " --train-iters 8 --load " + (s / "plain").string());
+  run(s, "fp8_4", 1, kFp8Delayed + " --train-iters 4 --save " + (s / "fp8").string());
+  run(s, "plain_from_fp8", 1, "--train-iters 8 --load " + (s / "fp8").string());
+  run(s, "fp8_straight", 1, kFp8Delayed + " --train-iters 8");
+  const auto fresh = losses(s / "fp8_from_plain.jsonl"), plain = losses(s / "plain_from_fp8.jsonl"),
+             straight = losses(s / "fp8_straight.jsonl");
+  ASSERT_EQ(fresh.size(), 4u);
+  ASSERT_EQ(plain.size(), 4u);
+  ASSERT_EQ(straight.size(), 8u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(std::isfinite(fresh[i].second) && std::isfinite(plain[i].second));
+  // The fp32 run's weights with scale-1 FP8 state are not the FP8 run's
+  // weights with its own state: some loss after the load differs.
+  bool differs = false;
+  for (size_t i = 0; i < 4; ++i) differs |= fresh[i].second != straight[i + 4].second;
+  EXPECT_TRUE(differs);
+  EXPECT_NE(slurp(s / "fp8_from_plain.log").find("FP8 delayed scaling state: 0 tensors loaded"), std::string::npos);
+  if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
+}
+
 struct Target {
   const char* name;
   int nproc;

@@ -66,6 +66,9 @@ std::string with_value(const Row& r) {
   if (r.flag == "--position-embedding-type") return r.flag + " rope";
   if (r.flag == "--normalization") return r.flag + " RMSNorm";
   if (r.flag == "--config") return r.flag + " /dev/null";  // a flag file (empty)
+  if (r.flag == "--fp8-format") return r.flag + " hybrid";
+  if (r.flag == "--fp8-recipe") return r.flag + " tensorwise";
+  if (r.flag == "--fp8-amax-compute-algo") return r.flag + " max";
   if (r.takes == "value") return r.flag + " 1";
   if (r.takes == "list") return r.flag + " 1 1";
   return r.flag;
@@ -127,10 +130,10 @@ TEST(MegatronFlags, OneStoppingFlagNamesItsAnswer) {
       << run.output;
   // The flags the first Megatron job scripts with FP8 and experts brought: Megatron-LM's,
   // planned, not "unknown".
-  run = run_tripod("train --parse-only --train-iters 10 --fp8-format hybrid --num-experts 8");
+  run = run_tripod("train --parse-only --train-iters 10 --fp8-output-proj --num-experts 8");
   EXPECT_NE(run.code, 0);
   EXPECT_FALSE(contains(run.output, "not a Megatron-LM flag")) << run.output;
-  EXPECT_TRUE(contains(run.output, "--fp8-format is a Megatron-LM flag that tripod does not take yet: planned: FP8"))
+  EXPECT_TRUE(contains(run.output, "--fp8-output-proj is a Megatron-LM flag that tripod does not take yet: planned: FP8"))
       << run.output;
   EXPECT_TRUE(contains(run.output, "--num-experts is a Megatron-LM flag that tripod does not take yet: planned: "
                                    "mixture-of-experts")) << run.output;

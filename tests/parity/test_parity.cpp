@@ -14,7 +14,30 @@
 // parity runs use --adam-eps 1e-6 so the comparison measures the layouts'
 // arithmetic, not Adam's amplification of noise.
 //
+// NOTE [FP8 parity gates]
+// With --fp8-format the amaxes are reduced so that every layout quantizes
+// the same values WHEN its high-precision inputs are the same bits. They
+// are not quite: a layout sums in another order (tp partial products, the
+// dp gradient sum, the tied embedding's gradient on another stage), and a
+// last-bit difference moves a value across an FP8 rounding boundary now
+// and then, which changes it by a whole FP8 step (6-25%). The FP8 runs
+// therefore take gates measured against the same effect in one process:
+// the single-process run with --micro-batch-size 1 instead of 2 (only the
+// gradient accumulation order changes) differs from it by up to 2.6e-5 in
+// the loss and 6.8e-3 in the grad norm over the 20 iterations; the twelve
+// FP8 layout runs (tp2+sp, pp2, dp2 with the distributed optimizer; GPT-2
+// and Llama; both recipes) by up to 1.3e-4 and 9.4e-3, each within 1e-5
+// for its first 1 to 10 iterations. The weights are not compared (a
+// flipped gradient code moves single elements by up to 10% of their range
+// after 20 Adam steps, the zero-gradient key bias most). These gates do
+// NOT catch a missing amax reduction on this small model (measured: loss
+// 1.8e-4, grad norm 1.7e-2 with the tp reduction removed); that is
+// tests/unit/model/test_fp8_linear_tp.cpp's job, which compares the
+// scales bit for bit. These runs check that every layout trains with FP8
+// end to end and stays with the single process.
+//
 // usage: test_parity NAME NPROC "LAYOUT FLAGS" [tripod|torchrun|mpirun] ["MODEL FLAGS"]
+//        ["LOSS GRAD_NORM WEIGHTS" relative gates, default "1e-5 1e-5 1e-5"; WEIGHTS 0: not compared]
 // (the launcher of the layout run: the same `tripod train` under each;
 // MODEL FLAGS are added to both runs, e.g. the Llama-family options)
 #include <gtest/gtest.h>
@@ -37,6 +60,7 @@ namespace {
 namespace fs = std::filesystem;
 std::string g_name, g_flags, g_launcher = "tripod", g_model_flags;
 int g_nproc = 1;
+double g_loss_tol = 1e-5, g_grad_norm_tol = 1e-5, g_weight_tol = 1e-5;
 
 const char* kModel =
     "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --mock-data --vocab-size 500 "
@@ -141,16 +165,21 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   ASSERT_EQ(ref.size(), 20u);
   ASSERT_EQ(run.size(), 20u);
   for (size_t i = 0; i < ref.size(); ++i) {
-    EXPECT_NEAR(run[i].first, ref[i].first, 1e-5 * ref[i].first) << "lm loss at iteration " << i + 1;
-    EXPECT_NEAR(run[i].second, ref[i].second, 1e-5 * ref[i].second) << "grad norm at iteration " << i + 1;
+    EXPECT_NEAR(run[i].first, ref[i].first, g_loss_tol * ref[i].first) << "lm loss at iteration " << i + 1;
+    EXPECT_NEAR(run[i].second, ref[i].second, g_grad_norm_tol * ref[i].second) << "grad norm at iteration " << i + 1;
   }
   EXPECT_LT(ref.back().first, ref.front().first) << "the reference run did not learn";
+  if (g_weight_tol <= 0) {  // not compared (NOTE [FP8 parity gates])
+    if (!HasFailure()) fs::remove_all(dir);
+    return;
+  }
   const auto want = assemble(dir / "ref"), got = assemble(dir / "run");
   ASSERT_EQ(want.size(), got.size());
   for (const auto& [name, w] : want) {
     auto it = got.find(name);
     ASSERT_NE(it, got.end()) << name;
-    tripod::testing::expect_close(name, it->second.data<float>(), w.data<float>(), static_cast<size_t>(w.numel()), 1e-5);
+    tripod::testing::expect_close(name, it->second.data<float>(), w.data<float>(), static_cast<size_t>(w.numel()),
+                                  g_weight_tol);
   }
   if (!HasFailure()) fs::remove_all(dir);
 }
@@ -168,5 +197,6 @@ int main(int argc, char** argv) {
   g_flags = argc > 3 ? argv[3] : "";
   if (argc > 4) g_launcher = argv[4];
   if (argc > 5) g_model_flags = argv[5];
+  if (argc > 6) std::sscanf(argv[6], "%lf %lf %lf", &g_loss_tol, &g_grad_norm_tol, &g_weight_tol);
   return RUN_ALL_TESTS();
 }

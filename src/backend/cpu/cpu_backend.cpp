@@ -222,6 +222,18 @@ class CpuBackend final : public Backend {
                            fp8_data(b), b.dtype(), b_scale_inv.data<cpu::stat_t<T>>()[0],
                            bias ? bias->data<T>() : nullptr, accumulate, N, K, OC));
   }
+  void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
+                             float fp8_max, int margin, bool use_max) override {
+    const int64_t M = amax.numel(), H = amax_history ? amax_history->size(1) : 0;
+    if (amax.dtype() == DType::F64)
+      cpu::fp8_update_scale<double>(scale.data<double>(), scale_inv.data<double>(),
+                                    amax_history ? amax_history->data<double>() : nullptr, amax.data<double>(), M, H,
+                                    fp8_max, margin, use_max);
+    else
+      cpu::fp8_update_scale<float>(scale.data<float>(), scale_inv.data<float>(),
+                                   amax_history ? amax_history->data<float>() : nullptr, amax.data<float>(), M, H,
+                                   fp8_max, margin, use_max);
+  }
 };
 
 void CpuBackend::cast_impl(Tensor& dst, const Tensor& src) {

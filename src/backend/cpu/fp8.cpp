@@ -5,6 +5,7 @@
 // f32 values and are read as f32.
 // CUDA version: backend/cuda/fp8.cu (casts), fp8_matmul.cpp (cuBLASLt).
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -44,8 +45,10 @@ template <typename T>
 void fp8_matmul(T* out, const uint8_t* a, DType a_fp8, stat_t<T> a_scale_inv, const uint8_t* b, DType b_fp8,
                 stat_t<T> b_scale_inv, const T* bias, bool accumulate, int64_t N, int64_t K, int64_t OC) {
   auto decode = [K](const uint8_t* q, DType fp8, int64_t rows) {
+    double table[256];  // every code decoded once (fp8_to_f32 is exact)
+    for (int c = 0; c < 256; ++c) table[c] = fp8_to_f32(static_cast<uint8_t>(c), fp8);
     std::vector<double> v(static_cast<size_t>(rows * K));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = fp8_to_f32(q[i], fp8);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = table[q[i]];
     return v;
   };
   const std::vector<double> da = decode(a, a_fp8, N), db = decode(b, b_fp8, OC);
@@ -60,6 +63,35 @@ void fp8_matmul(T* out, const uint8_t* a, DType a_fp8, stat_t<T> a_scale_inv, co
       out[i * OC + o] = static_cast<T>(v);
     }
 }
+
+// The scaling update of M tensors (backend/ops.h fp8_update_scale), in f32
+// as the CUDA kernel computes it: (fp8_max / a) * 2^-margin, each step
+// correctly rounded.
+template <typename S>
+void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t M, int64_t H, float fp8_max,
+                      int margin, bool use_max) {
+  const float margin_scale = std::ldexp(1.0f, -margin);
+  for (int64_t m = 0; m < M; ++m) {
+    float a = static_cast<float>(amax[m]);
+    if (history) {
+      S* row = history + m * H;
+      for (int64_t h = H - 1; h > 0; --h) row[h] = row[h - 1];
+      row[0] = amax[m];
+      if (use_max)
+        for (int64_t h = 1; h < H; ++h) a = std::fmax(a, static_cast<float>(row[h]));
+    }
+    float sc = history ? static_cast<float>(scale[m]) : 1.0f;  // kept when a is 0 or not finite
+    if (a > 0.0f && std::isfinite(a)) {
+      sc = (fp8_max / a) * margin_scale;
+      if (std::isinf(sc)) sc = std::numeric_limits<float>::max();
+    }
+    scale[m] = static_cast<S>(sc);
+    scale_inv[m] = static_cast<S>(1.0f / sc);
+  }
+}
+template void fp8_update_scale<float>(float*, float*, float*, const float*, int64_t, int64_t, float, int, bool);
+template void fp8_update_scale<double>(double*, double*, double*, const double*, int64_t, int64_t, float, int,
+                                       bool);
 
 #define TRIPOD_FP8_INSTANTIATE(T)                                                                           \
   template void fp8_cast_transpose<T>(uint8_t*, uint8_t*, stat_t<T>*, const T*, stat_t<T>, int64_t, int64_t, \

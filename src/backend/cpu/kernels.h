@@ -82,6 +82,10 @@ void fp8_dequantize(T* out, const uint8_t* in, stat_t<T> scale_inv, int64_t n, D
 template <typename T>
 void fp8_matmul(T* out, const uint8_t* a, DType a_fp8, stat_t<T> a_scale_inv, const uint8_t* b, DType b_fp8,
                 stat_t<T> b_scale_inv, const T* bias, bool accumulate, int64_t N, int64_t K, int64_t OC);
+// S: the statistics dtype (f32, or f64 holding f32 values); history (M, H) may be null.
+template <typename S>
+void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t M, int64_t H, float fp8_max,
+                      int margin, bool use_max);
 
 template <typename T>
 void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, float lr, float b1, float b2,

@@ -343,6 +343,12 @@ class CudaBackend final : public Backend {
                               b.dtype(), b_scale_inv.data<float>(), bias ? bias->raw() : nullptr, accumulate, N, K,
                               OC, stream_);
   }
+  void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
+                             float fp8_max, int margin, bool use_max) override {
+    cuda::fp8_update_scale(scale.data<float>(), scale_inv.data<float>(),
+                           amax_history ? amax_history->data<float>() : nullptr, amax.data<float>(), amax.numel(),
+                           amax_history ? amax_history->size(1) : 0, fp8_max, margin, use_max, stream_);
+  }
 
  private:
   static cuda::AdamWArgs adamw_args(const AdamWStep& step) {

@@ -11,6 +11,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
@@ -212,6 +213,29 @@ __global__ void matmul_fallback_kernel(T* out, const uint8_t* a, bool a_e5m2, co
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// One thread per tensor: roll its history, pick its amax, its scale (as
+// backend/cpu/fp8.cpp: each operation correctly rounded, no fast math).
+__global__ void update_scale_kernel(float* scale, float* scale_inv, float* history, const float* amax, int64_t M,
+                                    int64_t H, float fp8_max, float margin_scale, bool use_max) {
+  const int64_t m = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (m >= M) return;
+  float a = amax[m];
+  if (history) {
+    float* row = history + m * H;
+    for (int64_t h = H - 1; h > 0; --h) row[h] = row[h - 1];
+    row[0] = a;
+    if (use_max)
+      for (int64_t h = 1; h < H; ++h) a = fmaxf(a, row[h]);
+  }
+  float sc = history ? scale[m] : 1.0f;  // kept when a is 0 or not finite
+  if (a > 0.0f && isfinite(a)) {
+    sc = __fmul_rn(__fdiv_rn(fp8_max, a), margin_scale);
+    if (isinf(sc)) sc = 3.402823466e+38f;
+  }
+  scale[m] = sc;
+  scale_inv[m] = __fdiv_rn(1.0f, sc);
+}
+
 }  // namespace
 
 void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* in, DType dt,
@@ -272,6 +296,15 @@ void fp8_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const 
         static_cast<const uint8_t*>(b), b_fp8 == DType::E5M2, b_scale_inv, static_cast<const T*>(bias),
         accumulate, N, K, OC);
   });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void fp8_update_scale(float* scale, float* scale_inv, float* history, const float* amax, int64_t M, int64_t H,
+                      float fp8_max, int margin, bool use_max, cudaStream_t stream) {
+  if (M == 0) return;
+  const int block = 128;
+  update_scale_kernel<<<static_cast<unsigned>(ceil_div(M, block)), block, 0, stream>>>(
+      scale, scale_inv, history, amax, M, H, fp8_max, std::ldexp(1.0f, -margin), use_max);
   TRIPOD_LAUNCH_CHECK();
 }
 

@@ -30,6 +30,11 @@ void fp8_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const 
                          const void* b, DType b_fp8, const float* b_scale_inv, const void* bias,
                          bool accumulate, int64_t N, int64_t K, int64_t OC, cudaStream_t stream);
 
+// The scaling update of M tensors (backend/ops.h fp8_update_scale): scale,
+// scale_inv, amax (M) floats on the device, history (M, H) or null.
+void fp8_update_scale(float* scale, float* scale_inv, float* history, const float* amax, int64_t M, int64_t H,
+                      float fp8_max, int margin, bool use_max, cudaStream_t stream);
+
 // cuBLASLt's FP8 GEMM, one per backend: its own handle and workspace
 // (allocated at the first call, so a run without FP8 pays nothing) and a
 // cache of chosen algorithms per shape, dtypes and alignment.

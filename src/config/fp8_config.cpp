@@ -1,0 +1,70 @@
+// Implementation of config/fp8_config.h.
+#include "config/fp8_config.h"
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace tripod::config {
+
+bool Fp8Config::uses_fp8(int64_t layer, int64_t num_layers) const {
+  if (!enabled()) return false;
+  if (!first_last_layers_bf16) return true;
+  return layer >= num_layers_at_start_in_bf16 && layer < num_layers - num_layers_at_end_in_bf16;
+}
+
+void Fp8Config::finalize(int64_t num_layers) const {
+  if (!enabled()) return;
+  TRIPOD_CHECK_HINT(margin >= 0, "use --fp8-margin 0 (the default) or more", "--fp8-margin is {}", margin);
+  TRIPOD_CHECK_HINT(amax_history_len >= 1, "use --fp8-amax-history-len 1 (the default) or more",
+                    "--fp8-amax-history-len is {}", amax_history_len);
+  if (first_last_layers_bf16) {
+    TRIPOD_CHECK_HINT(num_layers_at_start_in_bf16 >= 0 && num_layers_at_end_in_bf16 >= 0,
+                      "use non-negative --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16",
+                      "--num-layers-at-start-in-bf16 {} / --num-layers-at-end-in-bf16 {}",
+                      num_layers_at_start_in_bf16, num_layers_at_end_in_bf16);
+    TRIPOD_CHECK_HINT(num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 <= num_layers,
+                      "lower --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16",
+                      "--num-layers-at-start-in-bf16 {} + --num-layers-at-end-in-bf16 {} exceed --num-layers {}",
+                      num_layers_at_start_in_bf16, num_layers_at_end_in_bf16, num_layers);
+  }
+}
+
+std::string Fp8Config::describe() const {
+  if (!enabled()) return "off";
+  std::string s = fmt::format("{}, {}", to_string(format), to_string(recipe));
+  if (delayed())
+    s += fmt::format(" (history {}, {}, margin {})", amax_history_len, to_string(amax_compute_algo), margin);
+  else
+    s += fmt::format(" (margin {})", margin);
+  if (first_last_layers_bf16)
+    s += fmt::format("; first {} and last {} layers in high precision", num_layers_at_start_in_bf16,
+                     num_layers_at_end_in_bf16);
+  return s;
+}
+
+std::optional<Fp8Format> fp8_format_from_string(const std::string& s) {
+  if (s == "e4m3") return Fp8Format::E4M3;
+  if (s == "hybrid") return Fp8Format::Hybrid;
+  return std::nullopt;
+}
+
+std::optional<Fp8Recipe> fp8_recipe_from_string(const std::string& s) {
+  if (s == "delayed") return Fp8Recipe::Delayed;
+  if (s == "tensorwise") return Fp8Recipe::Tensorwise;
+  return std::nullopt;
+}
+
+std::optional<AmaxComputeAlgo> amax_compute_algo_from_string(const std::string& s) {
+  if (s == "most_recent") return AmaxComputeAlgo::MostRecent;
+  if (s == "max") return AmaxComputeAlgo::Max;
+  return std::nullopt;
+}
+
+std::string to_string(Fp8Format f) {
+  return f == Fp8Format::E4M3 ? "e4m3" : (f == Fp8Format::Hybrid ? "hybrid" : "none");
+}
+std::string to_string(Fp8Recipe r) { return r == Fp8Recipe::Delayed ? "delayed" : "tensorwise"; }
+std::string to_string(AmaxComputeAlgo a) { return a == AmaxComputeAlgo::Max ? "max" : "most_recent"; }
+
+}  // namespace tripod::config

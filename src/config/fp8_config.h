@@ -1,0 +1,59 @@
+// FP8 training options (Megatron's TransformerConfig fp8 fields and
+// Transformer Engine's recipe), with Megatron's spellings:
+//   --fp8-format e4m3 | hybrid    hybrid: E4M3 forward operands (activations,
+//                                 weights), E5M2 gradients; e4m3: E4M3 for all
+//   --fp8-recipe delayed | tensorwise
+//       delayed     Transformer Engine's DelayedScaling: each tensor is
+//                   quantized with a scale from the amax history of earlier
+//                   iterations; the history rolls once per iteration
+//       tensorwise  current (per-tensor) scaling: the amax of the tensor
+//                   itself, then its scale, before every cast
+//   --fp8-margin M                scale = fp8_max / amax / 2^M
+//   --fp8-amax-history-len H      delayed: iterations of amax kept
+//   --fp8-amax-compute-algo most_recent | max   delayed: which amax of the history
+//   --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16
+//                                 those layers keep high-precision GEMMs
+// Which layers quantize is GptConfig::layer_spec(i).fp8 (uses_fp8 below):
+// the one rule for the model and the planner. Not part of a checkpoint's
+// model metadata (a checkpoint does not depend on the GEMM precision).
+// docs/fp8.md is the guide.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace tripod::config {
+
+enum class Fp8Format { None, E4M3, Hybrid };
+enum class Fp8Recipe { Delayed, Tensorwise };
+enum class AmaxComputeAlgo { MostRecent, Max };
+
+struct Fp8Config {
+  Fp8Format format = Fp8Format::None;  // None: no FP8 anywhere
+  Fp8Recipe recipe = Fp8Recipe::Delayed;
+  int margin = 0;
+  int amax_history_len = 1;
+  AmaxComputeAlgo amax_compute_algo = AmaxComputeAlgo::MostRecent;
+  bool first_last_layers_bf16 = false;
+  int64_t num_layers_at_start_in_bf16 = 1;
+  int64_t num_layers_at_end_in_bf16 = 1;
+
+  bool enabled() const { return format != Fp8Format::None; }
+  bool delayed() const { return recipe == Fp8Recipe::Delayed; }
+  // Whether layer `layer` of `num_layers` runs its four linears in FP8.
+  bool uses_fp8(int64_t layer, int64_t num_layers) const;
+  // Checks the values (errors name the flag and the fix).
+  void finalize(int64_t num_layers) const;
+  std::string describe() const;  // "hybrid, delayed (history 1, most_recent, margin 0)"
+};
+
+// Megatron's spellings; nullopt for another name (the caller names the flag).
+std::optional<Fp8Format> fp8_format_from_string(const std::string& s);
+std::optional<Fp8Recipe> fp8_recipe_from_string(const std::string& s);
+std::optional<AmaxComputeAlgo> amax_compute_algo_from_string(const std::string& s);
+std::string to_string(Fp8Format f);
+std::string to_string(Fp8Recipe r);
+std::string to_string(AmaxComputeAlgo a);
+
+}  // namespace tripod::config

@@ -1,0 +1,197 @@
+// Implementation of model/fp8_meta.h.
+#include "model/fp8_meta.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace tripod::model {
+
+namespace {
+
+int64_t rows_of(const Tensor& t) { return t.size(-1) ? t.numel() / t.size(-1) : 0; }
+
+void all_reduce_max(comm::Communicator* group, Tensor& t) {
+  if (!group || group->size() == 1) return;
+  comm::AllReduceOptions o;
+  o.op = comm::ReduceOp::Max;
+  group->all_reduce(t, o)->wait();
+}
+
+}  // namespace
+
+// ---- Fp8State ----
+
+Fp8State::Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp)
+    : config_(config), be_(&be), tp_(tp), num_linears_(num_linears) {
+  TRIPOD_CHECK(config.enabled(), "Fp8State without --fp8-format");
+  const DType grad = config.format == config::Fp8Format::Hybrid ? DType::E5M2 : DType::E4M3;
+  make_group(fwd_, DType::E4M3, 2 * int64_t(num_linears));
+  make_group(bwd_, grad, num_linears);
+  linears_.reserve(static_cast<size_t>(num_linears));
+}
+
+void Fp8State::make_group(Group& g, DType dtype, int64_t m) {
+  g.dtype = dtype;
+  g.fp8_max = fp8_max(dtype);
+  const int64_t H = config_.amax_history_len, n = std::max<int64_t>(m, 1);
+  auto filled = [&](Shape shape, float v) {
+    Tensor h = Tensor::empty(shape, DType::F32);
+    for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = v;
+    Tensor d = be_->empty(shape, DType::F32);
+    be_->copy(d, h);
+    return d;
+  };
+  g.scale = filled({n}, 1.f);  // TE's initial scale
+  g.scale_inv = filled({n}, 1.f);
+  g.amax = filled({n}, 0.f);
+  g.history = filled({n, H}, 0.f);
+}
+
+Fp8Linear* Fp8State::add_linear(const Param& weight) {
+  TRIPOD_CHECK(static_cast<int>(linears_.size()) < num_linears_, "Fp8State: more than {} FP8 linears",
+               num_linears_);
+  linears_.push_back(std::make_unique<Fp8Linear>(*this, static_cast<int>(linears_.size()), weight));
+  return linears_.back().get();
+}
+
+Fp8TensorMeta Fp8State::meta(int linear, int slot) {
+  Group& g = slot == 2 ? bwd_ : fwd_;
+  const int64_t i = slot == 2 ? linear : 2 * int64_t(linear) + slot, H = config_.amax_history_len;
+  Fp8TensorMeta m;
+  m.scale = g.scale.flat(i, {1});
+  m.scale_inv = g.scale_inv.flat(i, {1});
+  m.amax = g.amax.flat(i, {1});
+  m.amax_history = g.history.flat(i * H, {1, H});
+  m.dtype = g.dtype;
+  return m;
+}
+
+void Fp8State::quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split) {
+  backend::Backend& be = *be_;
+  if (!config_.delayed()) {
+    // Current scaling: this tensor's amax (the first cast's codes are
+    // discarded), the whole tensor's over tp, then its scale.
+    be.zero(m.amax);
+    be.fp8_quantize(out, m.amax, in, m.scale);
+    if (split) all_reduce_max(tp_, m.amax);
+    be.fp8_update_scale(m.scale, m.scale_inv, nullptr, m.amax, fp8_max(m.dtype), config_.margin, false);
+  }
+  // The amax accumulates (delayed: this iteration's; tensorwise: the same value again).
+  if (out_t)
+    be.fp8_cast_transpose(out, *out_t, m.amax, in, m.scale);
+  else
+    be.fp8_quantize(out, m.amax, in, m.scale);
+}
+
+Tensor Fp8State::scratch(int slot, bool transposed, int64_t R, int64_t C) {
+  Tensor& s = scratch_[slot][transposed ? 1 : 0];
+  const DType dt = slot == 0 ? fwd_.dtype : bwd_.dtype;
+  if (!s.defined() || s.numel() < R * C) {
+    if (s.defined()) be_->synchronize();  // queued casts may still read the old buffer
+    s = be_->empty({R * C}, dt);
+  }
+  return s.flat(0, transposed ? Shape{C, R} : Shape{R, C});
+}
+
+void Fp8State::begin_iteration() {
+  if (config_.delayed()) {
+    be_->zero(fwd_.amax);
+    be_->zero(bwd_.amax);
+  }
+  invalidate_weights();
+}
+
+void Fp8State::end_iteration(comm::Communicator* dp) {
+  if (config_.delayed()) {
+    const bool use_max = config_.amax_compute_algo == config::AmaxComputeAlgo::Max;
+    for (Group* g : {&fwd_, &bwd_}) {
+      all_reduce_max(tp_, g->amax);
+      all_reduce_max(dp, g->amax);
+      be_->fp8_update_scale(g->scale, g->scale_inv, &g->history, g->amax, g->fp8_max, config_.margin, use_max);
+    }
+  }
+  invalidate_weights();
+}
+
+void Fp8State::invalidate_weights() {
+  for (auto& l : linears_) l->invalidate_weight();
+}
+
+std::vector<std::pair<std::string, Tensor>> Fp8State::state_tensors() {
+  std::vector<std::pair<std::string, Tensor>> v;
+  const char* operands[] = {"input", "weight", "grad"};
+  for (const auto& l : linears_)
+    for (int slot = 0; slot < 3; ++slot) {
+      const Fp8TensorMeta m = meta(l->index(), slot);
+      const std::string p = fmt::format("{}.{}.", l->name(), operands[slot]);
+      v.emplace_back(p + "scale", m.scale);
+      v.emplace_back(p + "scale_inv", m.scale_inv);
+      v.emplace_back(p + "amax_history", m.amax_history.view({m.amax_history.numel()}));
+    }
+  return v;
+}
+
+// ---- Fp8Linear ----
+
+Fp8Linear::Fp8Linear(Fp8State& state, int index, const Param& weight)
+    : state_(&state),
+      index_(index),
+      weight_(&weight),
+      name_(weight.spec.name.size() > 7 && weight.spec.name.ends_with(".weight")
+                ? weight.spec.name.substr(0, weight.spec.name.size() - 7)
+                : weight.spec.name),
+      x_(state.meta(index, 0)),
+      w_(state.meta(index, 1)),
+      dy_(state.meta(index, 2)) {
+  const Tensor& W = weight.compute;
+  TRIPOD_CHECK(W.dim() == 2, "FP8 linear {}: weight {} must be (OC, IC)", weight.spec.name, W.str());
+  w8_ = state.backend().empty({W.size(0), W.size(1)}, DType::E4M3);
+  w8_t_ = state.backend().empty({W.size(1), W.size(0)}, DType::E4M3);
+}
+
+void Fp8Linear::ensure_weight() {
+  if (weight_valid_) return;
+  // Every tp rank holds a shard of W (rows or columns): its amax is the whole weight's over tp.
+  state_->quantize(w_, w8_, &w8_t_, weight_->compute, true);
+  weight_valid_ = true;
+}
+
+void Fp8Linear::forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* bias) {
+  ensure_weight();
+  const int64_t R = rows_of(x), C = x.size(-1);
+  Tensor x8 = state_->scratch(0, false, R, C);
+  state_->quantize(x_, x8, nullptr, x.view({R, C}), x_split);
+  state_->backend().fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias);
+}
+
+void Fp8Linear::quantize_grad(const Tensor& dy, bool dy_split) {
+  const int64_t R = rows_of(dy), C = dy.size(-1);
+  Tensor d8 = state_->scratch(1, false, R, C), d8_t = state_->scratch(1, true, R, C);
+  state_->quantize(dy_, d8, &d8_t, dy.view({R, C}), dy_split);
+  state_->grad_owner = this;
+}
+
+void Fp8Linear::dgrad(Tensor& dx) {
+  TRIPOD_CHECK(state_->grad_owner == this, "FP8 linear {}: dgrad without its quantize_grad", weight_->spec.name);
+  ensure_weight();
+  const int64_t OC = w8_.size(0), R = dx.numel() / w8_.size(1);
+  Tensor d8 = state_->scratch(1, false, R, OC);
+  state_->backend().fp8_matmul(dx, d8, dy_.scale_inv, w8_t_, w_.scale_inv);
+}
+
+void Fp8Linear::wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Tensor& x, bool x_split) {
+  TRIPOD_CHECK(state_->grad_owner == this, "FP8 linear {}: wgrad without its quantize_grad", weight_->spec.name);
+  backend::Backend& be = state_->backend();
+  const int64_t R = rows_of(x), C = x.size(-1), OC = w8_.size(0);
+  Tensor x8 = state_->scratch(0, false, R, C), x8_t = state_->scratch(0, true, R, C);
+  state_->quantize(x_, x8, &x8_t, x.view({R, C}), x_split);  // the forward's codes again
+  Tensor d8_t = state_->scratch(1, true, R, OC);
+  Tensor dW = dweight.view({OC, C});
+  be.fp8_matmul(dW, d8_t, dy_.scale_inv, x8_t, x_.scale_inv, nullptr, true);
+  if (dbias) be.matmul_backward(nullptr, nullptr, dbias, dy, x, weight_->compute);
+}
+
+}  // namespace tripod::model

@@ -1,0 +1,150 @@
+// FP8 scaling state and the FP8 GEMMs of one linear layer (Transformer
+// Engine's FP8 tensor meta, DelayedScaling and per-tensor current scaling;
+// config/fp8_config.h holds the options, docs/fp8.md is the guide).
+//
+// Every FP8 GEMM operand (a linear's input x, weight W, output gradient dy)
+// has an Fp8TensorMeta: f32 scale, scale_inv and amax on the device (and
+// for delayed scaling an amax history of --fp8-amax-history-len). A value v
+// is stored as fp8(v * scale); the GEMM multiplies by scale_inv.
+//   tensorwise  before each cast: amax of the tensor itself (a first cast
+//               pass, its values discarded), the max over the tp group
+//               when tp splits the tensor, then scale = fp8_max / amax /
+//               2^margin (fp8_update_scale), then the cast.
+//   delayed     each cast uses the scale as it stands and accumulates the
+//               tensor's amax; once per iteration (end_iteration) the amaxes
+//               are reduced (max) over the tp group and then the dp group,
+//               each history rolls in its amax and scale = fp8_max /
+//               algo(history) / 2^margin.
+// Why these groups: a tp rank holds a shard of W (column-parallel rows,
+// row-parallel columns), of a row-parallel input (N, IC_tp) and of a
+// column-parallel dy (N, OC_tp); the max over tp is the amax of the whole
+// tensor, so every layout quantizes the same values. dp replicas see other
+// micro-batches: the max over dp keeps their delayed scales equal (and
+// equal to one process running all the micro-batches), which Megatron
+// does with its amax reduction group (tp x dp). Current scaling reduces
+// over tp only: each micro-batch's tensor is scaled by its own amax.
+//
+// The weight is cast (with its transpose, for dgrad) once per optimizer
+// step and cached in the linear until end_iteration or
+// invalidate_weights(). The input is cast again in backward from the saved
+// high-precision activation with the same scale (same codes, no FP8 copy
+// kept per micro-batch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/ops.h"
+#include "comm/communicator.h"
+#include "config/fp8_config.h"
+#include "model/param_table.h"
+
+namespace tripod::model {
+
+// One FP8 GEMM operand's scaling state: views of one element (one row of
+// the history) of Fp8State's tensors.
+struct Fp8TensorMeta {
+  Tensor scale, scale_inv, amax;  // (1) f32 on the device
+  Tensor amax_history;            // (1, H) f32; delayed scaling only
+  DType dtype = DType::E4M3;      // E4M3, or E5M2 for hybrid gradients
+};
+
+class Fp8State;
+
+// The FP8 GEMMs of one linear y = x W^T (+ b): forward, dgrad and wgrad
+// (backend/ops.h fp8_matmul), owning its three metas and the cached FP8
+// weight. `x_split` / `dy_split`: tp splits that tensor across the group
+// (its amax is reduced over tp).
+class Fp8Linear {
+ public:
+  Fp8Linear(Fp8State& state, int index, const Param& weight);
+
+  // y (N, OC) = x (N, IC) W^T (+ bias, of y's dtype; null: none).
+  void forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* bias);
+  // Casts dy (N, OC) and its transpose in the gradient format (kept for
+  // wgrad until another linear's backward casts its dy).
+  void quantize_grad(const Tensor& dy, bool dy_split);
+  // dx (N, IC) = dy W from the last quantize_grad of this linear.
+  void dgrad(Tensor& dx);
+  // dW (OC, IC) += dy^T x, x cast again with its forward scale; then dbias
+  // += column sums of dy in high precision (when given).
+  void wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Tensor& x, bool x_split);
+  void invalidate_weight() { weight_valid_ = false; }
+  int index() const { return index_; }
+  const std::string& name() const { return name_; }  // the weight's name less ".weight"
+
+ private:
+  void ensure_weight();
+
+  Fp8State* state_;
+  int index_;
+  const Param* weight_;
+  std::string name_;
+  Fp8TensorMeta x_, w_, dy_;
+  Tensor w8_, w8_t_;  // (OC, IC), (IC, OC) E4M3: the cached FP8 weight
+  bool weight_valid_ = false;
+};
+
+// The FP8 state of one pipeline stage (model chunk): the metas of its FP8
+// linears in two groups (forward operands x, W: E4M3; gradients dy: E5M2
+// under hybrid), the cast scratch and the per-iteration calls.
+class Fp8State {
+ public:
+  // num_linears: FP8 linears of this stage (4 per FP8 layer); tp: the
+  // group that splits their tensors (null: tp size 1).
+  Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp);
+
+  // The next linear's FP8 GEMMs (call num_linears times; the state owns them).
+  Fp8Linear* add_linear(const Param& weight);
+  const config::Fp8Config& config() const { return config_; }
+  backend::Backend& backend() { return *be_; }
+
+  // Start of a training iteration: amaxes to zero (delayed) and the weights
+  // cast again at their next use (so the weight amaxes count this iteration).
+  void begin_iteration();
+  // End of a training iteration (after the optimizer step): delayed
+  // scaling's amax reduction over tp then dp, history roll and scale
+  // update; the cached weights are stale.
+  void end_iteration(comm::Communicator* dp);
+  // The weights changed outside a step (a checkpoint load).
+  void invalidate_weights();
+
+  // Delayed scaling's state for checkpoints: per FP8 linear and operand,
+  // (name, a view on the device): "<linear>.{input,weight,grad}.{scale,
+  // scale_inv,amax_history}" with <linear> the weight's name less
+  // ".weight" (global names: any layout loads them). Loading writes into
+  // the views.
+  std::vector<std::pair<std::string, Tensor>> state_tensors();
+
+  // Used by Fp8Linear: the meta of operand `slot` (0 x, 1 W, 2 dy) of linear i.
+  Fp8TensorMeta meta(int linear, int slot);
+  // Casts `in` (R, C) into out (and out_t when given) with m's scale, per
+  // the recipe (tensorwise: the scale from this tensor's amax first,
+  // reduced over tp when `split`).
+  void quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split);
+  // Scratch views for the casts of x (slot 0) and dy (slot 1): the FP8
+  // tensor (R, C) and its transpose (C, R).
+  Tensor scratch(int slot, bool transposed, int64_t R, int64_t C);
+  const Fp8Linear* grad_owner = nullptr;  // whose dy the scratch holds
+
+ private:
+  struct Group {  // the metas of one dtype
+    DType dtype;
+    float fp8_max;
+    Tensor scale, scale_inv, amax, history;  // (M), (M), (M), (M, H)
+  };
+  void make_group(Group& g, DType dtype, int64_t m);
+
+  config::Fp8Config config_;
+  backend::Backend* be_;
+  comm::Communicator* tp_;
+  int num_linears_;
+  Group fwd_, bwd_;  // fwd: x and W of linear i at 2i, 2i+1; bwd: dy of linear i at i
+  std::vector<std::unique_ptr<Fp8Linear>> linears_;
+  Tensor scratch_[2][2];  // [x | dy][plain | transposed], grown as needed
+};
+
+}  // namespace tripod::model

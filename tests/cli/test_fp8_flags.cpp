@@ -1,0 +1,55 @@
+// The FP8 flags through `tripod train` (docs/fp8.md): Megatron's spellings
+// parse, the recipes and options tripod does not have stop with why, the
+// deprecated --fp8-interval is accepted, and a tiny FP8 run trains and says
+// which recipe it used.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "testing/run_tripod.h"
+
+namespace {
+
+using tripod::testing::run_tripod;
+
+bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+const std::string kParse = "train --parse-only --train-iters 10 ";
+
+TEST(Fp8Flags, MegatronSpellingsParse) {
+  for (const char* f : {"--fp8-format hybrid", "--fp8-format e4m3 --fp8-recipe tensorwise",
+                        "--fp8-format hybrid --fp8-margin 1 --fp8-amax-history-len 16 --fp8-amax-compute-algo max",
+                        "--fp8-format hybrid --first-last-layers-bf16 --num-layers-at-start-in-bf16 2 "
+                        "--num-layers-at-end-in-bf16 0"}) {
+    const auto run = run_tripod(kParse + f);
+    EXPECT_EQ(run.code, 0) << f << ": " << run.output;
+  }
+  const auto interval = run_tripod(kParse + "--fp8-format hybrid --fp8-interval 4");
+  EXPECT_EQ(interval.code, 0) << interval.output;
+  EXPECT_TRUE(contains(interval.output, "--fp8-interval: accepted and ignored: deprecated")) << interval.output;
+}
+
+TEST(Fp8Flags, WhatIsNotSupportedSaysWhy) {
+  struct Case { const char* flags; const char* says; };
+  for (Case c : {Case{"--fp8-format hybrid --fp8-recipe blockwise", "block-scaled FP8 GEMMs"},
+                 Case{"--fp8-format hybrid --fp8-recipe mxfp8", "Blackwell"},
+                 Case{"--fp8-format hybrid --fp8-param-gather", "FP8 copies of the weights in the distributed optimizer"},
+                 Case{"--fp8-format e5m2", "--fp8-format e5m2 is not one of e4m3, hybrid"},
+                 Case{"--fp8-format hybrid --fp8-amax-compute-algo mean", "not one of most_recent, max"}}) {
+    const auto run = run_tripod(kParse + c.flags);
+    EXPECT_NE(run.code, 0) << c.flags;
+    EXPECT_TRUE(contains(run.output, c.says)) << c.flags << ": " << run.output;
+  }
+}
+
+TEST(Fp8Flags, TinyRunTrainsInFp8) {
+  const auto run = run_tripod(
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --mock-data --vocab-size 64 "
+      "--micro-batch-size 2 --train-iters 3 --log-interval 1 --eval-interval 0 --fp8-format hybrid "
+      "--fp8-recipe tensorwise --fp8-margin 1");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "FP8 GEMMs in the transformer layers: hybrid, tensorwise (margin 1)"))
+      << run.output;
+}
+
+}  // namespace
