@@ -13,7 +13,8 @@
 #   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
 #                (default 2000): bf16 vs FP8 hybrid (delayed), loss within 1% from
 #                iteration 200, no skipped steps; the FP8 run saved at ITERS/2 and
-#                resumed: identical losses after the resume
+#                resumed: identical losses after the resume (--deterministic-mode, so
+#                two runs of one binary agree bit for bit)
 #   speed        bf16 vs FP8 at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
@@ -104,7 +105,7 @@ if has convergence; then
          --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
          --global-batch-size 16 --train-iters "$iters" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
          --lr-warmup-iters 100 --weight-decay 0.1 --clip-grad 1.0 --eval-interval 0 --log-interval 10 --seed 1234
-         --bf16 --device cuda)
+         --bf16 --device cuda --deterministic-mode)
     run kjv_bf16 train "${kjv[@]}"
     rm -rf "$OUT/ckpt_fp8"
     run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid --save "$OUT/ckpt_fp8" --save-interval $((iters / 2))

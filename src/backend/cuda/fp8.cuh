@@ -62,6 +62,7 @@ class Fp8Gemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = size_t(32) << 20;
+  float* scales_ = nullptr;  // 16-byte aligned copies of misaligned scale pointers
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
   std::map<Key, bool> unsupported_;
 };

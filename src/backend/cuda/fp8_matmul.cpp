@@ -33,6 +33,7 @@ using lt::Preference;
 }  // namespace
 
 Fp8Gemm::~Fp8Gemm() {
+  if (scales_) cudaFree(scales_);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -51,7 +52,19 @@ bool Fp8Gemm::run(void* out, DType dt, const void* a, DType a_fp8, const float* 
   if (!handle_) {
     TRIPOD_CUBLAS_CHECK(cublasLtCreate(&handle_));
     TRIPOD_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+    TRIPOD_CUDA_CHECK(cudaMalloc(&scales_, 256));
   }
+  // The scale pointers must be 16-byte aligned for cuBLASLt's FP8 kernels
+  // (the model's scales are 4-byte views into one tensor per linear): copy a
+  // misaligned one, on the stream, into an aligned slot of our own.
+  auto aligned_scale = [&](const float* sc, int slot) {
+    if (alignment_of(sc) >= 16) return sc;
+    float* dst = scales_ + slot * 32;  // 128-byte slots
+    TRIPOD_CUDA_CHECK(cudaMemcpyAsync(dst, sc, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    return static_cast<const float*>(dst);
+  };
+  a_scale_inv = aligned_scale(a_scale_inv, 0);
+  b_scale_inv = aligned_scale(b_scale_inv, 1);
 
   MatmulDesc desc;
   TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -99,8 +112,13 @@ bool Fp8Gemm::run(void* out, DType dt, const void* a, DType a_fp8, const float* 
     it = algos_.emplace(key, result.algo).first;
   }
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, b, la.l, a, lb.l, &beta, out, ld.l, out, ld.l,
-                                     &it->second, workspace_, workspace_bytes_, stream));
+  const cublasStatus_t st = cublasLtMatmul(handle_, desc.d, &alpha, b, la.l, a, lb.l, &beta, out, ld.l, out, ld.l,
+                                           &it->second, workspace_, workspace_bytes_, stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the call refused: the fallback takes it
+    unsupported_.emplace(key, true);
+    return false;
+  }
+  TRIPOD_CUBLAS_CHECK(st);
   return true;
 }
 
