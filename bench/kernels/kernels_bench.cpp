@@ -25,45 +25,19 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "base/timer.h"
+#include "bench_util.h"
 
 using namespace tripod;
 
 namespace {
 
+using bench::fill;
+using bench::median_us;
+
 struct Row {
   std::string op, dtype, shape;
   double us, tflops, gbs;
 };
-
-double median_us(backend::Backend& be, const std::function<void()>& fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn();
-  be.synchronize();
-  std::vector<double> t;
-  for (int r = 0; r < 5; ++r) {
-    Timer timer;
-    for (int i = 0; i < iters; ++i) fn();
-    be.synchronize();
-    t.push_back(timer.seconds() * 1e6 / iters);
-  }
-  std::sort(t.begin(), t.end());
-  return t[2];
-}
-
-// Fills with small pseudo-random values (never time on zeros: METHOD.md).
-void fill(backend::Backend& be, Tensor& t, float scale = 0.02f) {
-  Tensor h = Tensor::empty({t.numel()}, DType::F32);
-  uint32_t s = 12345u + static_cast<uint32_t>(t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    h.data<float>()[i] = scale * ((s >> 8) * (1.f / 16777216.f) - 0.5f) * 2.f;
-  }
-  Tensor d = be.empty({t.numel()}, DType::F32);
-  be.copy(d, h);
-  Tensor flat = t.view({t.numel()});
-  if (t.dtype() == DType::F32) be.copy(flat, d);
-  else be.cast(flat, d);
-  be.synchronize();
-}
 
 bool read_into(backend::Backend& be, Tensor& dst, const std::string& path) {
   Tensor h = Tensor::empty(dst.shape(), dst.dtype());
