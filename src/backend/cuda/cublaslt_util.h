@@ -1,5 +1,5 @@
 // What the bf16 (matmul.cpp) and FP8 (fp8_matmul.cpp) cuBLASLt paths share:
-// RAII holders for cuBLASLt descriptors, so an error thrown mid-setup leaks
+// the operand type names, RAII holders for cuBLASLt descriptors, so an error thrown mid-setup leaks
 // none, and the alignment the heuristic is told about.
 #pragma once
 
@@ -7,7 +7,22 @@
 
 #include <cstdint>
 
+#include "base/error.h"
+#include "tensor/dtype.h"
+
 namespace tripod::backend::cuda::lt {
+
+// cuBLASLt's name of a GEMM operand's element type.
+inline cudaDataType_t cuda_type(DType dt) {
+  switch (dt) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    case DType::E4M3: return CUDA_R_8F_E4M3;
+    case DType::E5M2: return CUDA_R_8F_E5M2;
+    default: TRIPOD_FAIL("cuBLASLt matmul: unsupported dtype {}", dtype_name(dt));
+  }
+}
 
 // Largest power of two (<= 256) dividing the address, for the heuristic's
 // alignment preferences (views can start at any element).

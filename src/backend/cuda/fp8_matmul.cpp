@@ -14,18 +14,8 @@
 namespace tripod::backend::cuda {
 namespace {
 
-cudaDataType_t cuda_type(DType dt) {
-  switch (dt) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    case DType::E4M3: return CUDA_R_8F_E4M3;
-    case DType::E5M2: return CUDA_R_8F_E5M2;
-    default: fail_dtype(dt);
-  }
-}
-
 using lt::alignment_of;
+using lt::cuda_type;
 using lt::Layout;
 using lt::MatmulDesc;
 using lt::Preference;

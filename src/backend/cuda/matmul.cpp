@@ -15,16 +15,8 @@
 namespace tripod::backend::cuda {
 namespace {
 
-cudaDataType_t cuda_type(DType dt) {
-  switch (dt) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: TRIPOD_FAIL("cuBLASLt matmul: unsupported dtype {}", dtype_name(dt));
-  }
-}
-
 using lt::alignment_of;
+using lt::cuda_type;
 using lt::Layout;
 using lt::MatmulDesc;
 using lt::Preference;
