@@ -22,13 +22,19 @@ struct TinyShape {
   int64_t vocab_size = 40;
 };
 
-inline config::GptConfig tiny_gpt(const TinyShape& s = {}) {
+// The shape on GptConfig's defaults (the GPT-2 flavour), not finalized.
+inline config::GptConfig shaped(const TinyShape& s) {
   config::GptConfig c;
   c.num_layers = s.num_layers;
   c.hidden_size = s.hidden_size;
   c.num_attention_heads = s.num_attention_heads;
   c.seq_length = s.seq_length;
   c.vocab_size = s.vocab_size;
+  return c;
+}
+
+inline config::GptConfig tiny_gpt(const TinyShape& s = {}) {
+  config::GptConfig c = shaped(s);
   c.finalize();
   return c;
 }
@@ -36,12 +42,7 @@ inline config::GptConfig tiny_gpt(const TinyShape& s = {}) {
 // query_groups: --num-query-groups; ffn_hidden_size: the SwiGLU width F
 // (fc1 is [gate | up], 2F rows).
 inline config::GptConfig tiny_llama(const TinyShape& s, int64_t query_groups, int64_t ffn_hidden_size) {
-  config::GptConfig c;
-  c.num_layers = s.num_layers;
-  c.hidden_size = s.hidden_size;
-  c.num_attention_heads = s.num_attention_heads;
-  c.seq_length = s.seq_length;
-  c.vocab_size = s.vocab_size;
+  config::GptConfig c = shaped(s);
   c.group_query_attention = true;
   c.num_query_groups = query_groups;
   c.swiglu = true;
