@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FP8 training on one GPU, against tripod's own bf16 in the same call:
 #
-#   scripts/gpu_fp8_check.sh --stage DIR [--data DIR] [--checks "layouts convergence speed"]
+#   scripts/gpu_fp8_check.sh --stage DIR [--data DIR] [--checks "layouts convergence determinism speed"]
 #
 # DIR: a folder written by `scripts/gpu_check.sh --stage DIR` (tripod). --data DIR
 # holds kjv_text_document.{bin,idx} (scripts/prepare_kjv.sh). Logs, metrics and
@@ -15,19 +15,24 @@
 #                iteration 200, no skipped steps; the FP8 run saved at ITERS/2 and
 #                resumed: identical losses after the resume (--deterministic-mode, so
 #                two runs of one binary agree bit for bit)
+#   determinism  GPT-2 124M shape on KJV with --deterministic-mode, DET_ITERS
+#                iterations (default 60): two bf16 runs and two FP8 runs of one
+#                binary bit for bit equal (loss and grad norm at every
+#                iteration), and the FP8 run saved at DET_ITERS/2 and resumed:
+#                bit for bit equal to the uninterrupted one
 #   speed        bf16 vs FP8 at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
 #                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=""; data_dir=""; checks="layouts convergence speed"
+stage=""; data_dir=""; checks="layouts convergence determinism speed"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --stage) stage="$2"; shift 2 ;;
     --data) data_dir="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "gpu_fp8_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +73,21 @@ skipped = sum(r.get("skipped_iters", 0) for r in b.values())
 last = f"final {a[its[-1]]['lm_loss']:.4f} vs {b[its[-1]]['lm_loss']:.4f}" if its else "no common iterations"
 ok = its and worst <= tol
 print(f"{len(its)} iterations, max rel diff {worst:.2e} (at {at}), tol {tol:g}, {last}, skipped {skipped} -> {'PASS' if ok else 'FAIL'}")
+PY
+}
+# bitwise A B: lm_loss and grad_norm of two runs equal bit for bit at every common iteration
+bitwise() {
+  python3 - "$OUT/$1.jsonl" "$OUT/$2.jsonl" <<'PY'
+import json, sys
+def rows(p):
+    try: return {r["iteration"]: (r["lm_loss"], r.get("grad_norm")) for r in map(json.loads, open(p)) if "lm_loss" in r}
+    except FileNotFoundError: return {}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+its = sorted(set(a) & set(b))
+diff = [i for i in its if a[i] != b[i]]
+verdict = "PASS" if its and not diff else "FAIL"
+first = f", first difference at {diff[0]}: {a[diff[0]]} vs {b[diff[0]]}" if diff else ""
+print(f"{len(its)} iterations ({its[0] if its else '-'}-{its[-1] if its else '-'}), {len(diff)} differ{first} -> {verdict}")
 PY
 }
 speed() {  # speed NAME: mean of iterations 6-20
@@ -116,6 +136,30 @@ if has convergence; then
     rm -rf "$OUT/ckpt_fp8"
   else
     note "no KJV data (--data DIR): convergence skipped"
+  fi
+fi
+
+if has determinism; then
+  n=${DET_ITERS:-60}
+  if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
+    note "---- determinism: GPT-2 124M shape on KJV, --deterministic-mode, $n iterations ----"
+    det=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
+         --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
+         --global-batch-size 16 --train-iters "$n" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
+         --lr-warmup-iters 10 --weight-decay 0.1 --clip-grad 1.0 --eval-interval 0 --log-interval 1 --seed 1234
+         --bf16 --device cuda --deterministic-mode)
+    run det_bf16_a train "${det[@]}"
+    run det_bf16_b train "${det[@]}"
+    note "bf16, two runs: $(bitwise det_bf16_a det_bf16_b)"
+    rm -rf "$OUT/ckpt_det"
+    run det_fp8_a train "${det[@]}" --fp8-format hybrid --save "$OUT/ckpt_det" --save-interval $((n / 2))
+    run det_fp8_b train "${det[@]}" --fp8-format hybrid
+    note "fp8 hybrid delayed, two runs: $(bitwise det_fp8_a det_fp8_b)"
+    run det_fp8_resumed train "${det[@]}" --fp8-format hybrid --load "$OUT/ckpt_det" --ckpt-step $((n / 2))
+    note "fp8 resumed at $((n / 2)) vs uninterrupted: $(bitwise det_fp8_a det_fp8_resumed)"
+    rm -rf "$OUT/ckpt_det"
+  else
+    note "no KJV data (--data DIR): determinism skipped"
   fi
 fi
 

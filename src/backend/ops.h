@@ -259,8 +259,12 @@ class Backend {
   //   wgrad    dW += dy^T x   fp8_matmul(dW, dy8_t, sdy_inv, x8_t, sx_inv, nullptr, true)
   // a and b are not both E5M2 (no FP8 GEMM takes two E5M2 operands; in
   // the hybrid format only gradients are E5M2). bias has out's dtype.
+  // fast_accum: the backend may accumulate with less than f32 precision
+  // (Hopper's FP8 accumulation without the periodic f32 promotion, which
+  // Transformer Engine uses for the forward GEMM); the reference ignores it.
   void fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                  const Tensor& b_scale_inv, const Tensor* bias = nullptr, bool accumulate = false);
+                  const Tensor& b_scale_inv, const Tensor* bias = nullptr, bool accumulate = false,
+                  bool fast_accum = false);
   // The scaling update of M tensors at once (Transformer Engine's amax and
   // scale update; model/fp8_meta.h), on the device without a host sync.
   // scale, scale_inv, amax: (M) statistics. With amax_history (M, H) each
@@ -348,7 +352,8 @@ class Backend {
                                        const Tensor& scale) = 0;
   virtual void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) = 0;
   virtual void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                               const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) = 0;
+                               const Tensor& b_scale_inv, const Tensor* bias, bool accumulate,
+                               bool fast_accum) = 0;
   virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                                      float fp8_max, int margin, bool use_max) = 0;
 };

@@ -81,6 +81,7 @@ class ColumnParallelLinear {
   // FP8 GEMMs through `fp8` (null: the compute dtype's matmuls).
   void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
   bool fp8() const { return fp8_ != nullptr; }
+  Fp8Linear* fp8_linear() const { return fp8_; }
 
  private:
   Param* weight_ = nullptr;
@@ -112,6 +113,7 @@ class RowParallelLinear {
   // FP8 GEMMs through `fp8` (null: the compute dtype's matmuls).
   void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
   bool fp8() const { return fp8_ != nullptr; }
+  Fp8Linear* fp8_linear() const { return fp8_; }
 
  private:
   const Tensor& full_output_grad(const Tensor& dy, Tensor& full_buf) const;

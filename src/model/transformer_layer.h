@@ -43,6 +43,10 @@ struct LayerActs {
   Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
   Tensor out;                      // (N_sp,C) layer output (residual after MLP)
+  // FP8 layers (without full recomputation): the FP8 transposes of the
+  // inputs of qkv, proj, fc1, fc2 as cast in forward, for the weight
+  // gradients (model/fp8_meta.h, Fp8Linear::keep_input).
+  Fp8Linear::KeptInput fp8_in[4];
   size_t bytes() const;            // activation bytes held
 };
 
@@ -99,9 +103,16 @@ class TransformerLayer {
                    const LayerDropout& d) const;
   void mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const;
   // The LayerNorm (or RMSNorm) backward into dres, writing the norm's output
-  // ln again (NOTE [LayerNorm outputs]).
+  // ln again when given (NOTE [LayerNorm outputs]; an FP8 linear that kept
+  // its input's transpose needs none).
   void norm_backward(Tensor& dres, Param* weight, Param* bias, const Tensor& dln, const Tensor& inp,
-                     const Tensor& mean, Tensor& rstd, Tensor& ln) const;
+                     const Tensor& mean, Tensor& rstd, Tensor* ln) const;
+  // Points the FP8 linears at this micro-batch's kept input transposes.
+  void bind_fp8(const LayerActs& a) const;
+  // The column-parallel input's gathered (N, C) tensor for backward_weight:
+  // the norm output re-gathered, or when the FP8 linear kept its
+  // transpose, a buffer of that shape (the values are not read).
+  const Tensor& wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const;
   uint64_t dropout_key(uint64_t seed, int site) const;
 
   const GptConfig* config_;

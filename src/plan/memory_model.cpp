@@ -195,6 +195,23 @@ std::vector<int> chunk_slot_peaks(int pp, int vpp, int64_t m, int rank) {
   return peak;
 }
 
+Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, int64_t first_layer,
+                          int64_t num_layers) {
+  Fp8Bytes f;
+  if (!m.fp8.enabled()) return f;
+  int64_t fp8_layers = 0;
+  for (int64_t i = first_layer; i < std::min(first_layer + num_layers, m.num_layers); ++i)
+    fp8_layers += m.layer_spec(i).fp8 ? 1 : 0;
+  if (fp8_layers == 0) return f;
+  const double N = double(b * m.seq_length), C = double(m.hidden_size), F = double(m.ffn_hidden_size);
+  const double Q = double(m.qkv_width()), F1 = double(m.fc1_width()), t = tp, n = double(fp8_layers);
+  f.weights = n * 2.0 * C * (Q + C + F1 + F) / t;
+  if (r != Recompute::Full) f.per_microbatch = n * (N * (C + C / t + C + F / t) + 64.0);
+  const double x = N * std::max(C, F / t);
+  f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  return f;
+}
+
 static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const MemoryOptions& o, MemoryBreakdown& mb) {
   const int act = act_bytes_of(l.dtype);
   const bool post = stage == l.pp - 1;
@@ -206,14 +223,21 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
   // last chunk of the last stage also the loss head's.
   const std::vector<int> peaks = chunk_slot_peaks(l.pp, l.vpp, l.num_microbatches(), stage);
   mb.activations = 0;
+  double fp8_fixed = 0;  // FP8 weight copies and cast scratch (Fp8Bytes)
+  const int64_t chunk_layers = int64_t(layers) / l.vpp;
   for (int c = 0; c < l.vpp; ++c) {
     const double slots = peaks[size_t(c)];
     mb.activations += slots * (layers / l.vpp * layer + input);
     if (post && c == l.vpp - 1) mb.activations += slots * head;
+    // Chunk c of pipeline rank `stage` holds global layers from (c pp + stage) x chunk_layers.
+    const Fp8Bytes f8 = tripod_fp8_bytes(m, l.micro_batch, l.tp, l.recompute,
+                                         (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers);
+    mb.activations += slots * f8.per_microbatch;
+    fp8_fixed += f8.weights + f8.scratch;
   }
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute, l.dtype);
   const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute, l.dtype) - chunk_ws;
-  mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0);
+  mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0) + fp8_fixed;
   if (o.cuda) mb.workspace += double(32ll << 20) + cudnn_dq_workspace_bytes(m, l.micro_batch, l.tp, l.dtype, o.deterministic);
   mb.reserved = (o.workspace_fixed_gib < 0 ? 1.0 : o.workspace_fixed_gib) * double(1ll << 30);
 }

@@ -24,6 +24,14 @@ double matmul_efficiency(const GptConfig& m, const Layout& l) {
   return rows / (rows + 256.0) * cols / (cols + 128.0);
 }
 
+double fp8_linear_flops_per_token(const GptConfig& m) {
+  if (!m.fp8.enabled()) return 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < m.num_layers; ++i) n += m.layer_spec(i).fp8 ? 1 : 0;
+  const double C = double(m.hidden_size), Q = double(m.qkv_width()), F1 = double(m.fc1_width());
+  return double(n) * 6.0 * C * (Q + C + F1 + double(m.ffn_hidden_size));
+}
+
 TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& mc) {
   TimeBreakdown t;
   const double s = double(m.seq_length), h = double(m.hidden_size), L = double(m.num_layers);
@@ -37,9 +45,11 @@ TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& 
   auto lat = [&](bool crosses) { return crosses ? mc.inter_node_latency_us : mc.intra_node_latency_us; };
 
   // ---- compute: one micro-batch on one stage, one tp rank ----
-  double flops_token = m.flops_per_token();
-  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0;
+  double flops_token = m.flops_per_token(), fp8_token = fp8_linear_flops_per_token(m);
+  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0, fp8_token *= 4.0 / 3.0;
   if (l.recompute == Recompute::Selective) flops_token += 2.0 * L * s * h;
+  // FP8 GEMM FLOPs count as bf16 ones at 1 / fp8_gemm_speedup of the time.
+  flops_token -= fp8_token * (1.0 - 1.0 / mc.fp8_gemm_speedup);
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
   double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l));
   if (mc.ops) {

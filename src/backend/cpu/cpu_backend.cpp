@@ -215,7 +215,8 @@ class CpuBackend final : public Backend {
                                                             in.dtype()));
   }
   void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) override {
+                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate,
+                       bool /*fast_accum: the reference accumulates exactly*/) override {
     const int64_t K = b.size(1), OC = b.size(0), N = K ? a.numel() / K : 0;
     TRIPOD_CPU_DISPATCH(out.dtype(),
         cpu::fp8_matmul<T>(out.data<T>(), fp8_data(a), a.dtype(), a_scale_inv.data<cpu::stat_t<T>>()[0],

@@ -196,5 +196,65 @@ TEST(PlanMemory, ChunkSlotsFollowTheSchedule) {
   EXPECT_EQ(chunk_slot_peaks(2, 2, 4, 0), (std::vector<int>{4, 2}));
 }
 
+// FP8 (--fp8-format): Fp8Bytes by hand for GPT-2 124M at micro-batch 4
+// (N = 4096, C 768, Q 2304, F = F1 3072), tp 1.
+TEST(PlanMemory, Fp8BytesHandCount) {
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  // weights: 2 x 768 x (2304 + 768 + 3072 + 3072) = 14,155,776 per layer;
+  // kept transposes 4096 x (768 + 768 + 768 + 3072) + 64 = 22,020,160;
+  // scratch 4096 x 3072 (x) + 2 x 4096 x 3072 (dy and its transpose) = 37,748,736.
+  Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * 22020160.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
+  // Full recompute keeps no transposes and casts x again: x's transpose scratch too.
+  f = tripod_fp8_bytes(m, 4, 1, Recompute::Full, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 + 4096 * 3072.0);
+  // --first-last-layers-bf16: layers 1..10 only; a chunk of layers 0 and 11 has none.
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12).weights, 10 * 14155776.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 1).weights, 0.0);
+  // tp 2: weights and the row-parallel inputs halve: 2 x 768 x 9216 / 2; 4096 x (768 + 384 + 768 + 1536) + 64.
+  m.fp8.first_last_layers_bf16 = false;
+  f = tripod_fp8_bytes(m, 4, 2, Recompute::None, 0, 1);
+  EXPECT_DOUBLE_EQ(f.weights, 7077888.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 4096 * 3456.0 + 64);
+  // scratch: x 4096 x max(768, 1536); dy 2 x 4096 x max(1152, 768, 1536).
+  EXPECT_DOUBLE_EQ(f.scratch, 4096 * 1536.0 + 2 * 4096 * 1536.0);
+  // No FP8 anywhere without --fp8-format.
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(gpt2_124m(), 4, 1, Recompute::None, 0, 12).weights, 0.0);
+}
+
+TEST(PlanMemory, Fp8InTheEstimate) {
+  // One GPU, micro-batch 4: one micro-batch in flight, so the estimate grows
+  // by the hand count above (activations: the transposes; workspace: weights + scratch).
+  GptConfig bf16 = gpt2_124m(), fp8 = gpt2_124m();
+  fp8.fp8.format = config::Fp8Format::Hybrid;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const MemoryBreakdown a = estimate_memory(bf16, l), b = estimate_memory(fp8, l);
+  EXPECT_DOUBLE_EQ(b.activations - a.activations, 12 * 22020160.0);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12 * 14155776.0 + 37748736.0);
+  EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
+}
+
+TEST(PlanTime, Fp8GemmsAtTheirRate) {
+  // 6 x 768 x 9216 = 42,467,328 FLOPs per token per FP8 layer, x 12 = 509,607,936.
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(m), 509607936.0);
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(gpt2_124m()), 0.0);
+  // The compute term loses those FLOPs x (1 - 1/1.6) at the bf16 rate.
+  Machine mc;
+  mc.gpus_per_node = 1;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l);
+  const double saved = 509607936.0 * (1 - 1 / 1.6) * 1024 * 4 / rate;
+  EXPECT_NEAR(estimate_time(gpt2_124m(), l, mc).compute - estimate_time(m, l, mc).compute, saved, 1e-12);
+}
+
 }  // namespace
 }  // namespace tripod::plan
