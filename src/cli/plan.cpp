@@ -196,6 +196,7 @@ int run_plan(int argc, char** argv) {
     return app.exit(e);
   }
   train::apply_model_flags(model_args.model_flags, model_args.model);
+  train::apply_fp8_flags(model_args.precision, model_args.model);  // --fp8-format: FP8 weights, transposes, GEMM rate
   m = model_args.model;
   m.finalize();
   TRIPOD_CHECK_HINT(int(bf16) + int(fp16) + int(fp32) <= 1, "pass one of --bf16, --fp16, --fp32",

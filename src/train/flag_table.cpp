@@ -174,22 +174,22 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   // FP8 (config/fp8_config.h, docs/fp8.md).
   t.push_back(flag("--fp8-format", MEMBER(precision.fp8_format),
                    "FP8 GEMMs in the transformer layers' linears: hybrid (E4M3 forward, E5M2 gradients) | e4m3")
-                  .agreed());
+                  .agreed().plan());
   t.push_back(flag("--fp8-recipe", MEMBER(precision.fp8_recipe),
                    "delayed (scales from the amax history) | tensorwise (each tensor's own amax); blockwise and "
                    "mxfp8 are not supported")
-                  .agreed().defaulted());
+                  .agreed().plan().defaulted());
   t.push_back(flag("--fp8-margin", MEMBER(model.fp8.margin), "scale = fp8_max / amax / 2^margin").agreed().defaulted());
   t.push_back(flag("--fp8-amax-history-len", MEMBER(model.fp8.amax_history_len),
                    "delayed scaling: iterations of amax history per tensor").agreed().defaulted());
   t.push_back(flag("--fp8-amax-compute-algo", MEMBER(precision.fp8_amax_compute_algo),
                    "delayed scaling: most_recent | max of the history").agreed().defaulted());
   t.push_back(flag("--first-last-layers-bf16", MEMBER(model.fp8.first_last_layers_bf16),
-                   "with --fp8-format: keep the first and last layers' GEMMs in high precision").agreed());
+                   "with --fp8-format: keep the first and last layers' GEMMs in high precision").agreed().plan());
   t.push_back(flag("--num-layers-at-start-in-bf16", MEMBER(model.fp8.num_layers_at_start_in_bf16),
-                   "with --first-last-layers-bf16: layers at the start kept out of FP8").agreed().defaulted());
+                   "with --first-last-layers-bf16: layers at the start kept out of FP8").agreed().plan().defaulted());
   t.push_back(flag("--num-layers-at-end-in-bf16", MEMBER(model.fp8.num_layers_at_end_in_bf16),
-                   "with --first-last-layers-bf16: layers at the end kept out of FP8").agreed().defaulted());
+                   "with --first-last-layers-bf16: layers at the end kept out of FP8").agreed().plan().defaulted());
   t.push_back(flag("--recompute-activations", MEMBER(parallel.recompute_activations),
                    "selective recompute: the attention core is recomputed in backward").agreed());
   t.push_back(flag("--recompute-granularity", MEMBER(parallel.recompute_granularity),
