@@ -11,10 +11,11 @@
 #                one process (loss within 1e-3 relative: bf16 on the GPU is not
 #                bit-repeatable across layouts), both recipes
 #   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
-#                (default 2000): bf16 vs FP8 hybrid (delayed), loss within 1% from
-#                iteration 200, no skipped steps; the FP8 run saved at ITERS/2 and
-#                resumed: identical losses after the resume (--deterministic-mode, so
-#                two runs of one binary agree bit for bit)
+#                (default 2000): bf16 vs FP8 hybrid, delayed and tensorwise: loss
+#                within 1% from iteration 200 (also 200-1000 and 1000-ITERS apart),
+#                no skipped steps; the delayed run saved at ITERS/2 and resumed
+#                (CONV_RESUME=0: not): bit for bit equal after the resume
+#                (--deterministic-mode, so two runs of one binary agree bit for bit)
 #   determinism  GPT-2 124M shape on KJV with --deterministic-mode, DET_ITERS
 #                iterations (default 60): two bf16 runs and two FP8 runs of one
 #                binary bit for bit equal (loss and grad norm at every
@@ -32,7 +33,7 @@ while [[ $# -gt 0 ]]; do
     --stage) stage="$2"; shift 2 ;;
     --data) data_dir="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "gpu_fp8_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -120,7 +121,7 @@ fi
 if has convergence; then
   iters=${ITERS:-2000}
   if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
-    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid (delayed) ----"
+    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid (delayed, tensorwise) ----"
     kjv=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
          --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
          --global-batch-size 16 --train-iters "$iters" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
@@ -128,11 +129,19 @@ if has convergence; then
          --bf16 --device cuda --deterministic-mode)
     run kjv_bf16 train "${kjv[@]}"
     rm -rf "$OUT/ckpt_fp8"
-    run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid --save "$OUT/ckpt_fp8" --save-interval $((iters / 2))
-    note "fp8 vs bf16 from iteration 200: $(compare kjv_bf16 kjv_fp8 0.01 200)"
-    note "fp8 vs bf16 (all): $(compare kjv_bf16 kjv_fp8 1 0)"
-    run kjv_fp8_resumed train "${kjv[@]}" --fp8-format hybrid --load "$OUT/ckpt_fp8" --ckpt-step $((iters / 2))
-    note "fp8 resumed at $((iters / 2)) vs uninterrupted: $(compare kjv_fp8 kjv_fp8_resumed 0 $((iters / 2 + 1)))"
+    save=(); [[ ${CONV_RESUME:-1} == 1 ]] && save=(--save "$OUT/ckpt_fp8" --save-interval $((iters / 2)))
+    run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid "${save[@]}"
+    run kjv_fp8_tw train "${kjv[@]}" --fp8-format hybrid --fp8-recipe tensorwise
+    for r in fp8 fp8_tw; do
+      note "$r vs bf16 from iteration 200: $(compare kjv_bf16 kjv_$r 0.01 200)"
+      note "$r vs bf16, iterations 200-1000: $(compare kjv_bf16 kjv_$r 0.01 200 1000)"
+      note "$r vs bf16, iterations 1000-$iters: $(compare kjv_bf16 kjv_$r 0.01 1000)"
+      note "$r vs bf16 (all): $(compare kjv_bf16 kjv_$r 1 0)"
+    done
+    if [[ ${CONV_RESUME:-1} == 1 ]]; then
+      run kjv_fp8_resumed train "${kjv[@]}" --fp8-format hybrid --load "$OUT/ckpt_fp8" --ckpt-step $((iters / 2))
+      note "fp8 resumed at $((iters / 2)) vs uninterrupted: $(bitwise kjv_fp8 kjv_fp8_resumed)"
+    fi
     rm -rf "$OUT/ckpt_fp8"
   else
     note "no KJV data (--data DIR): convergence skipped"
