@@ -159,7 +159,7 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--bf16", MEMBER(precision.bf16), "bf16 compute, fp32 master weights (cuda)").agreed());
   t.push_back(flag("--deterministic-mode", MEMBER(deterministic_mode),
                    "bitwise-repeatable kernels where the backend has a choice (cuda: cuDNN attention's "
-                   "deterministic dQ)"));
+                   "deterministic dQ, the word embedding's gradient without atomics)"));
   t.push_back(flag("--fp16", MEMBER(precision.fp16), "fp16 compute with loss scaling (cuda)").agreed());
   t.push_back(flag("--loss-scale", MEMBER(precision.loss_scaler.static_scale),
                    "fp16: static loss scale (default: dynamic)").agreed());
