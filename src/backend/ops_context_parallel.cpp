@@ -27,11 +27,11 @@ void check_kv(const Checks& k, const Tensor& kv, const char* name, const Heads& 
 
 void check_block(const Checks& k, const AttentionBlock& b, int64_t Tq, int64_t Tk) {
   k.that(b.q_start >= 0 && b.q_len > 0 && b.q_start + b.q_len <= Tq,
-         fmt::format("query rows [{}, {}) must lie within the {} rows of qkv", b.q_start, b.q_start + b.q_len, Tq));
+         fmt::format("blk query rows [{}, {}) must lie within the {} rows of qkv", b.q_start, b.q_start + b.q_len, Tq));
   k.that(b.kv_start >= 0 && b.kv_len > 0 && b.kv_start + b.kv_len <= Tk,
-         fmt::format("K/V rows [{}, {}) must lie within the {} rows of kv", b.kv_start, b.kv_start + b.kv_len, Tk));
+         fmt::format("blk K/V rows [{}, {}) must lie within the {} rows of kv", b.kv_start, b.kv_start + b.kv_len, Tk));
   k.that(!b.causal || b.q_len == b.kv_len,
-         fmt::format("a causal (diagonal) block needs as many query rows as K/V rows, got {} and {}", b.q_len,
+         fmt::format("blk: a causal (diagonal) block needs as many query rows as K/V rows, got {} and {}", b.q_len,
                      b.kv_len));
 }
 

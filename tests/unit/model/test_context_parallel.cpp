@@ -154,6 +154,26 @@ void check_ring(int cp, int NH, int G) {
   });
 }
 
+// RoPE at a cp rank's positions rotates its rows as RoPE on the whole sequence does, and back.
+TEST(ContextParallel, RopeAtChunkPositions) {
+  auto be = backend::make_cpu_backend();
+  std::mt19937 g(5);
+  const int64_t B = 2, T = 16, NH = 4, G = 2, HS = 8, W = (NH + 2 * G) * HS;
+  const Tensor orig = random({B, T, W}, g);
+  Tensor full = Tensor::empty({B, T, W}, DType::F64);
+  be->copy(full, orig);
+  be->rope_forward(full, NH, G, 6, 10000.f);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<int64_t> pos = positions(2, r, T);
+    Tensor local = rows_at(orig, pos), p = Tensor::empty({int64_t(pos.size())}, DType::I32);
+    for (size_t i = 0; i < pos.size(); ++i) p.data<int32_t>()[i] = int32_t(pos[i]);
+    be->rope_forward(local, NH, G, 6, 10000.f, &p);
+    expect_rows("rope", local, rows_at(full, pos));
+    be->rope_backward(local, NH, G, 6, 10000.f, &p);
+    expect_rows("rope back", local, rows_at(orig, pos));
+  }
+}
+
 TEST(ContextParallel, RingAttentionMatchesWholeSequenceCp2) { check_ring(2, 4, 4); }
 TEST(ContextParallel, RingAttentionMatchesWholeSequenceCp2Gqa) { check_ring(2, 4, 2); }
 TEST(ContextParallel, RingAttentionMatchesWholeSequenceCp4Gqa) { check_ring(4, 6, 2); }
