@@ -93,6 +93,13 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                     "use a --seq-length divisible by --tensor-model-parallel-size, or drop --sequence-parallel",
                     "--sequence-parallel needs --seq-length {} divisible by --tensor-model-parallel-size {}",
                     config_.seq_length, tp);
+  const int cp = stage_.cp_size();  // each cp rank's T / cp rows are what sequence parallelism splits
+  TRIPOD_CHECK_HINT(!tp_.sequence_parallel || (config_.seq_length / cp) % tp == 0,
+                    "use a --seq-length divisible by --tensor-model-parallel-size x --context-parallel-size, or drop "
+                    "--sequence-parallel",
+                    "--sequence-parallel needs --seq-length {} / --context-parallel-size {} divisible by "
+                    "--tensor-model-parallel-size {}",
+                    config_.seq_length, cp, tp);
   // Keep the parameters this stage holds. The tied output layer reuses the
   // word embedding, so the last stage holds a copy of it too (Megatron).
   std::vector<ParamSpec> mine;

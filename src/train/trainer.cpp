@@ -246,7 +246,9 @@ void Trainer::log_startup() {
     const int64_t bs = ddp_->bucket_size();
     log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
               "size {}{}; overlap grad reduce {}, overlap param gather {}",
-              groups_.layout.dp, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
+              groups_.layout.cp > 1 ? fmt::format("{} x cp {}", groups_.layout.dp, groups_.layout.cp)
+                                    : std::to_string(groups_.layout.dp),
+              sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
               args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
