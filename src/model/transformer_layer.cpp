@@ -97,6 +97,22 @@ size_t LayerActs::bytes() const {
   return n;
 }
 
+void apply_dropout(backend::Backend& be, Tensor& out, const Tensor& x, const LayerDropout& d, uint64_t key,
+                   bool backward) {
+  auto one = [&](Tensor& o, const Tensor& i, uint64_t counter) {
+    if (backward) be.dropout_backward(o, i, d.p, key, counter);
+    else be.dropout_forward(o, i, d.p, key, counter);
+  };
+  if (d.runs.empty()) return one(out, x, d.counter);
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  const Tensor xr = x.view({rows, C});
+  Tensor outr = out.view({rows, C});
+  for (const DropoutRun& r : d.runs) {
+    Tensor o = outr.narrow(r.row, r.rows);
+    one(o, xr.narrow(r.row, r.rows), r.counter);
+  }
+}
+
 // Dropout stream of (layer, site): site 0 after attention, 1 after the MLP.
 uint64_t TransformerLayer::dropout_key(uint64_t seed, int site) const {
   return backend::mix64(seed, static_cast<uint64_t>(layer_number_) * 2 + static_cast<uint64_t>(site) + 1);
@@ -125,7 +141,7 @@ void TransformerLayer::recompute(const Tensor& x, LayerActs& a, Workspace& ws, c
   if (stage_->recompute == Recompute::Full)
     forward(x, a, ws, d);
   else if (stage_->recompute == Recompute::Selective)
-    attention_core_forward(a);
+    attention_core_forward(a, ws);
 }
 
 void TransformerLayer::backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
@@ -164,15 +180,23 @@ Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Works
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P.input_layernorm_weight->compute,
                          P.input_layernorm_bias->compute, c.layernorm_epsilon);
   linear_qkv_.forward(be, a.qkv, a.ln1, ws.full_a);  // ln1 gathered to (N, C) under SP
-  if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base);
-  attention_core_forward(a);
+  if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
+  attention_core_forward(a, ws);
   Tensor& attn_out = linear_proj_.forward(be, a.att, ws.full_b, ws.tmp);  // (N_sp, C)
-  if (d.p > 0) be.dropout_forward(attn_out, attn_out, d.p, dropout_key(d.seed, 0), d.counter);
+  if (d.p > 0) apply_dropout(be, attn_out, attn_out, d, dropout_key(d.seed, 0), false);
   return attn_out;
 }
 
-void TransformerLayer::attention_core_forward(LayerActs& a) const {
-  be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
+// Context parallelism's positions (NOTE [Load-balanced chunks]); null: rows 0..T-1.
+const Tensor* TransformerLayer::rope_positions(const Workspace& ws) const {
+  return stage_->cp_size() > 1 ? &ws.positions : nullptr;
+}
+
+void TransformerLayer::attention_core_forward(LayerActs& a, Workspace& ws) const {
+  if (stage_->cp_size() > 1)
+    RingAttention(*stage_->cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, ws.ring);
+  else
+    be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
 }
 
 void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
@@ -182,12 +206,16 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
   const GptConfig& c = *config_;
   const Tensor* datt_out = &dres;
   if (d.p > 0) {
-    be.dropout_backward(ws.tmp, dres, d.p, dropout_key(d.seed, 0), d.counter);
+    apply_dropout(be, ws.tmp, dres, d, dropout_key(d.seed, 0), true);
     datt_out = &ws.tmp;
   }
   linear_proj_.backward(be, ws.datt, *datt_out, a.att, ws.full_b);
-  be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
-  if (c.rope()) be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base);
+  if (stage_->cp_size() > 1)
+    RingAttention(*stage_->cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.ring);
+  else
+    be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
+  if (c.rope())
+    be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
   const Tensor& dln1 = linear_qkv_.backward_input(be, ws.dqkv, ws.full_b, ws.dln);
   const bool kept = linear_qkv_.fp8() && linear_qkv_.fp8_linear()->keeps_input();
   norm_backward(dres, P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd,
@@ -217,7 +245,7 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     linear_fc1_.forward_gelu(be, a.gelu, a.fc1, a.ln2, ws.full_a);  // fc1 keeps the pre-GELU values
   }
   Tensor& mlp_out = linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
-  if (d.p > 0) be.dropout_forward(mlp_out, mlp_out, d.p, dropout_key(d.seed, 1), d.counter);
+  if (d.p > 0) apply_dropout(be, mlp_out, mlp_out, d, dropout_key(d.seed, 1), false);
   be.add(a.out, a.res1, mlp_out);
 }
 
@@ -226,7 +254,7 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
   const LayerParams& P = params_;
   const Tensor* dmlp = &dres;
   if (d.p > 0) {
-    be.dropout_backward(ws.tmp, dres, d.p, dropout_key(d.seed, 1), d.counter);
+    apply_dropout(be, ws.tmp, dres, d, dropout_key(d.seed, 1), true);
     dmlp = &ws.tmp;
   }
   if (config_->swiglu) {

@@ -18,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/ops.h"
 #include "config/gpt_config.h"
+#include "model/context_parallel.h"
 #include "model/layer_params.h"
 #include "model/stage_config.h"
 #include "model/tensor_parallel.h"
@@ -54,11 +56,23 @@ struct LayerActs {
 // none, e.g. a forward without grad), the step's seed, and the global
 // element index of this rank's first residual element (the same mask at
 // every layout).
+// Under context parallelism this rank's residual rows are not one run of
+// the global elements (model/context_parallel.h): `runs` then lists the
+// contiguous runs, rows [row, row + rows) at global element `counter`.
+struct DropoutRun {
+  int64_t row = 0, rows = 0;
+  uint64_t counter = 0;
+};
 struct LayerDropout {
   float p = 0.f;
   uint64_t seed = 0;
   uint64_t counter = 0;
+  std::vector<DropoutRun> runs;  // empty: one run from `counter`
 };
+
+// dropout_forward (or _backward) of x (rows, C) into out with d's runs and key.
+void apply_dropout(backend::Backend& be, Tensor& out, const Tensor& x, const LayerDropout& d, uint64_t key,
+                   bool backward);
 
 class TransformerLayer {
  public:
@@ -97,7 +111,7 @@ class TransformerLayer {
   // the MLP half's forward writes a.out. Their backward passes take d out
   // (d res1) in dres and leave the norm's d input in it.
   Tensor& attention_forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const;
-  void attention_core_forward(LayerActs& a) const;
+  void attention_core_forward(LayerActs& a, Workspace& ws) const;
   void attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const;
   void mlp_forward(const Tensor& x, const Tensor& attn_out, LayerActs& a, Workspace& ws,
                    const LayerDropout& d) const;
@@ -122,6 +136,7 @@ class TransformerLayer {
   backend::Backend* be_;
   int num_heads_tp_;   // NH / tp
   int kv_groups_tp_;   // G / tp under grouped-query attention; 0 (= NH_tp) otherwise
+  const Tensor* rope_positions(const Workspace& ws) const;
   ColumnParallelLinear linear_qkv_;
   RowParallelLinear linear_proj_;
   ColumnParallelLinear linear_fc1_;

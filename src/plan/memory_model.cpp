@@ -29,6 +29,7 @@ void check_finalized(const GptConfig& m) {
 
 std::string Layout::str() const {
   std::string s = fmt::format("tp{} pp{} dp{}", tp, pp, dp);
+  if (cp > 1) s += fmt::format(" cp{}", cp);
   if (vpp > 1) s += fmt::format(" vpp{}", vpp);
   s += fmt::format(" mbs{}", micro_batch);
   if (sp()) s += " sp";
@@ -242,18 +243,42 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
   mb.reserved = (o.workspace_fixed_gib < 0 ? 1.0 : o.workspace_fixed_gib) * double(1ll << 30);
 }
 
-MemoryBreakdown estimate_memory(const GptConfig& m, const Layout& l, const MemoryOptions& o) {
-  check_finalized(m);
+GptConfig local_sequence(const GptConfig& m, int cp) {
+  GptConfig c = m;
+  if (cp > 1) c.seq_length = m.seq_length / cp;
+  return c;
+}
+
+// Context parallelism's K/V ring (model/context_parallel.h) per model chunk:
+// two K/V blocks in flight, two dK/dV accumulators and one block's dK/dV,
+// each (b, s/cp, 2 G/t HS); the first stage also gathers the learned
+// position embedding's local rows and their f32 gradient. m: local_sequence's.
+static double cp_ring_workspace_bytes(const GptConfig& m, const Layout& l, int stage) {
+  if (l.cp <= 1) return 0.0;
+  const double act = l.dtype == DType::F32 ? 4.0 : 2.0, rows = double(l.micro_batch * m.seq_length);
+  const double kv = rows * 2.0 * double(m.query_groups() / l.tp) * double(m.head_size());
+  double n = double(l.vpp) * 5.0 * act * kv;
+  if (stage == 0 && m.learned_positions()) n += double(m.seq_length) * double(m.hidden_size) * (act + 4.0);
+  return n;
+}
+
+MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const MemoryOptions& o) {
+  check_finalized(full);
+  // Under context parallelism every activation and scratch buffer holds the
+  // rank's s/cp rows of each sequence; the parameters are whole, and the
+  // distributed optimizer shards over dp x cp.
+  const GptConfig m = local_sequence(full, l.cp);
   MemoryBreakdown best;
   for (int stage : {0, l.pp - 1}) {
     MemoryBreakdown mb;
     mb.stage = stage;
     mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
-    mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.dp,
+    mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.dp * l.cp,
                                                      o.model == MemoryModelKind::kTripod);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param;
     if (o.model == MemoryModelKind::kTripod) {
       tripod_stage(m, l, stage, o, mb);
+      mb.workspace += cp_ring_workspace_bytes(m, l, stage);
     } else {
       mb.activations = stage_activations(m, l, stage);
       const double fixed = o.workspace_fixed_gib < 0 ? 2.0 : o.workspace_fixed_gib;

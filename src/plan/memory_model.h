@@ -82,6 +82,9 @@ struct MemoryBreakdown {
 // reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and,
 // at fp32 too, an f32 value shard: kept + 16/DP for every precision.
 double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod = false);
+// The model as one context-parallel rank runs it: seq_length / cp rows of
+// every sequence (cp 1: m itself). The memory and time models read it.
+GptConfig local_sequence(const GptConfig& m, int cp);
 
 // Parameters held by one GPU of pipeline stage `stage` (0..pp-1), with even
 // layer split and TP sharding of the linear layers and the vocabulary.

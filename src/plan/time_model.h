@@ -52,9 +52,10 @@ struct TimeBreakdown {
   double pp_comm = 0;   // s: activations sent between stages
   double dp_comm = 0;   // s: gradient all-reduce (or reduce-scatter + all-gather)
   double optimizer = 0; // s: AdamW over this rank's parameters (op times only; 0 under assumed MFU)
+  double cp_comm = 0;   // s: the context-parallel K/V ring's transfers not hidden behind the attention
   bool compute_from_op_times = false;  // compute summed from Machine::ops
-  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
-  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer; }
+  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false, cp_crosses_nodes = false;
+  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer + cp_comm; }
 };
 
 // Which groups leave a node, with Megatron's rank order (tp fastest, then
@@ -67,7 +68,7 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
 
 // Fraction of --assumed-mfu that a layout's GEMMs reach: smaller matmuls
 // run further from peak. A saturating guess, not a measurement:
-// M/(M + 256) for the M = b s rows of a micro-batch, times n/(n + 128) for
+// M/(M + 256) for the M = b s/cp rows of a micro-batch, times n/(n + 128) for
 // the n = h/t columns a TP rank keeps (half speed at 256 rows or 128 columns).
 // It is what makes a larger micro-batch and a smaller TP win when memory allows.
 double matmul_efficiency(const GptConfig& m, const Layout& l);

@@ -120,7 +120,7 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
   for (size_t c = 0; c < models_.size(); ++c)
     moments.push_back(optimizer_->state(static_cast<int>(c)));  // collective with the distributed optimizer
   collective_step(groups_, be_, "write", [&] {
-    if (dp_rank_ != 0) return;  // dp replicas hold the same shards
+    if (dp_rank_ != 0 || cp_rank_ != 0) return;  // dp and cp replicas hold the same shards
     std::vector<ckpt::ShardTensor> tensors;
     for (size_t c = 0; c < models_.size(); ++c) {
       const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);

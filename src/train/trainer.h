@@ -130,6 +130,7 @@ class Trainer {
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
   int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
+  int cp_rank_ = 0;  // --context-parallel-size: this rank's share of every sequence
 };
 
 // --exit-signal-handler: SIGTERM/SIGINT set a flag the loop checks at each

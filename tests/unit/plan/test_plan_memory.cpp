@@ -184,6 +184,46 @@ TEST(PlanMemory, TripodModelPieces) {
                                         tripod_stage_extra_activation_bytes(m, 2, 1, false, false, 2)));
 }
 
+// Context parallelism: the whole parameters on every rank, the distributed
+// optimizer's shards over dp x cp, activations and scratch of s/cp rows, and
+// the K/V ring's 5 buffers of (b, s/cp, 2 G HS).
+TEST(PlanMemory, ContextParallelSplitsTheSequence) {
+  const GptConfig m = gpt2_124m(), half = gpt_model(12, 768, 12, 512);  // seq 1024 and 512
+  Layout cp{config::Layout::make(8, 1, 1, 1, 2)};  // cp 2, dp 4
+  cp.micro_batch = 1, cp.global_batch = 4, cp.distributed_optimizer = true;
+  Layout ref = layout(4);  // the same rows per rank at cp 1: seq 512, dp 4
+  ref.micro_batch = 1, ref.global_batch = 4, ref.distributed_optimizer = true;
+  const MemoryBreakdown a = estimate_memory(m, cp), b = estimate_memory(half, ref);
+  // Master + Adam + f32 grad shard over dp x cp = 8: 6 + 16 / 8 bytes per parameter.
+  EXPECT_DOUBLE_EQ(a.bytes_per_param, 6 + 16.0 / 8);
+  EXPECT_EQ(a.params_per_gpu, 124475904);  // all of them: CP splits no parameter
+  EXPECT_DOUBLE_EQ(a.activations, b.activations);
+  // Ring: 5 x 2 bytes x 512 rows x 2 x 12 heads x 64 = 7,864,320; the first stage's position rows
+  // 512 x 768 x (2 + 4) = 2,359,296.
+  EXPECT_DOUBLE_EQ(a.workspace - b.workspace, 7864320.0 + 2359296.0);
+}
+
+TEST(PlanTime, ContextParallelRing) {
+  const GptConfig m = gpt_model(12, 768, 12, 8192);
+  Machine mc;
+  mc.gpus_per_node = 2;
+  Layout one = layout(2), two{config::Layout::make(2, 1, 1, 1, 2)};
+  one.micro_batch = two.micro_batch = 1;
+  one.global_batch = 2, two.global_batch = 2;
+  const TimeBreakdown t1 = estimate_time(m, one, mc), t2 = estimate_time(m, two, mc);
+  EXPECT_EQ(t1.cp_comm, 0.0);
+  // The same tokens and FLOPs per rank (dp 2: one sequence of 8192 each; cp 2: two micro-batches of
+  // 4096 rows), in GEMMs of 4096 instead of 8192 rows: matmul efficiency 4096/4352 instead of 8192/8448.
+  EXPECT_NEAR(t2.compute / t1.compute, (8192.0 / 8448) / (4096.0 / 4352), 1e-12);
+  // K/V block of 4096 rows x 2 x 768 x 2 bytes = 12.6 MB: 41.9 us at 300 GB/s + 10 us, under one
+  // block's attention (2 x 8192^2 x 768 / 2 / (989e12 x 0.45) / 2 = 57.9 us forward, twice that
+  // backward against two hops): only the last dK/dV hop per layer is exposed, 2 micro-batches x 12
+  // layers x 51.9 us.
+  const double hop = 4096.0 * 2 * 768 * 2 / 300e9 + 10e-6;
+  EXPECT_NEAR(t2.cp_comm, 2 * 12 * hop, 1e-12);
+  EXPECT_FALSE(t2.cp_crosses_nodes);
+}
+
 TEST(PlanMemory, ChunkSlotsFollowTheSchedule) {
   // 1F1B: rank r keeps min(P - r, m) micro-batches (Megatron's warm-up + 1).
   EXPECT_EQ(chunk_slot_peaks(4, 1, 8, 0), std::vector<int>{4});
