@@ -201,7 +201,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--load", MEMBER(checkpoint.load), "checkpoint directory to resume from (any layout)"));
   t.push_back(flag("--save-interval", MEMBER(checkpoint.save_interval), "save every N iterations (and at the end)")
                   .agreed());
-  t.push_back(flag("--save-retain", MEMBER(checkpoint.save_retain), "keep only the last K checkpoints (0: all)",
+  t.push_back(flag("--save-retain", MEMBER(checkpoint.save_retain),
+                   "keep only the last K checkpoints of this run (0: all)", S::TripodOnly));
+  t.push_back(flag("--save-into-existing", MEMBER(checkpoint.save_into_existing),
+                   "save into a --save folder that holds another run's checkpoints (refused without it)",
                    S::TripodOnly));
   t.push_back(flag("--finetune", MEMBER(checkpoint.finetune),
                    "load weights only; start at iteration 0 with a fresh optimizer").agreed());
