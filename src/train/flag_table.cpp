@@ -213,7 +213,8 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--ckpt-step", MEMBER(checkpoint.ckpt_step),
                    "with --load: resume from iteration N instead of the latest").agreed());
   t.push_back(flag("--exit-signal-handler", MEMBER(checkpoint.exit_signal_handler),
-                   "on SIGTERM, save at the next iteration boundary and exit 0").agreed());
+                   "exit 0 after the stop SIGTERM/SIGINT always cause (the iteration ends, --save saves); "
+                   "without it the exit code is 128 + the signal").agreed());
   t.push_back(flag("--exit-interval", MEMBER(checkpoint.exit_interval),
                    "save (with --save) and exit 0 at a multiple of N iterations").agreed());
   t.push_back(flag("--exit-duration-in-mins", MEMBER(checkpoint.exit_duration_in_mins),
