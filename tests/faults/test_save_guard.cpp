@@ -10,7 +10,8 @@
 //     iterations, each with a log line (hand-counted folder contents);
 //   - an unwritable --save, --metrics-file or --tensorboard-dir stops the
 //     run before the model is built, naming the path, the errno text and the
-//     fix, never as an internal error;
+//     fix; a file-system error met later is the user's error (exit 2), never
+//     an internal one;
 //   - SIGINT / SIGTERM: the run finishes its iteration, saves, names the
 //     signal and the checkpoint, exits 128 + the signal; a second signal
 //     stops it at once; a signal to one rank of two stops both at the same
@@ -156,6 +157,16 @@ TEST(SaveGuard, UnwritablePathsStopTheRunBeforeTheModelIsBuilt) {
     EXPECT_FALSE(contains(r.output, "internal error")) << r.output;
     EXPECT_FALSE(contains(r.output, "GPT:")) << r.output;
   }
+  // A file-system error the checks cannot foresee (a file where the save's
+  // folder goes, met at the first save) is the user's error, not an internal one.
+  const std::string in_the_way = dir + "/ck_file";
+  fs::create_directories(in_the_way);
+  { std::ofstream(in_the_way + "/iter_0000002.tmp") << "x"; }
+  const RunResult late = run_shell(train("--train-iters 2 --save " + in_the_way), 60);
+  EXPECT_EQ(late.code, 2) << late.output;
+  EXPECT_TRUE(contains(late.output, "error: cannot access " + in_the_way + "/iter_0000002.tmp: Not a directory"))
+      << late.output;
+  EXPECT_FALSE(contains(late.output, "internal error")) << late.output;
   if (::geteuid() != 0) {  // root writes through permissions
     const std::string ro = dir + "/read_only";
     fs::create_directories(ro);
