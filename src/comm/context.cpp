@@ -212,11 +212,12 @@ void DistContext::start(int rank, int world_size, std::shared_ptr<Store> store, 
 // the same RANK (a stray of another job with the same MASTER_PORT, WORLD_SIZE
 // and job token, or a launcher that started a rank twice): it is refused,
 // naming both processes, and the job goes on. A claim whose holder is a dead
-// process on this host is taken over (a rank restarted by hand).
-void DistContext::claim_rank(const std::string& me) {
+// process on this host is taken over (a rank restarted by hand while the
+// others wait): true then, and the rank is not counted again.
+bool DistContext::claim_rank(const std::string& me) {
   Store& s = *store_;
   const std::string key = "join/rank/" + std::to_string(rank_);
-  if (s.add("join/claim/" + std::to_string(rank_), 1) == 1) return;
+  if (s.add("join/claim/" + std::to_string(rank_), 1) == 1) return false;
   std::string holder = "(not recorded yet)";
   try {
     holder = s.get_str(key, Millis{5000});
@@ -229,7 +230,7 @@ void DistContext::claim_rank(const std::string& me) {
     if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
       log::warn("rank {}: took over rank {} of the rendezvous at {} from {}, which is no longer running", rank_,
                 rank_, endpoint_, holder);
-      return;
+      return true;
     }
   }
   throw Error(fmt::format("rank {}: the rendezvous at {} already has a rank {} ({}); this process ({}) was refused: "
@@ -242,10 +243,10 @@ void DistContext::claim_rank(const std::string& me) {
 void DistContext::join_world() {
   Store& s = *store_;
   const std::string me = fmt::format("{} pid {} world {}", hostname(), ::getpid(), world_size_);
-  claim_rank(me);
+  const bool took_over = claim_rank(me);
   s.set_str("join/rank/" + std::to_string(rank_), me);
-  const int64_t n = s.add("join/count", 1);
-  if (n == world_size_) s.set_str("join/done", "1");
+  const int64_t n = s.add("join/count", took_over ? 0 : 1);
+  if (n == world_size_ && !took_over) s.set_str("join/done", "1");
   TRIPOD_CHECK_HINT(n <= world_size_, "every rank must be started with the same WORLD_SIZE",
                     "rank {}: {} ranks joined the rendezvous at {} but the world size is {}", rank_,
                     n, endpoint_, world_size_);
