@@ -208,7 +208,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--load", MEMBER(checkpoint.load), "checkpoint directory to resume from (any layout)"));
   t.push_back(flag("--save-interval", MEMBER(checkpoint.save_interval), "save every N iterations (and at the end)")
                   .agreed());
-  t.push_back(flag("--save-retain", MEMBER(checkpoint.save_retain), "keep only the last K checkpoints (0: all)",
+  t.push_back(flag("--save-retain", MEMBER(checkpoint.save_retain),
+                   "keep only the last K checkpoints of this run (0: all)", S::TripodOnly));
+  t.push_back(flag("--save-into-existing", MEMBER(checkpoint.save_into_existing),
+                   "save into a --save folder that holds another run's checkpoints (refused without it)",
                    S::TripodOnly));
   t.push_back(flag("--finetune", MEMBER(checkpoint.finetune),
                    "load weights only; start at iteration 0 with a fresh optimizer").agreed());
@@ -217,7 +220,8 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--ckpt-step", MEMBER(checkpoint.ckpt_step),
                    "with --load: resume from iteration N instead of the latest").agreed());
   t.push_back(flag("--exit-signal-handler", MEMBER(checkpoint.exit_signal_handler),
-                   "on SIGTERM, save at the next iteration boundary and exit 0").agreed());
+                   "exit 0 after the stop SIGTERM/SIGINT always cause (the iteration ends, --save saves); "
+                   "without it the exit code is 128 + the signal").agreed());
   t.push_back(flag("--exit-interval", MEMBER(checkpoint.exit_interval),
                    "save (with --save) and exit 0 at a multiple of N iterations").agreed());
   t.push_back(flag("--exit-duration-in-mins", MEMBER(checkpoint.exit_duration_in_mins),

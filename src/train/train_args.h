@@ -88,6 +88,7 @@ struct CheckpointArgs {
   std::string save, load;            // --save, --load
   int64_t save_interval = 0;         // --save-interval (0: only at the end when --save is given)
   int save_retain = 0;               // --save-retain K: keep the last K checkpoints (0: all)
+  bool save_into_existing = false;   // --save-into-existing: --save may hold another run's checkpoints
   bool finetune = false;             // --finetune: load weights only, reset iteration and optimizer
   bool no_load_optim = false;        // --no-load-optim
   bool no_load_rng = false;          // --no-load-rng

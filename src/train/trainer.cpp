@@ -12,6 +12,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "train/exit_signal.h"
 #include "train/scalar_reduce.h"
 
 namespace tripod::train {
@@ -210,21 +212,9 @@ double Trainer::evaluate() {
   return reduce_loss(total) / static_cast<double>(std::max<int64_t>(tokens, 1) * groups_.layout.dp * groups_.layout.cp);
 }
 
-// NOTE [Exit signal]: ranks may see SIGTERM at different iterations, so the
-// flag is max-reduced over the world at every iteration boundary and all
-// ranks stop (and save) at the same one, as Megatron's DistributedSignalHandler.
-namespace {
-std::atomic<int> g_exit_signal{0};
-void on_exit_signal(int) { g_exit_signal.store(1); }
-}  // namespace
-
-void install_exit_signal_handler() {
-  std::signal(SIGTERM, on_exit_signal);
-  std::signal(SIGINT, on_exit_signal);
-}
-
-bool Trainer::exit_requested() {
-  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, g_exit_signal.load(), comm::ReduceOp::Max) != 0;
+// See NOTE [Exit signal] in train/exit_signal.h: the signal number, max-reduced over the world.
+int Trainer::exit_requested() {
+  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, exit_signal_received(), comm::ReduceOp::Max);
 }
 
 bool Trainer::is_logger() const {
@@ -300,6 +290,11 @@ void Trainer::run() {
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
+  if (!args_.checkpoint.load.empty() && start_iteration >= args_.batch.train_iters && logger)
+    log::info("nothing to train: the checkpoint loaded from {} is at iteration {} and --train-iters is {}; pass a "
+              "larger --train-iters to train on (or --finetune to start again at iteration 0)",
+              args_.checkpoint.load.empty() ? std::string("--load") : args_.checkpoint.load, start_iteration,
+              args_.batch.train_iters);
   double loss_sum = 0;  // over the log interval's iterations that stepped
   int64_t skipped = 0;
   time_split_.reset();
@@ -329,9 +324,16 @@ void Trainer::run() {
       save_checkpoint();
       time_split_.restart_clock();
     }
-    if (args_.checkpoint.exit_signal_handler && exit_requested()) {
-      if (!args_.checkpoint.save.empty() && !interval && iteration_ != args_.batch.train_iters) save_checkpoint();
-      if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
+    if (const int sig = exit_requested()) {
+      stop_signal_ = sig;
+      const bool saved_now = !args_.checkpoint.save.empty() && !interval && iteration_ != args_.batch.train_iters;
+      if (saved_now) save_checkpoint();
+      if (logger)
+        log::info("exiting after iteration {}: {} received{}; {}", iteration_, signal_name(sig),
+                  args_.checkpoint.exit_signal_handler ? " (--exit-signal-handler)" : "",
+                  args_.checkpoint.save.empty()
+                      ? std::string("no --save, so no checkpoint was written")
+                      : fmt::format("checkpoint {} in {}", ckpt::iter_dir_name(iteration_), args_.checkpoint.save));
       break;
     }
     const int64_t exit_every = args_.checkpoint.exit_interval;
