@@ -31,7 +31,7 @@ void remove_dead_temporaries(const fs::path& parent, const std::string& name) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(parent, ec)) {
     const std::string n = e.path().filename().string();
-    for (const std::string tag : {"." + name + ".tmp-", "." + name + ".old-"}) {
+    for (const std::string& tag : {"." + name + ".tmp-", "." + name + ".old-"}) {
       if (n.rfind(tag, 0) != 0) continue;
       const std::string pid = n.substr(tag.size());
       if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos ||
