@@ -76,6 +76,8 @@ void Trainer::inject_grad_overflow() {
   for (auto& p : params.params())
     if (p.spec.layer >= 0) { target = &p; break; }
   if (!target) target = &params.params().front();
+  TRIPOD_CHECK_HINT(target->grad.defined(), "use --data-parallel-sharding-strategy optim or no_shard with it",
+                    "--inject-grad-overflow-at needs full gradients, which optim_grads(_params) does not keep");
   be_.scale(target->grad, std::numeric_limits<float>::infinity());
 }
 
@@ -87,6 +89,7 @@ void Trainer::check_finite(double loss, double grad_norm) {
   std::string first_bad = "none on this rank";
   for (auto& m : models_)
     for (const auto& p : m->params().params()) {
+      if (!p.grad.defined()) continue;  // ZeRO-2/-3: only the shard holds gradients now
       Tensor acc = be_.empty({1}, DType::F32);
       be_.zero(acc);
       be_.sum_squares(acc, p.grad);
@@ -122,6 +125,7 @@ void Trainer::log_memory(const StepResult& first) {
 
 void Trainer::dump_weights(const std::string& dir) {
   ddp_->finish_param_sync();
+  ddp_->materialize_params();
   const std::string path = fmt::format("{}/rank{}.bin", dir, groups_.global_rank);
   FILE* f = std::fopen(path.c_str(), "wb");
   TRIPOD_CHECK(f, "cannot write {}", path);
@@ -144,6 +148,7 @@ void Trainer::dump_weights(const std::string& dir) {
       std::fwrite(h.raw(), 4, static_cast<size_t>(h.numel()), f);
     }
   std::fclose(f);
+  ddp_->unmaterialize_params(false);
 }
 
 }  // namespace tripod::train

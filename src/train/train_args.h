@@ -48,6 +48,8 @@ struct ParallelArgs {
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;            // --sequence-parallel
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
+  std::string data_parallel_sharding_strategy;  // --data-parallel-sharding-strategy ("": not given); ddp.sharding by finalize()
+  bool use_megatron_fsdp = false;            // --use-megatron-fsdp (default strategy optim_grads_params)
   std::string distributed_backend;           // --distributed-backend nccl | gloo ("": by device)
   double distributed_timeout_minutes = 10;   // --distributed-timeout-minutes
   // Activation recomputation (config/options.h, Recompute).

@@ -161,6 +161,8 @@ void Trainer::build_chunks() {
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, groups_, be_, p.ddp);
+  // ZeRO-2/-3: the model asks for each layer's parameters through this seam.
+  for (int c = 0; c < V; ++c) models_[static_cast<size_t>(c)]->set_param_gatherer(ddp_->param_gatherer(c));
   optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, groups_, be_, args_.optimizer.adam);
 }
 
@@ -277,8 +279,10 @@ void Trainer::run() {
   const bool logger = is_logger();
   log_startup();
   if (!args_.checkpoint.load.empty()) {
+    ddp_->materialize_params();  // ZeRO-3: the load writes whole parameters
     load_checkpoint();
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
+    ddp_->unmaterialize_params(true);
   }
   const int64_t start_iteration = iteration_;
   double loss_sum = 0;  // over the log interval's iterations that stepped
