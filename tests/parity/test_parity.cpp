@@ -40,7 +40,9 @@
 //        ["LOSS GRAD_NORM WEIGHTS" relative gates, default "1e-5 1e-5 1e-5"; WEIGHTS 0: not compared]
 //        ["REFERENCE LAYOUT FLAGS": the reference is then the same launch
 //         with these flags instead of the single process, and the runs must
-//         agree bit for bit (losses, grad norms, weights)]
+//         agree bit for bit in losses and weights; the grad norm within the
+//         GRAD_NORM gate (0: bit for bit; a norm summed over other shard
+//         layouts rounds differently)]
 // (the launcher of the layout run: the same `tripod train` under each;
 // MODEL FLAGS are added to both runs, e.g. the Llama-family options)
 #include <gtest/gtest.h>
@@ -175,7 +177,7 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   if (g_bitwise) {  // the same sums in the same order: the same bits
     for (size_t i = 0; i < ref.size(); ++i) {
       EXPECT_EQ(run[i].first, ref[i].first) << "lm loss at iteration " << i + 1;
-      EXPECT_EQ(run[i].second, ref[i].second) << "grad norm at iteration " << i + 1;
+      EXPECT_NEAR(run[i].second, ref[i].second, g_grad_norm_tol * ref[i].second) << "grad norm at iteration " << i + 1;
     }
     const auto want = assemble(dir / "ref"), got = assemble(dir / "run");
     ASSERT_EQ(want.size(), got.size());
