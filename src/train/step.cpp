@@ -112,13 +112,19 @@ void Trainer::log_memory(const StepResult& first) {
   int64_t n = 0;
   for (auto& m : models_) n += m->params().numel();
   const int64_t opt = 2 * optimizer_->shard_numel();
+  // ZeRO-2/-3 keep the gradients / parameters as shards (besides the
+  // buckets in use, which the allocator peak shows).
+  const auto& ddp = args_.parallel.ddp;
+  const double param_bytes = 4.0 * static_cast<double>(ddp.shards_params() ? opt / 2 : n);
+  const double grad_bytes = 4.0 * static_cast<double>(ddp.shards_grads() ? opt / 2 : n);
   const double mib = 1.0 / (1 << 20);
   const size_t act = stage_->activation_bytes_per_microbatch();
   log::info("memory on rank {} (tp {} pp {} dp {}): {} params; parameters {:.1f} MiB, gradients {:.1f} MiB, "
             "optimizer state {:.1f} MiB ({:.1f} bytes/param), activations {:.1f} MiB per micro-batch x {} live = "
             "{:.1f} MiB; allocator peak {:.1f} MiB",
-            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, n * 4.0 * mib, n * 4.0 * mib, opt * 4.0 * mib,
-            8.0 + 4.0 * static_cast<double>(opt) / static_cast<double>(std::max<int64_t>(n, 1)), act * mib,
+            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, param_bytes * mib, grad_bytes * mib, opt * 4.0 * mib,
+            (param_bytes + grad_bytes + 4.0 * static_cast<double>(opt)) / static_cast<double>(std::max<int64_t>(n, 1)),
+            act * mib,
             first.schedule.max_live_microbatches, act * mib * first.schedule.max_live_microbatches,
             be_.peak_memory_bytes() * mib);
 }

@@ -80,6 +80,20 @@ int virtual_pipeline_size(const TrainArgs& a) {
   return v;
 }
 
+namespace {
+std::string sharding_note(const distributed::DistributedDataParallelConfig& ddp) {
+  using S = distributed::ShardingStrategy;
+  switch (ddp.sharding) {
+    case S::NoShard: return "";
+    case S::Optim: return ", distributed optimizer";
+    case S::OptimGrads: return ", data-parallel sharding optim_grads (ZeRO-2: optimizer state and gradients)";
+    case S::OptimGradsParams:
+      return ", data-parallel sharding optim_grads_params (ZeRO-3: optimizer state, gradients and parameters)";
+  }
+  return "";
+}
+}  // namespace
+
 Trainer::Trainer(const TrainArgs& args, backend::Backend& be, const parallel::ProcessGroups* groups)
     : args_(args), be_(be) {
   if (groups) groups_ = *groups;
@@ -224,7 +238,7 @@ void Trainer::log_startup() {
     if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
-              args_.parallel.ddp.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(),
+              sharding_note(args_.parallel.ddp), be_.name(),
               args_.batch.micro_batch_size,
               args_.batch.global_batch_size, num_microbatches_);
     const std::string sizes = ddp_->describe_buckets();
