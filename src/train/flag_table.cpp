@@ -143,10 +143,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "no_shard | optim (ZeRO-1) | optim_grads (ZeRO-2: gradients reduce-scattered per micro-batch "
                    "into the shard) | optim_grads_params (ZeRO-3: parameters sharded at rest, gathered per layer); "
                    "default: optim with --use-distributed-optimizer, optim_grads_params with --use-megatron-fsdp, "
-                   "else no_shard (docs/zero.md)").agreed());
+                   "else no_shard (docs/zero.md)").agreed().plan());
   t.push_back(flag("--use-megatron-fsdp", MEMBER(parallel.use_megatron_fsdp),
                    "fully sharded data parallelism: --data-parallel-sharding-strategy defaults to "
-                   "optim_grads_params, the distributed optimizer is on").agreed());
+                   "optim_grads_params, the distributed optimizer is on").agreed().plan());
   t.push_back(flag("--ddp-bucket-size", MEMBER(parallel.ddp.bucket_size),
                    "elements per data-parallel gradient bucket (default max(4e7, 1e6 x dp); with "
                    "--overlap-grad-reduce only, else one bucket)").agreed());
