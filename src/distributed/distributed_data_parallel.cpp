@@ -70,7 +70,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<model::GptModel*> c
     const auto& pg = m->param_groups();
     for (size_t g = 0; g < pg.size(); ++g)
       for (size_t i : pg[g]) group_of[i] = static_cast<int>(g);
-    const int64_t size = per_microbatch ? (config_.bucket_size > 0 ? config_.bucket_size : 0) : bucket_size();
+    const int64_t size = bucket_size();
     buffers_.push_back(std::make_unique<ParamAndGradBuffer>(
         params, *groups_.dp, be, size, config_.use_distributed_optimizer, deferred, per_microbatch,
         config_.shards_params(), per_microbatch ? &group_of : nullptr));
@@ -132,6 +132,7 @@ void DistributedDataParallel::unmaterialize_params(bool take_back) {
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 int64_t DistributedDataParallel::bucket_size() const {
+  if (config_.shards_grads()) return std::max<int64_t>(config_.bucket_size, 0);  // else one per parameter group
   if (!overlap_grad_reduce()) return 0;
   return config_.bucket_size > 0 ? config_.bucket_size : default_bucket_size(dp_size_);
 }

@@ -113,7 +113,8 @@ class DistributedDataParallel {
   bool overlap_param_gather() const { return config_.overlap_param_gather && dp_size_ > 1; }
   // Megatron's DDP: without overlap the bucket size is infinite (one bucket
   // per chunk, reduced after the backward); with it, --ddp-bucket-size or
-  // max(4e7, 1e6 x dp) elements. 0: one bucket per chunk.
+  // max(4e7, 1e6 x dp) elements. 0: one bucket per chunk. ZeRO-2/-3:
+  // --ddp-bucket-size, 0: one bucket per parameter group (layer).
   int64_t bucket_size() const;
 
   // Start of an iteration: zero gradients, every bucket pending again.

@@ -63,7 +63,9 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
     shard_offset_.push_back(distributed_ ? shard_numel_ : r.begin);  // else the shard is the buffer
     shard_numel_ += padded / D;
     Tensor staging;
-    if (padded != r.numel() && !shard_params_) {  // ZeRO-3: buckets are padded buffers of their own
+    // ZeRO-2/-3 keep no staging copies (their buckets are padded buffers of
+    // their own; the parameter all-gather takes one for its time only).
+    if (padded != r.numel() && !shard_grads_) {
       staging = be_.empty({padded}, DType::F32);
       be_.zero(staging);  // the tail stays zero: copies fill [0, numel) only
     }
@@ -149,7 +151,7 @@ void ParamAndGradBuffer::gather_shards(Tensor& full, const Tensor& shard) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
     Tensor stage = staging_[b];
-    if (!stage.defined() && piece_len_[b] * dp_size_ != r.numel())  // ZeRO-3 keeps no staging
+    if (!stage.defined() && piece_len_[b] * dp_size_ != r.numel())  // ZeRO-2/-3 keep no staging
       stage = be_.empty({piece_len_[b] * dp_size_}, DType::F32);
     Tensor out = stage.defined() ? stage : full.flat(r.begin, {r.numel()});
     dp_.all_gather(out, shard.flat(shard_offset_[b], {piece_len_[b]}))->wait();
@@ -332,6 +334,8 @@ void ParamAndGradBuffer::start_param_sync(const Tensor& value_shard) {
   finish_param_sync();
   for (size_t k = buckets_.size(); k-- > 0;) {  // forward order: the first layers first
     const BucketRange& r = buckets_[k];
+    if (!staging_[k].defined() && piece_len_[k] * dp_size_ != r.numel())  // ZeRO-2: until wait_gather
+      staging_[k] = be_.empty({piece_len_[k] * dp_size_}, DType::F32);
     Tensor out = staging_[k].defined() ? staging_[k] : params_.values().flat(r.begin, {r.numel()});
     gather_work_[k] = dp_.all_gather(out, value_shard.flat(shard_offset_[k], {piece_len_[k]}));
   }
@@ -344,6 +348,7 @@ void ParamAndGradBuffer::wait_gather(size_t b) {
   const BucketRange& r = buckets_[b];
   if (staging_[b].defined())
     copy_to(be_, params_.values().flat(r.begin, {r.numel()}), staging_[b].flat(0, {r.numel()}));
+  if (shard_grads_) staging_[b] = Tensor();
   params_.sync_compute(r.begin, r.numel());
 }
 

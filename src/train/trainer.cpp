@@ -245,8 +245,11 @@ void Trainer::log_startup() {
     const int64_t bs = ddp_->bucket_size();
     log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
               "size {}{}; overlap grad reduce {}, overlap param gather {}",
-              groups_.layout.dp, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
-              args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce()
+              groups_.layout.dp, sizes,
+              bs > 0                                ? std::to_string(bs)
+              : args_.parallel.ddp.shards_grads() ? "per parameter group (ZeRO-2/3: the embedding, each layer, the head)"
+                                                    : "unlimited (one bucket per chunk)",
+              args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce() && !args_.parallel.ddp.shards_grads()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
               ddp_->overlap_grad_reduce() ? "on" : "off", ddp_->overlap_param_gather() ? "on" : "off");
