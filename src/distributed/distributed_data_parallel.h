@@ -15,6 +15,10 @@
 //
 // With TP = PP = DP = 1 every call is a no-op or a plain loop.
 //
+// ZeRO-2/-3 (--data-parallel-sharding-strategy optim_grads[_params],
+// docs/zero.md) replace the two hooks by the model's ParamGatherer
+// (ShardedParamGatherer below), called on every micro-batch.
+//
 // Relates to: distributed/param_and_grad_buffer.h (buckets, shard layout),
 // distributed/finalize_model_grads.h (the reductions before the optimizer),
 // train/pipeline_stage.h (where the hooks are called), docs/parallelism.md.
