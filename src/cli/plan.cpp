@@ -215,6 +215,21 @@ int run_plan(int argc, char** argv) {
   TRIPOD_CHECK(!(sp_flag && no_sp), "--sequence-parallel and --no-sequence-parallel both given");
   TRIPOD_CHECK(!(dopt && no_dopt), "--use-distributed-optimizer and --no-distributed-optimizer both given");
   o.distributed_optimizer = dopt ? plan::Choice::kOn : no_dopt ? plan::Choice::kOff : plan::Choice::kSearch;
+  {  // --data-parallel-sharding-strategy / --use-megatron-fsdp: every dp > 1 layout with that strategy
+    const auto s = distributed::resolve_sharding_strategy(model_args.parallel.data_parallel_sharding_strategy,
+                                                          model_args.parallel.use_megatron_fsdp, dopt);
+    using S = distributed::ShardingStrategy;
+    if (s == S::Optim) o.distributed_optimizer = plan::Choice::kOn;
+    if (s == S::NoShard && !model_args.parallel.data_parallel_sharding_strategy.empty())
+      o.distributed_optimizer = plan::Choice::kOff;
+    if (s >= S::OptimGrads) {
+      TRIPOD_CHECK_HINT(!no_dopt, "drop --no-distributed-optimizer", "--data-parallel-sharding-strategy {} shards the "
+                        "optimizer state, which contradicts --no-distributed-optimizer",
+                        distributed::sharding_strategy_name(s));
+      o.distributed_optimizer = plan::Choice::kOn;
+      o.zero_stage = s == S::OptimGrads ? 2 : 3;
+    }
+  }
   if (recompute_activations) granularity = granularity.empty() ? "selective" : granularity;
   o.recompute = granularity.empty() ? parse_recompute_list(recompute_search)
                                     : std::vector<plan::Recompute>{plan::recompute_from_string(granularity)};

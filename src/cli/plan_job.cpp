@@ -20,7 +20,12 @@ plan::Job plan_job(const train::TrainArgs& args, const config::Layout& ranks, in
   l.global_batch = a.batch.global_batch_size > 0 ? a.batch.global_batch_size
                                                  : a.batch.micro_batch_size * std::max(1, l.dp);
   l.sequence_parallel = a.parallel.sequence_parallel;
-  l.distributed_optimizer = a.parallel.ddp.use_distributed_optimizer;
+  const auto sharding = distributed::resolve_sharding_strategy(
+      a.parallel.data_parallel_sharding_strategy, a.parallel.use_megatron_fsdp, a.parallel.ddp.use_distributed_optimizer);
+  l.distributed_optimizer = sharding >= distributed::ShardingStrategy::Optim;
+  l.zero_stage = sharding == distributed::ShardingStrategy::OptimGradsParams ? 3
+                 : sharding == distributed::ShardingStrategy::OptimGrads     ? 2
+                                                                              : 0;
   l.recompute = a.parallel.recompute;
   l.dtype = a.precision.compute_dtype;
   job.local_world_size = local_world_size;

@@ -15,6 +15,10 @@
 //
 // With TP = PP = DP = 1 every call is a no-op or a plain loop.
 //
+// ZeRO-2/-3 (--data-parallel-sharding-strategy optim_grads[_params],
+// docs/zero.md) replace the two hooks by the model's ParamGatherer
+// (ShardedParamGatherer below), called on every micro-batch.
+//
 // Relates to: distributed/param_and_grad_buffer.h (buckets, shard layout),
 // distributed/finalize_model_grads.h (the reductions before the optimizer),
 // train/pipeline_stage.h (where the hooks are called), docs/parallelism.md.
@@ -33,12 +37,59 @@
 
 namespace tripod::distributed {
 
+// What data parallelism shards over the dp group (Megatron-FSDP's
+// --data-parallel-sharding-strategy; docs/zero.md):
+//   NoShard           every rank holds everything (plain DDP)
+//   Optim             the optimizer state (ZeRO-1, --use-distributed-optimizer)
+//   OptimGrads        and the gradients (ZeRO-2): each bucket reduce-scattered
+//                     after every micro-batch's backward into the fp32 shard
+//   OptimGradsParams  and the parameters (ZeRO-3): gathered per layer for use
+enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsParams };
+const char* sharding_strategy_name(ShardingStrategy s);  // Megatron's spelling
+// The strategy from the flags as given (strategy: "" when not given); throws
+// with the flag to change on contradictions.
+ShardingStrategy resolve_sharding_strategy(const std::string& strategy, bool use_megatron_fsdp,
+                                           bool use_distributed_optimizer);
+
 // Megatron's DistributedDataParallelConfig (the subset tripod has).
 struct DistributedDataParallelConfig {
   bool overlap_grad_reduce = false;        // --overlap-grad-reduce
   bool overlap_param_gather = false;       // --overlap-param-gather (needs the distributed optimizer)
   bool use_distributed_optimizer = false;  // --use-distributed-optimizer: buffers sharded over dp
   int64_t bucket_size = 0;                 // --ddp-bucket-size; 0: Megatron's default (with overlap only)
+  // Resolved from --data-parallel-sharding-strategy, --use-megatron-fsdp and
+  // --use-distributed-optimizer (TrainArgs::finalize); Optim and above set
+  // use_distributed_optimizer too.
+  ShardingStrategy sharding = ShardingStrategy::NoShard;
+  bool shards_grads() const { return sharding >= ShardingStrategy::OptimGrads; }
+  bool shards_params() const { return sharding == ShardingStrategy::OptimGradsParams; }
+};
+
+class DistributedDataParallel;
+
+// ZeRO-2 and -3: the model's ParamGatherer (model/param_gatherer.h) for one
+// chunk, over its buffer's buckets (docs/zero.md):
+//   before(g, Forward|Backward)  ZeRO-3: waits for the all-gather of group
+//                                g's buckets (launching it if the prefetch
+//                                did not), then, with --overlap-param-gather,
+//                                launches the next group's (g + 1 in
+//                                forward, g - 1 in backward): the prefetch;
+//                                Backward: gives g's buckets zeroed
+//                                gradient buffers (ParamAndGradBuffer::bind_grads)
+//   after(g, ...)                ZeRO-3: frees g's gathered parameters
+//   grads_written(g)             register_grad_ready: complete buckets
+//                                start their reduce-scatter (every micro-batch)
+class ShardedParamGatherer final : public model::ParamGatherer {
+ public:
+  ShardedParamGatherer(DistributedDataParallel& ddp, int chunk);
+  void before(int group, Pass pass) override;
+  void after(int group, Pass pass) override;
+  void grads_written(int group) override;
+
+ private:
+  DistributedDataParallel& ddp_;
+  int chunk_;
+  std::vector<std::vector<size_t>> buckets_of_group_;
 };
 
 class DistributedDataParallel {
@@ -66,7 +117,8 @@ class DistributedDataParallel {
   bool overlap_param_gather() const { return config_.overlap_param_gather && dp_size_ > 1; }
   // Megatron's DDP: without overlap the bucket size is infinite (one bucket
   // per chunk, reduced after the backward); with it, --ddp-bucket-size or
-  // max(4e7, 1e6 x dp) elements. 0: one bucket per chunk.
+  // max(4e7, 1e6 x dp) elements. 0: one bucket per chunk. ZeRO-2/-3:
+  // --ddp-bucket-size, 0: one bucket per parameter group (layer).
   int64_t bucket_size() const;
 
   // Start of an iteration: zero gradients, every bucket pending again.
@@ -91,6 +143,15 @@ class DistributedDataParallel {
   // (checkpoints, dumps); forwards wait per bucket themselves.
   void finish_param_sync();
 
+  // ZeRO-2/-3 (config().shards_grads()): the gatherer the trainer hands to
+  // chunk c's model (GptModel::set_param_gatherer); null otherwise.
+  model::ParamGatherer* param_gatherer(int chunk);
+  // ZeRO-3: whole parameters in every chunk's ParamStore (checkpoints,
+  // weight dumps; collective over dp), and back to shards (take_back: after a
+  // load wrote new values). No-ops for the other strategies.
+  void materialize_params();
+  void unmaterialize_params(bool take_back);
+
   // The buckets for the start-up log: count and sizes in launch order per chunk.
   std::string describe_buckets() const;
 
@@ -100,6 +161,7 @@ class DistributedDataParallel {
   DistributedDataParallelConfig config_;
   int dp_size_ = 1;
   std::vector<std::unique_ptr<ParamAndGradBuffer>> buffers_;
+  std::vector<std::unique_ptr<ShardedParamGatherer>> gatherers_;  // per chunk, ZeRO-2/-3
 };
 
 }  // namespace tripod::distributed

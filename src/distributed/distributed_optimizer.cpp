@@ -43,7 +43,7 @@ DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const p
       for (const auto& seg : cs.segments) covered += seg.numel;
       TRIPOD_CHECK(covered == buf.params().numel(), "optimizer segments cover {} of the {} parameters of chunk {}",
                    covered, buf.params().numel(), c);
-    } else {
+    } else if (!buf.shards_params()) {
       cs.value_shard = be_.empty({len}, DType::F32);
       be_.zero(cs.value_shard);
     }
@@ -87,6 +87,12 @@ void DistributedOptimizer::step(double lr, float grad_scale) {
       if (!compute) params.sync_compute();  // no-op in f32
       continue;
     }
+    if (buf.shards_params()) {  // ZeRO-3: the shard is the parameters; the next forward gathers them
+      // A copy still gathered (a prefetch no forward used) would be stale.
+      for (size_t b = 0; b < buf.buckets().size(); ++b) buf.release_params(b);
+      cs.adam->step(buf.value_shard(), buf.reduced_grads(), cs.segments, lr, grad_scale);
+      continue;
+    }
     // Step the fp32 master shard, then all-gather the updated parameters
     // (with --overlap-param-gather: launched now, waited per bucket by the
     // next forward, which also casts the compute copies).
@@ -101,7 +107,7 @@ void DistributedOptimizer::step(double lr, float grad_scale) {
   // (this rank updated only its shard; the all-gather moves the fp32
   // masters, which every rank keeps whole for the LayerNorms, which compute
   // with them, and for checkpoints).
-  if (sharded_ && !overlap)
+  if (sharded_ && !overlap)  // (no-op under ZeRO-3: no flat values)
     for (int c = 0; c < ddp_.num_chunks(); ++c) ddp_.model(c).params().sync_compute();
 }
 

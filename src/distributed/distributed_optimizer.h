@@ -11,7 +11,12 @@
 //                                  piece of every bucket, see
 //                                  param_and_grad_buffer.h), on gradients
 //                                  reduce-scattered into that shard, then the
-//                                  updated parameters are all-gathered.
+//                                  updated parameters are all-gathered;
+//   ZeRO-2 / ZeRO-3 (--data-parallel-sharding-strategy optim_grads[_params])
+//                                  the same shard, its gradients accumulated
+//                                  per micro-batch; under ZeRO-3 the shard is
+//                                  the parameters at rest and nothing is
+//                                  gathered after the step (docs/zero.md).
 //
 // Per iteration: reduce_grads() -> get_grad_norm() -> (clip) step().
 // Checkpoints see the moments in full-parameter order whatever the shard

@@ -3,7 +3,8 @@
 
 namespace tripod::distributed {
 void finalize_model_grads(DistributedDataParallel& ddp, const parallel::ProcessGroups& groups) {
-  if (!ddp.overlap_grad_reduce())
+  // With overlap, or ZeRO-2/-3 (every micro-batch), the backward hook did this.
+  if (!ddp.overlap_grad_reduce() && !ddp.config().shards_grads())
     for (int c = 0; c < ddp.num_chunks(); ++c) ddp.model(c).reduce_sequence_parallel_grads();
   if (groups.layout.pp > 1 && groups.embd) {
     for (int c = 0; c < ddp.num_chunks(); ++c) {

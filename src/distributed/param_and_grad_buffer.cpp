@@ -12,7 +12,8 @@ void copy_to(backend::Backend& be, Tensor dst, const Tensor& src) { be.copy(dst,
 }  // namespace
 
 std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, const std::vector<int64_t>& numels,
-                                       int64_t padded_numel, int64_t bucket_size, const std::vector<bool>& alone) {
+                                       int64_t padded_numel, int64_t bucket_size, const std::vector<bool>& alone,
+                                       const std::vector<int>* group_of) {
   const int n = static_cast<int>(offsets.size());
   TRIPOD_CHECK(n > 0 && numels.size() == offsets.size() && alone.size() == offsets.size(),
                "split_buckets: {} offsets, {} sizes, {} flags", offsets.size(), numels.size(), alone.size());
@@ -30,6 +31,7 @@ std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, cons
     const size_t k = static_cast<size_t>(i);
     if (alone[k] && hi != i + 1) close(i + 1);  // the open bucket ends before a lone parameter
     if (alone[k] || (bucket_size > 0 && end - offsets[k] >= bucket_size)) close(i);
+    else if (group_of && i > 0 && (*group_of)[k - 1] != (*group_of)[k]) close(i);
   }
   if (hi > 0) close(0);
   return out;
@@ -38,16 +40,19 @@ std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, cons
 int64_t default_bucket_size(int dp_size) { return std::max<int64_t>(40000000, 1000000 * int64_t{dp_size}); }
 
 ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be,
-                                       int64_t bucket_size, bool distributed_optimizer, const std::vector<bool>& deferred)
+                                       int64_t bucket_size, bool distributed_optimizer, const std::vector<bool>& deferred,
+                                       bool shard_grads, bool shard_params, const std::vector<int>* group_of)
     : params_(params), dp_(dp), be_(be), distributed_(distributed_optimizer), dp_size_(dp.size()),
-      dp_rank_(dp.rank()) {
+      dp_rank_(dp.rank()), shard_grads_(shard_grads), shard_params_(shard_params) {
+  TRIPOD_CHECK(!shard_grads_ || distributed_, "sharded gradients need the distributed optimizer's shard layout");
+  TRIPOD_CHECK(!shard_params_ || shard_grads_, "sharded parameters need sharded gradients");
   const auto& ps = params_.params();
   std::vector<int64_t> offsets, numels;
   for (const auto& p : ps) {
     offsets.push_back(p.offset);
     numels.push_back(shape_numel(p.shape));
   }
-  buckets_ = split_buckets(offsets, numels, params_.padded_numel(), bucket_size, deferred);
+  buckets_ = split_buckets(offsets, numels, params_.padded_numel(), bucket_size, deferred, group_of);
   bucket_of_.assign(ps.size(), -1);
   const int D = distributed_ ? dp_size_ : 1;
   for (size_t b = 0; b < buckets_.size(); ++b) {
@@ -58,7 +63,9 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
     shard_offset_.push_back(distributed_ ? shard_numel_ : r.begin);  // else the shard is the buffer
     shard_numel_ += padded / D;
     Tensor staging;
-    if (padded != r.numel()) {
+    // ZeRO-2/-3 keep no staging copies (their buckets are padded buffers of
+    // their own; the parameter all-gather takes one for its time only).
+    if (padded != r.numel() && !shard_grads_) {
       staging = be_.empty({padded}, DType::F32);
       be_.zero(staging);  // the tail stays zero: copies fill [0, numel) only
     }
@@ -69,13 +76,29 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
   pending_.assign(buckets_.size(), 0);
   grad_work_.resize(buckets_.size());
   gather_work_.resize(buckets_.size());
+  const size_t n = buckets_.size();
+  grad_bucket_.resize(n);
+  rs_piece_.resize(n);
+  gathered_.resize(n);
+  gathered_compute_.resize(n);
+  z3_work_.resize(n);
+  if (shard_params_) {  // the initialised (or loaded) values become the shard
+    value_shard_ = be_.empty({shard_numel_}, DType::F32);
+    be_.zero(value_shard_);
+    take_shard(value_shard_, params_.values());
+  }
+  if (shard_grads_) {
+    params_.release_flat(shard_params_, true);
+    for (size_t b = 0; b < n; ++b)
+      if (deferred_[b]) bind_grads(b);  // kept for the whole step
+  }
   reset();
 }
 
 ParamAndGradBuffer::~ParamAndGradBuffer() {
   // Outstanding collectives write into buffers about to be freed: let them
   // end (an aborted group ends them with an error, ignored here).
-  for (auto* works : {&grad_work_, &gather_work_})
+  for (auto* works : {&grad_work_, &gather_work_, &z3_work_})
     for (auto& w : *works)
       if (w) try { w->wait(); } catch (...) {}
 }
@@ -127,15 +150,29 @@ void ParamAndGradBuffer::gather_shards(Tensor& full, const Tensor& shard) {
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
-    Tensor out = staging_[b].defined() ? staging_[b] : full.flat(r.begin, {r.numel()});
+    Tensor stage = staging_[b];
+    if (!stage.defined() && piece_len_[b] * dp_size_ != r.numel())  // ZeRO-2/-3 keep no staging
+      stage = be_.empty({piece_len_[b] * dp_size_}, DType::F32);
+    Tensor out = stage.defined() ? stage : full.flat(r.begin, {r.numel()});
     dp_.all_gather(out, shard.flat(shard_offset_[b], {piece_len_[b]}))->wait();
-    if (staging_[b].defined()) copy_to(be_, full.flat(r.begin, {r.numel()}), staging_[b].flat(0, {r.numel()}));
+    if (stage.defined()) copy_to(be_, full.flat(r.begin, {r.numel()}), stage.flat(0, {r.numel()}));
   }
 }
 
 void ParamAndGradBuffer::reset() {
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
   param_ready_.assign(params_.params().size(), false);
+  if (!shard_grads_) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (grad_work_[b]) finish_bucket_grad(b);
+    if (deferred_[b]) {
+      be_.zero(grad_bucket_[b]);
+    } else if (grad_bucket_[b].defined()) {
+      params_.bind_grads(buckets_[b].begin, buckets_[b].numel(), Tensor());
+      grad_bucket_[b] = Tensor();
+    }
+  }
+  be_.zero(grad_shard_);
 }
 
 void ParamAndGradBuffer::register_grad_ready(const std::vector<size_t>& params) {
@@ -144,7 +181,12 @@ void ParamAndGradBuffer::register_grad_ready(const std::vector<size_t>& params) 
     if (param_ready_[i]) continue;
     param_ready_[i] = true;
     const size_t b = static_cast<size_t>(bucket_of_[i]);
-    if (--pending_[b] == 0 && !deferred_[b]) launch(b);
+    if (--pending_[b] > 0) continue;
+    if (shard_grads_) {  // every micro-batch: pending again for the next one
+      pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
+      for (int k = buckets_[b].first_param; k < buckets_[b].end_param; ++k) param_ready_[static_cast<size_t>(k)] = false;
+    }
+    if (!deferred_[b]) launch(b);
   }
 }
 
@@ -152,6 +194,16 @@ void ParamAndGradBuffer::launch(size_t b) {
   TRIPOD_CHECK(!grad_work_[b], "bucket {} launched twice in one iteration", b);
   wait_gather(b);  // its staging buffer may still be the previous all-gather's output
   if (on_launch) on_launch(static_cast<int>(b));
+  if (shard_grads_) {
+    TRIPOD_CHECK(grad_bucket_[b].defined(), "bucket {}: gradients reported final but never bound", b);
+    // One reduce-scatter in flight besides this one: the older ones end now
+    // (they had this bucket's backward to run), freeing their full buffers.
+    for (size_t k = 0; k < buckets_.size(); ++k)
+      if (k != b && grad_work_[k]) finish_bucket_grad(k);
+    rs_piece_[b] = be_.empty({piece_len_[b]}, DType::F32);
+    grad_work_[b] = dp_.reduce_scatter(rs_piece_[b], grad_bucket_[b]);
+    return;
+  }
   Tensor& grads = params_.grads();
   if (!distributed_) {
     Tensor view = grads.flat(buckets_[b].begin, {buckets_[b].numel()});
@@ -163,16 +215,112 @@ void ParamAndGradBuffer::launch(size_t b) {
 }
 
 void ParamAndGradBuffer::start_grad_sync() {
-  for (size_t b = 0; b < buckets_.size(); ++b)
-    if (!grad_work_[b]) launch(b);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (shard_grads_) {  // the others went per micro-batch
+      TRIPOD_CHECK(deferred_[b] || !grad_bucket_[b].defined() || grad_work_[b],
+                   "bucket {}: the backward did not report every parameter's gradient as final", b);
+      if (deferred_[b]) launch(b);
+    } else if (!grad_work_[b]) {
+      launch(b);
+    }
+  }
 }
 
 void ParamAndGradBuffer::finish_grad_sync() {
-  for (auto& w : grad_work_)
-    if (w) {
-      w->wait();
-      w.reset();
+  for (size_t b = 0; b < grad_work_.size(); ++b) {
+    if (!grad_work_[b]) continue;
+    if (shard_grads_) {
+      finish_bucket_grad(b);
+    } else {
+      grad_work_[b]->wait();
+      grad_work_[b].reset();
     }
+  }
+}
+
+// ---- sharded gradients ----
+
+void ParamAndGradBuffer::bind_grads(size_t b) {
+  if (grad_work_[b]) finish_bucket_grad(b);
+  if (grad_bucket_[b].defined()) return;
+  const BucketRange& r = buckets_[b];
+  grad_bucket_[b] = be_.empty({piece_len_[b] * dp_size_}, DType::F32);  // padded: no staging copy
+  be_.zero(grad_bucket_[b]);
+  params_.bind_grads(r.begin, r.numel(), grad_bucket_[b].flat(0, {r.numel()}));
+}
+
+void ParamAndGradBuffer::finish_bucket_grad(size_t b) {
+  grad_work_[b]->wait();
+  grad_work_[b].reset();
+  Tensor piece = grad_shard_.flat(shard_offset_[b], {piece_len_[b]});
+  be_.add(piece, piece, rs_piece_[b]);  // NOTE [Sharded gradients]: the shard accumulates
+  rs_piece_[b] = Tensor();
+  if (deferred_[b]) return;
+  params_.bind_grads(buckets_[b].begin, buckets_[b].numel(), Tensor());
+  grad_bucket_[b] = Tensor();
+}
+
+int64_t ParamAndGradBuffer::bound_grad_numel() const {
+  int64_t n = 0;
+  for (const Tensor& t : grad_bucket_) n += t.defined() ? t.numel() : 0;
+  return n;
+}
+
+// ---- sharded parameters ----
+
+void ParamAndGradBuffer::start_gather(size_t b) {
+  if (gathered_[b].defined()) return;  // gathered or in flight
+  gathered_[b] = be_.empty({piece_len_[b] * dp_size_}, DType::F32);
+  z3_work_[b] = dp_.all_gather(gathered_[b], value_shard_.flat(shard_offset_[b], {piece_len_[b]}));
+  if (on_gather) on_gather(static_cast<int>(b), 0);
+}
+
+void ParamAndGradBuffer::wait_gather_params(size_t b) {
+  start_gather(b);
+  if (!z3_work_[b]) return;
+  z3_work_[b]->wait();
+  z3_work_[b].reset();
+  const BucketRange& r = buckets_[b];
+  Tensor values = gathered_[b].flat(0, {r.numel()});
+  Tensor compute;
+  if (params_.compute_dtype() != DType::F32) {  // the bf16/fp16 copy the layers compute with
+    gathered_compute_[b] = be_.empty({r.numel()}, params_.compute_dtype());
+    be_.cast(gathered_compute_[b], values);
+    compute = gathered_compute_[b];
+  }
+  params_.bind_values(r.begin, r.numel(), values, compute);
+  if (on_gather) on_gather(static_cast<int>(b), 1);
+}
+
+void ParamAndGradBuffer::release_params(size_t b) {
+  if (!gathered_[b].defined()) return;
+  if (z3_work_[b]) {  // prefetched, never used
+    z3_work_[b]->wait();
+    z3_work_[b].reset();
+  }
+  params_.bind_values(buckets_[b].begin, buckets_[b].numel(), Tensor(), Tensor());
+  gathered_[b] = gathered_compute_[b] = Tensor();
+  if (on_gather) on_gather(static_cast<int>(b), 2);
+}
+
+int64_t ParamAndGradBuffer::gathered_numel() const {
+  int64_t n = 0;
+  for (const Tensor& t : gathered_) n += t.defined() ? t.numel() : 0;
+  return n;
+}
+
+void ParamAndGradBuffer::materialize_params() {
+  if (!shard_params_ || params_.has_flat_values()) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) release_params(b);
+  params_.allocate_flat(true, false);
+  gather_shards(params_.values(), value_shard_);
+  params_.sync_compute();
+}
+
+void ParamAndGradBuffer::unmaterialize_params(bool take_back) {
+  if (!shard_params_ || !params_.has_flat_values()) return;
+  if (take_back) take_shard(value_shard_, params_.values());
+  params_.release_flat(true, false);
 }
 
 bool ParamAndGradBuffer::all_grads_ready() const {
@@ -186,6 +334,8 @@ void ParamAndGradBuffer::start_param_sync(const Tensor& value_shard) {
   finish_param_sync();
   for (size_t k = buckets_.size(); k-- > 0;) {  // forward order: the first layers first
     const BucketRange& r = buckets_[k];
+    if (!staging_[k].defined() && piece_len_[k] * dp_size_ != r.numel())  // ZeRO-2: until wait_gather
+      staging_[k] = be_.empty({piece_len_[k] * dp_size_}, DType::F32);
     Tensor out = staging_[k].defined() ? staging_[k] : params_.values().flat(r.begin, {r.numel()});
     gather_work_[k] = dp_.all_gather(out, value_shard.flat(shard_offset_[k], {piece_len_[k]}));
   }
@@ -198,6 +348,7 @@ void ParamAndGradBuffer::wait_gather(size_t b) {
   const BucketRange& r = buckets_[b];
   if (staging_[b].defined())
     copy_to(be_, params_.values().flat(r.begin, {r.numel()}), staging_[b].flat(0, {r.numel()}));
+  if (shard_grads_) staging_[b] = Tensor();
   params_.sync_compute(r.begin, r.numel());
 }
 

@@ -58,8 +58,12 @@ struct BucketRange {
 // one bucket. The first bucket also takes the buffer's tail padding
 // [last param end, padded_numel). Returned in launch order: bucket 0 ends at
 // padded_numel, the last one starts at 0.
+// group_of (optional, one per parameter): a bucket never holds parameters
+// of two groups (ZeRO-3's per-layer buckets: a run of parameters of one
+// model::GptModel::param_groups() entry per bucket).
 std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, const std::vector<int64_t>& numels,
-                                       int64_t padded_numel, int64_t bucket_size, const std::vector<bool>& alone);
+                                       int64_t padded_numel, int64_t bucket_size, const std::vector<bool>& alone,
+                                       const std::vector<int>* group_of = nullptr);
 
 // Megatron's default when --ddp-bucket-size is not given: max(4e7, 1e6 x dp)
 // elements, used only with --overlap-grad-reduce (else one bucket).
@@ -71,8 +75,12 @@ class ParamAndGradBuffer {
   // dp one (the tied embedding over the embedding group): it gets its own
   // bucket, which register_grad_ready never launches; start_grad_sync() does.
   // dp: the data-parallel group (its size sets the shard split).
+  // shard_grads (ZeRO-2, needs distributed_optimizer): NOTE [Sharded
+  // gradients]; shard_params (ZeRO-3, needs shard_grads): NOTE [Sharded
+  // parameters]; group_of: as split_buckets (ZeRO-3 passes the layer groups).
   ParamAndGradBuffer(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be, int64_t bucket_size,
-                     bool distributed_optimizer, const std::vector<bool>& deferred);
+                     bool distributed_optimizer, const std::vector<bool>& deferred, bool shard_grads = false,
+                     bool shard_params = false, const std::vector<int>* group_of = nullptr);
   ~ParamAndGradBuffer();
   ParamAndGradBuffer(const ParamAndGradBuffer&) = delete;
   ParamAndGradBuffer& operator=(const ParamAndGradBuffer&) = delete;
@@ -104,6 +112,50 @@ class ParamAndGradBuffer {
   void start_grad_sync();   // launches every bucket not launched yet, in bucket order
   void finish_grad_sync();  // waits for every launched bucket
   bool all_grads_ready() const;
+
+  // ---- sharded gradients (ZeRO-2 and -3) ----
+  // NOTE [Sharded gradients]: no full gradient buffer lives across
+  // micro-batches. bind_grads(b) gives bucket b a zeroed full-size buffer
+  // (the Param::grad views point into it) before a backward writes it;
+  // register_grad_ready launches its reduce-scatter into a piece-sized
+  // buffer once the micro-batch's backward wrote all its parameters; when
+  // that is waited for (the next launch or bind of the bucket, or
+  // finish_grad_sync) the piece is added into the fp32 shard and the full
+  // buffer freed. Over micro-batches m = 0..M-1 the shard holds
+  // ((0 + RS(g_0)) + RS(g_1)) + ... + RS(g_{M-1}), RS summing over dp ranks:
+  // another order than the distributed optimizer's RS(g_0 + ... + g_{M-1}).
+  // Deferred buckets (the tied embedding) keep a whole buffer for the step.
+  bool shards_grads() const { return shard_grads_; }
+  void bind_grads(size_t b);
+  bool grads_bound(size_t b) const { return grad_bucket_[b].defined(); }
+  // Full-size gradient elements bound right now (tests, memory checks).
+  int64_t bound_grad_numel() const;
+
+  // ---- sharded parameters (ZeRO-3) ----
+  // NOTE [Sharded parameters]: at rest this rank keeps only value_shard()
+  // (its pieces of the fp32 parameters, which the optimizer steps); the
+  // ParamStore's flat value buffer is released. start_gather(b) launches the
+  // all-gather of bucket b into a fresh full-size buffer (async: the
+  // prefetch), wait_gather_params(b) waits for it, casts the compute copy
+  // and binds the Param views; release_params(b) unbinds and frees it.
+  bool shards_params() const { return shard_params_; }
+  Tensor& value_shard() { return value_shard_; }
+  void start_gather(size_t b);
+  void wait_gather_params(size_t b);
+  void release_params(size_t b);
+  bool params_gathered(size_t b) const { return gathered_[b].defined() && !z3_work_[b]; }
+  bool gather_in_flight(size_t b) const { return z3_work_[b] != nullptr; }
+  int64_t gathered_numel() const;  // full-size parameter elements held right now
+  // Whole parameters in the ParamStore's flat buffers (checkpoints, dumps),
+  // then back to shards (take_back: the shard from the full values first,
+  // after a load wrote them).
+  void materialize_params();
+  void unmaterialize_params(bool take_back);
+  // Which buckets hold parameters of this parameter index.
+  int bucket_of(size_t param) const { return bucket_of_[param]; }
+  // Called at every gather start, gather wait and release (tests: the
+  // prefetch order). what: 0 start, 1 waited, 2 released.
+  std::function<void(int bucket, int what)> on_gather;
   // The dp-reduced gradients of this rank's shard (distributed), else grads().
   Tensor& reduced_grads();
   // Called as each bucket is launched, with its index (tests, tracing).
@@ -141,6 +193,14 @@ class ParamAndGradBuffer {
   std::vector<int> pending_;             // per bucket: parameters not final yet
   std::vector<bool> param_ready_;
   std::vector<std::shared_ptr<comm::Work>> grad_work_, gather_work_;
+  // sharded gradients / parameters
+  void finish_bucket_grad(size_t b);  // wait, add the piece into the shard, free the full buffer
+  bool shard_grads_ = false, shard_params_ = false;
+  std::vector<Tensor> grad_bucket_;  // per bucket: (padded) full-size gradients while bound
+  std::vector<Tensor> rs_piece_;     // per bucket: the reduce-scatter's output while in flight
+  Tensor value_shard_;               // (shard_numel) ZeRO-3: the parameters at rest
+  std::vector<Tensor> gathered_, gathered_compute_;  // per bucket: (padded) while gathered
+  std::vector<std::shared_ptr<comm::Work>> z3_work_;
 };
 
 }  // namespace tripod::distributed

@@ -202,25 +202,42 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
   // Dropout only while training (forward with grad).
   const LayerDropout drop{with_grad ? config_.hidden_dropout : 0.f, dropout_seed, dropout_counter(acts),
                           dropout_runs(acts)};
-  auto use = [&](int g) {
-    if (before_use && *before_use && g >= 0) (*before_use)(groups_[static_cast<size_t>(g)]);
+  using Pass = ParamGatherer::Pass;
+  auto use = [&](int g, Pass pass) {
+    if (g < 0) return;
+    if (gatherer_) gatherer_->before(g, pass);
+    if (before_use && *before_use) (*before_use)(groups_[static_cast<size_t>(g)]);
+  };
+  auto done = [&](int g, Pass pass) {
+    if (gatherer_ && g >= 0) gatherer_->after(g, pass);
   };
   if (stage_.pre_process) {
-    use(embedding_group_);
+    use(embedding_group_, Pass::Forward);
     embedding_.forward(be_, acts.input, acts.tokens, ws_->full_b, cp_position_rows());
     if (config_.hidden_dropout > 0 && with_grad)
       apply_dropout(be_, acts.input, acts.input, drop, backend::mix64(dropout_seed, 0xE3B0), false);
+    done(embedding_group_, Pass::Forward);
   }
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
     LayerActs w = ws_->layer_acts(acts.layers[i], stage_.recompute, false);
-    use(first_layer_group_ + static_cast<int>(i));
+    const int g = first_layer_group_ + static_cast<int>(i);
+    use(g, Pass::Forward);
     layers_[static_cast<size_t>(i)].forward(*x, w, *ws_, drop);
+    done(g, Pass::Forward);
     x = &acts.layers[i].out;
   }
   if (stage_.post_process) {
-    use(head_group_);
+    // With gradients the head's backward runs here (NOTE [Loss head]).
+    const Pass pass = with_grad ? Pass::Backward : Pass::Forward;
+    // The tied output weight of a stage that also holds the embedding is in
+    // the embedding's group: the head uses that group too.
+    const int tied = (stage_.pre_process && !sp_.embedding.output_layer) ? embedding_group_ : -1;
+    use(head_group_, pass);
+    if (gatherer_ && tied >= 0) gatherer_->before(tied, pass);
     head_forward_backward(acts, with_grad, dloss);
+    if (gatherer_ && tied >= 0) gatherer_->after(tied, pass);
+    done(head_group_, pass);
   }
 }
 
@@ -327,12 +344,20 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
                         const ParamHook* grads_ready) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
   const LayerDropout drop{config_.hidden_dropout, dropout_seed, dropout_counter(acts), dropout_runs(acts)};
+  using Pass = ParamGatherer::Pass;
+  auto use = [&](int g) {
+    if (gatherer_ && g >= 0) gatherer_->before(g, Pass::Backward);
+  };
   auto ready = [&](int g) {
-    if (grads_ready && *grads_ready && g >= 0) (*grads_ready)(groups_[static_cast<size_t>(g)]);
+    if (g < 0) return;
+    if (gatherer_) gatherer_->grads_written(g);
+    if (grads_ready && *grads_ready) (*grads_ready)(groups_[static_cast<size_t>(g)]);
+    if (gatherer_) gatherer_->after(g, Pass::Backward);
   };
   Tensor& dres = ws_->dresidual;  // (N,C): gradient w.r.t. the current residual stream
   if (stage_.post_process) {
     const FinalNormParams& lnf_p = sp_.final_layernorm;
+    use(head_group_);
     be_.zero(dres);
     if (config_.rmsnorm())
       be_.rmsnorm_backward(dres, lnf_p.weight->grad, acts.dlnf, acts.output(), lnf_p.weight->compute,
@@ -350,6 +375,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     const Tensor& x = i == 0 ? acts.input : acts.layers[i - 1].out;
     const TransformerLayer& layer = layers_[static_cast<size_t>(i)];
     LayerActs w = ws_->layer_acts(acts.layers[i], stage_.recompute, true);
+    use(first_layer_group_ + static_cast<int>(i));
     layer.recompute(x, w, *ws_, drop);  // dropout as in the first forward
     layer.backward(x, w, dres, *ws_, drop);
     ready(first_layer_group_ + static_cast<int>(i));
@@ -357,6 +383,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   if (stage_.pre_process) {
     if (config_.hidden_dropout > 0)
       apply_dropout(be_, dres, dres, drop, backend::mix64(dropout_seed, 0xE3B0), true);
+    use(embedding_group_);
     if (Tensor* dpos = stage_.cp_size() > 1 && embedding_.position() ? &ws_->cp_dwpe : nullptr) {
       be_.zero(*dpos);
       embedding_.backward(be_, dres, acts.tokens, ws_->full_b, dpos);

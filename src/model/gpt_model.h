@@ -26,6 +26,7 @@
 #include "config/gpt_config.h"
 #include "model/fp8_meta.h"
 #include "model/layer_params.h"
+#include "model/param_gatherer.h"
 #include "model/param_table.h"
 #include "model/stage_config.h"
 #include "model/tensor_parallel.h"
@@ -105,6 +106,10 @@ class GptModel {
   // stage without the embedding)]. Every parameter of the stage is in at
   // least one group.
   const std::vector<std::vector<size_t>>& param_groups() const { return groups_; }
+  // Told before and after every use of a parameter group, on every
+  // micro-batch (model/param_gatherer.h); null: parameters always in place.
+  // Not owned.
+  void set_param_gatherer(ParamGatherer* gatherer) { gatherer_ = gatherer; }
   // Sequence parallelism leaves this parameter's gradient partial per tp
   // rank (the LayerNorms, by role).
   bool has_partial_sp_grad(const Param& p) const { return tp_.sequence_parallel && is_layernorm(p.spec); }
@@ -140,6 +145,7 @@ class GptModel {
   VocabParallelCrossEntropy cross_entropy_;
   bool last_head_chunked_ = false;  // the last head ran in more than one chunk
   std::vector<std::vector<size_t>> groups_;  // see param_groups()
+  ParamGatherer* gatherer_ = nullptr;
   int embedding_group_ = -1, head_group_ = -1, first_layer_group_ = 0;
 };
 

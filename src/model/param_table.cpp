@@ -150,16 +150,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
     index_[p.spec.name] = params_.size();
     params_.push_back(std::move(p));
   }
-  const int64_t padded = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
-  values_ = be.empty({padded}, DType::F32);
-  grads_ = be.empty({padded}, DType::F32);
-  be.zero(values_);
-  be.zero(grads_);
-  compute_values_ = values_;
-  if (compute_dtype != DType::F32) {
-    compute_values_ = be.empty({padded}, compute_dtype);
-    be.zero(compute_values_);
-  }
+  padded_numel_ = (numel_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   // NOTE [fp32 LayerNorm params]: LayerNorm gains start at 1.0, where a bf16
   // step is 2^-8..2^-7: Adam's early updates (~lr per step) stay below half
   // a step for tens of iterations, so a bf16 copy of the gains barely moves
@@ -168,11 +159,55 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
   // autocast does; a few KB per layer, LN kernels take f32 weights).
   // TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE=1 restores the cast copy (Megatron's
   // choice), for before/after runs.
-  const bool ln_cast = debug_config().ln_params_in_compute_dtype;
+  ln_cast_ = debug_config().ln_params_in_compute_dtype;
+  allocate_flat(true, true);
+}
+
+void ParamStore::allocate_flat(bool values, bool grads) {
+  const int64_t padded = padded_numel_;
+  if (values) {
+    values_ = be_.empty({padded}, DType::F32);
+    be_.zero(values_);
+    compute_values_ = values_;
+    if (compute_dtype_ != DType::F32) {
+      compute_values_ = be_.empty({padded}, compute_dtype_);
+      be_.zero(compute_values_);
+    }
+    bind_values(0, padded, values_, compute_values_);
+  }
+  if (grads) {
+    grads_ = be_.empty({padded}, DType::F32);
+    be_.zero(grads_);
+    bind_grads(0, padded, grads_);
+  }
+}
+
+void ParamStore::release_flat(bool values, bool grads) {
+  if (values) {
+    bind_values(0, padded_numel_, Tensor(), Tensor());
+    values_ = compute_values_ = Tensor();
+  }
+  if (grads) {
+    bind_grads(0, padded_numel_, Tensor());
+    grads_ = Tensor();
+  }
+}
+
+void ParamStore::bind_values(int64_t begin, int64_t numel, const Tensor& values, const Tensor& compute) {
+  const Tensor& comp = compute_dtype_ == DType::F32 ? values : compute;
   for (auto& p : params_) {
-    p.value = values_.flat(p.offset, p.shape);
-    p.grad = grads_.flat(p.offset, p.shape);
-    p.compute = (is_layernorm(p.spec) && !ln_cast) ? p.value : compute_values_.flat(p.offset, p.shape);
+    if (p.offset < begin || p.offset + shape_numel(p.shape) > begin + numel) continue;
+    p.value = values.defined() ? values.flat(p.offset - begin, p.shape) : Tensor();
+    p.compute = (is_layernorm(p.spec) && !ln_cast_) ? p.value
+                : comp.defined()                    ? comp.flat(p.offset - begin, p.shape)
+                                                    : Tensor();
+  }
+}
+
+void ParamStore::bind_grads(int64_t begin, int64_t numel, const Tensor& grads) {
+  for (auto& p : params_) {
+    if (p.offset < begin || p.offset + shape_numel(p.shape) > begin + numel) continue;
+    p.grad = grads.defined() ? grads.flat(p.offset - begin, p.shape) : Tensor();
   }
 }
 
@@ -188,11 +223,11 @@ bool is_layernorm(const ParamSpec& spec) {
 }
 
 void ParamStore::sync_compute() {
-  if (compute_dtype_ != DType::F32) be_.cast(compute_values_, values_);
+  if (compute_dtype_ != DType::F32 && values_.defined()) be_.cast(compute_values_, values_);
 }
 
 void ParamStore::sync_compute(int64_t begin, int64_t numel) {
-  if (compute_dtype_ == DType::F32 || numel == 0) return;
+  if (compute_dtype_ == DType::F32 || numel == 0 || !values_.defined()) return;
   Tensor dst = compute_values_.flat(begin, {numel});
   be_.cast(dst, values_.flat(begin, {numel}));
 }
@@ -212,7 +247,9 @@ void ParamStore::init(uint64_t seed, float std, int64_t num_layers) {
   for (auto& p : params_) set_from_full(p, init_full(p.spec, seed, std, num_layers));
 }
 
-void ParamStore::zero_grad() { be_.zero(grads_); }
+void ParamStore::zero_grad() {
+  if (grads_.defined()) be_.zero(grads_);
+}
 
 Tensor ParamStore::value_to_host(const Param& p) const {
   Tensor h = Tensor::empty(p.shape, DType::F32);

@@ -114,12 +114,30 @@ class ParamStore {
   void sync_compute();
   void sync_compute(int64_t begin, int64_t numel);
   int64_t numel() const { return numel_; }  // parameters held (without padding)
-  int64_t padded_numel() const { return values_.numel(); }
+  int64_t padded_numel() const { return padded_numel_; }
   int tp_size() const { return tp_size_; }
   int tp_rank() const { return tp_rank_; }
 
   void init(uint64_t seed, float std, int64_t num_layers);
-  void zero_grad();
+  void zero_grad();  // no-op while the flat grads are released
+
+  // ---- storage owned elsewhere between uses ----
+  // For a data-parallel scheme that keeps full parameters or gradients only
+  // while a group of layers uses them (distributed/, docs/zero.md); the
+  // model reads the views and never sees where they point.
+  // Re-points the views of the parameters inside [begin, begin + numel) of
+  // the flat buffers at `values`/`compute` (numel elements, the same offsets
+  // relative to begin; compute ignored in f32) or at `grads`; undefined
+  // tensors leave the views undefined (not usable until bound again).
+  void bind_values(int64_t begin, int64_t numel, const Tensor& values, const Tensor& compute);
+  void bind_grads(int64_t begin, int64_t numel, const Tensor& grads);
+  // Frees the flat value (and compute) and/or grad buffers, unbinding every
+  // view into them; allocate_flat() makes zeroed ones and binds every view
+  // to them again (a checkpoint's full parameters).
+  void release_flat(bool values, bool grads);
+  void allocate_flat(bool values, bool grads);
+  bool has_flat_values() const { return values_.defined(); }
+  bool has_flat_grads() const { return grads_.defined(); }
   // Host copies of this rank's shard (for checkpoints and tests).
   Tensor value_to_host(const Param& p) const;
   Tensor grad_to_host(const Param& p) const;
@@ -132,7 +150,8 @@ class ParamStore {
   Tensor values_, grads_;
   Tensor compute_values_;  // (padded_numel) compute dtype; values_ itself in f32
   DType compute_dtype_ = DType::F32;
-  int64_t numel_ = 0;
+  bool ln_cast_ = false;  // NOTE [fp32 LayerNorm params]: LayerNorms compute with the cast copy too
+  int64_t numel_ = 0, padded_numel_ = 0;
   int tp_size_, tp_rank_;
   backend::Backend& be_;
 };

@@ -33,18 +33,21 @@ std::string Layout::str() const {
   if (vpp > 1) s += fmt::format(" vpp{}", vpp);
   s += fmt::format(" mbs{}", micro_batch);
   if (sp()) s += " sp";
-  if (distributed_optimizer) s += " dist-opt";
+  if (zero_stage >= 2) s += zero_stage == 3 ? " zero3" : " zero2";
+  else if (distributed_optimizer) s += " dist-opt";
   if (recompute != Recompute::None) s += " recompute=" + to_string(recompute);
   return s;
 }
 
 // ---- parameters and optimizer state ----
 
-double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod) {
+double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod, int zero_stage) {
   // Half precision: 2 (bf16/fp16 param) + 4 (fp32 grad) + 4 (fp32 master) + 8 (Adam m, v).
   // fp32: 4 (param = master) + 4 (grad) + 8 (Adam). The distributed optimizer
   // shards what only the optimizer touches (master + m + v) over dp.
   const bool half = p != DType::F32;
+  if (zero_stage == 2) return (half ? 2.0 : 4.0) + (tripod || half ? 16.0 : 12.0) / dp;
+  if (zero_stage == 3) return (half && !tripod ? 18.0 : 16.0) / dp;
   const double kept = half ? 6.0 : 8.0, sharded = tripod && distributed_optimizer ? 16.0 : half ? 12.0 : 8.0;
   return kept + sharded / (distributed_optimizer ? dp : 1);
 }
@@ -67,6 +70,22 @@ int64_t params_on_stage(const GptConfig& m, int tp, int pp, int stage) {
     else if (pp > 1) n += Vp * C / tp;                            // copy of the word embedding for the tied output layer
   }
   return n;
+}
+
+double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage) {
+  if (l.zero_stage < 2) return 0.0;
+  const int64_t C = m.hidden_size, Vp = m.padded_vocab_size(l.tp);
+  const int64_t layers = (m.num_layers + l.pp - 1) / l.pp;
+  int64_t layer = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    const config::LayerSpec ls = m.layer_spec(std::min(int64_t(stage) * layers + i, m.num_layers - 1));
+    layer = std::max(layer, ls.tp_sharded_parameters() / l.tp + ls.tp_replicated_parameters());
+  }
+  const bool first = stage == 0, last = stage == l.pp - 1;
+  const bool holds_embedding = first || (last && (l.pp > 1 || m.untie_embeddings_and_output_weights));
+  const double in_use = double(holds_embedding ? Vp * C / l.tp : 0) + 2.0 * double(layer);
+  const double p = l.dtype == DType::F32 ? 0.0 : 2.0;
+  return in_use * 4.0 + (l.zero_stage == 3 ? in_use * (4.0 + p) : 0.0);
 }
 
 // ---- activations ----
@@ -274,8 +293,8 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
     mb.stage = stage;
     mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
     mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.dp * l.cp,
-                                                     o.model == MemoryModelKind::kTripod);
-    mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param;
+                                                     o.model == MemoryModelKind::kTripod, l.zero_stage);
+    mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param + sharded_working_bytes(m, l, stage);
     if (o.model == MemoryModelKind::kTripod) {
       tripod_stage(m, l, stage, o, mb);
       mb.workspace += cp_ring_workspace_bytes(m, l, stage);

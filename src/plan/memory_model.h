@@ -46,6 +46,10 @@ struct Layout : config::Layout {
   int64_t micro_batch = 1, global_batch = 1;
   bool sequence_parallel = false;      // ignored at tp 1, as in Megatron
   bool distributed_optimizer = false;  // ZeRO-1 over dp
+  // --data-parallel-sharding-strategy beyond optim (docs/zero.md): 2
+  // optim_grads (ZeRO-2), 3 optim_grads_params (ZeRO-3); both imply
+  // distributed_optimizer. 0: as distributed_optimizer says.
+  int zero_stage = 0;
   Recompute recompute = Recompute::None;
   // Parameters' and activations' dtype: BF16 (--bf16, the default), F16
   // (--fp16) or F32; gradients and optimizer state are f32 in every case.
@@ -81,7 +85,26 @@ struct MemoryBreakdown {
 // tripod's distributed optimizer (`tripod` below) also keeps the f32
 // reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and,
 // at fp32 too, an f32 value shard: kept + 16/DP for every precision.
-double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod = false);
+//   ZeRO-2 (zero_stage 2) keeps the param (2, fp32: 4) whole and shards the
+//   grad too: + 16/DP; ZeRO-3 keeps nothing whole: Megatron-FSDP (bf16
+//   param + fp32 grad + 12) / DP = 18/DP, tripod (fp32 param shard, grad
+//   shard, m, v) 16/DP, fp32 16/DP. The full-size buffers of the layers in
+//   use come on top (sharded_working_bytes).
+double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod = false,
+                                   int zero_stage = 0);
+// ZeRO-2/-3: the full-size buffers live at once on pipeline stage `stage`
+// (distributed/param_and_grad_buffer.h, NOTE [Sharded gradients] and
+// [Sharded parameters]), with E = the word embedding's (or the untied
+// output layer's) parameters per tp rank where the stage holds them, else
+// 0, and G = the largest layer's: E + 2 G elements in use, the embedding's
+// (bound from the loss head to the end of the backward, or kept for the
+// step with pp > 1) and two layers' (the one computing and the one being
+// reduced, or prefetched):
+//   ZeRO-2: (E + 2 G) x 4         f32 gradients
+//   ZeRO-3: (E + 2 G) x (8 + p)   and the gathered f32 params + compute
+//                                 copy (p = 2 for bf16/fp16, 0 for fp32)
+// 0 for zero_stage < 2.
+double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage);
 // The model as one context-parallel rank runs it: seq_length / cp rows of
 // every sequence (cp 1: m itself). The memory and time models read it.
 GptConfig local_sequence(const GptConfig& m, int cp);

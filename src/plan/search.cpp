@@ -44,7 +44,14 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
     r.push_back(fmt::format("CP{}: every sequence split {} ways (activations / {}); K/V ring {} ({:.1f} ms exposed)",
                             l.cp, l.cp, l.cp, c.time.cp_crosses_nodes ? "crosses nodes" : "inside a node",
                             1e3 * c.time.cp_comm));
-  if (l.distributed_optimizer)
+  if (l.zero_stage >= 2)
+    r.push_back(fmt::format("ZeRO-{} (--data-parallel-sharding-strategy {}): {:.2f} instead of {:.0f} bytes/param, "
+                            "+{:.2f} GiB of layers in use{}",
+                            l.zero_stage, l.zero_stage == 3 ? "optim_grads_params" : "optim_grads",
+                            c.mem.bytes_per_param, model_state_bytes_per_param(l.dtype, false, l.dp),
+                            sharded_working_bytes(m, l, c.mem.stage) / kGiB,
+                            l.zero_stage == 3 ? "; params all-gathered twice per micro-batch" : ""));
+  else if (l.distributed_optimizer)
     r.push_back(fmt::format("distributed optimizer: {:.2f} instead of {:.0f} bytes/param", c.mem.bytes_per_param,
                             model_state_bytes_per_param(l.dtype, false, l.dp)));
   if (l.recompute == Recompute::Selective) r.push_back("selective recompute: attention scores not stored (+ ~2LTC FLOPs)");
@@ -86,6 +93,10 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
                 l.vpp = vpp, l.micro_batch = mb, l.dtype = o.dtype;
                 l.global_batch = o.global_batch, l.sequence_parallel = sp;
                 l.distributed_optimizer = dopt, l.recompute = rc;
+                if (o.zero_stage >= 2 && dp > 1) {
+                  if (!dopt) continue;  // the strategy implies the distributed optimizer
+                  l.zero_stage = o.zero_stage;
+                }
                 out.push_back(l);
               }
     }
@@ -240,7 +251,10 @@ std::string megatron_flags(const GptConfig& m, const Layout& l) {
   if (l.vpp > 1) s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
   s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
   if (l.sp()) s += " --sequence-parallel";
-  if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.zero_stage >= 2)
+    s += l.zero_stage == 3 ? " --data-parallel-sharding-strategy optim_grads_params"
+                           : " --data-parallel-sharding-strategy optim_grads";
+  else if (l.distributed_optimizer) s += " --use-distributed-optimizer";
   if (l.recompute != Recompute::None) s += " --recompute-granularity " + to_string(l.recompute);
   return s;
 }

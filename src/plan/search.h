@@ -43,6 +43,9 @@ struct SearchOptions {
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)
   Choice distributed_optimizer = Choice::kSearch;
+  // 2 / 3: every layout with dp > 1 uses ZeRO-2 / ZeRO-3
+  // (--data-parallel-sharding-strategy given to plan); 0: not searched.
+  int zero_stage = 0;
   bool allow_tp_across_nodes = false;
   DType dtype = DType::BF16;  // --bf16 / --fp16 / --fp32, for every searched layout
   MemoryOptions memory;

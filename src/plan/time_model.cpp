@@ -98,7 +98,17 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
     const double params = double(params_on_stage(m, l.tp, l.pp, 0));
     const double n = l.dp * l.cp, frac = (n - 1) / n;
     const double B = bw(t.dp_crosses_nodes) * 1e9;
-    if (l.distributed_optimizer)
+    if (l.zero_stage >= 2) {
+      // ZeRO-2/-3 (docs/zero.md): a reduce-scatter of the fp32 gradients per
+      // micro-batch; ZeRO-2 all-gathers the updated params once (bf16), ZeRO-3
+      // gathers every layer's fp32 params before its forward and again
+      // before its backward, per micro-batch. Two latencies per layer and
+      // pass are charged as the calls.
+      const double layers = double(m.num_layers) / l.pp;
+      const double gathers = l.zero_stage == 3 ? 2.0 * mb * params * 4.0 : params * act_bytes;
+      t.dp_comm = frac * (mb * params * 4.0 + gathers) / B +
+                  (l.zero_stage == 3 ? 3.0 : 1.0) * mb * layers * lat(t.dp_crosses_nodes) * 1e-6;
+    } else if (l.distributed_optimizer)
       t.dp_comm = frac * params * (4.0 + act_bytes) / B + 2 * lat(t.dp_crosses_nodes) * 1e-6;
     else
       t.dp_comm = all_reduce_seconds(params * 4.0, l.dp * l.cp, bw(t.dp_crosses_nodes), lat(t.dp_crosses_nodes));

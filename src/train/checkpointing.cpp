@@ -98,8 +98,10 @@ void Trainer::save_checkpoint() {
   const bool rank0 = is_rank0(groups_);
   ckpt::reset_fault_points();
   const std::string tmp = ckpt::tmp_dir_for(dir, iteration_);
+  ddp_->materialize_params();  // ZeRO-3: the whole parameters, as every strategy writes them
   try {
     save_checkpoint_steps(tmp);
+    ddp_->unmaterialize_params(false);
   } catch (...) {
     // Every rank is past its write (collective_step agreed on the failure):
     // the partial iter_N.tmp/ goes, so that it does not keep a disk full.

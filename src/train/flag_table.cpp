@@ -144,7 +144,16 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "context parallelism's communication: p2p (the K/V ring; all_gather, a2a and a2a+p2p not yet)")
                   .agreed().shows("p2p"));
   t.push_back(flag("--use-distributed-optimizer", MEMBER(parallel.ddp.use_distributed_optimizer),
-                   "shard the optimizer state over the data-parallel group (ZeRO-1)").agreed());
+                   "shard the optimizer state over the data-parallel group (ZeRO-1; = "
+                   "--data-parallel-sharding-strategy optim)").agreed());
+  t.push_back(flag("--data-parallel-sharding-strategy", MEMBER(parallel.data_parallel_sharding_strategy),
+                   "no_shard | optim (ZeRO-1) | optim_grads (ZeRO-2: gradients reduce-scattered per micro-batch "
+                   "into the shard) | optim_grads_params (ZeRO-3: parameters sharded at rest, gathered per layer); "
+                   "default: optim with --use-distributed-optimizer, optim_grads_params with --use-megatron-fsdp, "
+                   "else no_shard (docs/zero.md)").agreed().plan());
+  t.push_back(flag("--use-megatron-fsdp", MEMBER(parallel.use_megatron_fsdp),
+                   "fully sharded data parallelism: --data-parallel-sharding-strategy defaults to "
+                   "optim_grads_params, the distributed optimizer is on").agreed().plan());
   t.push_back(flag("--ddp-bucket-size", MEMBER(parallel.ddp.bucket_size),
                    "elements per data-parallel gradient bucket (default max(4e7, 1e6 x dp); with "
                    "--overlap-grad-reduce only, else one bucket)").agreed());

@@ -76,6 +76,8 @@ void Trainer::inject_grad_overflow() {
   for (auto& p : params.params())
     if (p.spec.layer >= 0) { target = &p; break; }
   if (!target) target = &params.params().front();
+  TRIPOD_CHECK_HINT(target->grad.defined(), "use --data-parallel-sharding-strategy optim or no_shard with it",
+                    "--inject-grad-overflow-at needs full gradients, which optim_grads(_params) does not keep");
   be_.scale(target->grad, std::numeric_limits<float>::infinity());
 }
 
@@ -88,6 +90,7 @@ void Trainer::check_finite(double loss, double grad_norm) {
   std::string first_bad = "none on this rank";
   for (auto& m : models_)
     for (const auto& p : m->params().params()) {
+      if (!p.grad.defined()) continue;  // ZeRO-2/-3: only the shard holds gradients now
       Tensor acc = be_.empty({1}, DType::F32);
       be_.zero(acc);
       be_.sum_squares(acc, p.grad);
@@ -110,19 +113,26 @@ void Trainer::log_memory(const StepResult& first) {
   int64_t n = 0;
   for (auto& m : models_) n += m->params().numel();
   const int64_t opt = 2 * optimizer_->shard_numel();
+  // ZeRO-2/-3 keep the gradients / parameters as shards (besides the
+  // buckets in use, which the allocator peak shows).
+  const auto& ddp = args_.parallel.ddp;
+  const double param_bytes = 4.0 * static_cast<double>(ddp.shards_params() ? opt / 2 : n);
+  const double grad_bytes = 4.0 * static_cast<double>(ddp.shards_grads() ? opt / 2 : n);
   const double mib = 1.0 / (1 << 20);
   const size_t act = stage_->activation_bytes_per_microbatch();
   log::info("memory on rank {} (tp {} pp {} dp {}): {} params; parameters {:.1f} MiB, gradients {:.1f} MiB, "
             "optimizer state {:.1f} MiB ({:.1f} bytes/param), activations {:.1f} MiB per micro-batch x {} live = "
             "{:.1f} MiB; allocator peak {:.1f} MiB",
-            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, n * 4.0 * mib, n * 4.0 * mib, opt * 4.0 * mib,
-            8.0 + 4.0 * static_cast<double>(opt) / static_cast<double>(std::max<int64_t>(n, 1)), act * mib,
+            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, param_bytes * mib, grad_bytes * mib, opt * 4.0 * mib,
+            (param_bytes + grad_bytes + 4.0 * static_cast<double>(opt)) / static_cast<double>(std::max<int64_t>(n, 1)),
+            act * mib,
             first.schedule.max_live_microbatches, act * mib * first.schedule.max_live_microbatches,
             be_.peak_memory_bytes() * mib);
 }
 
 void Trainer::dump_weights(const std::string& dir) {
   ddp_->finish_param_sync();
+  ddp_->materialize_params();
   const std::string path = fmt::format("{}/rank{}.bin", dir, groups_.global_rank);
   FILE* f = std::fopen(path.c_str(), "wb");
   TRIPOD_CHECK(f, "cannot write {}", path);
@@ -145,6 +155,7 @@ void Trainer::dump_weights(const std::string& dir) {
       std::fwrite(h.raw(), 4, static_cast<size_t>(h.numel()), f);
     }
   std::fclose(f);
+  ddp_->unmaterialize_params(false);
 }
 
 }  // namespace tripod::train

@@ -67,6 +67,10 @@ void apply_fp8_flags(const PrecisionArgs& p, config::GptConfig& m) {
 
 void TrainArgs::finalize() {
   apply_model_flags(model_flags, model);
+  auto& ddp = parallel.ddp;
+  ddp.sharding = distributed::resolve_sharding_strategy(parallel.data_parallel_sharding_strategy,
+                                                        parallel.use_megatron_fsdp, ddp.use_distributed_optimizer);
+  ddp.use_distributed_optimizer = ddp.sharding >= distributed::ShardingStrategy::Optim;
   apply_fp8_flags(precision, model);
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {

@@ -50,6 +50,8 @@ struct ParallelArgs {
   int cp = 1;                                // --context-parallel-size
   std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (p2p: the K/V ring; one, or one per layer)
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
+  std::string data_parallel_sharding_strategy;  // --data-parallel-sharding-strategy ("": not given); ddp.sharding by finalize()
+  bool use_megatron_fsdp = false;            // --use-megatron-fsdp (default strategy optim_grads_params)
   std::string distributed_backend;           // --distributed-backend nccl | gloo ("": by device)
   double distributed_timeout_minutes = 10;   // --distributed-timeout-minutes
   // Activation recomputation (config/options.h, Recompute).

@@ -93,6 +93,20 @@ int virtual_pipeline_size(const TrainArgs& a) {
   return v;
 }
 
+namespace {
+std::string sharding_note(const distributed::DistributedDataParallelConfig& ddp) {
+  using S = distributed::ShardingStrategy;
+  switch (ddp.sharding) {
+    case S::NoShard: return "";
+    case S::Optim: return ", distributed optimizer";
+    case S::OptimGrads: return ", data-parallel sharding optim_grads (ZeRO-2: optimizer state and gradients)";
+    case S::OptimGradsParams:
+      return ", data-parallel sharding optim_grads_params (ZeRO-3: optimizer state, gradients and parameters)";
+  }
+  return "";
+}
+}  // namespace
+
 Trainer::Trainer(const TrainArgs& args, backend::Backend& be, const parallel::ProcessGroups* groups)
     : args_(args), be_(be) {
   if (groups) groups_ = *groups;
@@ -179,6 +193,8 @@ void Trainer::build_chunks() {
   // Gradients are reduced (and the distributed optimizer sharded) over dp x cp.
   const parallel::ProcessGroups dp_groups = parallel::data_parallel_view(groups_);
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, dp_groups, be_, p.ddp);
+  // ZeRO-2/-3: the model asks for each layer's parameters through this seam.
+  for (int c = 0; c < V; ++c) models_[static_cast<size_t>(c)]->set_param_gatherer(ddp_->param_gatherer(c));
   optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, dp_groups, be_, args_.optimizer.adam);
 }
 
@@ -229,7 +245,7 @@ void Trainer::log_startup() {
     if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
-              args_.parallel.ddp.use_distributed_optimizer ? ", distributed optimizer" : "", be_.name(),
+              sharding_note(args_.parallel.ddp), be_.name(),
               args_.batch.micro_batch_size,
               args_.batch.global_batch_size, num_microbatches_);
     const std::string sizes = ddp_->describe_buckets();
@@ -238,8 +254,11 @@ void Trainer::log_startup() {
               "size {}{}; overlap grad reduce {}, overlap param gather {}",
               groups_.layout.cp > 1 ? fmt::format("{} x cp {}", groups_.layout.dp, groups_.layout.cp)
                                     : std::to_string(groups_.layout.dp),
-              sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
-              args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce()
+              sizes,
+              bs > 0                                ? std::to_string(bs)
+              : args_.parallel.ddp.shards_grads() ? "per parameter group (ZeRO-2/3: the embedding, each layer, the head)"
+                                                    : "unlimited (one bucket per chunk)",
+              args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce() && !args_.parallel.ddp.shards_grads()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
               ddp_->overlap_grad_reduce() ? "on" : "off", ddp_->overlap_param_gather() ? "on" : "off");
@@ -286,8 +305,10 @@ void Trainer::run() {
   const bool logger = is_logger();
   log_startup();
   if (!args_.checkpoint.load.empty()) {
+    ddp_->materialize_params();  // ZeRO-3: the load writes whole parameters
     load_checkpoint();
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
+    ddp_->unmaterialize_params(true);
   }
   const int64_t start_iteration = iteration_;
   if (!args_.checkpoint.load.empty() && start_iteration >= args_.batch.train_iters && logger)

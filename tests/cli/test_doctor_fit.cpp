@@ -61,6 +61,41 @@ TEST(DoctorFit, FailsWhenItDoesNotFitAndListsLayoutsThatDo) {
   EXPECT_GE(rows, 1) << out.output;
 }
 
+// ZeRO-2/-3 (docs/zero.md) in doctor and plan, GPT-2 124M at dp 2, bf16.
+// Model states by hand (tests/unit/plan/test_plan_memory.cpp has the
+// terms): 124,475,904 params; in use E + 2G = 52,809,216 elements.
+//   optim: 124,475,904 x (6 + 16/2) = 1,742,662,656 B = 1.62 GiB
+//   zero2: x (2 + 16/2) + 52,809,216 x 4 = 1,455,995,904 B = 1.36 GiB
+//   zero3: x 16/2 + 52,809,216 x 10 = 1,523,899,392 B = 1.42 GiB
+const std::string kSmall = " --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 "
+                           "--vocab-size 50257 --micro-batch-size 4 --bf16";
+
+TEST(DoctorFit, ShardingStrategiesByHand) {
+  struct Case {
+    const char* flags;
+    const char* layout;
+    const char* states;
+  };
+  for (const Case& c : {Case{"--use-distributed-optimizer", "dist-opt", "model states 1.6,"},
+                        Case{"--data-parallel-sharding-strategy optim_grads", "zero2", "model states 1.4,"},
+                        Case{"--use-megatron-fsdp", "zero3", "model states 1.4,"}}) {
+    const auto out =
+        run_tripod(std::string("launch --nproc-per-node 2 doctor --gpu-memory-gb 80 --no-bandwidth --") + kSmall + " " + c.flags);
+    const auto at = out.output.find("gpu-memory-fit");
+    ASSERT_NE(at, std::string::npos) << out.output;
+    const std::string line = out.output.substr(at, out.output.find('\n', at) - at);
+    EXPECT_NE(line.find(std::string("dp2 mbs4 ") + c.layout), std::string::npos) << c.flags << "\n" << line;
+    EXPECT_NE(line.find(c.states), std::string::npos) << c.flags << "\n" << line;
+  }
+  // plan with the strategy: every dp > 1 layout uses it, with its reason.
+  const auto plan = run_tripod("plan" + kSmall + " --global-batch-size 16 --gpus-per-node 2 --gpu-memory-gb 80 "
+                               "--data-parallel-sharding-strategy optim_grads_params");
+  EXPECT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params)"), std::string::npos)
+      << plan.output;
+  EXPECT_EQ(plan.output.find("dist-opt"), std::string::npos) << plan.output;
+}
+
 TEST(DoctorFit, TrainFlagErrorsAreNamed) {
   const auto out = run_tripod("doctor --gpu-memory-gb 80 -- --hiden-size 5");
   EXPECT_EQ(out.code, 1) << out.output;

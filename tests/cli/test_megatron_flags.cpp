@@ -69,6 +69,7 @@ std::string with_value(const Row& r) {
   if (r.flag == "--fp8-format") return r.flag + " hybrid";
   if (r.flag == "--fp8-recipe") return r.flag + " tensorwise";
   if (r.flag == "--fp8-amax-compute-algo") return r.flag + " max";
+  if (r.flag == "--data-parallel-sharding-strategy") return r.flag + " optim_grads";
   if (r.takes == "value") return r.flag + " 1";
   if (r.takes == "list") return r.flag + " 1 1";
   return r.flag;

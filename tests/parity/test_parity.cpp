@@ -38,6 +38,11 @@
 //
 // usage: test_parity NAME NPROC "LAYOUT FLAGS" [tripod|torchrun|mpirun] ["MODEL FLAGS"]
 //        ["LOSS GRAD_NORM WEIGHTS" relative gates, default "1e-5 1e-5 1e-5"; WEIGHTS 0: not compared]
+//        ["REFERENCE LAYOUT FLAGS": the reference is then the same launch
+//         with these flags instead of the single process, and the runs must
+//         agree bit for bit in losses and weights; the grad norm within the
+//         GRAD_NORM gate (0: bit for bit; a norm summed over other shard
+//         layouts rounds differently)]
 // (the launcher of the layout run: the same `tripod train` under each;
 // MODEL FLAGS are added to both runs, e.g. the Llama-family options)
 #include <gtest/gtest.h>
@@ -45,6 +50,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -58,7 +64,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-std::string g_name, g_flags, g_launcher = "tripod", g_model_flags;
+std::string g_name, g_flags, g_launcher = "tripod", g_model_flags, g_ref_flags;
+bool g_bitwise = false;
 int g_nproc = 1;
 double g_loss_tol = 1e-5, g_grad_norm_tol = 1e-5, g_weight_tol = 1e-5;
 
@@ -143,10 +150,13 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   fs::create_directories(dir / "ref");
   fs::create_directories(dir / "run");
   const std::string model = std::string(kModel) + " " + g_model_flags;
-  const std::string ref_cmd = std::string(bin) + " train " + model + " --metrics-file " + (dir / "ref.jsonl").string() +
+  const std::string n = std::to_string(g_nproc);
+  const std::string ref_train = g_bitwise ? std::string(bin) + " launch --nproc-per-node " + n + " train " + model + " " +
+                                                g_ref_flags
+                                          : std::string(bin) + " train " + model;
+  const std::string ref_cmd = ref_train + " --metrics-file " + (dir / "ref.jsonl").string() +
                               " --dump-weights " + (dir / "ref").string() + " > " + (dir / "ref.log").string() + " 2>&1";
   ASSERT_EQ(sh(ref_cmd), 0) << "reference run failed; see " << dir / "ref.log";
-  const std::string n = std::to_string(g_nproc);
   std::string launch = std::string(bin) + " launch --nproc-per-node " + n;
   if (g_launcher == "torchrun") {
     if (sh("command -v torchrun > /dev/null") != 0) GTEST_SKIP() << "torchrun not installed (python3-torch)";
@@ -164,6 +174,21 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   const auto run = read_metrics((dir / "run.jsonl").string());
   ASSERT_EQ(ref.size(), 20u);
   ASSERT_EQ(run.size(), 20u);
+  if (g_bitwise) {  // the same sums in the same order: the same bits
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_EQ(run[i].first, ref[i].first) << "lm loss at iteration " << i + 1;
+      EXPECT_NEAR(run[i].second, ref[i].second, g_grad_norm_tol * ref[i].second) << "grad norm at iteration " << i + 1;
+    }
+    const auto want = assemble(dir / "ref"), got = assemble(dir / "run");
+    ASSERT_EQ(want.size(), got.size());
+    for (const auto& [name, w] : want) {
+      auto it = got.find(name);
+      ASSERT_NE(it, got.end()) << name;
+      EXPECT_EQ(std::memcmp(it->second.raw(), w.raw(), static_cast<size_t>(w.numel()) * 4), 0) << name;
+    }
+    if (!HasFailure()) fs::remove_all(dir);
+    return;
+  }
   for (size_t i = 0; i < ref.size(); ++i) {
     EXPECT_NEAR(run[i].first, ref[i].first, g_loss_tol * ref[i].first) << "lm loss at iteration " << i + 1;
     EXPECT_NEAR(run[i].second, ref[i].second, g_grad_norm_tol * ref[i].second) << "grad norm at iteration " << i + 1;
@@ -198,5 +223,9 @@ int main(int argc, char** argv) {
   if (argc > 4) g_launcher = argv[4];
   if (argc > 5) g_model_flags = argv[5];
   if (argc > 6) std::sscanf(argv[6], "%lf %lf %lf", &g_loss_tol, &g_grad_norm_tol, &g_weight_tol);
+  if (argc > 7) {
+    g_ref_flags = argv[7];
+    g_bitwise = true;
+  }
   return RUN_ALL_TESTS();
 }

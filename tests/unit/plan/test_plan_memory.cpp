@@ -35,6 +35,57 @@ TEST(PlanMemory, BytesPerParamAsMegatronDoc) {
   EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, true, 4), 10.0);
 }
 
+TEST(PlanMemory, ZeroStagesByHand) {
+  // docs/zero.md. Per parameter, bf16, dp 8: ZeRO-2 keeps the bf16 param
+  // (2) and shards grad + master + m + v: Megatron 2 + 16/8 = 4, tripod the
+  // same (its f32 grad shard is the grad); ZeRO-3 shards all: Megatron
+  // (2 + 4 + 12)/8 = 2.25, tripod (4 + 4 + 8)/8 = 2. fp32, dp 4: ZeRO-2
+  // 4 + 12/4 = 7 (Megatron: the master is the param), tripod 4 + 16/4 = 8.
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, false, 2), 4.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, true, 2), 4.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, false, 3), 2.25);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, true, 3), 2.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, true, 4, false, 2), 7.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, true, 4, true, 2), 8.0);
+
+  // GPT-2 124M on 8 GPUs, plain dp 8, bf16, tripod model. In use at once:
+  // the word embedding E = 50304 x 768 = 38,633,472 and two layers of
+  // G = 7,087,872: E + 2G = 52,809,216 elements. ZeRO-2 holds their f32
+  // gradients, x 4 = 211,236,864 bytes; ZeRO-3 also the gathered f32 and
+  // bf16 params: x (4 + 4 + 2) = 528,092,160.
+  const GptConfig m = gpt2_124m();
+  Layout l = layout(8);
+  l.dtype = DType::BF16;
+  l.global_batch = 8;
+  l.distributed_optimizer = true;
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 0.0);
+  l.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 211236864.0);
+  // model states: 124,475,904 x 4 + 211,236,864 = 709,140,480.
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 709140480.0);
+  l.zero_stage = 3;
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 528092160.0);
+  // 124,475,904 x 2 + 528,092,160 = 777,043,968 (ZeRO-1: x 8 = 995,807,232).
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 777043968.0);
+  l.zero_stage = 0;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
+  // pp 2 x dp 4: both ends hold the (tied) embedding, the middle of a
+  // deeper pipeline would not; fp32 ZeRO-3: x (4 + 4) per element.
+  Layout p = layout(8, 1, 2);
+  p.dtype = DType::F32;
+  p.global_batch = 8;
+  p.distributed_optimizer = true;
+  p.zero_stage = 3;
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, p, 0), 8.0 * 52809216);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, p, 1), 8.0 * 52809216);
+  Layout q = layout(8, 1, 4);
+  q.dtype = DType::F32;
+  q.global_batch = 8;
+  q.distributed_optimizer = true;
+  q.zero_stage = 3;
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, q, 1), 8.0 * 2 * 7087872);
+}
+
 TEST(PlanMemory, PaperFormulasAtFourH) {
   // With F = 4h the generalised formula is the paper's: s b h (34 + 5as/h) etc.
   const GptConfig m = gpt2_124m();
