@@ -34,10 +34,20 @@ struct Ring {
   explicit Ring(comm::Communicator& c)
       : cp(c), next((c.rank() + 1) % c.size()), prev((c.rank() + c.size() - 1) % c.size()) {}
   // Posts the receive of the next block and the send of the one in hand.
+  // Even ranks send first, odd ranks receive first: a communicator that
+  // runs its point-to-point ops in order on one stream (NCCL) would
+  // otherwise have every rank wait in its receive for a send queued behind
+  // the neighbour's receive. Either order is the same data.
   std::pair<std::shared_ptr<comm::Work>, std::shared_ptr<comm::Work>> pass(const Tensor& send, Tensor& recv,
                                                                            int tag) const {
-    auto r = cp.recv(recv, prev, {tag});
-    auto s = cp.send(send, next, {tag});
+    std::shared_ptr<comm::Work> s, r;
+    if (cp.rank() % 2 == 0) {
+      s = cp.send(send, next, {tag});
+      r = cp.recv(recv, prev, {tag});
+    } else {
+      r = cp.recv(recv, prev, {tag});
+      s = cp.send(send, next, {tag});
+    }
     return {std::move(s), std::move(r)};
   }
 };

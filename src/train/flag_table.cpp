@@ -138,7 +138,7 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "split LayerNorm and dropout activations over the tensor-parallel group").agreed());
   t.push_back(flag("--context-parallel-size", MEMBER(parallel.cp),
                    "context-parallel group size: each rank holds 1/CP of every sequence (2*CP load-balanced "
-                   "chunks), attention passes K/V around the group's ring; --seq-length a multiple of 2*CP (cpu)")
+                   "chunks), attention passes K/V around the group's ring; --seq-length a multiple of 2*CP")
                   .agreed().defaulted());
   t.push_back(flag("--cp-comm-type", MEMBER(parallel.cp_comm_type),
                    "context parallelism's communication: p2p (the K/V ring; all_gather, a2a and a2a+p2p not yet)")

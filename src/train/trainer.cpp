@@ -61,14 +61,7 @@ void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
   for (const std::string& t : p.cp_comm_type)
     TRIPOD_CHECK_HINT(t == "p2p", "use --cp-comm-type p2p (the K/V ring); all_gather, a2a and a2a+p2p are not yet in tripod",
                       "--cp-comm-type {} is not yet implemented", t);
-  if (layout.cp > 1) {
-    model::check_context_parallel_seq_length(a.model.seq_length, layout.cp);
-    TRIPOD_CHECK_HINT(a.device != "cuda",
-                      "run --context-parallel-size > 1 with --device cpu; the CUDA backend has no block attention "
-                      "kernels yet",
-                      "context parallelism (--context-parallel-size {}) is not yet implemented on the CUDA backend",
-                      layout.cp);
-  }
+  if (layout.cp > 1) model::check_context_parallel_seq_length(a.model.seq_length, layout.cp);
   virtual_pipeline_size(a);
 }
 

@@ -18,6 +18,7 @@
 #include "backend/cuda/adamw.cuh"
 #include "backend/cuda/allocator.cuh"
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/context_parallel.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cross_entropy.cuh"
 #include "backend/cuda/elementwise.cuh"
@@ -218,6 +219,40 @@ class CudaBackend final : public Backend {
                              n_kv_head, static_cast<int>(HS), qkv.dtype(), scratch, stream_, deterministic_);
   }
 
+  // ---- context parallelism: K/V copy and block attention (context_parallel.cu) ----
+  void attention_kv_copy_impl(Tensor& dst, const Tensor& src, int n_head, int n_kv_head) override {
+    const bool from_qkv = src.size(2) > dst.size(2);
+    const Tensor& qkv = from_qkv ? src : dst;
+    const int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    cuda::attention_kv_copy(dst.raw(), src.raw(), B, T, n_head, n_kv_head, static_cast<int>(HS), from_qkv,
+                            src.dtype(), stream_);
+  }
+  void attention_block_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv, int n_head,
+                                    int n_kv_head, const AttentionBlock& blk, bool accumulate) override {
+    const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = block_head_size(qkv, n_head, n_kv_head);
+    cuda::attention_block_forward(out.raw(), lse.data<float>(), qkv.raw(), kv.raw(), B, Tq, kv.size(1), n_head,
+                                  n_kv_head, static_cast<int>(HS), window(blk), accumulate, qkv.dtype(), stream_);
+  }
+  void attention_block_backward_impl(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                     const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
+                                     int n_kv_head, const AttentionBlock& blk) override {
+    const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = block_head_size(qkv, n_head, n_kv_head);
+    float* scratch = scratch_floats(size_t(B * n_head * blk.q_len));
+    cuda::attention_block_backward(dqkv.raw(), dkv.raw(), dout.raw(), qkv.raw(), kv.raw(), out.raw(),
+                                   lse.data<float>(), B, Tq, kv.size(1), n_head, n_kv_head, static_cast<int>(HS),
+                                   window(blk), scratch, qkv.dtype(), stream_);
+  }
+  static cuda::BlockWindow window(const AttentionBlock& b) {
+    return {b.q_start, b.q_len, b.kv_start, b.kv_len, b.causal};
+  }
+  static int64_t block_head_size(const Tensor& qkv, int n_head, int n_kv_head) {
+    const int64_t HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    TRIPOD_CHECK_HINT(HS <= cuda::kBlockMaxHS, "use a head size of at most 256 with --context-parallel-size > 1",
+                      "block attention: head size {} is above the {} the CUDA kernels take", HS,
+                      cuda::kBlockMaxHS);
+    return HS;
+  }
+
   // ---- RMSNorm ----
   void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                             float eps) override {
@@ -245,6 +280,17 @@ class CudaBackend final : public Backend {
     const Tensor& table = rope_table(T, rot_dim, base);
     cuda::rope(qkv.raw(), table.data<float>(), table.size(1), B, T, n_head, n_kv_head, static_cast<int>(HS),
                static_cast<int>(rot_dim), backward, qkv.dtype(), stream_);
+  }
+
+  // RoPE at positions: a (cos, sin) table for this call's rows (in the
+  // scratch), then the same rotation kernel.
+  void rope_positions_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base, bool backward,
+                           const Tensor& positions) override {
+    const int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    float* table = scratch_floats(size_t(T * rot_dim));
+    cuda::rope_positions_table(table, positions.data<int32_t>(), T, static_cast<int>(rot_dim), base, stream_);
+    cuda::rope(qkv.raw(), table, T, B, T, n_head, n_kv_head, static_cast<int>(HS), static_cast<int>(rot_dim),
+               backward, qkv.dtype(), stream_);
   }
 
   // ---- SwiGLU ----
