@@ -63,6 +63,8 @@ std::optional<OpShape> parse_key(const std::string& key) {
 
 }  // namespace
 
+std::optional<OpShape> parse_op_key(const std::string& key) { return parse_key(key); }
+
 std::string OpShape::key() const {
   int n = 4;
   while (n > 1 && d[n - 1] == 0) --n;
