@@ -134,7 +134,11 @@ void Trainer::setup(data::DatasetSplits* given) {
   schedule_ = args_.optimizer.lr;
   schedule_.validate();
 
-  data_ = given ? std::move(*given) : data::build_gpt_datasets(args_.data);
+  {
+    // The data lines once per job (rank 0), as Megatron prints them.
+    const log::ScopedMinLevel once(groups_.global_rank == 0 ? log::Level::Debug : log::Level::Warn);
+    data_ = given ? std::move(*given) : data::build_gpt_datasets(args_.data);
+  }
   TRIPOD_CHECK(data_.train, "no training dataset");
   metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.logging.metrics_file : std::string());
   tensorboard_ = std::make_unique<TensorBoardWriter>(is_logger() ? args_.logging.tensorboard_dir : std::string());
@@ -232,6 +236,11 @@ void Trainer::log_startup() {
   const auto& cfg = model().config();
   if (is_logger()) {
     log::info("{}", cfg.describe());
+    // The padded vocabulary sets the loss head's rows (padded logits take
+    // part in the softmax) and depends on TP: layouts compare at one size.
+    log::info("vocabulary: {} tokens padded to {} (a multiple of --make-vocab-size-divisible-by {} x TP {}); runs "
+              "match across layouts when their padded sizes match", cfg.vocab_size, model().padded_vocab(),
+              cfg.make_vocab_size_divisible_by, groups_.layout.tp);
     if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
