@@ -82,7 +82,9 @@ int run_train(int argc, char** argv) {
   const comm::RankInfo info = comm::resolve_rank_info();
   ErrorList problems;
   flags.apply(app, info.rank == 0, problems);
-  if (problems.collect([&] { args.finalize(); })) train::check_command_line(args, info.world_size, problems);
+  // (--parse-only, a testing aid, stops after the flags themselves.)
+  if (problems.collect([&] { args.finalize(); }) && !parse_only)
+    train::check_command_line(args, info.world_size, problems);
   problems.throw_if_any("with the command line");
   if (parse_only) {
     log::info("flags parsed (lr warmup {} iterations)", args.optimizer.lr.warmup_iters);
