@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FP8 training on one GPU, against tripod's own bf16 in the same call:
 #
-#   scripts/gpu_fp8_check.sh --stage DIR [--data DIR] [--checks "layouts convergence speed"]
+#   scripts/gpu_fp8_check.sh --stage DIR [--data DIR] [--checks "layouts convergence determinism speed"]
 #
 # DIR: a folder written by `scripts/gpu_check.sh --stage DIR` (tripod). --data DIR
 # holds kjv_text_document.{bin,idx} (scripts/prepare_kjv.sh). Logs, metrics and
@@ -11,23 +11,29 @@
 #                one process (loss within 1e-3 relative: bf16 on the GPU is not
 #                bit-repeatable across layouts), both recipes
 #   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
-#                (default 2000): bf16 vs FP8 hybrid (delayed), loss within 1% from
-#                iteration 200, no skipped steps; the FP8 run saved at ITERS/2 and
-#                resumed: identical losses after the resume (--deterministic-mode, so
-#                two runs of one binary agree bit for bit)
+#                (default 2000): bf16 vs FP8 hybrid, delayed and tensorwise: loss
+#                within 1% from iteration 200 (also 200-1000 and 1000-ITERS apart),
+#                no skipped steps; the delayed run saved at ITERS/2 and resumed
+#                (CONV_RESUME=0: not): bit for bit equal after the resume
+#                (--deterministic-mode, so two runs of one binary agree bit for bit)
+#   determinism  GPT-2 124M shape on KJV with --deterministic-mode, DET_ITERS
+#                iterations (default 60): two bf16 runs and two FP8 runs of one
+#                binary bit for bit equal (loss and grad norm at every
+#                iteration), and the FP8 run saved at DET_ITERS/2 and resumed:
+#                bit for bit equal to the uninterrupted one
 #   speed        bf16 vs FP8 at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
 #                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=""; data_dir=""; checks="layouts convergence speed"
+stage=""; data_dir=""; checks="layouts convergence determinism speed"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --stage) stage="$2"; shift 2 ;;
     --data) data_dir="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "gpu_fp8_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -70,6 +76,21 @@ ok = its and worst <= tol
 print(f"{len(its)} iterations, max rel diff {worst:.2e} (at {at}), tol {tol:g}, {last}, skipped {skipped} -> {'PASS' if ok else 'FAIL'}")
 PY
 }
+# bitwise A B: lm_loss and grad_norm of two runs equal bit for bit at every common iteration
+bitwise() {
+  python3 - "$OUT/$1.jsonl" "$OUT/$2.jsonl" <<'PY'
+import json, sys
+def rows(p):
+    try: return {r["iteration"]: (r["lm_loss"], r.get("grad_norm")) for r in map(json.loads, open(p)) if "lm_loss" in r}
+    except FileNotFoundError: return {}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+its = sorted(set(a) & set(b))
+diff = [i for i in its if a[i] != b[i]]
+verdict = "PASS" if its and not diff else "FAIL"
+first = f", first difference at {diff[0]}: {a[diff[0]]} vs {b[diff[0]]}" if diff else ""
+print(f"{len(its)} iterations ({its[0] if its else '-'}-{its[-1] if its else '-'}), {len(diff)} differ{first} -> {verdict}")
+PY
+}
 speed() {  # speed NAME: mean of iterations 6-20
   python3 - "$OUT/$1.jsonl" <<'PY'
 import json, sys
@@ -100,7 +121,7 @@ fi
 if has convergence; then
   iters=${ITERS:-2000}
   if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
-    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid (delayed) ----"
+    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid (delayed, tensorwise) ----"
     kjv=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
          --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
          --global-batch-size 16 --train-iters "$iters" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
@@ -108,14 +129,46 @@ if has convergence; then
          --bf16 --device cuda --deterministic-mode)
     run kjv_bf16 train "${kjv[@]}"
     rm -rf "$OUT/ckpt_fp8"
-    run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid --save "$OUT/ckpt_fp8" --save-interval $((iters / 2))
-    note "fp8 vs bf16 from iteration 200: $(compare kjv_bf16 kjv_fp8 0.01 200)"
-    note "fp8 vs bf16 (all): $(compare kjv_bf16 kjv_fp8 1 0)"
-    run kjv_fp8_resumed train "${kjv[@]}" --fp8-format hybrid --load "$OUT/ckpt_fp8" --ckpt-step $((iters / 2))
-    note "fp8 resumed at $((iters / 2)) vs uninterrupted: $(compare kjv_fp8 kjv_fp8_resumed 0 $((iters / 2 + 1)))"
+    save=(); [[ ${CONV_RESUME:-1} == 1 ]] && save=(--save "$OUT/ckpt_fp8" --save-interval $((iters / 2)))
+    run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid "${save[@]}"
+    run kjv_fp8_tw train "${kjv[@]}" --fp8-format hybrid --fp8-recipe tensorwise
+    for r in fp8 fp8_tw; do
+      note "$r vs bf16 from iteration 200: $(compare kjv_bf16 kjv_$r 0.01 200)"
+      note "$r vs bf16, iterations 200-1000: $(compare kjv_bf16 kjv_$r 0.01 200 1000)"
+      note "$r vs bf16, iterations 1000-$iters: $(compare kjv_bf16 kjv_$r 0.01 1000)"
+      note "$r vs bf16 (all): $(compare kjv_bf16 kjv_$r 1 0)"
+    done
+    if [[ ${CONV_RESUME:-1} == 1 ]]; then
+      run kjv_fp8_resumed train "${kjv[@]}" --fp8-format hybrid --load "$OUT/ckpt_fp8" --ckpt-step $((iters / 2))
+      note "fp8 resumed at $((iters / 2)) vs uninterrupted: $(bitwise kjv_fp8 kjv_fp8_resumed)"
+    fi
     rm -rf "$OUT/ckpt_fp8"
   else
     note "no KJV data (--data DIR): convergence skipped"
+  fi
+fi
+
+if has determinism; then
+  n=${DET_ITERS:-60}
+  if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
+    note "---- determinism: GPT-2 124M shape on KJV, --deterministic-mode, $n iterations ----"
+    det=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
+         --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
+         --global-batch-size 16 --train-iters "$n" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
+         --lr-warmup-iters 10 --weight-decay 0.1 --clip-grad 1.0 --eval-interval 0 --log-interval 1 --seed 1234
+         --bf16 --device cuda --deterministic-mode)
+    run det_bf16_a train "${det[@]}"
+    run det_bf16_b train "${det[@]}"
+    note "bf16, two runs: $(bitwise det_bf16_a det_bf16_b)"
+    rm -rf "$OUT/ckpt_det"
+    run det_fp8_a train "${det[@]}" --fp8-format hybrid --save "$OUT/ckpt_det" --save-interval $((n / 2))
+    run det_fp8_b train "${det[@]}" --fp8-format hybrid
+    note "fp8 hybrid delayed, two runs: $(bitwise det_fp8_a det_fp8_b)"
+    run det_fp8_resumed train "${det[@]}" --fp8-format hybrid --load "$OUT/ckpt_det" --ckpt-step $((n / 2))
+    note "fp8 resumed at $((n / 2)) vs uninterrupted: $(bitwise det_fp8_a det_fp8_resumed)"
+    rm -rf "$OUT/ckpt_det"
+  else
+    note "no KJV data (--data DIR): determinism skipped"
   fi
 fi
 

@@ -50,6 +50,17 @@
 
 namespace tripod::backend {
 
+// Context parallelism's block attention (attention_block_forward/backward):
+// Q rows [q_start, q_start + q_len) against K/V rows [kv_start, kv_start +
+// kv_len), each range within every batch row b. causal: a diagonal block
+// (q_len == kv_len, query row i attends to K/V rows j <= i of the window);
+// otherwise every query row attends to every K/V row of the window.
+struct AttentionBlock {
+  int64_t q_start = 0, q_len = 0;
+  int64_t kv_start = 0, kv_len = 0;
+  bool causal = false;
+};
+
 struct AdamWStep {
   float lr = 0.f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
@@ -161,6 +172,32 @@ class Backend {
   void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                           const Tensor& lse, int n_head, int n_kv_head = 0);
 
+  // ---- block attention (context parallelism's ring; validators in ops_context_parallel.cpp) ----
+  // The ring passes K/V of other ranks' sequence chunks: kv(B,Tk,2*G_tp*HS) =
+  // [K: G_tp heads | V: G_tp heads], the K/V columns of a qkv tensor.
+  // dst = the K/V columns of src, where one of dst and src is a qkv(B,T,
+  // (NH_tp + 2*G_tp)*HS) tensor and the other a kv(B,T,2*G_tp*HS) tensor
+  // (the widths say which; the Q columns of a qkv dst are untouched).
+  void attention_kv_copy(Tensor& dst, const Tensor& src, int n_head, int n_kv_head = 0);
+  // The attention of qkv's Q rows blk.q_* against kv's K/V rows blk.kv_*
+  // (AttentionBlock), into those rows of out(B,Tq,NH_tp*HS) and
+  // lse(B,NH_tp,Tq). accumulate false: written, as attention_forward writes
+  // them (with blk the whole sequence, causal: attention_forward's
+  // numbers). accumulate true: merged with the partial result they hold
+  // (other K/V blocks) by log-sum-exp: lse' = log(e^lse + e^lse_blk),
+  // out' = out e^(lse - lse') + out_blk e^(lse_blk - lse'), which is the
+  // attention over the union of the blocks. Other rows are untouched.
+  void attention_block_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv, int n_head,
+                               int n_kv_head, const AttentionBlock& blk, bool accumulate);
+  // Backward of one block given the final (merged over every block) out
+  // and lse of the Q rows: dqkv's Q columns of the window rows += dQ
+  // (K/V columns untouched); dkv(B,Tk,2*G_tp*HS) window rows += dK, dV
+  // (summed over each K/V head's query heads). Summing over the blocks
+  // gives attention_backward's gradients.
+  void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
+                                int n_kv_head, const AttentionBlock& blk);
+
   // ---- RMSNorm (Zhang & Sennrich 2019; Megatron --normalization RMSNorm) ----
   // out(N,C) = inp * rstd * weight; rstd(N) = 1/sqrt(mean_j inp^2 + eps)
   // saved (stat dtype). weight: wide.
@@ -181,9 +218,14 @@ class Backend {
   // angle = t*theta_i (computed in double, cos/sin then in the stat dtype),
   //   x[i] <- x[i] cos - x[i+h] sin,  x[i+h] <- x[i+h] cos + x[i] sin  (i < h);
   // dims >= r untouched (Megatron --rotary-percent). V untouched.
-  void rope_forward(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base);
+  // positions (optional): i32 (T), the position of row t in every batch
+  // row (angle = positions[t] * theta_i); context parallelism's chunks of
+  // a sequence are not at positions 0..T-1. Null: positions[t] = t.
+  void rope_forward(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
+                    const Tensor* positions = nullptr);
   // The transpose rotation (angle -> -angle) in place on dqkv's Q and K heads.
-  void rope_backward(Tensor& dqkv, int n_head, int n_kv_head, int64_t rot_dim, float base);
+  void rope_backward(Tensor& dqkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
+                     const Tensor* positions = nullptr);
 
   // ---- SwiGLU (Shazeer 2020; Megatron --swiglu) ----
   // inp(N,2F) = [gate | up] (Megatron's torch.chunk order); out(N,F) = silu(gate) * up.
@@ -259,8 +301,12 @@ class Backend {
   //   wgrad    dW += dy^T x   fp8_matmul(dW, dy8_t, sdy_inv, x8_t, sx_inv, nullptr, true)
   // a and b are not both E5M2 (no FP8 GEMM takes two E5M2 operands; in
   // the hybrid format only gradients are E5M2). bias has out's dtype.
+  // fast_accum: the backend may accumulate with less than f32 precision
+  // (Hopper's FP8 accumulation without the periodic f32 promotion, which
+  // Transformer Engine uses for the forward GEMM); the reference ignores it.
   void fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                  const Tensor& b_scale_inv, const Tensor* bias = nullptr, bool accumulate = false);
+                  const Tensor& b_scale_inv, const Tensor* bias = nullptr, bool accumulate = false,
+                  bool fast_accum = false);
   // The scaling update of M tensors at once (Transformer Engine's amax and
   // scale update; model/fp8_meta.h), on the device without a host sync.
   // scale, scale_inv, amax: (M) statistics. With amax_history (M, H) each
@@ -312,6 +358,15 @@ class Backend {
   virtual void attention_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                        const Tensor& out, const Tensor& lse, int n_head,
                                        int n_kv_head) = 0;
+  // Block attention: default bodies refuse (a backend without the kernels
+  // cannot run context parallelism); the CPU reference implements them.
+  virtual void attention_kv_copy_impl(Tensor& dst, const Tensor& src, int n_head, int n_kv_head);
+  virtual void attention_block_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv,
+                                            int n_head, int n_kv_head, const AttentionBlock& blk,
+                                            bool accumulate);
+  virtual void attention_block_backward_impl(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                             const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
+                                             int n_kv_head, const AttentionBlock& blk);
   virtual void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                     float eps) = 0;
   virtual void rmsnorm_backward_impl(Tensor& dinp, Tensor& dweight, const Tensor& dout,
@@ -322,6 +377,9 @@ class Backend {
   // backward: the rotation by -angle. n_kv_head resolved as for attention.
   virtual void rope_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
                          bool backward) = 0;
+  // RoPE at given positions (i32 (T) on this device); default refuses, as the block attention.
+  virtual void rope_positions_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
+                                   bool backward, const Tensor& positions);
   virtual void swiglu_forward_impl(Tensor& out, const Tensor& inp) = 0;
   virtual void swiglu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) = 0;
   virtual void dropout_forward_impl(Tensor& out, const Tensor& inp, float p, uint64_t seed,
@@ -348,7 +406,8 @@ class Backend {
                                        const Tensor& scale) = 0;
   virtual void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) = 0;
   virtual void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                               const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) = 0;
+                               const Tensor& b_scale_inv, const Tensor* bias, bool accumulate,
+                               bool fast_accum) = 0;
   virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                                      float fp8_max, int margin, bool use_max) = 0;
 };

@@ -66,7 +66,7 @@ void Backend::fp8_dequantize(Tensor& out, const Tensor& in, const Tensor& scale_
 }
 
 void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                         const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) {
+                         const Tensor& b_scale_inv, const Tensor* bias, bool accumulate, bool fast_accum) {
   Checks k(*this, "fp8_matmul");
   const DType dt = k.act(out, "out");
   fp8(k, a, "a");
@@ -85,7 +85,7 @@ void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv
     k.like(*bias, "bias", dt, OC, "OC");
     k.that(!accumulate, "bias must be null with accumulate (out += a b^T takes no bias)");
   }
-  fp8_matmul_impl(out, a, a_scale_inv, b, b_scale_inv, bias, accumulate);
+  fp8_matmul_impl(out, a, a_scale_inv, b, b_scale_inv, bias, accumulate, fast_accum);
 }
 
 void Backend::fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,

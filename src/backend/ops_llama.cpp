@@ -75,14 +75,28 @@ void Backend::fused_residual_rmsnorm_forward_impl(Tensor& residual, Tensor& out,
 
 // ---- rotary position embedding ----
 
-void Backend::rope_forward(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base) {
-  check_rope(Checks(*this, "rope_forward"), qkv, "qkv", n_head, n_kv_head, rot_dim, base);
-  rope_impl(qkv, n_head, n_kv_head ? n_kv_head : n_head, rot_dim, base, false);
+void Backend::rope_forward(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
+                           const Tensor* positions) {
+  Checks k(*this, "rope_forward");
+  check_rope(k, qkv, "qkv", n_head, n_kv_head, rot_dim, base);
+  if (positions) {
+    k.ids(*positions, "positions", qkv.size(1), "one per row t of qkv (B, T, *)");
+    rope_positions_impl(qkv, n_head, n_kv_head ? n_kv_head : n_head, rot_dim, base, false, *positions);
+  } else {
+    rope_impl(qkv, n_head, n_kv_head ? n_kv_head : n_head, rot_dim, base, false);
+  }
 }
 
-void Backend::rope_backward(Tensor& dqkv, int n_head, int n_kv_head, int64_t rot_dim, float base) {
-  check_rope(Checks(*this, "rope_backward"), dqkv, "dqkv", n_head, n_kv_head, rot_dim, base);
-  rope_impl(dqkv, n_head, n_kv_head ? n_kv_head : n_head, rot_dim, base, true);
+void Backend::rope_backward(Tensor& dqkv, int n_head, int n_kv_head, int64_t rot_dim, float base,
+                            const Tensor* positions) {
+  Checks k(*this, "rope_backward");
+  check_rope(k, dqkv, "dqkv", n_head, n_kv_head, rot_dim, base);
+  if (positions) {
+    k.ids(*positions, "positions", dqkv.size(1), "one per row t of dqkv (B, T, *)");
+    rope_positions_impl(dqkv, n_head, n_kv_head ? n_kv_head : n_head, rot_dim, base, true, *positions);
+  } else {
+    rope_impl(dqkv, n_head, n_kv_head ? n_kv_head : n_head, rot_dim, base, true);
+  }
 }
 
 // ---- SwiGLU ----

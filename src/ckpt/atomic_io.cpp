@@ -148,4 +148,67 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// ---- checks before a run writes ----
+
+namespace {
+// The nearest part of `path` that exists (what `ls -ld` should look at).
+std::string existing_ancestor(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  while (!p.empty() && !std::filesystem::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p.empty() ? "." : p.string();
+}
+}  // namespace
+
+void fail_path(const std::string& flag, const std::string& path, const std::string& op, int err) {
+  const std::string what = flag.empty() ? path : flag + " " + path;
+  std::string fix;
+  switch (err) {
+    case EACCES:
+    case EPERM:
+      fix = fmt::format("pass a folder this user can write, or fix the permissions (ls -ld {})",
+                        existing_ancestor(path));
+      break;
+    case EROFS: fix = "the file system is mounted read-only: pass a path on a writable one"; break;
+    case ENOSPC:
+    case EDQUOT: fix = "free space on that file system (df -h), or pass a path on another one"; break;
+    case ENOTDIR:
+    case EEXIST: fix = fmt::format("a part of the path is a file, not a folder (ls -ld {})", existing_ancestor(path));
+      break;
+    case EISDIR: fix = "the path is a folder: pass a file name"; break;
+    default: fix = fmt::format("check the path, its permissions and free space (ls -ld {}; df -h)",
+                               existing_ancestor(path));
+  }
+  throw Error(fmt::format("cannot write {}: {} failed: {}", what, op, std::strerror(err)), fix);
+}
+
+void check_writable_dir(const std::string& flag, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) fail_path(flag, dir, "creating the folder", ec.value());
+  }
+  char host[64] = "host";
+  ::gethostname(host, sizeof host - 1);
+  const std::string probe = (fs::path(dir) / fmt::format(".tripod_probe.{}.{}", host, ::getpid())).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_path(flag, dir, "creating a file in it", errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_appendable_file(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec)) {
+    fs::create_directories(parent, ec);
+    if (ec) fail_path(flag, path, "creating its folder " + parent.string(), ec.value());
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) fail_path(flag, path, "opening it for appending", errno);
+  ::close(fd);
+}
+
 }  // namespace tripod::ckpt

@@ -40,4 +40,16 @@ void write_text_atomic(const std::string& path, const std::string& text);
 // Whole file as a string; Error naming the file when it cannot be read.
 std::string read_text(const std::string& path);
 
+// ---- checks before a run writes (no fault points) ----
+// An Error for a failed file-system operation on a path the user gave:
+// `flag` and the path, what was tried, errno's text and a fix that fits the
+// errno (permissions, a read-only file system, a missing parent, a full disk).
+[[noreturn]] void fail_path(const std::string& flag, const std::string& path, const std::string& op, int err);
+// Creates `dir` (and its parents) when missing, then creates and removes a
+// probe file in it: fail_path() when either cannot be done.
+void check_writable_dir(const std::string& flag, const std::string& dir);
+// Opens `path` for appending (creating it, as a metrics file is) and closes
+// it: fail_path() when it cannot.
+void check_appendable_file(const std::string& flag, const std::string& path);
+
 }  // namespace tripod::ckpt

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <filesystem>
 #include <optional>
 #include <type_traits>
@@ -313,7 +314,10 @@ json read_metadata(const std::string& path) {
   return j;
 }
 
-static void remove_old_checkpoints(const std::string& save_dir, int64_t current, int retain) {
+// --save-retain K keeps the last K checkpoints of this run: `ours` says which
+// iterations are (NOTE [Whose checkpoints]); another run's are never removed.
+static void remove_old_checkpoints(const std::string& save_dir, int64_t current, int retain,
+                                   const std::function<bool(int64_t)>& ours) {
   std::vector<int64_t> iters;
   for (const auto& e : fs::directory_iterator(save_dir)) {
     const std::string n = e.path().filename().string();
@@ -324,23 +328,30 @@ static void remove_old_checkpoints(const std::string& save_dir, int64_t current,
       continue;
     }
     const std::string digits = n.substr(5);
-    if (digits.size() <= 18 && all_digits(digits)) iters.push_back(std::stoll(digits));
+    if (digits.size() <= 18 && all_digits(digits) && (!ours || ours(std::stoll(digits)) || std::stoll(digits) == current))
+      iters.push_back(std::stoll(digits));
   }
   if (retain <= 0) return;
   std::sort(iters.begin(), iters.end());
   const int64_t drop = static_cast<int64_t>(iters.size()) - retain;
   for (int64_t i = 0; i < drop; ++i) {
-    if (iters[static_cast<size_t>(i)] == current) continue;
-    fault_point("remove " + iter_dir_name(iters[static_cast<size_t>(i)]));
-    fs::remove_all(fs::path(save_dir) / iter_dir_name(iters[static_cast<size_t>(i)]));
+    const int64_t it = iters[static_cast<size_t>(i)];
+    if (it == current) continue;
+    const fs::path p = fs::path(save_dir) / iter_dir_name(it);
+    fault_point("remove " + iter_dir_name(it));
+    fs::remove_all(p);
+    log::info("removed {} (--save-retain {}: the last {} checkpoint(s) of this run are kept)", p.string(), retain,
+              retain);
   }
 }
 
-static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain);
+static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain,
+                             const std::function<bool(int64_t)>& ours);
 
-void commit_save(const std::string& save_dir, int64_t it, json meta, int retain) {
+void commit_save(const std::string& save_dir, int64_t it, json meta, int retain,
+                 const std::function<bool(int64_t)>& ours) {
   try {
-    commit_save_impl(save_dir, it, std::move(meta), retain);
+    commit_save_impl(save_dir, it, std::move(meta), retain, ours);
   } catch (...) {
     discard_save(save_dir, it);
     throw;
@@ -361,7 +372,8 @@ void save_unsharded(const std::string& save_dir, int64_t iteration, const std::v
   commit_save(save_dir, iteration, std::move(meta), 0);
 }
 
-static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain) {
+static void commit_save_impl(const std::string& save_dir, int64_t it, json meta, int retain,
+                             const std::function<bool(int64_t)>& ours) {
   const std::string tmp = tmp_dir_for(save_dir, it);
   const std::string final_dir = (fs::path(save_dir) / iter_dir_name(it)).string();
   meta["format_version"] = kFormatVersion;
@@ -379,12 +391,21 @@ static void commit_save_impl(const std::string& save_dir, int64_t it, json meta,
   }
   rename_path(tmp, final_dir);
   fsync_dir(save_dir);
+  int64_t before = -1;
+  try {
+    before = read_latest_iteration(save_dir);
+  } catch (const Error&) {  // a damaged marker is replaced
+  }
   write_text_atomic((fs::path(save_dir) / kLatestFile).string(), std::to_string(it) + "\n");
+  if (before > it)
+    log::info("{} in {} went back from {} to {}: this run saves an earlier iteration than the folder's latest "
+              "(--ckpt-step or --save-into-existing); --load {} now resumes from {}", kLatestFile, save_dir, before,
+              it, save_dir, it);
   if (!old.empty()) {
     fault_point("remove " + old);
     fs::remove_all(old);
   }
-  remove_old_checkpoints(save_dir, it, retain);
+  remove_old_checkpoints(save_dir, it, retain, ours);
 }
 
 // ---- reader ----

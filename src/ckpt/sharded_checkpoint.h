@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -81,9 +82,14 @@ void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int p
                      const std::vector<ShardTensor>& tensors);
 // Rank 0, after every rank_file is written: indexes the files, writes
 // metadata.json (`meta` plus the tensor index and a checksum), renames the
-// directory into place, updates the latest marker and keeps the last
-// `retain` checkpoints (0: all).
-void commit_save(const std::string& save_dir, int64_t iteration, nlohmann::json meta, int retain);
+// directory into place, updates the latest marker (a log line when it goes
+// back) and keeps the last `retain` checkpoints (0: all) among those `ours`
+// accepts (null: every one), removing the others of `ours` with a log line.
+// NOTE [Whose checkpoints]: the Trainer passes the iterations it saved,
+// and, when it resumed from the same folder, those up to the one it loaded;
+// another run's checkpoints (--save-into-existing) are never removed.
+void commit_save(const std::string& save_dir, int64_t iteration, nlohmann::json meta, int retain,
+                 const std::function<bool(int64_t)>& ours = {});
 // One process writing a whole model at TP 1 x PP 1 x DP 1 (the converters):
 // prepare_save, write_rank_file and commit_save with meta["layout"] set,
 // discarding the temporary directory when a write fails.

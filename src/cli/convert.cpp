@@ -11,9 +11,12 @@
 #include "base/log.h"
 #include "cli/command.h"
 #include "data/tokenizer.h"
+#include "ckpt/save_lock.h"
+#include "interop/hf_export.h"
 #include "interop/hf_gpt2.h"
 #include "interop/hf_llama.h"
 #include "interop/megatron_import.h"
+#include "train/output_checks.h"
 
 namespace tripod::cli {
 namespace {
@@ -21,7 +24,7 @@ namespace {
 int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
                "(model.safetensors + config.json).\n"
-               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N]\n"
+               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace]\n"
                "Import: tripod convert --import-hf IN --save CKPT\n"
                "        [--vocab-file F --merge-file F | --tokenizer-model F]\n"
                "        tripod convert --import-megatron MEGATRON_SAVE_DIR --save CKPT [--vocab-file F ...]\n"
@@ -39,6 +42,10 @@ int run_convert(int argc, char** argv) {
                  "Megatron-LM checkpoint to import (--ckpt-format torch: DIR/iter_N/mp_rank_*/model_optim_rng.pt; "
                  "any TP/PP; model weights)");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf / --import-megatron)");
+  bool replace = false, save_into_existing = false;
+  app.add_flag("--replace", replace, "with --export-hf: replace a non-empty output folder (refused without it)");
+  app.add_flag("--save-into-existing", save_into_existing,
+               "with --save: write into a folder that holds other checkpoints (refused without it)");
   app.add_option("--tokenizer-type", tok_type,
                  "recorded in the imported checkpoint (default GPT2BPETokenizer; with --tokenizer-model: "
                  "HuggingFaceTokenizer for a .json, else SentencePieceTokenizer)");
@@ -57,6 +64,16 @@ int run_convert(int argc, char** argv) {
   tok["tokenizer_type"] = tok_type;
   tok["vocab_file"] = vocab;
   tok["merge_file"] = merges;
+  // An import writes a checkpoint like a run: it holds --save's lock and
+  // refuses a folder with other checkpoints (train/output_checks.h).
+  std::unique_ptr<ckpt::SaveDirLock> save_lock;
+  if (!save.empty() && !exporting) {
+    save_lock = ckpt::SaveDirLock::acquire(save, "tripod convert");
+    train::CheckpointArgs ck;
+    ck.save = save;
+    ck.save_into_existing = save_into_existing;
+    train::check_save_dir_is_this_runs(ck, "this import");
+  }
   if (megatron) {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-megatron needs --save");
     const auto r = interop::import_megatron(megatron_dir, save, {{"tokenizer", tok}});
@@ -69,15 +86,7 @@ int run_convert(int argc, char** argv) {
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
-    const config::GptConfig c = reader.config();
-    if (c.is_gpt2()) {
-      interop::export_hf_gpt2(reader, export_dir);
-    } else {
-      std::string why;
-      TRIPOD_CHECK_HINT(interop::is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
-                        "{} is neither GPT-2 nor a Llama-family model: {}", reader.path(), why);
-      interop::export_hf_llama(reader, export_dir);
-    }
+    interop::export_hf(reader, export_dir, replace);
     log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
               export_dir);
   } else {

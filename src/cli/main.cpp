@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "base/env.h"
@@ -67,6 +68,16 @@ int main(int argc, char** argv) {
       if (!e.where().empty() && (e.hint().empty() || tripod::env::get_int_or("TRIPOD_ERROR_SOURCE", 0) != 0))
         std::fprintf(stderr, "  (raised at %s)\n", e.where().c_str());
       return dynamic_cast<const tripod::TimeoutError*>(&e) ? 124 : 2;
+    } catch (const std::filesystem::filesystem_error& e) {
+      // A file-system call on a path the user gave (permissions, a read-only
+      // or full disk): the user's to fix, never an internal error.
+      std::string paths = e.path1().string();
+      if (!e.path2().empty()) paths += " -> " + e.path2().string();
+      std::fprintf(stderr, "tripod %s: error: cannot access %s: %s\n", name.c_str(), paths.c_str(),
+                   e.code().message().c_str());
+      std::fprintf(stderr, "  hint: check that path: its permissions (ls -ld), that its file system is writable "
+                   "and has free space (df -h); %s\n", e.what());
+      return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "tripod %s: internal error: %s\n", name.c_str(), e.what());
       return 3;

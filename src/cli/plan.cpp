@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -30,6 +31,7 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
   return {{"tensor_model_parallel_size", l.tp},
           {"pipeline_model_parallel_size", l.pp},
           {"data_parallel_size", l.dp},
+          {"context_parallel_size", l.cp},
           {"virtual_pipeline_size", l.vpp},
           {"micro_batch_size", l.micro_batch},
           {"global_batch_size", l.global_batch},
@@ -55,6 +57,7 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
             {"pp_comm", c.time.pp_comm},
             {"dp_comm", c.time.dp_comm},
             {"optimizer", c.time.optimizer},
+            {"cp_comm", c.time.cp_comm},
             {"compute_from_op_times", c.time.compute_from_op_times}}},
           {"tokens_per_second", c.tokens_per_second},
           {"mfu", c.mfu},
@@ -87,25 +90,29 @@ void print_table(const config::GptConfig& m, const plan::Machine& mc, const plan
               (long long)r.too_big);
   for (const auto& n : r.notes) std::printf("# %s\n", n.c_str());
   if (r.fits.empty()) return;
-  std::printf("\n%3s %3s %3s %4s %3s %4s %4s %2s %2s %-9s %8s %8s %8s %9s %11s %5s\n", "#", "TP", "PP", "DP", "VPP",
-              "MBS", "GA", "SP", "DO", "recompute", "mem GiB", "states", "acts", "step s", "tokens/s", "MFU");
+  // A CP column only when the search went to context parallelism.
+  const bool cp = std::any_of(r.fits.begin(), r.fits.end(), [](const plan::Candidate& c) { return c.layout.cp > 1; });
+  std::printf("\n%3s %3s %3s %4s %3s %4s %4s %2s %2s %-9s %8s %8s %8s %9s %11s %5s%s\n", "#", "TP", "PP", "DP", "VPP",
+              "MBS", "GA", "SP", "DO", "recompute", "mem GiB", "states", "acts", "step s", "tokens/s", "MFU",
+              cp ? "  CP" : "");
   const int n = std::min<int>(top, int(r.fits.size()));
   for (int i = 0; i < n; ++i) {
     const auto& c = r.fits[i];
     const auto& l = c.layout;
-    std::printf("%3d %3d %3d %4d %3d %4lld %4lld %2s %2s %-9s %8.1f %8.1f %8.1f %9.3f %11.0f %5.2f\n", i + 1, l.tp,
+    std::printf("%3d %3d %3d %4d %3d %4lld %4lld %2s %2s %-9s %8.1f %8.1f %8.1f %9.3f %11.0f %5.2f%s\n", i + 1, l.tp,
                 l.pp, l.dp, l.vpp, (long long)l.micro_batch, (long long)l.num_microbatches(), l.sp() ? "y" : "-",
                 l.distributed_optimizer ? "y" : "-", plan::to_string(l.recompute).c_str(), c.mem.total() / kGiB,
-                c.mem.model_states / kGiB, c.mem.activations / kGiB, c.time.total(), c.tokens_per_second, c.mfu);
+                c.mem.model_states / kGiB, c.mem.activations / kGiB, c.time.total(), c.tokens_per_second, c.mfu,
+                cp ? fmt::format(" {:3d}", l.cp).c_str() : "");
   }
   std::printf("\nwhy (top %d):\n", std::min(n, 3));
   for (int i = 0; i < std::min(n, 3); ++i) {
     const auto& c = r.fits[i];
     std::printf("%d. %s\n", i + 1, plan::megatron_flags(m, c.layout).c_str());
     for (const auto& why : c.reasons) std::printf("     - %s\n", why.c_str());
-    std::printf("     - step %.3f s = compute %.3f + optimizer %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f\n",
+    std::printf("     - step %.3f s = compute %.3f + optimizer %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f%s\n",
                 c.time.total(), c.time.compute, c.time.optimizer, c.time.tp_comm, c.time.bubble, c.time.pp_comm,
-                c.time.dp_comm);
+                c.time.dp_comm, c.layout.cp > 1 ? fmt::format(" + CP ring {:.3f}", c.time.cp_comm).c_str() : "");
   }
 }
 
@@ -164,6 +171,8 @@ int run_plan(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tensor-model-parallel-size", o.tp, "fix TP (default: search)");
   app.add_option("--pipeline-model-parallel-size", o.pp, "fix PP (default: search)");
+  app.add_option("--context-parallel-size", o.cp,
+                 "fix CP (default: 1, and CP 2, 4, ... searched when no layout fits without it)");
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage, "fix vpp (needs a fixed PP)");
   app.add_option("--virtual-pipeline-search", vpp_list, "vpp values to try when PP > 1")->capture_default_str();
   app.add_flag("--sequence-parallel", sp_flag, "force SP on (default: on whenever TP > 1)");
@@ -205,6 +214,7 @@ int run_plan(int argc, char** argv) {
     return app.exit(e);
   }
   train::apply_model_flags(model_args.model_flags, model_args.model);
+  train::apply_fp8_flags(model_args.precision, model_args.model);  // --fp8-format: FP8 weights, transposes, GEMM rate
   m = model_args.model;
   m.finalize();
   TRIPOD_CHECK_HINT(int(bf16) + int(fp16) + int(fp32) <= 1, "pass one of --bf16, --fp16, --fp32",

@@ -68,17 +68,17 @@ std::string plan_model_flags(const train::TrainArgs& a) {
 
 plan::Job plan_job(const train::TrainArgs& a, int world_size, int local_world_size) {
   config::Layout ranks;
-  const int tp = a.parallel.tp, pp = a.parallel.pp;
-  if (world_size % (tp * pp) == 0) {
-    ranks = config::Layout::make(world_size, tp, pp);
+  const int tp = a.parallel.tp, pp = a.parallel.pp, cp = std::max(1, a.parallel.cp);
+  if (world_size % (tp * pp * cp) == 0) {
+    ranks = config::Layout::make(world_size, tp, pp, 1, cp);
     ranks.vpp = std::max(1, train::virtual_pipeline_size(a));
   } else {
-    ranks.world_size = world_size, ranks.tp = tp, ranks.pp = pp, ranks.dp = 0;
+    ranks.world_size = world_size, ranks.tp = tp, ranks.pp = pp, ranks.cp = cp, ranks.dp = 0;
   }
   plan::Job job = plan_job(a, ranks, local_world_size);
   // The search's global batch with the DP these GPUs would give.
   if (ranks.dp == 0 && a.batch.global_batch_size <= 0)
-    job.layout.global_batch = a.batch.micro_batch_size * std::max(1, world_size / (tp * pp));
+    job.layout.global_batch = a.batch.micro_batch_size * std::max(1, world_size / (tp * pp * cp));
   return job;
 }
 

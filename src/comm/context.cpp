@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -204,57 +207,91 @@ void DistContext::start(int rank, int world_size, std::shared_ptr<Store> store, 
   world_ = new_group({all}, "world");
 }
 
+// NOTE [Rank claims]: each rank first claims its number (an add on
+// "join/claim/<rank>"); a second claim of a number is a process started with
+// the same RANK (a stray of another job with the same MASTER_PORT, WORLD_SIZE
+// and job token, or a launcher that started a rank twice): it is refused,
+// naming both processes, and the job goes on. A claim whose holder is a dead
+// process on this host is taken over (a rank restarted by hand while the
+// others wait): true then, and the rank is not counted again.
+bool DistContext::claim_rank(const std::string& me) {
+  Store& s = *store_;
+  const std::string key = "join/rank/" + std::to_string(rank_);
+  if (s.add("join/claim/" + std::to_string(rank_), 1) == 1) return false;
+  std::string holder = "(not recorded yet)";
+  try {
+    holder = s.get_str(key, Millis{5000});
+  } catch (const std::exception&) {
+  }
+  // "<host> pid <pid> world <n>": a dead process on this host gives its claim up.
+  const auto at = holder.find(" pid ");
+  if (at != std::string::npos && holder.substr(0, at) == hostname()) {
+    const int64_t pid = std::atoll(holder.c_str() + at + 5);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      log::warn("rank {}: took over rank {} of the rendezvous at {} from {}, which is no longer running", rank_,
+                rank_, endpoint_, holder);
+      return true;
+    }
+  }
+  throw Error(fmt::format("rank {}: the rendezvous at {} already has a rank {} ({}); this process ({}) was refused: "
+                          "two processes were started with RANK={}", rank_, endpoint_, rank_, holder, me, rank_),
+              "a process of another job with the same MASTER_PORT and WORLD_SIZE, or a rank started twice: give "
+              "each job its own MASTER_PORT, or set TRIPOD_JOB_TOKEN to a value of its own in each job (torchrun's "
+              "run id is used when set) so that other jobs' processes are refused when they connect");
+}
+
 void DistContext::join_world() {
   Store& s = *store_;
-  s.set_str("join/rank/" + std::to_string(rank_),
-            fmt::format("{} pid {} world {}", hostname(), ::getpid(), world_size_));
-  const int64_t n = s.add("join/count", 1);
-  if (n == world_size_) s.set_str("join/done", "1");
+  const std::string me = fmt::format("{} pid {} world {}", hostname(), ::getpid(), world_size_);
+  const bool took_over = claim_rank(me);
+  s.set_str("join/rank/" + std::to_string(rank_), me);
+  const int64_t n = s.add("join/count", took_over ? 0 : 1);
+  if (n == world_size_ && !took_over) s.set_str("join/done", "1");
   TRIPOD_CHECK_HINT(n <= world_size_, "every rank must be started with the same WORLD_SIZE",
                     "rank {}: {} ranks joined the rendezvous at {} but the world size is {}", rank_,
                     n, endpoint_, world_size_);
   // The first rank to time out publishes the verdict in "join/done", so every
-  // joined rank reports the same missing ranks (instead of losing the store
-  // when rank 0 exits); rank 0 lingers until they have read it.
+  // joined rank reports the same missing ranks; each reads it before it acks,
+  // and the store's host stays until every joined rank has acked (bounded),
+  // so that none of them loses the store before it has the reason.
   std::string verdict;
   try {
     s.wait({"join/done"}, config_.timeout);
     verdict = s.get_str("join/done");
   } catch (const TimeoutError&) {
     std::string missing, joined;
-    int n_joined = 0;
     for (int r = 0; r < world_size_; ++r) {
       std::string& list = s.check({"join/rank/" + std::to_string(r)}) ? joined : missing;
-      if (&list == &joined) ++n_joined;
       list += (list.empty() ? "" : ", ") + std::to_string(r);
     }
     verdict = fmt::format("missing [{}] joined [{}]", missing, joined);
     s.set_str("join/done", verdict);
-    if (rank_ != 0) s.add("join/acks", 1);
-    else {
-      const auto until = std::chrono::steady_clock::now() + Millis{2000};
-      while (std::chrono::steady_clock::now() < until && s.add("join/acks", 0) < n_joined - 1)
+  }
+  if (verdict == "1") {
+    const std::string first = s.get_str("join/rank/0");
+    TRIPOD_CHECK_HINT(first.substr(first.rfind(' ') + 1) == me.substr(me.rfind(' ') + 1),
+                      "every rank must be started with the same WORLD_SIZE",
+                      "rank {} and rank 0 disagree on the world size ({} vs {})", rank_, me, first);
+    return;
+  }
+  const auto lb = verdict.find('['), rb = verdict.find(']'), lb2 = verdict.rfind('['), rb2 = verdict.rfind(']');
+  const std::string missing = verdict.substr(lb + 1, rb - lb - 1), joined = verdict.substr(lb2 + 1, rb2 - lb2 - 1);
+  try {
+    if (server_) {
+      const int64_t peers = std::count(joined.begin(), joined.end(), ',');  // joined ranks other than this one
+      const auto until = std::chrono::steady_clock::now() + std::clamp(config_.timeout, Millis{10000}, Millis{30000});
+      while (std::chrono::steady_clock::now() < until && s.add("join/acks", 0) < peers)
         std::this_thread::sleep_for(Millis{20});
+    } else {
+      s.add("join/acks", 1);
     }
-    verdict = "FAIL";
+  } catch (const std::exception&) {  // the verdict is already read: report it
   }
-  if (verdict != "1") {
-    if (verdict != "FAIL") s.add("join/acks", 1);
-    const std::string v = s.get_str("join/done");
-    const auto lb = v.find('['), rb = v.find(']'), lb2 = v.rfind('['), rb2 = v.rfind(']');
-    throw TimeoutError(
-        fmt::format("rank {}: timed out after {:.1f} s waiting for the other ranks to join the "
-                    "rendezvous at {}: rank(s) [{}] never joined (joined: {})",
-                    rank_, config_.timeout.count() / 1e3, endpoint_, v.substr(lb + 1, rb - lb - 1),
-                    v.substr(lb2 + 1, rb2 - lb2 - 1)),
-        "those ranks never started, crashed before initialising, or cannot reach "
-        "MASTER_ADDR:MASTER_PORT; look at their output");
-  }
-  const std::string mine = s.get_str("join/rank/" + std::to_string(rank_));
-  const std::string first = s.get_str("join/rank/0");
-  TRIPOD_CHECK_HINT(first.substr(first.rfind(' ') + 1) == mine.substr(mine.rfind(' ') + 1),
-                    "every rank must be started with the same WORLD_SIZE",
-                    "rank {} and rank 0 disagree on the world size ({} vs {})", rank_, mine, first);
+  throw TimeoutError(fmt::format("rank {}: timed out after {:.1f} s waiting for the other ranks to join the "
+                                 "rendezvous at {}: rank(s) [{}] never joined (joined: {})",
+                                 rank_, config_.timeout.count() / 1e3, endpoint_, missing, joined),
+                     "those ranks never started, crashed before initialising, or cannot reach "
+                     "MASTER_ADDR:MASTER_PORT; look at their output");
 }
 
 std::shared_ptr<Communicator> make_device_communicator(DeviceType device, const GroupSpec& spec,

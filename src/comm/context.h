@@ -135,6 +135,7 @@ class DistContext {
   void start(int rank, int world_size, std::shared_ptr<Store> store, DeviceType comm_device,
              std::chrono::milliseconds timeout);
   void join_world();
+  bool claim_rank(const std::string& me);  // NOTE [Rank claims] in context.cpp
   std::shared_ptr<Communicator> make_comm(const GroupSpec& spec, const std::string& store_prefix);
 
   int rank_ = 0, world_size_ = 1;

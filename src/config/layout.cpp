@@ -1,5 +1,5 @@
 // Implementation of config/layout.h: Megatron's masked orthogonal rank
-// groups over the "tp-dp-pp" order (see NOTE [Rank order] in layout.h).
+// groups over the "tp-cp-dp-pp" order (see NOTE [Rank order] in layout.h).
 #include "config/layout.h"
 
 #include <fmt/format.h>
@@ -66,7 +66,7 @@ RankGroups masked_rank_groups(const std::string& order, const std::vector<int>& 
   return groups;
 }
 
-Layout Layout::make(int world_size, int tp, int pp, int vpp) {
+Layout Layout::make(int world_size, int tp, int pp, int vpp, int cp) {
   TRIPOD_CHECK(world_size >= 1, "world size must be >= 1, got {}", world_size);
   TRIPOD_CHECK_HINT(tp >= 1, "pass --tensor-model-parallel-size 1 or more",
                     "--tensor-model-parallel-size must be >= 1, got {}", tp);
@@ -74,6 +74,14 @@ Layout Layout::make(int world_size, int tp, int pp, int vpp) {
                     "--pipeline-model-parallel-size must be >= 1, got {}", pp);
   TRIPOD_CHECK_HINT(vpp >= 1, "leave virtual pipeline stages unset, or >= 1",
                     "virtual pipeline stages per rank must be >= 1, got {}", vpp);
+  TRIPOD_CHECK_HINT(cp >= 1, "pass --context-parallel-size 1 or more",
+                    "--context-parallel-size must be >= 1, got {}", cp);
+  TRIPOD_CHECK_HINT(
+      cp == 1 || world_size % (tp * cp * pp) == 0,
+      fmt::format("choose sizes whose product tp*cp*pp divides the {} ranks", world_size),
+      "world size {} is not divisible by --tensor-model-parallel-size {} x --context-parallel-size {} x "
+      "--pipeline-model-parallel-size {} = {}",
+      world_size, tp, cp, pp, tp * cp * pp);
   TRIPOD_CHECK_HINT(
       world_size % (tp * pp) == 0,
       fmt::format("choose sizes whose product tp*pp divides the {} ranks (e.g. launch {} ranks)",
@@ -89,23 +97,29 @@ Layout Layout::make(int world_size, int tp, int pp, int vpp) {
   l.world_size = world_size;
   l.tp = tp;
   l.pp = pp;
-  l.dp = world_size / (tp * pp);
+  l.cp = cp;
+  l.dp = world_size / (tp * cp * pp);
   l.vpp = vpp;
   return l;
 }
 
 int Layout::tp_rank(int global) const { return global % tp; }
-int Layout::dp_rank(int global) const { return (global / tp) % dp; }
-int Layout::pp_rank(int global) const { return global / (tp * dp); }
-int Layout::global_rank(int tp_r, int dp_r, int pp_r) const {
-  return tp_r + tp * (dp_r + dp * pp_r);
+int Layout::cp_rank(int global) const { return (global / tp) % cp; }
+int Layout::dp_rank(int global) const { return (global / (tp * cp)) % dp; }
+int Layout::pp_rank(int global) const { return global / (tp * cp * dp); }
+int Layout::global_rank(int tp_r, int dp_r, int pp_r, int cp_r) const {
+  return tp_r + tp * (cp_r + cp * (dp_r + dp * pp_r));
 }
 
-RankGroups Layout::tp_groups() const { return masked_rank_groups(kRankOrder, {tp, dp, pp}, "tp"); }
-RankGroups Layout::dp_groups() const { return masked_rank_groups(kRankOrder, {tp, dp, pp}, "dp"); }
-RankGroups Layout::pp_groups() const { return masked_rank_groups(kRankOrder, {tp, dp, pp}, "pp"); }
+RankGroups Layout::tp_groups() const { return masked_rank_groups(kRankOrder, {tp, cp, dp, pp}, "tp"); }
+RankGroups Layout::dp_groups() const { return masked_rank_groups(kRankOrder, {tp, cp, dp, pp}, "dp"); }
+RankGroups Layout::pp_groups() const { return masked_rank_groups(kRankOrder, {tp, cp, dp, pp}, "pp"); }
 RankGroups Layout::mp_groups() const {
-  return masked_rank_groups(kRankOrder, {tp, dp, pp}, "tp-pp");
+  return masked_rank_groups(kRankOrder, {tp, cp, dp, pp}, "tp-pp");
+}
+RankGroups Layout::cp_groups() const { return masked_rank_groups(kRankOrder, {tp, cp, dp, pp}, "cp"); }
+RankGroups Layout::dp_cp_groups() const {
+  return masked_rank_groups(kRankOrder, {tp, cp, dp, pp}, "cp-dp");
 }
 
 RankGroups Layout::embd_groups() const {
@@ -120,7 +134,8 @@ RankGroups Layout::embd_groups() const {
 }
 
 std::string Layout::str() const {
-  return fmt::format("world {} = tp {} x dp {} x pp {} (vpp {})", world_size, tp, dp, pp, vpp);
+  return fmt::format("world {} = tp {}{} x dp {} x pp {} (vpp {})", world_size, tp,
+                     cp > 1 ? fmt::format(" x cp {}", cp) : std::string(), dp, pp, vpp);
 }
 
 }  // namespace tripod::config

@@ -1,4 +1,4 @@
-// Layout: how the world of ranks is split into tensor-, data- and
+// Layout: how the world of ranks is split into tensor-, context-, data- and
 // pipeline-parallel groups, in Megatron's rank order. Pure rank arithmetic
 // (no communicator): the trainer's groups (parallel/groups.h, which reaches
 // it as parallel::Layout) and the planner's search points (plan/search.h)
@@ -11,13 +11,17 @@
 // generate_masked_orthogonal_rank_groups, initialize_model_parallel).
 //
 // NOTE [Rank order]
-// The order string is "tp-dp-pp": tp varies fastest, then dp, then pp, so
-//   global_rank = tp_rank + tp * (dp_rank + dp * pp_rank).
-// Tensor-parallel peers (the most traffic) are neighbours, i.e. on one node.
-// The next dimensions take their place in the same string, Megatron's
-// "tp-cp-ep-dp-pp": context parallel (cp) after tp, expert parallel (ep)
-// inside dp; kRankOrder below grows with them, and masked_rank_groups already
-// serves any order.
+// The order string is "tp-cp-dp-pp": tp varies fastest, then cp, then dp,
+// then pp, so
+//   global_rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)).
+// Tensor-parallel peers (the most traffic) are neighbours, i.e. on one node;
+// context-parallel peers (the K/V ring of every attention layer) next.
+// Without context parallelism (cp = 1) the order is "tp-dp-pp" exactly.
+// Megatron's dense order is "tp-cp-ep-dp-pp": expert parallel (ep) takes its
+// place inside dp the same way; masked_rank_groups serves any order.
+// Gradients are reduced over dp x cp (dp_cp groups): every cp rank holds the
+// whole model and a share of every sequence's tokens, as Megatron's
+// data_parallel_group_with_context_parallel.
 //
 // Worked example, 8 ranks, tp=2 pp=2 (dp = 8 / (2*2) = 2):
 //   tp groups  : [0,1] [2,3] [4,5] [6,7]
@@ -30,6 +34,17 @@
 //   dp groups  : [0,2] [1,3] [4,6] [5,7] [8,10] [9,11] [12,14] [13,15]
 //   pp groups  : [0,4,8,12] [1,5,9,13] [2,6,10,14] [3,7,11,15]
 //   embd groups: [0,12] [1,13] [2,14] [3,15]  (ranks 4..11 are middle stages: no embd group)
+// Worked example, 8 ranks, tp=2 cp=2 pp=2 (dp = 8 / (2*2*2) = 1):
+//   tp groups   : [0,1] [2,3] [4,5] [6,7]
+//   cp groups   : [0,2] [1,3] [4,6] [5,7]
+//   dp groups   : [0] [1] [2] [3] [4] [5] [6] [7]
+//   dp_cp groups: [0,2] [1,3] [4,6] [5,7]   (gradient reduction)
+//   pp groups   : [0,4] [1,5] [2,6] [3,7]
+//   mp groups   : [0,1,4,5] [2,3,6,7]       (tp x pp, as without cp)
+// Worked example, 8 ranks, cp=2 (tp=1 pp=1, dp=4):
+//   cp groups   : [0,1] [2,3] [4,5] [6,7]
+//   dp groups   : [0,2,4,6] [1,3,5,7]
+//   dp_cp groups: [0,1,2,3,4,5,6,7]
 //
 // Usage:
 //   Layout layout = Layout::make(world_size, tp, pp, vpp);   // throws on bad sizes
@@ -44,23 +59,25 @@ namespace tripod::config {
 using RankGroups = std::vector<std::vector<int>>;
 
 // The dimensions, fastest first (NOTE [Rank order]).
-inline constexpr const char* kRankOrder = "tp-dp-pp";
+inline constexpr const char* kRankOrder = "tp-cp-dp-pp";
 
 struct Layout {
   int world_size = 1;
   int tp = 1;   // --tensor-model-parallel-size
   int pp = 1;   // --pipeline-model-parallel-size
-  int dp = 1;   // world_size / (tp * pp)
+  int dp = 1;   // world_size / (tp * cp * pp)
   int vpp = 1;  // virtual pipeline stages per pp rank; 1 = no interleaving
+  int cp = 1;   // --context-parallel-size
 
   // Validates and derives dp. Errors name the Megatron flags.
-  static Layout make(int world_size, int tp, int pp, int vpp = 1);
+  static Layout make(int world_size, int tp, int pp, int vpp = 1, int cp = 1);
 
   int tp_rank(int global) const;
+  int cp_rank(int global) const;
   int dp_rank(int global) const;
   int pp_rank(int global) const;
-  // Inverse of the three above.
-  int global_rank(int tp_rank, int dp_rank, int pp_rank) const;
+  // Inverse of the four above.
+  int global_rank(int tp_rank, int dp_rank, int pp_rank, int cp_rank = 0) const;
   bool is_first_stage(int global) const { return pp_rank(global) == 0; }
   bool is_last_stage(int global) const { return pp_rank(global) == pp - 1; }
 
@@ -72,8 +89,11 @@ struct Layout {
   RankGroups pp_groups() const;
   RankGroups mp_groups() const;    // tp x pp
   RankGroups embd_groups() const;  // {first, last} stage of each pp group
+  RankGroups cp_groups() const;     // context-parallel peers (one sequence's ring)
+  RankGroups dp_cp_groups() const;  // dp x cp: where gradients are reduced
 
-  std::string str() const;  // "world 8 = tp 2 x dp 2 x pp 2 (vpp 1)"
+  // "world 8 = tp 2 x dp 2 x pp 2 (vpp 1)", with " x cp N" after tp when cp > 1.
+  std::string str() const;
 };
 
 // The group mechanism behind the accessors above, for other orders (tests,

@@ -4,6 +4,8 @@
 // .bin/.idx files (--data-path), optionally blended.
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +20,13 @@ class TokenDataset {
   virtual int64_t sample_length() const = 0;  // seq_length + 1
   // Writes sample_length() token ids to out. index in [0, num_samples()).
   virtual void get(int64_t index, int32_t* out) const = 0;
+  // Tokens [begin, begin + count) of sample index (context parallelism reads
+  // only its chunks of each sample). Default: get() then the copy.
+  virtual void get_range(int64_t index, int64_t begin, int64_t count, int32_t* out) const {
+    std::vector<int32_t> all(static_cast<size_t>(sample_length()));
+    get(index, all.data());
+    std::copy_n(all.data() + begin, count, out);
+  }
   virtual std::string describe() const = 0;   // one line for the start-up log
 };
 

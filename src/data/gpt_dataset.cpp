@@ -249,6 +249,25 @@ void GPTDataset::get(int64_t index, int32_t* out) const {
                seq_length_ + 1);
 }
 
+// As get(), reading only the documents' tokens that fall in [begin, begin + count).
+void GPTDataset::get_range(int64_t index, int64_t begin, int64_t count, int32_t* out) const {
+  TRIPOD_CHECK(index >= 0 && index < num_samples() && begin >= 0 && count >= 0 && begin + count <= seq_length_ + 1,
+               "{} sample {} tokens [{}, {}) out of range", split_name_, index, begin, begin + count);
+  const int64_t i = indices_.shuffle_idx[index];
+  const int64_t* s = indices_.sample_idx.data();
+  const int64_t beg = s[2 * i], beg_off = s[2 * i + 1];
+  const int64_t end = s[2 * i + 2], end_off = s[2 * i + 3];
+  int64_t at = 0;  // sample position of the current document piece's first token
+  for (int64_t k = beg; k <= end && at < begin + count; ++k) {
+    const int32_t doc = indices_.doc_idx[k];
+    const int64_t off = k == beg ? beg_off : 0;
+    const int64_t stop = k == end ? end_off + 1 : data_->length(doc);
+    const int64_t lo = std::max(at, begin), hi = std::min(at + stop - off, begin + count);
+    if (lo < hi) data_->read(doc, off + (lo - at), hi - lo, out + (lo - begin));
+    at += stop - off;
+  }
+}
+
 std::string GPTDataset::describe() const {
   return fmt::format("{} split of {}: documents [{}, {}), {} epoch(s), {} samples of {} tokens",
                      split_name_, data_->prefix(), doc_begin_, doc_end_, indices_.num_epochs,
@@ -290,6 +309,11 @@ BlendedDataset::BlendedDataset(std::vector<std::unique_ptr<TokenDataset>> datase
 void BlendedDataset::get(int64_t index, int32_t* out) const {
   TRIPOD_CHECK(index >= 0 && index < size_, "blended sample {} out of range [0, {})", index, size_);
   datasets_[dataset_index_[index]]->get(dataset_sample_index_[index], out);
+}
+
+void BlendedDataset::get_range(int64_t index, int64_t begin, int64_t count, int32_t* out) const {
+  TRIPOD_CHECK(index >= 0 && index < size_, "blended sample {} out of range [0, {})", index, size_);
+  datasets_[dataset_index_[index]]->get_range(dataset_sample_index_[index], begin, count, out);
 }
 
 std::string BlendedDataset::describe() const {

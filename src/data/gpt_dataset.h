@@ -79,6 +79,7 @@ class GPTDataset final : public TokenDataset {
   int64_t num_samples() const override;
   int64_t sample_length() const override { return seq_length_ + 1; }
   void get(int64_t index, int32_t* out) const override;
+  void get_range(int64_t index, int64_t begin, int64_t count, int32_t* out) const override;
   std::string describe() const override;
   const GPTIndices& indices() const { return indices_; }
 
@@ -97,6 +98,7 @@ class BlendedDataset final : public TokenDataset {
   int64_t num_samples() const override { return size_; }
   int64_t sample_length() const override { return datasets_[0]->sample_length(); }
   void get(int64_t index, int32_t* out) const override;
+  void get_range(int64_t index, int64_t begin, int64_t count, int32_t* out) const override;
   std::string describe() const override;
   // Which dataset and which of its samples blend sample i comes from.
   int32_t dataset_index(int64_t i) const { return dataset_index_[i]; }

@@ -26,8 +26,12 @@
 namespace tripod::launch {
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile sig_atomic_t g_signal = 0;        // the latest signal received
+volatile sig_atomic_t g_signal_count = 0;  // how many were received
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 
 struct Rank {
   int global = 0;
@@ -131,21 +135,40 @@ int supervise(std::vector<Rank>& ranks, double grace_s) {
   using Clock = std::chrono::steady_clock;
   int failed = -1;                 // index of the first failing rank
   bool failed_by_signal = false;   // that failure was a signal from outside, the likely root cause
-  int forwarded = 0;               // signal we forwarded
+  int forwarded = 0;               // the first signal we forwarded
+  int forwarded_count = 0;         // how many we forwarded
   Clock::time_point stop_at{};     // when we began stopping the others
   bool stopping = false, killed = false;
+  Clock::time_point second_term_at{};  // stopping after a failure: the second SIGTERM (NOTE [Exit signal])
   Clock::time_point all_done_at{};
   auto signal_all = [&](int sig) {
     for (auto& r : ranks)
       if (r.running) ::kill(-r.pid, sig);
   };
   for (;;) {
-    if (g_signal && !forwarded) {
-      forwarded = g_signal;
-      std::fprintf(stderr, "tripod launch: got signal %d, forwarding it to every rank\n", forwarded);
-      signal_all(forwarded);
-      stopping = true;
-      stop_at = Clock::now();
+    // NOTE [Forwarded signals]: each SIGINT / SIGTERM to the launcher goes to
+    // every rank. The first lets training ranks finish their iteration and
+    // save (train/exit_signal.h), so no kill follows it; a second one stops
+    // them at once, and after it the launcher SIGKILLs what is left after
+    // --kill-grace seconds.
+    if (g_signal_count > forwarded_count) {
+      const int sig = g_signal;
+      forwarded_count = g_signal_count;
+      if (!forwarded) forwarded = sig;
+      std::fprintf(stderr, "tripod launch: got %s, forwarding it to every rank%s\n",
+                   sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal",
+                   forwarded_count > 1 ? " (again: they stop at once)" : "");
+      signal_all(sig);
+      if (forwarded_count > 1 && !stopping) {
+        stopping = true;
+        stop_at = Clock::now();
+      }
+    }
+    if (second_term_at != Clock::time_point{} && Clock::now() >= second_term_at) {
+      // Ranks that handle SIGTERM stop at the second one (two signals sent
+      // together may arrive as one).
+      signal_all(SIGTERM);
+      second_term_at = {};
     }
     std::vector<pollfd> fds;
     std::vector<std::pair<size_t, bool>> who;
@@ -178,6 +201,7 @@ int supervise(std::vector<Rank>& ranks, double grace_s) {
                        r.global, int(pid), WIFEXITED(status) ? "exited with code" : "was killed by signal",
                        WIFEXITED(status) ? r.exit_code : WTERMSIG(status));
           signal_all(SIGTERM);
+          second_term_at = Clock::now() + std::chrono::milliseconds(100);
           stopping = true;
           stop_at = Clock::now();
         } else if (failed >= 0 && !failed_by_signal && !killed && WIFSIGNALED(status) &&
@@ -215,7 +239,8 @@ int supervise(std::vector<Rank>& ranks, double grace_s) {
                  failed_by_signal ? "killed from outside" : "first failure");
     return r.exit_code;
   }
-  if (forwarded) return 128 + forwarded;
+  // After a forwarded signal: the ranks' own status (0 when they saved and
+  // exited cleanly under --exit-signal-handler, 128 + the signal otherwise).
   for (const auto& r : ranks)
     if (r.exit_code != 0) return r.exit_code;
   return 0;

@@ -9,9 +9,14 @@
 //   - every output line of a rank is printed whole, prefixed "[rank N] ",
 //     on the stream it was written to (stdout or stderr);
 //   - SIGINT / SIGTERM to the launcher are forwarded to every rank's process
-//     group (the rank and its children); the exit code is then 128 + signal;
-//   - when a rank fails, the others get SIGTERM and, after kill_grace_s,
-//     SIGKILL; the launcher names the failing rank (preferring one a signal
+//     group (the rank and its children), each time one arrives; the first
+//     lets training ranks finish the iteration and save, the second stops
+//     them at once, and the launcher SIGKILLs what is left --kill-grace
+//     seconds after the second (NOTE [Forwarded signals] in launch.cpp);
+//     the exit code is then the ranks' own (128 + the signal when a signal
+//     ended them, 0 when they stopped cleanly with --exit-signal-handler);
+//   - when a rank fails, the others get SIGTERM twice (100 ms apart, so that
+//     ranks that catch it stop at once) and, after kill_grace_s, SIGKILL; the launcher names the failing rank (preferring one a signal
 //     from outside killed: its peers' errors are the consequence) and exits
 //     with its code;
 //   - ranks die with the launcher, even when it is SIGKILLed (PDEATHSIG).
@@ -38,7 +43,7 @@ struct LaunchOptions {
 // Checks the options (errors name the flag), starts the ranks of this node
 // running this executable with `command`, supervises them until all exit
 // and returns the launcher's exit code (0, the failing rank's code, or
-// 128 + a forwarded signal).
+// the ranks' code after a forwarded signal).
 int launch(LaunchOptions options);
 
 }  // namespace tripod::launch

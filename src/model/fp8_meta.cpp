@@ -36,7 +36,10 @@ Fp8State::Fp8State(const config::Fp8Config& config, int num_linears, backend::Ba
 void Fp8State::make_group(Group& g, DType dtype, int64_t m) {
   g.dtype = dtype;
   g.fp8_max = fp8_max(dtype);
-  const int64_t H = config_.amax_history_len, n = std::max<int64_t>(m, 1);
+  // kMetaStride floats per tensor: every scale is a 16-byte aligned pointer
+  // (cuBLASLt's FP8 GEMM takes no other), the padding entries stay at amax
+  // 0, scale 1.
+  const int64_t H = config_.amax_history_len, n = kMetaStride * std::max<int64_t>(m, 1);
   auto filled = [&](Shape shape, float v) {
     Tensor h = Tensor::empty(shape, DType::F32);
     for (int64_t i = 0; i < h.numel(); ++i) h.data<float>()[i] = v;
@@ -59,7 +62,7 @@ Fp8Linear* Fp8State::add_linear(const Param& weight) {
 
 Fp8TensorMeta Fp8State::meta(int linear, int slot) {
   Group& g = slot == 2 ? bwd_ : fwd_;
-  const int64_t i = slot == 2 ? linear : 2 * int64_t(linear) + slot, H = config_.amax_history_len;
+  const int64_t i = kMetaStride * (slot == 2 ? linear : 2 * int64_t(linear) + slot), H = config_.amax_history_len;
   Fp8TensorMeta m;
   m.scale = g.scale.flat(i, {1});
   m.scale_inv = g.scale_inv.flat(i, {1});
@@ -163,8 +166,22 @@ void Fp8Linear::forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* 
   ensure_weight();
   const int64_t R = rows_of(x), C = x.size(-1);
   Tensor x8 = state_->scratch(0, false, R, C);
-  state_->quantize(x_, x8, nullptr, x.view({R, C}), x_split);
-  state_->backend().fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias);
+  backend::Backend& be = state_->backend();
+  if (keeps_input()) {
+    TRIPOD_CHECK(kept_.x_t.numel() == R * C && kept_.x_t.dtype() == x_.dtype,
+                 "FP8 linear {}: kept input transpose {} is not ({}, {}) {}", weight_->spec.name, kept_.x_t.str(), C,
+                 R, dtype_name(x_.dtype));
+    Tensor x_t = kept_.x_t.view({C, R});
+    state_->quantize(x_, x8, &x_t, x.view({R, C}), x_split);
+    if (!state_->config().delayed()) {  // delayed: the scale holds for the whole iteration
+      Tensor si = kept_.scale_inv;
+      be.copy(si, x_.scale_inv);
+    }
+  } else {
+    state_->quantize(x_, x8, nullptr, x.view({R, C}), x_split);
+  }
+  // Fast accumulation for a bf16/f16 output, as Transformer Engine's forward GEMM.
+  be.fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias, false, y.dtype() != DType::F32);
 }
 
 void Fp8Linear::quantize_grad(const Tensor& dy, bool dy_split) {
@@ -186,11 +203,16 @@ void Fp8Linear::wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Te
   TRIPOD_CHECK(state_->grad_owner == this, "FP8 linear {}: wgrad without its quantize_grad", weight_->spec.name);
   backend::Backend& be = state_->backend();
   const int64_t R = rows_of(x), C = x.size(-1), OC = w8_.size(0);
-  Tensor x8 = state_->scratch(0, false, R, C), x8_t = state_->scratch(0, true, R, C);
-  state_->quantize(x_, x8, &x8_t, x.view({R, C}), x_split);  // the forward's codes again
   Tensor d8_t = state_->scratch(1, true, R, OC);
   Tensor dW = dweight.view({OC, C});
-  be.fp8_matmul(dW, d8_t, dy_.scale_inv, x8_t, x_.scale_inv, nullptr, true);
+  if (keeps_input()) {
+    const Tensor& si = state_->config().delayed() ? x_.scale_inv : kept_.scale_inv;
+    be.fp8_matmul(dW, d8_t, dy_.scale_inv, kept_.x_t.view({C, R}), si, nullptr, true);
+  } else {
+    Tensor x8 = state_->scratch(0, false, R, C), x8_t = state_->scratch(0, true, R, C);
+    state_->quantize(x_, x8, &x8_t, x.view({R, C}), x_split);  // the forward's codes again
+    be.fp8_matmul(dW, d8_t, dy_.scale_inv, x8_t, x_.scale_inv, nullptr, true);
+  }
   if (dbias) be.matmul_backward(nullptr, nullptr, dbias, dy, x, weight_->compute);
 }
 

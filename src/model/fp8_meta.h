@@ -26,9 +26,11 @@
 //
 // The weight is cast (with its transpose, for dgrad) once per optimizer
 // step and cached in the linear until end_iteration or
-// invalidate_weights(). The input is cast again in backward from the saved
-// high-precision activation with the same scale (same codes, no FP8 copy
-// kept per micro-batch).
+// invalidate_weights(). The input's transpose (the wgrad operand) comes
+// from the forward's cast when the caller keeps it per micro-batch
+// (keep_input: one cast-transpose pass in forward, none in backward);
+// otherwise backward casts the saved high-precision input again with the
+// same scale (the same codes).
 #pragma once
 
 #include <cstdint>
@@ -62,15 +64,30 @@ class Fp8Linear {
  public:
   Fp8Linear(Fp8State& state, int index, const Param& weight);
 
-  // y (N, OC) = x (N, IC) W^T (+ bias, of y's dtype; null: none).
+  // The kept input of the current micro-batch (keep_input): x's FP8
+  // transpose (IC, N) and the inverse scale it was cast with (one f32,
+  // 16-byte aligned; under tensorwise scaling another micro-batch's forward
+  // may change the linear's scale before this one's backward).
+  struct KeptInput {
+    Tensor x_t, scale_inv;
+  };
+  // Where forward writes (and wgrad reads) the input's FP8 transpose from
+  // now on (the caller binds each micro-batch's before its passes); an
+  // undefined x_t (or KeptInput{}): wgrad casts x again.
+  void keep_input(KeptInput kept) { kept_ = std::move(kept); }
+  bool keeps_input() const { return kept_.x_t.defined(); }
+
+  // y (N, OC) = x (N, IC) W^T (+ bias, of y's dtype; null: none); with
+  // fast accumulation into a bf16/f16 y, as Transformer Engine's forward GEMM.
   void forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* bias);
   // Casts dy (N, OC) and its transpose in the gradient format (kept for
   // wgrad until another linear's backward casts its dy).
   void quantize_grad(const Tensor& dy, bool dy_split);
   // dx (N, IC) = dy W from the last quantize_grad of this linear.
   void dgrad(Tensor& dx);
-  // dW (OC, IC) += dy^T x, x cast again with its forward scale; then dbias
-  // += column sums of dy in high precision (when given).
+  // dW (OC, IC) += dy^T x, x's transpose kept from forward (keep_input) or
+  // cast again with its forward scale; then dbias += column sums of dy in
+  // high precision (when given). With a kept input x gives only its shape.
   void wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Tensor& x, bool x_split);
   void invalidate_weight() { weight_valid_ = false; }
   int index() const { return index_; }
@@ -86,6 +103,7 @@ class Fp8Linear {
   Fp8TensorMeta x_, w_, dy_;
   Tensor w8_, w8_t_;  // (OC, IC), (IC, OC) E4M3: the cached FP8 weight
   bool weight_valid_ = false;
+  KeptInput kept_;
 };
 
 // The FP8 state of one pipeline stage (model chunk): the metas of its FP8
@@ -131,10 +149,13 @@ class Fp8State {
   const Fp8Linear* grad_owner = nullptr;  // whose dy the scratch holds
 
  private:
-  struct Group {  // the metas of one dtype
+  // The metas of one dtype: tensor m at element kMetaStride * m (16-byte
+  // aligned scales), the M tensors updated and reduced at once.
+  static constexpr int64_t kMetaStride = 4;
+  struct Group {
     DType dtype;
     float fp8_max;
-    Tensor scale, scale_inv, amax, history;  // (M), (M), (M), (M, H)
+    Tensor scale, scale_inv, amax, history;  // (S M), (S M), (S M), (S M, H) with S = kMetaStride
   };
   void make_group(Group& g, DType dtype, int64_t m);
 
@@ -142,7 +163,7 @@ class Fp8State {
   backend::Backend* be_;
   comm::Communicator* tp_;
   int num_linears_;
-  Group fwd_, bwd_;  // fwd: x and W of linear i at 2i, 2i+1; bwd: dy of linear i at i
+  Group fwd_, bwd_;  // fwd: x and W of linear i at tensors 2i, 2i+1; bwd: dy of linear i at tensor i
   std::vector<std::unique_ptr<Fp8Linear>> linears_;
   Tensor scratch_[2][2];  // [x | dy][plain | transposed], grown as needed
 };

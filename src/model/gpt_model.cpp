@@ -93,6 +93,13 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                     "use a --seq-length divisible by --tensor-model-parallel-size, or drop --sequence-parallel",
                     "--sequence-parallel needs --seq-length {} divisible by --tensor-model-parallel-size {}",
                     config_.seq_length, tp);
+  const int cp = stage_.cp_size();  // each cp rank's T / cp rows are what sequence parallelism splits
+  TRIPOD_CHECK_HINT(!tp_.sequence_parallel || (config_.seq_length / cp) % tp == 0,
+                    "use a --seq-length divisible by --tensor-model-parallel-size x --context-parallel-size, or drop "
+                    "--sequence-parallel",
+                    "--sequence-parallel needs --seq-length {} / --context-parallel-size {} divisible by "
+                    "--tensor-model-parallel-size {}",
+                    config_.seq_length, cp, tp);
   // Keep the parameters this stage holds. The tied output layer reuses the
   // word embedding, so the last stage holds a copy of it too (Megatron).
   std::vector<ParamSpec> mine;
@@ -193,16 +200,16 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
                        const ParamHook* before_use) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
   // Dropout only while training (forward with grad).
-  const LayerDropout drop{with_grad ? config_.hidden_dropout : 0.f, dropout_seed, dropout_counter(acts)};
+  const LayerDropout drop{with_grad ? config_.hidden_dropout : 0.f, dropout_seed, dropout_counter(acts),
+                          dropout_runs(acts)};
   auto use = [&](int g) {
     if (before_use && *before_use && g >= 0) (*before_use)(groups_[static_cast<size_t>(g)]);
   };
   if (stage_.pre_process) {
     use(embedding_group_);
-    embedding_.forward(be_, acts.input, acts.tokens, ws_->full_b);
+    embedding_.forward(be_, acts.input, acts.tokens, ws_->full_b, cp_position_rows());
     if (config_.hidden_dropout > 0 && with_grad)
-      be_.dropout_forward(acts.input, acts.input, config_.hidden_dropout,
-                          backend::mix64(dropout_seed, 0xE3B0), dropout_counter(acts));
+      apply_dropout(be_, acts.input, acts.input, drop, backend::mix64(dropout_seed, 0xE3B0), false);
   }
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
@@ -266,6 +273,51 @@ uint64_t GptModel::dropout_counter(const MicroBatchActs& mb) const {
   return static_cast<uint64_t>((mb.sample_offset * mb.T + rows_before) * config_.hidden_size);
 }
 
+// Context parallelism: the local rows are two runs of c = T_local / 2 rows
+// per sample (NOTE [Load-balanced chunks]), each contiguous in the global
+// element order; under sequence parallelism this tp rank holds a slice of
+// the local rows, so the runs are cut to it.
+std::vector<DropoutRun> GptModel::dropout_runs(const MicroBatchActs& mb) const {
+  std::vector<DropoutRun> runs;
+  if (stage_.cp_size() <= 1 || config_.hidden_dropout <= 0) return runs;
+  const CpChunks chunks{stage_.cp_size(), stage_.cp_rank(), mb.T * stage_.cp_size()};
+  const int64_t c = chunks.chunk(), C = config_.hidden_size, n = local_rows(mb.B, mb.T);
+  const int64_t lo = tp_.sequence_parallel ? stage_.tp_rank() * n : 0, hi = lo + n;
+  for (int64_t b = 0; b < mb.B; ++b)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t first = b * mb.T + h * c, start = std::max(first, lo), end = std::min(first + c, hi);
+      if (start >= end) continue;
+      const int64_t global_row = (mb.sample_offset + b) * chunks.seq_length + chunks.half_start(h) + (start - first);
+      runs.push_back({start - lo, end - start, static_cast<uint64_t>(global_row * C)});
+    }
+  return runs;
+}
+
+// The learned position embedding's rows of this rank's local rows, gathered
+// from the table (context parallelism only; null otherwise).
+const Tensor* GptModel::cp_position_rows() {
+  Param* wpe = embedding_.position();
+  if (stage_.cp_size() <= 1 || !wpe) return nullptr;
+  const CpChunks chunks{stage_.cp_size(), stage_.cp_rank(), ws_->T * stage_.cp_size()};
+  const int64_t c = chunks.chunk();
+  for (int h = 0; h < 2; ++h) {
+    Tensor dst = ws_->cp_wpe.narrow(h * c, c);
+    be_.copy(dst, wpe->compute.narrow(chunks.half_start(h), c));
+  }
+  return &ws_->cp_wpe;
+}
+
+// The position gradient of the local rows, added to the table's rows.
+void GptModel::add_cp_position_grad() {
+  Param* wpe = embedding_.position();
+  const CpChunks chunks{stage_.cp_size(), stage_.cp_rank(), ws_->T * stage_.cp_size()};
+  const int64_t c = chunks.chunk();
+  for (int h = 0; h < 2; ++h) {
+    Tensor g = wpe->grad.narrow(chunks.half_start(h), c);
+    be_.add(g, g, ws_->cp_dwpe.narrow(h * c, c));
+  }
+}
+
 void GptModel::reduce_sequence_parallel_grads() {
   for (auto& p : params_->params())
     if (has_partial_sp_grad(p)) parallel::tensor_model_parallel_all_reduce(tp_.group, p.grad);
@@ -274,7 +326,7 @@ void GptModel::reduce_sequence_parallel_grads() {
 void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_t dropout_seed,
                         const ParamHook* grads_ready) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
-  const LayerDropout drop{config_.hidden_dropout, dropout_seed, dropout_counter(acts)};
+  const LayerDropout drop{config_.hidden_dropout, dropout_seed, dropout_counter(acts), dropout_runs(acts)};
   auto ready = [&](int g) {
     if (grads_ready && *grads_ready && g >= 0) (*grads_ready)(groups_[static_cast<size_t>(g)]);
   };
@@ -304,9 +356,14 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
   }
   if (stage_.pre_process) {
     if (config_.hidden_dropout > 0)
-      be_.dropout_backward(dres, dres, config_.hidden_dropout, backend::mix64(dropout_seed, 0xE3B0),
-                           dropout_counter(acts));
-    embedding_.backward(be_, dres, acts.tokens, ws_->full_b);
+      apply_dropout(be_, dres, dres, drop, backend::mix64(dropout_seed, 0xE3B0), true);
+    if (Tensor* dpos = stage_.cp_size() > 1 && embedding_.position() ? &ws_->cp_dwpe : nullptr) {
+      be_.zero(*dpos);
+      embedding_.backward(be_, dres, acts.tokens, ws_->full_b, dpos);
+      add_cp_position_grad();
+    } else {
+      embedding_.backward(be_, dres, acts.tokens, ws_->full_b);
+    }
     ready(embedding_group_);
   } else {
     be_.copy(acts.grad_input, dres);

@@ -118,6 +118,11 @@ class GptModel {
   // Global element index of this rank's first residual element of the
   // micro-batch: the same dropout mask at every layout.
   uint64_t dropout_counter(const MicroBatchActs& mb) const;
+  // Context parallelism (model/context_parallel.h): the dropout runs of the
+  // local rows, and the learned position embedding's local rows and gradient.
+  std::vector<DropoutRun> dropout_runs(const MicroBatchActs& mb) const;
+  const Tensor* cp_position_rows();
+  void add_cp_position_grad();
 
   GptConfig config_;
   StageConfig stage_;

@@ -35,6 +35,10 @@ struct StageConfig {
   // the tp size and rank for the model, its layers and its ParamStore.
   comm::Communicator* tp = nullptr;
   bool sequence_parallel = false;    // --sequence-parallel (ignored at tp size 1, as Megatron)
+  // The context-parallel process group (null: cp size 1): this rank holds
+  // 1/cp of every sequence (model/context_parallel.h); the micro-batch's T
+  // is then the local T / cp rows, seq_length the whole sequence.
+  comm::Communicator* cp = nullptr;
   int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
   // Dtype of the weights used for compute and of the activations (--bf16,
   // --fp16). Master weights, gradients and statistics stay f32.
@@ -45,6 +49,8 @@ struct StageConfig {
   int64_t loss_chunk_bytes = int64_t(1) << 30;
 
   int tp_size() const { return tp ? tp->size() : 1; }
+  int cp_size() const { return cp ? cp->size() : 1; }
+  int cp_rank() const { return cp ? cp->rank() : 0; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
   // Sequence parallelism in effect (asked for, and tp size > 1).
   bool sequence_parallel_active() const { return sequence_parallel && tp_size() > 1; }

@@ -135,10 +135,11 @@ void RowParallelLinear::backward_dgelu(backend::Backend& be, Tensor& dpre, const
 }
 
 void VocabParallelEmbedding::forward(backend::Backend& be, Tensor& out, const Tensor& tokens,
-                                     Tensor& full_buf) const {
+                                     Tensor& full_buf, const Tensor* position_rows) const {
   const int64_t B = tokens.size(0), T = tokens.size(1), C = word_->shape[1];
   // No position embedding under --position-embedding-type rope|none.
-  const Tensor* position_here = (tp_.rank() == 0 && position_) ? &position_->compute : nullptr;
+  const Tensor* position_here =
+      (tp_.rank() == 0 && position_) ? (position_rows ? position_rows : &position_->compute) : nullptr;
   if (!tp_.active()) {
     Tensor x = out.view({B, T, C});
     be.embedding_forward(x, tokens, word_->compute, position_here, vocab_start());
@@ -155,7 +156,7 @@ void VocabParallelEmbedding::forward(backend::Backend& be, Tensor& out, const Te
 }
 
 void VocabParallelEmbedding::backward(backend::Backend& be, const Tensor& dout, const Tensor& tokens,
-                                      Tensor& full_buf) const {
+                                      Tensor& full_buf, Tensor* dposition_rows) const {
   const int64_t B = tokens.size(0), T = tokens.size(1), C = word_->shape[1];
   const Tensor* dfull = &reduce_from_tensor_model_parallel_region_backward(dout);
   if (tp_.sequence_parallel) {
@@ -163,7 +164,8 @@ void VocabParallelEmbedding::backward(backend::Backend& be, const Tensor& dout, 
     dfull = &full_buf;
   }
   Tensor d = dfull->view({B, T, C});
-  be.embedding_backward(&word_->grad, position_ ? &position_->grad : nullptr, d, tokens, vocab_start());
+  Tensor* dpos = position_ ? (dposition_rows ? dposition_rows : &position_->grad) : nullptr;
+  be.embedding_backward(&word_->grad, dpos, d, tokens, vocab_start());
 }
 
 void VocabParallelCrossEntropy::forward(backend::Backend& be, Tensor& losses, const Tensor& logits,

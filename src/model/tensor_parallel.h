@@ -81,6 +81,7 @@ class ColumnParallelLinear {
   // FP8 GEMMs through `fp8` (null: the compute dtype's matmuls).
   void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
   bool fp8() const { return fp8_ != nullptr; }
+  Fp8Linear* fp8_linear() const { return fp8_; }
 
  private:
   Param* weight_ = nullptr;
@@ -112,6 +113,7 @@ class RowParallelLinear {
   // FP8 GEMMs through `fp8` (null: the compute dtype's matmuls).
   void use_fp8(Fp8Linear* fp8) { fp8_ = fp8; }
   bool fp8() const { return fp8_ != nullptr; }
+  Fp8Linear* fp8_linear() const { return fp8_; }
 
  private:
   const Tensor& full_output_grad(const Tensor& dy, Tensor& full_buf) const;
@@ -142,11 +144,18 @@ class VocabParallelEmbedding {
 
   // out (N_sp or N, C) from tokens (B, T); full_buf (N, C) holds the
   // partial sums when tp is active.
-  void forward(backend::Backend& be, Tensor& out, const Tensor& tokens, Tensor& full_buf) const;
+  // position_rows (optional, context parallelism): the position embedding's
+  // rows of this rank's local rows t (T, C), in place of the table's rows 0..T-1.
+  void forward(backend::Backend& be, Tensor& out, const Tensor& tokens, Tensor& full_buf,
+               const Tensor* position_rows = nullptr) const;
   // Accumulates d word and d position from dout (N_sp or N, C). Backward of
   // the sum is the identity (or an all-gather into full_buf under SP):
   // every rank sees the full gradient, so d position is complete everywhere.
-  void backward(backend::Backend& be, const Tensor& dout, const Tensor& tokens, Tensor& full_buf) const;
+  // dposition_rows (optional, with position_rows): d position goes there
+  // (+=, by local row) instead of into the table's gradient.
+  void backward(backend::Backend& be, const Tensor& dout, const Tensor& tokens, Tensor& full_buf,
+                Tensor* dposition_rows = nullptr) const;
+  Param* position() const { return position_; }
 
  private:
   Param* word_ = nullptr;

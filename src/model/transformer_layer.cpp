@@ -78,6 +78,12 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   if (!c.rmsnorm()) a.ln2_mean = f32({Ns});
   a.fc1 = act({N, F1_tp});
   a.gelu = act({N, F_tp});
+  if (fp8()) {
+    const int64_t in_width[4] = {C, C_tp, C, F_tp};  // qkv, proj, fc1, fc2 (qkv, fc1: gathered under SP)
+    Tensor scale_inv = be_->empty({16}, DType::F32);  // 16-byte aligned slots
+    for (int k = 0; k < 4; ++k)
+      a.fp8_in[k] = {be_->empty({in_width[k], N}, DType::E4M3), scale_inv.flat(4 * k, {1})};
+  }
   return a;
 }
 
@@ -86,7 +92,25 @@ size_t LayerActs::bytes() const {
   for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1,
                           &gelu, &out})
     if (t->defined()) n += t->nbytes();
+  for (const Fp8Linear::KeptInput& k : fp8_in)
+    if (k.x_t.defined()) n += k.x_t.nbytes();
   return n;
+}
+
+void apply_dropout(backend::Backend& be, Tensor& out, const Tensor& x, const LayerDropout& d, uint64_t key,
+                   bool backward) {
+  auto one = [&](Tensor& o, const Tensor& i, uint64_t counter) {
+    if (backward) be.dropout_backward(o, i, d.p, key, counter);
+    else be.dropout_forward(o, i, d.p, key, counter);
+  };
+  if (d.runs.empty()) return one(out, x, d.counter);
+  const int64_t C = x.size(-1), rows = x.numel() / C;
+  const Tensor xr = x.view({rows, C});
+  Tensor outr = out.view({rows, C});
+  for (const DropoutRun& r : d.runs) {
+    Tensor o = outr.narrow(r.row, r.rows);
+    one(o, xr.narrow(r.row, r.rows), r.counter);
+  }
 }
 
 // Dropout stream of (layer, site): site 0 after attention, 1 after the MLP.
@@ -94,7 +118,21 @@ uint64_t TransformerLayer::dropout_key(uint64_t seed, int site) const {
   return backend::mix64(seed, static_cast<uint64_t>(layer_number_) * 2 + static_cast<uint64_t>(site) + 1);
 }
 
+void TransformerLayer::bind_fp8(const LayerActs& a) const {
+  if (!fp8()) return;
+  linear_qkv_.fp8_linear()->keep_input(a.fp8_in[0]);
+  linear_proj_.fp8_linear()->keep_input(a.fp8_in[1]);
+  linear_fc1_.fp8_linear()->keep_input(a.fp8_in[2]);
+  linear_fc2_.fp8_linear()->keep_input(a.fp8_in[3]);
+}
+
+const Tensor& TransformerLayer::wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const {
+  if (!linear.fp8() || !linear.fp8_linear()->keeps_input()) return linear.input(ln, ws.full_a);
+  return stage_->sequence_parallel_active() ? ws.full_a : ln;
+}
+
 void TransformerLayer::forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const {
+  bind_fp8(a);
   const Tensor& attn_out = attention_forward(x, a, ws, d);
   mlp_forward(x, attn_out, a, ws, d);
 }
@@ -103,11 +141,12 @@ void TransformerLayer::recompute(const Tensor& x, LayerActs& a, Workspace& ws, c
   if (stage_->recompute == Recompute::Full)
     forward(x, a, ws, d);
   else if (stage_->recompute == Recompute::Selective)
-    attention_core_forward(a);
+    attention_core_forward(a, ws);
 }
 
 void TransformerLayer::backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
                                 const LayerDropout& d) const {
+  bind_fp8(a);
   mlp_backward(a, dres, ws, d);
   attention_backward(x, a, dres, ws, d);
 }
@@ -117,14 +156,14 @@ void TransformerLayer::backward(const Tensor& x, LayerActs& a, Tensor& dres, Wor
 // RMSNorm backward has no such output: its forward runs again, the same
 // values bit for bit).
 void TransformerLayer::norm_backward(Tensor& dres, Param* weight, Param* bias, const Tensor& dln, const Tensor& inp,
-                                     const Tensor& mean, Tensor& rstd, Tensor& ln) const {
+                                     const Tensor& mean, Tensor& rstd, Tensor* ln) const {
   backend::Backend& be = *be_;
   if (config_->rmsnorm()) {
     be.rmsnorm_backward(dres, weight->grad, dln, inp, weight->compute, rstd);
-    be.rmsnorm_forward(ln, rstd, inp, weight->compute, config_->layernorm_epsilon);
+    if (ln) be.rmsnorm_forward(*ln, rstd, inp, weight->compute, config_->layernorm_epsilon);
   } else {
-    be.layernorm_backward(dres, weight->grad, bias->grad, dln, inp, weight->compute, mean, rstd, &ln,
-                          &bias->compute);
+    be.layernorm_backward(dres, weight->grad, bias->grad, dln, inp, weight->compute, mean, rstd, ln,
+                          ln ? &bias->compute : nullptr);
   }
 }
 
@@ -141,15 +180,23 @@ Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Works
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P.input_layernorm_weight->compute,
                          P.input_layernorm_bias->compute, c.layernorm_epsilon);
   linear_qkv_.forward(be, a.qkv, a.ln1, ws.full_a);  // ln1 gathered to (N, C) under SP
-  if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base);
-  attention_core_forward(a);
+  if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
+  attention_core_forward(a, ws);
   Tensor& attn_out = linear_proj_.forward(be, a.att, ws.full_b, ws.tmp);  // (N_sp, C)
-  if (d.p > 0) be.dropout_forward(attn_out, attn_out, d.p, dropout_key(d.seed, 0), d.counter);
+  if (d.p > 0) apply_dropout(be, attn_out, attn_out, d, dropout_key(d.seed, 0), false);
   return attn_out;
 }
 
-void TransformerLayer::attention_core_forward(LayerActs& a) const {
-  be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
+// Context parallelism's positions (NOTE [Load-balanced chunks]); null: rows 0..T-1.
+const Tensor* TransformerLayer::rope_positions(const Workspace& ws) const {
+  return stage_->cp_size() > 1 ? &ws.positions : nullptr;
+}
+
+void TransformerLayer::attention_core_forward(LayerActs& a, Workspace& ws) const {
+  if (stage_->cp_size() > 1)
+    RingAttention(*stage_->cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, ws.ring);
+  else
+    be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
 }
 
 void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
@@ -159,15 +206,21 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
   const GptConfig& c = *config_;
   const Tensor* datt_out = &dres;
   if (d.p > 0) {
-    be.dropout_backward(ws.tmp, dres, d.p, dropout_key(d.seed, 0), d.counter);
+    apply_dropout(be, ws.tmp, dres, d, dropout_key(d.seed, 0), true);
     datt_out = &ws.tmp;
   }
   linear_proj_.backward(be, ws.datt, *datt_out, a.att, ws.full_b);
-  be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
-  if (c.rope()) be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base);
+  if (stage_->cp_size() > 1)
+    RingAttention(*stage_->cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.ring);
+  else
+    be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
+  if (c.rope())
+    be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
   const Tensor& dln1 = linear_qkv_.backward_input(be, ws.dqkv, ws.full_b, ws.dln);
-  norm_backward(dres, P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd, a.ln1);
-  linear_qkv_.backward_weight(be, ws.dqkv, linear_qkv_.input(a.ln1, ws.full_a));
+  const bool kept = linear_qkv_.fp8() && linear_qkv_.fp8_linear()->keeps_input();
+  norm_backward(dres, P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd,
+                kept ? nullptr : &a.ln1);
+  linear_qkv_.backward_weight(be, ws.dqkv, wgrad_input(linear_qkv_, a.ln1, ws));
 }
 
 // ---- MLP: out = res1 + drop(fc2(act(fc1(ln2(res1))))) ----
@@ -192,7 +245,7 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     linear_fc1_.forward_gelu(be, a.gelu, a.fc1, a.ln2, ws.full_a);  // fc1 keeps the pre-GELU values
   }
   Tensor& mlp_out = linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
-  if (d.p > 0) be.dropout_forward(mlp_out, mlp_out, d.p, dropout_key(d.seed, 1), d.counter);
+  if (d.p > 0) apply_dropout(be, mlp_out, mlp_out, d, dropout_key(d.seed, 1), false);
   be.add(a.out, a.res1, mlp_out);
 }
 
@@ -201,7 +254,7 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
   const LayerParams& P = params_;
   const Tensor* dmlp = &dres;
   if (d.p > 0) {
-    be.dropout_backward(ws.tmp, dres, d.p, dropout_key(d.seed, 1), d.counter);
+    apply_dropout(be, ws.tmp, dres, d, dropout_key(d.seed, 1), true);
     dmlp = &ws.tmp;
   }
   if (config_->swiglu) {
@@ -211,9 +264,10 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
     linear_fc2_.backward_dgelu(be, ws.dfc1, *dmlp, a.gelu, a.fc1, ws.full_b);  // GELU backward folded in
   }
   const Tensor& dln2 = linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
+  const bool kept = linear_fc1_.fp8() && linear_fc1_.fp8_linear()->keeps_input();
   norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd,
-                a.ln2);
-  linear_fc1_.backward_weight(be, ws.dfc1, linear_fc1_.input(a.ln2, ws.full_a));  // re-gathered under SP
+                kept ? nullptr : &a.ln2);
+  linear_fc1_.backward_weight(be, ws.dfc1, wgrad_input(linear_fc1_, a.ln2, ws));  // re-gathered under SP
 }
 
 }  // namespace tripod::model

@@ -18,9 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/ops.h"
 #include "config/gpt_config.h"
+#include "model/context_parallel.h"
 #include "model/layer_params.h"
 #include "model/stage_config.h"
 #include "model/tensor_parallel.h"
@@ -43,6 +45,10 @@ struct LayerActs {
   Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
   Tensor out;                      // (N_sp,C) layer output (residual after MLP)
+  // FP8 layers (without full recomputation): the FP8 transposes of the
+  // inputs of qkv, proj, fc1, fc2 as cast in forward, for the weight
+  // gradients (model/fp8_meta.h, Fp8Linear::keep_input).
+  Fp8Linear::KeptInput fp8_in[4];
   size_t bytes() const;            // activation bytes held
 };
 
@@ -50,11 +56,23 @@ struct LayerActs {
 // none, e.g. a forward without grad), the step's seed, and the global
 // element index of this rank's first residual element (the same mask at
 // every layout).
+// Under context parallelism this rank's residual rows are not one run of
+// the global elements (model/context_parallel.h): `runs` then lists the
+// contiguous runs, rows [row, row + rows) at global element `counter`.
+struct DropoutRun {
+  int64_t row = 0, rows = 0;
+  uint64_t counter = 0;
+};
 struct LayerDropout {
   float p = 0.f;
   uint64_t seed = 0;
   uint64_t counter = 0;
+  std::vector<DropoutRun> runs;  // empty: one run from `counter`
 };
+
+// dropout_forward (or _backward) of x (rows, C) into out with d's runs and key.
+void apply_dropout(backend::Backend& be, Tensor& out, const Tensor& x, const LayerDropout& d, uint64_t key,
+                   bool backward);
 
 class TransformerLayer {
  public:
@@ -93,15 +111,22 @@ class TransformerLayer {
   // the MLP half's forward writes a.out. Their backward passes take d out
   // (d res1) in dres and leave the norm's d input in it.
   Tensor& attention_forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const;
-  void attention_core_forward(LayerActs& a) const;
+  void attention_core_forward(LayerActs& a, Workspace& ws) const;
   void attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const;
   void mlp_forward(const Tensor& x, const Tensor& attn_out, LayerActs& a, Workspace& ws,
                    const LayerDropout& d) const;
   void mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const;
   // The LayerNorm (or RMSNorm) backward into dres, writing the norm's output
-  // ln again (NOTE [LayerNorm outputs]).
+  // ln again when given (NOTE [LayerNorm outputs]; an FP8 linear that kept
+  // its input's transpose needs none).
   void norm_backward(Tensor& dres, Param* weight, Param* bias, const Tensor& dln, const Tensor& inp,
-                     const Tensor& mean, Tensor& rstd, Tensor& ln) const;
+                     const Tensor& mean, Tensor& rstd, Tensor* ln) const;
+  // Points the FP8 linears at this micro-batch's kept input transposes.
+  void bind_fp8(const LayerActs& a) const;
+  // The column-parallel input's gathered (N, C) tensor for backward_weight:
+  // the norm output re-gathered, or when the FP8 linear kept its
+  // transpose, a buffer of that shape (the values are not read).
+  const Tensor& wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const;
   uint64_t dropout_key(uint64_t seed, int site) const;
 
   const GptConfig* config_;
@@ -111,6 +136,7 @@ class TransformerLayer {
   backend::Backend* be_;
   int num_heads_tp_;   // NH / tp
   int kv_groups_tp_;   // G / tp under grouped-query attention; 0 (= NH_tp) otherwise
+  const Tensor* rope_positions(const Workspace& ws) const;
   ColumnParallelLinear linear_qkv_;
   RowParallelLinear linear_proj_;
   ColumnParallelLinear linear_fc1_;

@@ -17,6 +17,7 @@
 
 #include "backend/ops.h"
 #include "config/gpt_config.h"
+#include "model/context_parallel.h"
 #include "model/stage_config.h"
 #include "model/transformer_layer.h"
 
@@ -42,6 +43,12 @@ struct Workspace {
   // Recompute: the activations of the layer being recomputed (full: all but
   // `out`; selective: att and lse only). Shapes as LayerActs.
   LayerActs recomputed;
+  // Context parallelism (cp > 1): the K/V ring's blocks (model/context_parallel.h),
+  // the positions of the local rows (i32 (T): RoPE), and the learned position
+  // embedding's local rows and their gradient ((T, C), GPT-2).
+  RingBuffers ring;
+  Tensor positions;
+  Tensor cp_wpe, cp_dwpe;
 
   // The buffers a layer's forward/backward work on: the stored ones, with
   // the workspace standing in for what recompute does not keep (handles
@@ -114,6 +121,21 @@ struct Workspace {
     if (s.recompute != Recompute::None) {
       recomputed.att = act({b, t, C_tp});
       recomputed.lse = f32({b, NH_tp, t});
+    }
+    if (s.cp_size() > 1) {
+      const int64_t KV_tp = 2 * (c.query_groups() / tp) * c.head_size();
+      for (Tensor* k : {&ring.kv[0], &ring.kv[1], &ring.dkv[0], &ring.dkv[1], &ring.dkv_block})
+        *k = act({b, t, KV_tp});
+      const CpChunks chunks{s.cp_size(), s.cp_rank(), t * s.cp_size()};
+      Tensor host = Tensor::empty({t}, DType::I32);
+      for (int64_t i = 0; i < t; ++i) host.data<int32_t>()[i] = static_cast<int32_t>(chunks.position(i));
+      positions = be.empty({t}, DType::I32);
+      be.copy(positions, host);
+      be.synchronize();
+      if (c.learned_positions()) {
+        cp_wpe = act({t, C});
+        cp_dwpe = be.empty({t, C}, s.compute_dtype == DType::F64 ? DType::F64 : DType::F32);
+      }
     }
     if (s.recompute == Recompute::Full) {
       LayerActs& r = recomputed;

@@ -19,7 +19,20 @@ ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout) 
   pg.pp = ctx.new_group(layout.pp_groups(), "pp");
   pg.mp = ctx.new_group(layout.mp_groups(), "mp");
   pg.embd = ctx.new_group(layout.embd_groups(), "embd");
+  if (layout.cp > 1) {
+    pg.cp = ctx.new_group(layout.cp_groups(), "cp");
+    pg.dp_cp = ctx.new_group(layout.dp_cp_groups(), "dp_cp");
+  } else {
+    pg.cp = ctx.new_group(layout.cp_groups(), "cp");  // groups of one: local, no traffic
+    pg.dp_cp = pg.dp;
+  }
   return pg;
+}
+
+ProcessGroups data_parallel_view(const ProcessGroups& pg) {
+  ProcessGroups v = pg;
+  if (pg.dp_cp) v.dp = pg.dp_cp;
+  return v;
 }
 
 CommTimers time_communication(ProcessGroups& pg) {
@@ -29,7 +42,10 @@ CommTimers time_communication(ProcessGroups& pg) {
   };
   wrap(pg.tp, t.tp);
   wrap(pg.embd, t.tp);
+  const bool same = pg.dp_cp == pg.dp;
   wrap(pg.dp, t.dp);
+  if (same) pg.dp_cp = pg.dp;
+  else wrap(pg.dp_cp, t.dp);
   return t;
 }
 

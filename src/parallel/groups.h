@@ -29,12 +29,19 @@ struct ProcessGroups {
   std::shared_ptr<comm::Communicator> dp;    // data-parallel replicas
   std::shared_ptr<comm::Communicator> mp;    // tp x pp: one whole model replica
   std::shared_ptr<comm::Communicator> embd;  // first + last stage; null on middle stages
+  // Context parallelism (--context-parallel-size): the ranks that share one
+  // sequence (the ring attention passes K/V around), and dp x cp, where
+  // gradients and the loss are reduced. At cp 1, cp is a group of one and
+  // dp_cp is dp itself (the same communicator).
+  std::shared_ptr<comm::Communicator> cp;
+  std::shared_ptr<comm::Communicator> dp_cp;
   int global_rank = 0;
   Layout layout;
 };
 
 // Collective over the world: every rank calls it with the same layout.
-// Groups are made in the order world, tp, dp, pp, mp, embd.
+// Groups are made in the order world, tp, dp, pp, mp, embd, then cp and
+// dp_cp (only when cp > 1, so layouts without cp create what they did).
 ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout);
 
 // Host time blocked in communication, per kind, for the iteration time
@@ -46,6 +53,11 @@ struct CommTimers {
   std::shared_ptr<comm::CommTimer> tp = std::make_shared<comm::CommTimer>();
   std::shared_ptr<comm::CommTimer> dp = std::make_shared<comm::CommTimer>();
 };
+
+// The groups data parallelism works on: pg with dp replaced by dp_cp, so
+// distributed/ (buckets, the distributed optimizer's shards, the loss and
+// FP8 amax reductions) reduces over dp x cp without knowing about cp.
+ProcessGroups data_parallel_view(const ProcessGroups& pg);
 
 // Replaces pg.tp, pg.embd and pg.dp by timing decorators
 // (comm/timed_communicator.h) where the group has more than one rank, so

@@ -29,6 +29,7 @@ void check_finalized(const GptConfig& m) {
 
 std::string Layout::str() const {
   std::string s = fmt::format("tp{} pp{} dp{}", tp, pp, dp);
+  if (cp > 1) s += fmt::format(" cp{}", cp);
   if (vpp > 1) s += fmt::format(" vpp{}", vpp);
   s += fmt::format(" mbs{}", micro_batch);
   if (sp()) s += " sp";
@@ -195,6 +196,23 @@ std::vector<int> chunk_slot_peaks(int pp, int vpp, int64_t m, int rank) {
   return peak;
 }
 
+Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, int64_t first_layer,
+                          int64_t num_layers) {
+  Fp8Bytes f;
+  if (!m.fp8.enabled()) return f;
+  int64_t fp8_layers = 0;
+  for (int64_t i = first_layer; i < std::min(first_layer + num_layers, m.num_layers); ++i)
+    fp8_layers += m.layer_spec(i).fp8 ? 1 : 0;
+  if (fp8_layers == 0) return f;
+  const double N = double(b * m.seq_length), C = double(m.hidden_size), F = double(m.ffn_hidden_size);
+  const double Q = double(m.qkv_width()), F1 = double(m.fc1_width()), t = tp, n = double(fp8_layers);
+  f.weights = n * 2.0 * C * (Q + C + F1 + F) / t;
+  if (r != Recompute::Full) f.per_microbatch = n * (N * (C + C / t + C + F / t) + 64.0);
+  const double x = N * std::max(C, F / t);
+  f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  return f;
+}
+
 static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const MemoryOptions& o, MemoryBreakdown& mb) {
   const int act = act_bytes_of(l.dtype);
   const bool post = stage == l.pp - 1;
@@ -206,30 +224,61 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
   // last chunk of the last stage also the loss head's.
   const std::vector<int> peaks = chunk_slot_peaks(l.pp, l.vpp, l.num_microbatches(), stage);
   mb.activations = 0;
+  double fp8_fixed = 0;  // FP8 weight copies and cast scratch (Fp8Bytes)
+  const int64_t chunk_layers = int64_t(layers) / l.vpp;
   for (int c = 0; c < l.vpp; ++c) {
     const double slots = peaks[size_t(c)];
     mb.activations += slots * (layers / l.vpp * layer + input);
     if (post && c == l.vpp - 1) mb.activations += slots * head;
+    // Chunk c of pipeline rank `stage` holds global layers from (c pp + stage) x chunk_layers.
+    const Fp8Bytes f8 = tripod_fp8_bytes(m, l.micro_batch, l.tp, l.recompute,
+                                         (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers);
+    mb.activations += slots * f8.per_microbatch;
+    fp8_fixed += f8.weights + f8.scratch;
   }
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute, l.dtype);
   const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute, l.dtype) - chunk_ws;
-  mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0);
+  mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0) + fp8_fixed;
   if (o.cuda) mb.workspace += double(32ll << 20) + cudnn_dq_workspace_bytes(m, l.micro_batch, l.tp, l.dtype, o.deterministic);
   mb.reserved = (o.workspace_fixed_gib < 0 ? 1.0 : o.workspace_fixed_gib) * double(1ll << 30);
 }
 
-MemoryBreakdown estimate_memory(const GptConfig& m, const Layout& l, const MemoryOptions& o) {
-  check_finalized(m);
+GptConfig local_sequence(const GptConfig& m, int cp) {
+  GptConfig c = m;
+  if (cp > 1) c.seq_length = m.seq_length / cp;
+  return c;
+}
+
+// Context parallelism's K/V ring (model/context_parallel.h) per model chunk:
+// two K/V blocks in flight, two dK/dV accumulators and one block's dK/dV,
+// each (b, s/cp, 2 G/t HS); the first stage also gathers the learned
+// position embedding's local rows and their f32 gradient. m: local_sequence's.
+static double cp_ring_workspace_bytes(const GptConfig& m, const Layout& l, int stage) {
+  if (l.cp <= 1) return 0.0;
+  const double act = l.dtype == DType::F32 ? 4.0 : 2.0, rows = double(l.micro_batch * m.seq_length);
+  const double kv = rows * 2.0 * double(m.query_groups() / l.tp) * double(m.head_size());
+  double n = double(l.vpp) * 5.0 * act * kv;
+  if (stage == 0 && m.learned_positions()) n += double(m.seq_length) * double(m.hidden_size) * (act + 4.0);
+  return n;
+}
+
+MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const MemoryOptions& o) {
+  check_finalized(full);
+  // Under context parallelism every activation and scratch buffer holds the
+  // rank's s/cp rows of each sequence; the parameters are whole, and the
+  // distributed optimizer shards over dp x cp.
+  const GptConfig m = local_sequence(full, l.cp);
   MemoryBreakdown best;
   for (int stage : {0, l.pp - 1}) {
     MemoryBreakdown mb;
     mb.stage = stage;
     mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
-    mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.dp,
+    mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.dp * l.cp,
                                                      o.model == MemoryModelKind::kTripod);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param;
     if (o.model == MemoryModelKind::kTripod) {
       tripod_stage(m, l, stage, o, mb);
+      mb.workspace += cp_ring_workspace_bytes(m, l, stage);
     } else {
       mb.activations = stage_activations(m, l, stage);
       const double fixed = o.workspace_fixed_gib < 0 ? 2.0 : o.workspace_fixed_gib;

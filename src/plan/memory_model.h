@@ -82,6 +82,9 @@ struct MemoryBreakdown {
 // reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and,
 // at fp32 too, an f32 value shard: kept + 16/DP for every precision.
 double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, bool tripod = false);
+// The model as one context-parallel rank runs it: seq_length / cp rows of
+// every sequence (cp 1: m itself). The memory and time models read it.
+GptConfig local_sequence(const GptConfig& m, int cp);
 
 // Parameters held by one GPU of pipeline stage `stage` (0..pp-1), with even
 // layer split and TP sharding of the linear layers and the vocabulary.
@@ -160,8 +163,30 @@ double tripod_model_workspace_bytes(const GptConfig& m, int64_t micro_batch, int
 double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp, DType dtype,
                                 bool deterministic = false);
 
+// tripod model, FP8 (--fp8-format, docs/fp8.md): what the FP8 layers among
+// the global layers [first_layer, first_layer + num_layers) of one model
+// chunk add (GptConfig::layer_spec(i).fp8 says which), per tp rank, with
+// N = b s, Q, F1 the qkv and fc1 widths:
+//   weights     the FP8 copy of each linear's weight and of its transpose,
+//               2 C (Q + C + F1 + F) / t bytes per FP8 layer;
+//   per micro-batch (not under full recompute) the FP8 transposes of the
+//               four linears' inputs kept from forward for the weight
+//               gradients, N (C + C/t + C + F/t) bytes per FP8 layer, and
+//               their scale slots (64 bytes);
+//   scratch     the casts' buffers, once per chunk with an FP8 layer: x's
+//               FP8 copy N max(C, F/t) (and its transpose under full
+//               recompute, which casts x again in backward), dy's copy and
+//               transpose 2 N max(Q/t, C, F1/t).
+struct Fp8Bytes {
+  double weights = 0, per_microbatch = 0, scratch = 0;
+};
+Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t micro_batch, int tp, Recompute r, int64_t first_layer,
+                          int64_t num_layers);
+
 // Full estimate for the busiest stage (the larger of the first and last),
-// with the model o.model.
+// with the model o.model. The tripod model counts FP8 (Fp8Bytes): the
+// kept transposes with the activations, weights and scratch with the
+// workspace.
 MemoryBreakdown estimate_memory(const GptConfig& m, const Layout& l, const MemoryOptions& o = {});
 
 }  // namespace tripod::plan

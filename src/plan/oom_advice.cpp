@@ -72,9 +72,10 @@ std::string fitting_layouts(const Job& job, double capacity_bytes) {
 
 std::string oom_advice(const OutOfMemoryError& e, const Job& job, const JobShape& where) {
   const Layout& l = job.layout;
-  std::string s = fmt::format("rank {} (tp rank {}, pp rank {}, dp rank {}; layout tp {} pp {} dp {}) ran out of "
+  std::string s = fmt::format("rank {} (tp rank {}, pp rank {}, dp rank {}; layout tp {} pp {} dp {}{}) ran out of "
                               "memory: {} (needed {:.2f} GiB more, {:.2f} GiB already in use{})",
-                              where.rank, where.tp_rank, where.pp_rank, where.dp_rank, l.tp, l.pp, l.dp, e.message(),
+                              where.rank, where.tp_rank, where.pp_rank, where.dp_rank, l.tp, l.pp, l.dp,
+                              l.cp > 1 ? fmt::format(" cp {}", l.cp) : std::string(), e.message(),
                               gib(double(e.requested)), gib(double(e.in_use)),
                               e.capacity ? fmt::format(", device memory {:.2f} GiB", gib(double(e.capacity))) : "");
   if (e.capacity == 0) return s;  // no capacity: nothing to plan against
@@ -85,8 +86,11 @@ MemoryFit memory_fit_check(const Job& job, double capacity_bytes) {
   MemoryFit f;
   const Layout& l = job.layout;
   if (l.dp == 0) {
-    f.finding = fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", l.world_size, l.tp, l.pp);
-    f.fix = "launch a multiple of TP x PP ranks, or change the sizes\n" + fitting_layouts(job, capacity_bytes);
+    f.finding = l.cp > 1 ? fmt::format("{} GPU(s) are not a multiple of TP {} x CP {} x PP {}", l.world_size, l.tp,
+                                       l.cp, l.pp)
+                         : fmt::format("{} GPU(s) are not a multiple of TP {} x PP {}", l.world_size, l.tp, l.pp);
+    f.fix = std::string(l.cp > 1 ? "launch a multiple of TP x CP x PP ranks" : "launch a multiple of TP x PP ranks") +
+            ", or change the sizes\n" + fitting_layouts(job, capacity_bytes);
     return f;
   }
   const Candidate c = evaluate(job.model, job_machine(job, capacity_bytes), l, memory_options(job));

@@ -22,7 +22,7 @@ std::vector<int> divisors(int n) {
   return d;
 }
 
-bool is_plain_dp(const Layout& l) { return l.tp == 1 && l.pp == 1; }
+bool is_plain_dp(const Layout& l) { return l.tp == 1 && l.pp == 1 && l.cp == 1; }
 
 void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
   const Layout& l = c.layout;
@@ -40,6 +40,10 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
                             l.num_microbatches(),
                             100.0 * (l.pp - 1) / (double(l.vpp) * double(l.num_microbatches()))));
   if (l.sp()) r.push_back(fmt::format("sequence parallel: LayerNorm/dropout activations / {}", l.tp));
+  if (l.cp > 1)
+    r.push_back(fmt::format("CP{}: every sequence split {} ways (activations / {}); K/V ring {} ({:.1f} ms exposed)",
+                            l.cp, l.cp, l.cp, c.time.cp_crosses_nodes ? "crosses nodes" : "inside a node",
+                            1e3 * c.time.cp_comm));
   if (l.distributed_optimizer)
     r.push_back(fmt::format("distributed optimizer: {:.2f} instead of {:.0f} bytes/param", c.mem.bytes_per_param,
                             model_state_bytes_per_param(l.dtype, false, l.dp)));
@@ -79,12 +83,13 @@ std::string ranking_note(const std::vector<Candidate>& fits) {
 std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const SearchOptions& o) {
   std::vector<Layout> out;
   const int world = mc.world();
-  const std::vector<int> tps = o.tp > 0 ? std::vector<int>{o.tp} : divisors(world);
+  const int cp = std::max(1, o.cp);
+  const std::vector<int> tps = o.tp > 0 ? std::vector<int>{o.tp} : divisors(std::max(1, world / cp));
   for (int tp : tps) {
-    const std::vector<int> pps = o.pp > 0 ? std::vector<int>{o.pp} : divisors(std::max(1, world / tp));
+    const std::vector<int> pps = o.pp > 0 ? std::vector<int>{o.pp} : divisors(std::max(1, world / (tp * cp)));
     for (int pp : pps) {
-      if (world % (tp * pp) != 0) continue;
-      const int dp = world / (tp * pp);
+      if (world % (tp * pp * cp) != 0) continue;
+      const int dp = world / (tp * pp * cp);
       std::vector<int64_t> mbs;
       if (o.micro_batch > 0) mbs = {o.micro_batch};
       else
@@ -100,7 +105,7 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
           for (bool sp : sps)
             for (bool dopt : dos)
               for (Recompute rc : o.recompute) {
-                Layout l{config::Layout::make(world, tp, pp)};
+                Layout l{config::Layout::make(world, tp, pp, 1, cp)};
                 l.vpp = vpp, l.micro_batch = mb, l.dtype = o.dtype;
                 l.global_batch = o.global_batch, l.sequence_parallel = sp;
                 l.distributed_optimizer = dopt, l.recompute = rc;
@@ -117,8 +122,13 @@ std::string layout_rule_violation(const GptConfig& m, const Machine& mc, const L
   const int world = mc.world();
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.micro_batch < 1)
     return "sizes must be >= 1";
-  if (l.world_size != world || int64_t(l.tp) * l.pp * l.dp != world)
-    return fmt::format("TP x PP x DP = {} x {} x {} != {} GPUs", l.tp, l.pp, l.dp, world);
+  if (l.world_size != world || int64_t(l.tp) * l.pp * l.dp * l.cp != world)
+    return l.cp > 1 ? fmt::format("TP x CP x PP x DP = {} x {} x {} x {} != {} GPUs", l.tp, l.cp, l.pp, l.dp, world)
+                    : fmt::format("TP x PP x DP = {} x {} x {} != {} GPUs", l.tp, l.pp, l.dp, world);
+  if (l.cp > 1 && m.seq_length % (2 * l.cp) != 0)
+    return fmt::format("context parallel: seq {} % (2 x CP {}) != 0", m.seq_length, l.cp);
+  if (l.cp > 1 && l.sp() && (m.seq_length / l.cp) % l.tp != 0)
+    return fmt::format("sequence parallel: seq {} / CP {} % TP {} != 0", m.seq_length, l.cp, l.tp);
   if (!allow_tp_across_nodes && group_crosses_nodes(l.tp, mc.gpus_per_node))
     return fmt::format("TP {} does not divide the {} GPUs of a node (TP would cross nodes; TP is kept within a "
                        "node unless --allow-tp-across-nodes)", l.tp, mc.gpus_per_node);
@@ -173,6 +183,22 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
     }
     res.plain_dp_fits |= is_plain_dp(l);
     res.fits.push_back(std::move(c));
+  }
+  // Nothing fits at CP 1 and CP was left to the search: long sequences split
+  // across a context-parallel group, the smallest CP that fits first.
+  if (res.fits.empty() && o.cp == 0 && mc.world() > 1) {
+    for (int cp = 2; cp <= mc.world() && res.fits.empty(); cp *= 2) {
+      if (mc.world() % cp != 0) break;
+      SearchOptions q = o;
+      q.cp = cp;
+      PlanResult r = plan_layouts(m, mc, q);
+      if (r.fits.empty()) continue;
+      r.notes.insert(r.notes.begin(), fmt::format(
+          "no layout fits without context parallelism; CP {} splits every sequence of {} tokens {} ways "
+          "(tripod runs --context-parallel-size on the CPU backend only in this version)", cp, m.seq_length, cp));
+      return r;
+    }
+    if (res.smallest) res.notes.push_back(fmt::format("context parallelism (CP 2 .. {}) does not make it fit either", mc.world()));
   }
   // Best first by predicted step time; times within 1% of each other are
   // estimates of the same thing: among them plain DP first (no TP
@@ -232,6 +258,7 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
 
 std::string megatron_flags(const GptConfig& m, const Layout& l) {
   std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
+  if (l.cp > 1) s += fmt::format(" --context-parallel-size {}", l.cp);
   if (l.vpp > 1) s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
   s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
   if (l.sp()) s += " --sequence-parallel";

@@ -37,6 +37,9 @@ struct SearchOptions {
   int64_t global_batch = 512;
   int64_t micro_batch = 0;  // 0: search 1, 2, 4, ... that divide global / DP
   int tp = 0, pp = 0;       // 0: search
+  // --context-parallel-size: > 0 pinned; 0: 1, and when no layout fits,
+  // the search again over CP 2, 4, ... (long sequences).
+  int cp = 0;
   std::vector<int> vpp = {1, 2, 4};
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)

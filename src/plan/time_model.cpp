@@ -19,29 +19,46 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
 }
 
 double matmul_efficiency(const GptConfig& m, const Layout& l) {
-  const double rows = double(l.micro_batch * m.seq_length);      // M of every GEMM
+  const double rows = double(l.micro_batch * (m.seq_length / l.cp));  // M of every GEMM
   const double cols = double(m.hidden_size) / l.tp;              // the TP-sharded width
   return rows / (rows + 256.0) * cols / (cols + 128.0);
 }
 
-TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& mc) {
+double fp8_linear_flops_per_token(const GptConfig& m) {
+  if (!m.fp8.enabled()) return 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < m.num_layers; ++i) n += m.layer_spec(i).fp8 ? 1 : 0;
+  const double C = double(m.hidden_size), Q = double(m.qkv_width()), F1 = double(m.fc1_width());
+  return double(n) * 6.0 * C * (Q + C + F1 + double(m.ffn_hidden_size));
+}
+
+TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machine& mc) {
   TimeBreakdown t;
+  // Context parallelism: each rank runs s/cp rows of every sequence (the
+  // attention load-balanced across the ring), so per rank everything below
+  // is the local sequence's; the ring's transfers are added at the end.
+  const GptConfig m = local_sequence(full, l.cp);
   const double s = double(m.seq_length), h = double(m.hidden_size), L = double(m.num_layers);
   const double b = double(l.micro_batch), mb = double(l.num_microbatches());
   const double act_bytes = l.dtype == DType::F32 ? 4.0 : 2.0;
   t.tp_crosses_nodes = group_crosses_nodes(l.tp, mc.gpus_per_node);
-  t.dp_crosses_nodes = group_crosses_nodes(l.tp * l.dp, mc.gpus_per_node);
+  t.dp_crosses_nodes = group_crosses_nodes(l.tp * l.cp * l.dp, mc.gpus_per_node);
   t.pp_crosses_nodes = mc.world() > mc.gpus_per_node && l.pp > 1 &&
-                       group_crosses_nodes(l.tp * l.dp * l.pp, mc.gpus_per_node);
+                       group_crosses_nodes(l.tp * l.cp * l.dp * l.pp, mc.gpus_per_node);
+  t.cp_crosses_nodes = l.cp > 1 && group_crosses_nodes(l.tp * l.cp, mc.gpus_per_node);
   auto bw = [&](bool crosses) { return crosses ? mc.inter_node_bw_gbs : mc.intra_node_bw_gbs; };
   auto lat = [&](bool crosses) { return crosses ? mc.inter_node_latency_us : mc.intra_node_latency_us; };
 
   // ---- compute: one micro-batch on one stage, one tp rank ----
-  double flops_token = m.flops_per_token();
-  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0;
-  if (l.recompute == Recompute::Selective) flops_token += 2.0 * L * s * h;
+  // A token attends to its whole causal context: the FLOPs per token are the
+  // full sequence's (FP8 GEMM FLOPs do not depend on the sequence).
+  double flops_token = full.flops_per_token(), fp8_token = fp8_linear_flops_per_token(full);
+  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0, fp8_token *= 4.0 / 3.0;
+  if (l.recompute == Recompute::Selective) flops_token += 2.0 * L * double(full.seq_length) * h;
+  // FP8 GEMM FLOPs count as bf16 ones at 1 / fp8_gemm_speedup of the time.
+  flops_token -= fp8_token * (1.0 - 1.0 / mc.fp8_gemm_speedup);
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
-  double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l));
+  double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(full, l));
   if (mc.ops) {
     // The sum of the ops one micro-batch runs on the busiest stage, each
     // measured or fitted (plan/op_profile.h).
@@ -77,14 +94,31 @@ TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& 
   }
   // ---- DP: fp32 gradients all-reduced, or reduce-scattered (fp32) and the
   // updated params all-gathered (bf16) with the distributed optimizer ----
-  if (l.dp > 1) {
+  if (l.dp * l.cp > 1) {  // gradients are reduced over dp x cp
     const double params = double(params_on_stage(m, l.tp, l.pp, 0));
-    const double n = l.dp, frac = (n - 1) / n;
+    const double n = l.dp * l.cp, frac = (n - 1) / n;
     const double B = bw(t.dp_crosses_nodes) * 1e9;
     if (l.distributed_optimizer)
       t.dp_comm = frac * params * (4.0 + act_bytes) / B + 2 * lat(t.dp_crosses_nodes) * 1e-6;
     else
-      t.dp_comm = all_reduce_seconds(params * 4.0, l.dp, bw(t.dp_crosses_nodes), lat(t.dp_crosses_nodes));
+      t.dp_comm = all_reduce_seconds(params * 4.0, l.dp * l.cp, bw(t.dp_crosses_nodes), lat(t.dp_crosses_nodes));
+  }
+  // ---- CP: per layer and micro-batch the forward passes cp-1 K/V blocks
+  // (b, s/cp, 2 G/t HS) around the ring, the backward cp-1 again plus cp
+  // dK/dV accumulators. Each hop is posted before the attention of the
+  // block in hand (model/context_parallel.h), so only what a hop takes
+  // beyond one block's attention (1/cp of the layer's, 4bs^2h/t forward
+  // and twice that backward over the whole sequence, causal) is exposed;
+  // the last dK/dV hop follows the last block and is not hidden. ----
+  if (l.cp > 1) {
+    const double S = double(full.seq_length), cp = l.cp;
+    const double kv = b * s * 2.0 * double(m.query_groups() / l.tp) * double(m.head_size()) * act_bytes;
+    const double hop = kv / (bw(t.cp_crosses_nodes) * 1e9) + lat(t.cp_crosses_nodes) * 1e-6;
+    const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu;
+    const double att_fwd = 2.0 * b * S * S * h / l.tp / cp / rate, att_bwd = 2.0 * att_fwd;  // per rank, per layer
+    const double per_layer = (cp - 1) * std::max(0.0, hop - att_fwd / cp) +
+                             (cp - 1) * std::max(0.0, 2.0 * hop - att_bwd / cp) + hop;
+    t.cp_comm = mb * (L / l.pp) * per_layer;
   }
   return t;
 }

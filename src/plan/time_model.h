@@ -34,6 +34,11 @@ struct Machine {
   double intra_node_latency_us = 10;  // per collective
   double inter_node_latency_us = 25;
   double assumed_mfu = 0.45;        // fraction of peak large matmuls reach (see matmul_efficiency)
+  // FP8 GEMM rate over the bf16 one (--fp8-format: the FP8 layers' linears;
+  // measured 1.44-1.89 on one H200 at GPT-2 1.5B and Llama 3 8B layer
+  // shapes, bench/RESULTS.md). Used by the FLOP-based compute term; op
+  // profiles (--calibrate) time bf16 GEMMs only and ignore FP8.
+  double fp8_gemm_speedup = 1.6;
   // Per-op times (measured or shipped, plan/op_profile.h); null: the
   // compute term is FLOPs / (peak x assumed_mfu x matmul_efficiency).
   const OpProfile* ops = nullptr;
@@ -47,9 +52,10 @@ struct TimeBreakdown {
   double pp_comm = 0;   // s: activations sent between stages
   double dp_comm = 0;   // s: gradient all-reduce (or reduce-scatter + all-gather)
   double optimizer = 0; // s: AdamW over this rank's parameters (op times only; 0 under assumed MFU)
+  double cp_comm = 0;   // s: the context-parallel K/V ring's transfers not hidden behind the attention
   bool compute_from_op_times = false;  // compute summed from Machine::ops
-  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false;
-  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer; }
+  bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false, cp_crosses_nodes = false;
+  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer + cp_comm; }
 };
 
 // Which groups leave a node, with Megatron's rank order (tp fastest, then
@@ -62,10 +68,14 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
 
 // Fraction of --assumed-mfu that a layout's GEMMs reach: smaller matmuls
 // run further from peak. A saturating guess, not a measurement:
-// M/(M + 256) for the M = b s rows of a micro-batch, times n/(n + 128) for
+// M/(M + 256) for the M = b s/cp rows of a micro-batch, times n/(n + 128) for
 // the n = h/t columns a TP rank keeps (half speed at 256 rows or 128 columns).
 // It is what makes a larger micro-batch and a smaller TP win when memory allows.
 double matmul_efficiency(const GptConfig& m, const Layout& l);
+
+// FLOPs per token of the FP8 layers' linear GEMMs (forward and backward,
+// 6 C (Q + C + F1 + F) per FP8 layer; 0 without --fp8-format).
+double fp8_linear_flops_per_token(const GptConfig& m);
 
 TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& machine);
 

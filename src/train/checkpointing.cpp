@@ -11,6 +11,7 @@
 //   loss-scaler state (fp16: scale, growth and hysteresis trackers) and the
 //       count of skipped updates (the lr schedule advances on successful
 //       updates only: it is a function of iteration - skipped)
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -105,6 +106,7 @@ void Trainer::save_checkpoint() {
     if (rank0) ckpt::discard_save(dir, iteration_);
     throw;
   }
+  saved_iterations_.push_back(iteration_);
   if (rank0)
     log::info("saved checkpoint at iteration {} to {} ({:.2f} s)", iteration_,
               (fs::path(dir) / ckpt::iter_dir_name(iteration_)).string(), timer.seconds());
@@ -120,7 +122,7 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
   for (size_t c = 0; c < models_.size(); ++c)
     moments.push_back(optimizer_->state(static_cast<int>(c)));  // collective with the distributed optimizer
   collective_step(groups_, be_, "write", [&] {
-    if (dp_rank_ != 0) return;  // dp replicas hold the same shards
+    if (dp_rank_ != 0 || cp_rank_ != 0) return;  // dp and cp replicas hold the same shards
     std::vector<ckpt::ShardTensor> tensors;
     for (size_t c = 0; c < models_.size(); ++c) {
       const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);
@@ -173,7 +175,12 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
                         {"global_batch_size", args_.batch.global_batch_size},
                         {"train_iters", args_.batch.train_iters}, {"lr", args_.optimizer.lr.max_lr},
                         {"min_lr", args_.optimizer.lr.min_lr}};
-    ckpt::commit_save(dir, iteration_, meta, args_.checkpoint.save_retain);
+    // NOTE [Whose checkpoints] (ckpt/sharded_checkpoint.h): retention removes only this run's.
+    const auto ours = [this](int64_t it) {
+      return it <= resumed_upto_ || std::find(saved_iterations_.begin(), saved_iterations_.end(), it) !=
+                                        saved_iterations_.end();
+    };
+    ckpt::commit_save(dir, iteration_, meta, args_.checkpoint.save_retain, ours);
   });
 }
 
@@ -243,6 +250,13 @@ void Trainer::load_checkpoint() {
   Timer timer;
   const auto reader = open_verified(args_.checkpoint.load, args_.checkpoint.ckpt_step);
   const json& meta = reader.metadata();
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string& save = args_.checkpoint.save;
+    if (!save.empty() && fs::exists(save, ec) && fs::equivalent(save, args_.checkpoint.load, ec))
+      resumed_upto_ = reader.iteration();  // the folder's checkpoints up to here are this run's history
+  }
   const std::string where = reader.path();
   config::GptConfig saved = reader.config();
   saved.finalize();

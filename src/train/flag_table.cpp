@@ -136,6 +136,13 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                   .agreed());
   t.push_back(flag("--sequence-parallel", MEMBER(parallel.sequence_parallel),
                    "split LayerNorm and dropout activations over the tensor-parallel group").agreed());
+  t.push_back(flag("--context-parallel-size", MEMBER(parallel.cp),
+                   "context-parallel group size: each rank holds 1/CP of every sequence (2*CP load-balanced "
+                   "chunks), attention passes K/V around the group's ring; --seq-length a multiple of 2*CP (cpu)")
+                  .agreed().defaulted());
+  t.push_back(flag("--cp-comm-type", MEMBER(parallel.cp_comm_type),
+                   "context parallelism's communication: p2p (the K/V ring; all_gather, a2a and a2a+p2p not yet)")
+                  .agreed().shows("p2p"));
   t.push_back(flag("--use-distributed-optimizer", MEMBER(parallel.ddp.use_distributed_optimizer),
                    "shard the optimizer state over the data-parallel group (ZeRO-1)").agreed());
   t.push_back(flag("--ddp-bucket-size", MEMBER(parallel.ddp.bucket_size),
@@ -159,7 +166,7 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--bf16", MEMBER(precision.bf16), "bf16 compute, fp32 master weights (cuda; emulated on cpu)").agreed());
   t.push_back(flag("--deterministic-mode", MEMBER(deterministic_mode),
                    "bitwise-repeatable kernels where the backend has a choice (cuda: cuDNN attention's "
-                   "deterministic dQ)"));
+                   "deterministic dQ, the word embedding's gradient without atomics)"));
   t.push_back(flag("--fp16", MEMBER(precision.fp16), "fp16 compute with loss scaling (cuda; emulated on cpu)").agreed());
   t.push_back(flag("--loss-scale", MEMBER(precision.loss_scaler.static_scale),
                    "fp16: static loss scale (default: dynamic)").agreed());
@@ -174,22 +181,22 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   // FP8 (config/fp8_config.h, docs/fp8.md).
   t.push_back(flag("--fp8-format", MEMBER(precision.fp8_format),
                    "FP8 GEMMs in the transformer layers' linears: hybrid (E4M3 forward, E5M2 gradients) | e4m3")
-                  .agreed());
+                  .agreed().plan());
   t.push_back(flag("--fp8-recipe", MEMBER(precision.fp8_recipe),
                    "delayed (scales from the amax history) | tensorwise (each tensor's own amax); blockwise and "
                    "mxfp8 are not supported")
-                  .agreed().defaulted());
+                  .agreed().plan().defaulted());
   t.push_back(flag("--fp8-margin", MEMBER(model.fp8.margin), "scale = fp8_max / amax / 2^margin").agreed().defaulted());
   t.push_back(flag("--fp8-amax-history-len", MEMBER(model.fp8.amax_history_len),
                    "delayed scaling: iterations of amax history per tensor").agreed().defaulted());
   t.push_back(flag("--fp8-amax-compute-algo", MEMBER(precision.fp8_amax_compute_algo),
                    "delayed scaling: most_recent | max of the history").agreed().defaulted());
   t.push_back(flag("--first-last-layers-bf16", MEMBER(model.fp8.first_last_layers_bf16),
-                   "with --fp8-format: keep the first and last layers' GEMMs in high precision").agreed());
+                   "with --fp8-format: keep the first and last layers' GEMMs in high precision").agreed().plan());
   t.push_back(flag("--num-layers-at-start-in-bf16", MEMBER(model.fp8.num_layers_at_start_in_bf16),
-                   "with --first-last-layers-bf16: layers at the start kept out of FP8").agreed().defaulted());
+                   "with --first-last-layers-bf16: layers at the start kept out of FP8").agreed().plan().defaulted());
   t.push_back(flag("--num-layers-at-end-in-bf16", MEMBER(model.fp8.num_layers_at_end_in_bf16),
-                   "with --first-last-layers-bf16: layers at the end kept out of FP8").agreed().defaulted());
+                   "with --first-last-layers-bf16: layers at the end kept out of FP8").agreed().plan().defaulted());
   t.push_back(flag("--recompute-activations", MEMBER(parallel.recompute_activations),
                    "selective recompute: the attention core is recomputed in backward").agreed());
   t.push_back(flag("--recompute-granularity", MEMBER(parallel.recompute_granularity),
@@ -201,7 +208,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--load", MEMBER(checkpoint.load), "checkpoint directory to resume from (any layout)"));
   t.push_back(flag("--save-interval", MEMBER(checkpoint.save_interval), "save every N iterations (and at the end)")
                   .agreed());
-  t.push_back(flag("--save-retain", MEMBER(checkpoint.save_retain), "keep only the last K checkpoints (0: all)",
+  t.push_back(flag("--save-retain", MEMBER(checkpoint.save_retain),
+                   "keep only the last K checkpoints of this run (0: all)", S::TripodOnly));
+  t.push_back(flag("--save-into-existing", MEMBER(checkpoint.save_into_existing),
+                   "save into a --save folder that holds another run's checkpoints (refused without it)",
                    S::TripodOnly));
   t.push_back(flag("--finetune", MEMBER(checkpoint.finetune),
                    "load weights only; start at iteration 0 with a fresh optimizer").agreed());
@@ -210,7 +220,8 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--ckpt-step", MEMBER(checkpoint.ckpt_step),
                    "with --load: resume from iteration N instead of the latest").agreed());
   t.push_back(flag("--exit-signal-handler", MEMBER(checkpoint.exit_signal_handler),
-                   "on SIGTERM, save at the next iteration boundary and exit 0").agreed());
+                   "exit 0 after the stop SIGTERM/SIGINT always cause (the iteration ends, --save saves); "
+                   "without it the exit code is 128 + the signal").agreed());
   t.push_back(flag("--exit-interval", MEMBER(checkpoint.exit_interval),
                    "save (with --save) and exit 0 at a multiple of N iterations").agreed());
   t.push_back(flag("--exit-duration-in-mins", MEMBER(checkpoint.exit_duration_in_mins),

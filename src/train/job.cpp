@@ -3,12 +3,15 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <thread>
 
 #include "base/log.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "parallel/groups.h"
 #include "train/args_agreement.h"
+#include "train/exit_signal.h"
+#include "train/output_checks.h"
 #include "train/trainer.h"
 
 namespace tripod::train {
@@ -36,7 +39,7 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
       std::raise(SIGTERM);
     }).detach();
   }
-  if (ck.exit_signal_handler) install_exit_signal_handler();
+  install_exit_signal_handler();  // NOTE [Exit signal]: always, --exit-signal-handler changes the exit code
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const comm::RankInfo info = comm::resolve_rank_info();
   if (args.model.vocab_size == 0) {
@@ -66,17 +69,24 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
   // Every rank started with the same model, layout, batch, optimizer and data
   // flags, or every rank stops naming the first difference (NOTE [Args agreement]).
   if (auto store = ctx->store()) check_args_agree(*store, ctx->rank(), ctx->world_size(), args, timeout);
+  // Every path the run writes, and the --save folder's lock, before the model
+  // is built (train/output_checks.h); the lock is held until the job ends.
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  const std::string job = slurm_job && *slurm_job ? fmt::format("slurm {}", slurm_job)
+                          : ctx->world_size() > 1 ? info.job_token : std::string("tripod train, one process");
+  const auto save_lock = check_run_outputs(args, ctx->rank(), ctx->world_size(), ctx->store().get(), timeout, job);
   // NCCL collectives (and the host staging of Gloo ones) queue after the
   // model's kernels instead of waiting for the whole device.
   ctx->set_device_stream(be.native_stream());
   // From here on the layout's sizes are the job's (the Trainer reads them
   // from the groups); it records the interleaving so start-up prints "(vpp N)".
   const auto layout = parallel::Layout::make(ctx->world_size(), args.parallel.tp, args.parallel.pp,
-                                             virtual_pipeline_size(args));
+                                             virtual_pipeline_size(args), args.parallel.cp);
   const auto groups = parallel::make_process_groups(*ctx, layout);
   try {
     Trainer trainer(args, be, &groups);
     trainer.run();
+    if (trainer.stop_signal() != 0 && !ck.exit_signal_handler) return 128 + trainer.stop_signal();
     if (!args.dump_weights.empty()) trainer.dump_weights(args.dump_weights);
   } catch (const OutOfMemoryError& e) {
     ctx->abort();

@@ -122,7 +122,7 @@ const MegatronRow kRows[] = {
     {"--eval-global-batch-size", V, R, "not implemented: evaluation uses --global-batch-size; drop the flag"},
     {"--eval-micro-batch-size", V, R, "not implemented: evaluation uses --micro-batch-size; drop the flag"},
     {"--evidence-data-path", V, R, "not a GPT pretraining flag (vision, retrieval, RL, distillation or fine-tuning scripts); drop it"},
-    {"--exit-signal", V, R, "not implemented: --exit-signal-handler catches SIGTERM only; drop the flag"},
+    {"--exit-signal", V, R, "not implemented: SIGTERM and SIGINT are always caught (the run saves and stops); drop the flag"},
     {"--exp-avg-dtype", V, R, "not implemented: Adam moments are fp32; drop the flag"},
     {"--exp-avg-sq-dtype", V, R, "not implemented: Adam moments are fp32; drop the flag"},
     {"--experimental-attention-variant", V, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},

@@ -61,7 +61,7 @@ StepResult Trainer::train_step() {
   }
   // FP8 delayed scaling: amaxes reduced over tp and dp, histories rolled, new scales.
   for (auto& m : models_)
-    if (model::Fp8State* f = m->fp8_state()) f->end_iteration(groups_.dp.get());
+    if (model::Fp8State* f = m->fp8_state()) f->end_iteration(groups_.dp_cp.get());
   time_split_.optimizer_end(r.schedule, stage_->data_seconds(), iteration_ + 1, num_microbatches_);
   ++iteration_;
   consumed_samples_ += args_.batch.global_batch_size;
@@ -79,7 +79,8 @@ void Trainer::inject_grad_overflow() {
   be_.scale(target->grad, std::numeric_limits<float>::infinity());
 }
 
-double Trainer::reduce_loss(double local_sum) { return all_reduce_scalar(groups_.dp.get(), be_, local_sum); }
+// Over dp x cp: each cp rank's sum covers its share of the tokens.
+double Trainer::reduce_loss(double local_sum) { return all_reduce_scalar(groups_.dp_cp.get(), be_, local_sum); }
 
 void Trainer::check_finite(double loss, double grad_norm) {
   if (std::isfinite(loss) && std::isfinite(grad_norm)) return;

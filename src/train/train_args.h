@@ -47,6 +47,8 @@ struct ParallelArgs {
   int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;            // --sequence-parallel
+  int cp = 1;                                // --context-parallel-size
+  std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (p2p: the K/V ring; one, or one per layer)
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
   std::string distributed_backend;           // --distributed-backend nccl | gloo ("": by device)
   double distributed_timeout_minutes = 10;   // --distributed-timeout-minutes
@@ -86,6 +88,7 @@ struct CheckpointArgs {
   std::string save, load;            // --save, --load
   int64_t save_interval = 0;         // --save-interval (0: only at the end when --save is given)
   int save_retain = 0;               // --save-retain K: keep the last K checkpoints (0: all)
+  bool save_into_existing = false;   // --save-into-existing: --save may hold another run's checkpoints
   bool finetune = false;             // --finetune: load weights only, reset iteration and optimizer
   bool no_load_optim = false;        // --no-load-optim
   bool no_load_rng = false;          // --no-load-rng

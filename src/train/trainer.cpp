@@ -13,6 +13,8 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "train/exit_signal.h"
 #include "train/scalar_reduce.h"
 
 namespace tripod::train {
@@ -55,6 +57,18 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
   TRIPOD_CHECK_INTO(problems, !ddp.overlap_param_gather || ddp.overlap_grad_reduce,
                     "add --overlap-grad-reduce, or drop --overlap-param-gather",
                     "--overlap-param-gather needs --overlap-grad-reduce (as in Megatron)");
+  for (const std::string& t : p.cp_comm_type)
+    TRIPOD_CHECK_INTO(problems, t == "p2p",
+                      "use --cp-comm-type p2p (the K/V ring); all_gather, a2a and a2a+p2p are not yet in tripod",
+                      "--cp-comm-type {} is not yet implemented", t);
+  if (layout && layout->cp > 1) {
+    problems.collect([&] { model::check_context_parallel_seq_length(a.model.seq_length, layout->cp); });
+    TRIPOD_CHECK_INTO(problems, a.device != "cuda",
+                      "run --context-parallel-size > 1 with --device cpu; the CUDA backend has no block attention "
+                      "kernels yet",
+                      "context parallelism (--context-parallel-size {}) is not yet implemented on the CUDA backend",
+                      layout->cp);
+  }
 }
 
 void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
@@ -68,7 +82,8 @@ void check_command_line(const TrainArgs& a, int world_size, ErrorList& problems)
   int vpp = 1;
   problems.collect([&] { vpp = virtual_pipeline_size(a); });
   std::optional<parallel::Layout> layout;
-  problems.collect([&] { layout = parallel::Layout::make(world_size, a.parallel.tp, a.parallel.pp, vpp); });
+  problems.collect(
+      [&] { layout = parallel::Layout::make(world_size, a.parallel.tp, a.parallel.pp, vpp, a.parallel.cp); });
   check_args(a, layout ? &*layout : nullptr, problems);  // without a layout: the checks that need none
 }
 
@@ -116,7 +131,7 @@ void Trainer::setup(data::DatasetSplits* given) {
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     const auto& p = args_.parallel;
     groups_ = parallel::make_process_groups(
-        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_)));
+        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_), p.cp));
   }
   // Timing decorators on the groups before models and buckets take them.
   time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
@@ -127,6 +142,7 @@ void Trainer::setup(data::DatasetSplits* given) {
   dp_rank_ = L.dp_rank(groups_.global_rank);
   pp_rank_ = L.pp_rank(groups_.global_rank);
   const auto& b = args_.batch;
+  cp_rank_ = L.cp_rank(groups_.global_rank);
   num_microbatches_ = b.global_batch_size / (b.micro_batch_size * L.dp);
   parallel::validate_schedule_config(schedule_config(false));
   build_chunks();
@@ -146,7 +162,8 @@ void Trainer::setup(data::DatasetSplits* given) {
 
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
-  stage_ = std::make_unique<GptPipelineStage>(models, b.micro_batch_size, model().config().seq_length);
+  // Context parallelism: each cp rank runs T / cp rows of every sequence (NOTE [Load-balanced chunks]).
+  stage_ = std::make_unique<GptPipelineStage>(models, b.micro_batch_size, model().config().seq_length / L.cp);
   // Data-parallel overlap: the DDP's hooks run during the last micro-batch.
   stage_->set_param_hooks(static_cast<int>(num_microbatches_) - 1, ddp_->grad_ready_hook(), ddp_->param_use_hook());
 }
@@ -168,7 +185,8 @@ void Trainer::build_chunks() {
     st.post_process = s == P * V - 1;
     st.tp = groups_.tp.get();  // the tp size and rank come from the group
     st.sequence_parallel = p.sequence_parallel;
-    st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp : 1;
+    st.cp = L.cp > 1 ? groups_.cp.get() : nullptr;
+    st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp * L.cp : 1;
     st.compute_dtype = args_.precision.compute_dtype;
     st.recompute = p.recompute;
     auto m = std::make_unique<model::GptModel>(args_.model, st, be_);
@@ -177,8 +195,10 @@ void Trainer::build_chunks() {
   }
   std::vector<model::GptModel*> models;
   for (auto& m : models_) models.push_back(m.get());
-  ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, groups_, be_, p.ddp);
-  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, groups_, be_, args_.optimizer.adam);
+  // Gradients are reduced (and the distributed optimizer sharded) over dp x cp.
+  const parallel::ProcessGroups dp_groups = parallel::data_parallel_view(groups_);
+  ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, dp_groups, be_, p.ddp);
+  optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, dp_groups, be_, args_.optimizer.adam);
 }
 
 parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
@@ -192,7 +212,8 @@ parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
 }
 
 BatchSource Trainer::batches(const data::TokenDataset& dataset, int64_t first_sample) const {
-  return BatchSource(dataset, first_sample, dp_rank_, groups_.layout.dp, args_.batch.micro_batch_size);
+  return BatchSource(dataset, first_sample, dp_rank_, groups_.layout.dp, args_.batch.micro_batch_size,
+                     model::CpChunks{groups_.layout.cp, cp_rank_, args_.model.seq_length});
 }
 
 double Trainer::evaluate() {
@@ -207,24 +228,12 @@ double Trainer::evaluate() {
     total += stage_->loss_sum();
     tokens += stage_->loss_tokens();
   }
-  return reduce_loss(total) / static_cast<double>(std::max<int64_t>(tokens, 1) * groups_.layout.dp);
+  return reduce_loss(total) / static_cast<double>(std::max<int64_t>(tokens, 1) * groups_.layout.dp * groups_.layout.cp);
 }
 
-// NOTE [Exit signal]: ranks may see SIGTERM at different iterations, so the
-// flag is max-reduced over the world at every iteration boundary and all
-// ranks stop (and save) at the same one, as Megatron's DistributedSignalHandler.
-namespace {
-std::atomic<int> g_exit_signal{0};
-void on_exit_signal(int) { g_exit_signal.store(1); }
-}  // namespace
-
-void install_exit_signal_handler() {
-  std::signal(SIGTERM, on_exit_signal);
-  std::signal(SIGINT, on_exit_signal);
-}
-
-bool Trainer::exit_requested() {
-  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, g_exit_signal.load(), comm::ReduceOp::Max) != 0;
+// See NOTE [Exit signal] in train/exit_signal.h: the signal number, max-reduced over the world.
+int Trainer::exit_requested() {
+  return all_reduce_scalar<int32_t>(groups_.world.get(), be_, exit_signal_received(), comm::ReduceOp::Max);
 }
 
 bool Trainer::is_logger() const {
@@ -251,7 +260,9 @@ void Trainer::log_startup() {
     const int64_t bs = ddp_->bucket_size();
     log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
               "size {}{}; overlap grad reduce {}, overlap param gather {}",
-              groups_.layout.dp, sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
+              groups_.layout.cp > 1 ? fmt::format("{} x cp {}", groups_.layout.dp, groups_.layout.cp)
+                                    : std::to_string(groups_.layout.dp),
+              sizes, bs > 0 ? std::to_string(bs) : "unlimited (one bucket per chunk)",
               args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
@@ -303,6 +314,11 @@ void Trainer::run() {
     for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
+  if (!args_.checkpoint.load.empty() && start_iteration >= args_.batch.train_iters && logger)
+    log::info("nothing to train: the checkpoint loaded from {} is at iteration {} and --train-iters is {}; pass a "
+              "larger --train-iters to train on (or --finetune to start again at iteration 0)",
+              args_.checkpoint.load.empty() ? std::string("--load") : args_.checkpoint.load, start_iteration,
+              args_.batch.train_iters);
   double loss_sum = 0;  // over the log interval's iterations that stepped
   int64_t skipped = 0;
   time_split_.reset();
@@ -332,9 +348,16 @@ void Trainer::run() {
       save_checkpoint();
       time_split_.restart_clock();
     }
-    if (args_.checkpoint.exit_signal_handler && exit_requested()) {
-      if (!args_.checkpoint.save.empty() && !interval && iteration_ != args_.batch.train_iters) save_checkpoint();
-      if (logger) log::info("exiting after iteration {}: SIGTERM received (--exit-signal-handler)", iteration_);
+    if (const int sig = exit_requested()) {
+      stop_signal_ = sig;
+      const bool saved_now = !args_.checkpoint.save.empty() && !interval && iteration_ != args_.batch.train_iters;
+      if (saved_now) save_checkpoint();
+      if (logger)
+        log::info("exiting after iteration {}: {} received{}; {}", iteration_, signal_name(sig),
+                  args_.checkpoint.exit_signal_handler ? " (--exit-signal-handler)" : "",
+                  args_.checkpoint.save.empty()
+                      ? std::string("no --save, so no checkpoint was written")
+                      : fmt::format("checkpoint {} in {}", ckpt::iter_dir_name(iteration_), args_.checkpoint.save));
       break;
     }
     const int64_t exit_every = args_.checkpoint.exit_interval;

@@ -72,6 +72,8 @@ class Trainer {
   distributed::DistributedDataParallel& ddp() { return *ddp_; }
   distributed::DistributedOptimizer& optimizer() { return *optimizer_; }
   int64_t iteration() const { return iteration_; }
+  // The signal that stopped run() before --train-iters (NOTE [Exit signal]), or 0.
+  int stop_signal() const { return stop_signal_; }
   int64_t consumed_samples() const { return consumed_samples_; }
   int64_t num_microbatches() const { return num_microbatches_; }
   void set_progress(int64_t iteration, int64_t consumed_samples) {
@@ -105,7 +107,7 @@ class Trainer {
   void check_finite(double loss, double grad_norm);
   void inject_grad_overflow();
   bool is_logger() const;
-  bool exit_requested();
+  int exit_requested();  // the signal every rank agrees to stop on, or 0
   void log_startup();
   void log_memory(const StepResult& first_step);
   void training_log(const StepResult& last, double loss_sum, int64_t skipped);
@@ -131,11 +133,14 @@ class Trainer {
   int64_t num_microbatches_ = 1;
   int64_t iteration_ = 0, consumed_samples_ = 0;
   int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
+  int cp_rank_ = 0;  // --context-parallel-size: this rank's share of every sequence
+  int stop_signal_ = 0;
+  // --save-retain removes only this run's checkpoints (NOTE [Whose checkpoints]
+  // in ckpt/sharded_checkpoint.h): those it saved, and, when it resumed from
+  // its --save folder, those up to the iteration it loaded.
+  std::vector<int64_t> saved_iterations_;
+  int64_t resumed_upto_ = -1;
 };
-
-// --exit-signal-handler: SIGTERM/SIGINT set a flag the loop checks at each
-// iteration boundary (see NOTE [Exit signal] in trainer.cpp).
-void install_exit_signal_handler();
 
 // Checks the batch-, precision- and layout-related flag combinations on the
 // job's layout, with errors that name the flags (global batch % (micro x

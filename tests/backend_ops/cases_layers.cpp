@@ -82,6 +82,15 @@ void add_layer_cases(std::vector<OpCase>& v) {
                {acc("dwte", {V, E}, Kind::F32), acc("dwpe", {T, E}, Kind::F32),
                 in("dout", {B, T, E}), ids("tokens", {B, T}, vs - 2, vs + 12)},
                [](Backend& be, Args& t) { be.embedding_backward(&t[0], &t[1], t[2], t[3], vs); }});
+  // --deterministic-mode's dwte without atomics (CUDA: rows sorted by token):
+  // ~20 rows per token, so a token's run spans the 8-row loads and a tail.
+  v.push_back({"embedding_backward_deterministic",
+               {acc("dwte", {V, E}, Kind::F32), in("dout", {4, 64, E}), ids("tokens", {4, 64}, vs - 3, vs + 9)},
+               [](Backend& be, Args& t) {
+                 be.set_deterministic(true);
+                 be.embedding_backward(&t[0], nullptr, t[1], t[2], vs);
+                 be.set_deterministic(false);
+               }});
 
   // LayerNorm over C=100 with a non-zero mean; weight/bias in the tested
   // dtype, and in f32 (fp32 LayerNorm params under bf16/f16 activations,

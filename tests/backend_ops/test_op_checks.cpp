@@ -126,6 +126,24 @@ std::vector<Bad> bad_calls() {
     Tensor dqkv = e(be, {2, 3, 17}); be.rope_backward(dqkv, 4, 2, 2, 10000.f); }});
   v.push_back({"rope_backward", "n_head", [=](Backend& be) {
     Tensor dqkv = e(be, {2, 3, 16}); be.rope_backward(dqkv, 4, 3, 2, 10000.f); }});
+  // Context parallelism's block attention: 4 query heads, 2 K/V heads of 2 (qkv width 16, kv width 8).
+  v.push_back({"attention_kv_copy", "dst", [=](Backend& be) {
+    Tensor kv = e(be, {2, 3, 7}), qkv = e(be, {2, 3, 16}); be.attention_kv_copy(kv, qkv, 4, 2); }});
+  v.push_back({"attention_block_forward", "blk", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3}), qkv = e(be, {2, 3, 16}), kv = e(be, {2, 3, 8});
+    be.attention_block_forward(o, lse, qkv, kv, 4, 2, {2, 3, 0, 3, false}, false); }});
+  v.push_back({"attention_block_forward", "blk:", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3}), qkv = e(be, {2, 3, 16}), kv = e(be, {2, 3, 8});
+    be.attention_block_forward(o, lse, qkv, kv, 4, 2, {0, 2, 0, 3, true}, false); }});
+  v.push_back({"attention_block_forward", "kv", [=](Backend& be) {
+    Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3}), qkv = e(be, {2, 3, 16}), kv = e(be, {2, 3, 16});
+    be.attention_block_forward(o, lse, qkv, kv, 4, 2, {0, 3, 0, 3, true}, false); }});
+  v.push_back({"attention_block_backward", "dkv", [=](Backend& be) {
+    Tensor dqkv = e(be, {2, 3, 16}), dkv = e(be, {2, 2, 8}), dy = e(be, {2, 3, 8}), qkv = e(be, {2, 3, 16}),
+           kv = e(be, {2, 3, 8}), o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3});
+    be.attention_block_backward(dqkv, dkv, dy, qkv, kv, o, lse, 4, 2, {0, 3, 0, 3, true}); }});
+  v.push_back({"rope_forward", "positions", [=](Backend& be) {
+    Tensor qkv = e(be, {2, 3, 16}), pos = e(be, {4}, I); be.rope_forward(qkv, 4, 2, 2, 10000.f, &pos); }});
   v.push_back({"swiglu_forward", "out", [=](Backend& be) { Tensor o = e(be, {6, 5}), x = e(be, {6, 8}); be.swiglu_forward(o, x); }});
   v.push_back({"swiglu_forward", "inp", [=](Backend& be) { Tensor o = e(be, {6, 4}), x = e(be, {6, 9}); be.swiglu_forward(o, x); }});
   v.push_back({"swiglu_backward", "dout", [=](Backend& be) {

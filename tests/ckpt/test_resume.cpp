@@ -160,6 +160,21 @@ TEST(Reshard, LlamaSaveTp2Dp2LoadTp1Pp2Dp2) {
                {{"tp1", 1, kLlamaTp1.c_str()}, {"pp2_dp2", 4, kLlamaPp2.c_str()}});
 }
 
+// Context parallelism is not part of the saved layout: a checkpoint written
+// at cp 2 (the distributed optimizer's shards over dp x cp) continues at cp 1,
+// and one written at cp 1 continues at cp 2 and at tp 2 x cp 2, each with the
+// uninterrupted run's losses.
+TEST(Reshard, SaveCp2LoadCp1) {
+  reshard_case("reshard_cp2", 2, "--context-parallel-size 2 --use-distributed-optimizer",
+               {{"cp1", 1, ""}, {"cp1_dp2", 2, "--use-distributed-optimizer"}});
+}
+
+TEST(Reshard, SaveCp1LoadCp2) {
+  reshard_case("reshard_cp1", 1, "",
+               {{"cp2", 2, "--context-parallel-size 2 --use-distributed-optimizer"},
+                {"tp2_cp2", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"}});
+}
+
 TEST(Load, ContradictingArgumentsNameBothValues) {
   Scratch s("args");
   run(s, "first", 1, "--train-iters 1 --save " + (s / "ck").string());

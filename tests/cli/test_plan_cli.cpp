@@ -108,6 +108,23 @@ TEST(PlanCli, TripodModelPredictsH200PeaksWithin10Percent) {
   }
 }
 
+// --fp8-format hybrid: the FP8 weight copies, the kept input transposes and
+// the cast scratch on top (plan::Fp8Bytes). Recorded data: GPT-2 1.5B at
+// micro-batch 16 reached a 71.8 GiB allocator peak with FP8 (60.1 in bf16)
+// on one H200 on 2026-12-04 (bench/RESULTS.md, "FP8 training, faster").
+TEST(PlanCli, Fp8PredictsTheH200PeakWithin10Percent) {
+  const Measured& r = kH200[2];
+  const nlohmann::json bf16 = plan(r, ""), fp8 = plan(r, "--fp8-format hybrid");
+  ASSERT_TRUE(fp8.contains("layouts") && !fp8["layouts"].empty()) << fp8.dump();
+  const double predicted = fp8["layouts"][0]["memory_gib"]["allocator_peak"].get<double>();
+  EXPECT_NEAR(predicted / 71.8, 1.0, 0.10) << "predicted " << predicted << " GiB, measured 71.8";
+  // The FP8 part alone, by hand (48 layers, C 1600, F 6400, N 16384): weights 2 x 1600 x 19200 x 48,
+  // transposes 16384 x 11200 x 48 (+ 64 x 48), scratch 16384 x 6400 x 3 bytes: 11.25 GiB.
+  const double added = fp8["layouts"][0]["memory_gib"]["allocator_peak"].get<double>() -
+                       bf16["layouts"][0]["memory_gib"]["allocator_peak"].get<double>();
+  EXPECT_NEAR(added, (2.0 * 1600 * 19200 * 48 + (16384.0 * 11200 + 64) * 48 + 16384.0 * 6400 * 3) / (1 << 30), 1e-6);
+}
+
 // With the op times shipped for the H200 (no GPU here), the predicted step
 // time is within the 20% the plan promises of the measured one.
 TEST(PlanCli, ShippedH200OpTimesPredictStepTimeWithin20Percent) {

@@ -41,8 +41,8 @@ const Case kCases[] = {
      ""},
 };
 
-TEST(PlanCpuMemory, EveryParityLayoutWithin10Percent) {
-  for (const Case& c : kCases) {
+void check_case(const Case& c) {
+  {
     SCOPED_TRACE(c.name);
     const std::string np = std::to_string(c.nproc);
     const auto run = tripod::testing::run_tripod("launch --nproc-per-node " + np + " train --device cpu " + kModel +
@@ -67,6 +67,23 @@ TEST(PlanCpuMemory, EveryParityLayoutWithin10Percent) {
     EXPECT_NEAR(predicted / measured, 1.0, 0.10) << "predicted " << predicted << " MiB, measured " << measured
                                                  << " MiB (" << j["layouts"][0].dump() << ")";
   }
+}
+
+TEST(PlanCpuMemory, EveryParityLayoutWithin10Percent) {
+  for (const Case& c : kCases) check_case(c);
+}
+
+// Context parallelism: each rank's activations and scratch for s/cp rows,
+// the K/V ring's buffers, the whole parameters.
+TEST(PlanCpuMemory, ContextParallelWithin10Percent) {
+  const Case cases[] = {
+      {"cp2", 2, "--context-parallel-size 2",
+       "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --no-distributed-optimizer"},
+      {"tp2 cp2 sp distributed optimizer", 4,
+       "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --use-distributed-optimizer",
+       "--pipeline-model-parallel-size 1"},
+  };
+  for (const Case& c : cases) check_case(c);
 }
 
 }  // namespace

@@ -171,6 +171,48 @@ class CpuBackend final : public Backend {
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::rope<T>(qkv.data<T>(), B, Tn, n_head, n_kv_head, HS, rot_dim, base,
                                                   backward));
   }
+  void rope_positions_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base, bool backward,
+                           const Tensor& positions) override {
+    if (cpu::is_half(qkv.dtype())) { cpu::Widened w; return rope_positions_impl(w.out(qkv), n_head, n_kv_head, rot_dim, base, backward, positions); }
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::rope<T>(qkv.data<T>(), B, Tn, n_head, n_kv_head, HS, rot_dim, base,
+                                                  backward, positions.data<int32_t>()));
+  }
+  void attention_kv_copy_impl(Tensor& dst, const Tensor& src, int n_head, int n_kv_head) override {
+    if (cpu::is_half(src.dtype())) { cpu::Widened w; return attention_kv_copy_impl(w.out(dst), w.in(src), n_head, n_kv_head); }
+    const bool from_qkv = src.size(2) > dst.size(2);
+    const Tensor& qkv = from_qkv ? src : dst;
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    TRIPOD_CPU_DISPATCH(src.dtype(), cpu::attention_kv_copy<T>(dst.data<T>(), src.data<T>(), B, Tn, n_head,
+                                                               n_kv_head, HS, from_qkv));
+  }
+  void attention_block_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv, int n_head,
+                                    int n_kv_head, const AttentionBlock& blk, bool accumulate) override {
+    if (cpu::is_half(qkv.dtype())) {
+      cpu::Widened w;
+      return attention_block_forward_impl(w.out(out), lse, w.in(qkv), w.in(kv), n_head, n_kv_head, blk, accumulate);
+    }
+    const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    const cpu::BlockWindow w{blk.q_start, blk.q_len, blk.kv_start, blk.kv_len, blk.causal};
+    TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::attention_block_forward<T>(
+                                         out.data<T>(), lse.data<cpu::stat_t<T>>(), qkv.data<T>(), kv.data<T>(), B,
+                                         Tq, kv.size(1), n_head, n_kv_head, HS, w, accumulate));
+  }
+  void attention_block_backward_impl(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
+                                     const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
+                                     int n_kv_head, const AttentionBlock& blk) override {
+    if (cpu::is_half(qkv.dtype())) {
+      cpu::Widened w;
+      return attention_block_backward_impl(w.out(dqkv), w.out(dkv), w.in(dout), w.in(qkv), w.in(kv), w.in(out), lse,
+                                           n_head, n_kv_head, blk);
+    }
+    const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    const cpu::BlockWindow w{blk.q_start, blk.q_len, blk.kv_start, blk.kv_len, blk.causal};
+    TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::attention_block_backward<T>(
+                                         dqkv.data<T>(), dkv.data<T>(), dout.data<T>(), qkv.data<T>(),
+                                         kv.data<T>(), out.data<T>(), lse.data<cpu::stat_t<T>>(), B, Tq,
+                                         kv.size(1), n_head, n_kv_head, HS, w));
+  }
   void swiglu_forward_impl(Tensor& out, const Tensor& inp) override {
     if (cpu::is_half(inp.dtype())) { cpu::Widened w; return swiglu_forward_impl(w.out(out), w.in(inp)); }
     const int64_t F = out.size(-1);
@@ -248,8 +290,12 @@ class CpuBackend final : public Backend {
                                                             in.dtype()));
   }
   void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) override {
-    if (cpu::is_half(out.dtype())) { cpu::Widened w; return fp8_matmul_impl(w.out(out), a, a_scale_inv, b, b_scale_inv, w.in(bias), accumulate); }
+                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate,
+                       bool /*fast_accum: the reference accumulates exactly*/) override {
+    if (cpu::is_half(out.dtype())) {
+      cpu::Widened w;
+      return fp8_matmul_impl(w.out(out), a, a_scale_inv, b, b_scale_inv, w.in(bias), accumulate, false);
+    }
     const int64_t K = b.size(1), OC = b.size(0), N = K ? a.numel() / K : 0;
     TRIPOD_CPU_DISPATCH(out.dtype(),
         cpu::fp8_matmul<T>(out.data<T>(), fp8_data(a), a.dtype(), a_scale_inv.data<cpu::stat_t<T>>()[0],

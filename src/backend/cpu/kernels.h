@@ -50,6 +50,24 @@ template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const stat_t<T>* lse,
                         int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS);
 
+// Block attention (attention_block.cpp): Q rows [q_start, +q_len) of qkv
+// (B,Tq,(NH+2G)*HS) against K/V rows [kv_start, +kv_len) of kv (B,Tk,2G*HS).
+struct BlockWindow {
+  int64_t q_start, q_len, kv_start, kv_len;
+  bool causal;
+};
+template <typename T>
+void attention_kv_copy(T* dst, const T* src, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS,
+                       bool from_qkv);
+template <typename T>
+void attention_block_forward(T* out, stat_t<T>* lse, const T* qkv, const T* kv, int64_t B, int64_t Tq,
+                             int64_t Tk, int64_t NH, int64_t G, int64_t HS, const BlockWindow& w,
+                             bool accumulate);
+template <typename T>
+void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, const T* kv, const T* out,
+                              const stat_t<T>* lse, int64_t B, int64_t Tq, int64_t Tk, int64_t NH, int64_t G,
+                              int64_t HS, const BlockWindow& w);
+
 template <typename T>
 void rmsnorm_forward(T* out, stat_t<T>* rstd, const T* inp, const T* w, int64_t N, int64_t C, float eps);
 template <typename T>
@@ -59,7 +77,7 @@ void rmsnorm_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, c
 // In place on the NH + G Q/K heads of qkv (B,T,(NH+2G)*HS); backward: angle -> -angle.
 template <typename T>
 void rope(T* qkv, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS, int64_t rot_dim, float base,
-          bool backward);
+          bool backward, const int32_t* pos = nullptr);
 
 template <typename T> void swiglu_forward(T* out, const T* inp, int64_t N, int64_t F);
 template <typename T> void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int64_t F);

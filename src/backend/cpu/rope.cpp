@@ -3,7 +3,8 @@
 // in place on the Q and K heads of qkv. CUDA version: backend/cuda/rope.cu.
 //
 // For row (b, t) and each Q/K head x (HS wide): r = rot_dim, h = r/2,
-//   theta_i = base^(-2i/r),  angle_i = t * theta_i   (in double),
+//   theta_i = base^(-2i/r),  angle_i = pos_t * theta_i   (in double; pos_t = t
+//   unless positions are given),
 //   c_i, s_i = cos, sin(angle_i) rounded to stat_t (f32; f64 for the reference),
 //   x[i]   <- x[i] c_i - x[i+h] s_i
 //   x[i+h] <- x[i+h] c_i + x[i] s_i      for i < h; x[r..HS) untouched.
@@ -17,7 +18,7 @@ namespace tripod::backend::cpu {
 
 template <typename T>
 void rope(T* qkv, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS, int64_t rot_dim, float base,
-          bool backward) {
+          bool backward, const int32_t* pos) {
   using S = stat_t<T>;
   const int64_t W = (NH + 2 * G) * HS, h = rot_dim / 2;
   // Table of (cos, sin) per (t, i), the same for every head and batch row.
@@ -26,7 +27,7 @@ void rope(T* qkv, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS, int6
     for (int64_t i = 0; i < h; ++i) {
       const double theta = std::pow(static_cast<double>(base),
                                     -2.0 * static_cast<double>(i) / static_cast<double>(rot_dim));
-      const double angle = static_cast<double>(t) * theta;
+      const double angle = static_cast<double>(pos ? pos[t] : t) * theta;
       cs[t * h + i] = static_cast<S>(std::cos(angle));
       sn[t * h + i] = static_cast<S>(backward ? -std::sin(angle) : std::sin(angle));
     }
@@ -47,7 +48,9 @@ void rope(T* qkv, int64_t B, int64_t Tn, int64_t NH, int64_t G, int64_t HS, int6
     }
 }
 
-template void rope<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool);
-template void rope<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool);
+template void rope<float>(float*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool,
+                          const int32_t*);
+template void rope<double>(double*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float, bool,
+                           const int32_t*);
 
 }  // namespace tripod::backend::cpu

@@ -114,7 +114,7 @@ class CudaBackend final : public Backend {
     int64_t V_tp = dwte ? dwte->size(0) : 0;
     cuda::embedding_backward(dwte ? dwte->raw() : nullptr, dwpe ? dwpe->raw() : nullptr,
                              g->dtype(), dout.raw(), tokens.data<int32_t>(), B, T, C, V_tp,
-                             vocab_start, dout.dtype(), stream_);
+                             vocab_start, dout.dtype(), stream_, deterministic_);
   }
 
   // ---- layernorm ----
@@ -331,11 +331,11 @@ class CudaBackend final : public Backend {
   // the GEMM (the FP8 bias epilogue wants a bf16 bias there); other shapes
   // (K or OC not a multiple of 16) go through the fallback kernel.
   void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate) override {
+                       const Tensor& b_scale_inv, const Tensor* bias, bool accumulate, bool fast_accum) override {
     const int64_t K = b.size(1), OC = b.size(0), N = OC ? out.numel() / OC : 0;
     const bool fuse_bias = bias && out.dtype() != DType::F32;
     if (fp8_gemm_->run(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(), b.dtype(),
-                       b_scale_inv.data<float>(), fuse_bias ? bias->raw() : nullptr, accumulate, N, K, OC, stream_)) {
+                       b_scale_inv.data<float>(), fuse_bias ? bias->raw() : nullptr, accumulate, N, K, OC, stream_, fast_accum)) {
       if (bias && !fuse_bias) cuda::add_bias(out.raw(), bias->raw(), N, OC, out.dtype(), stream_);
       return;
     }

@@ -15,8 +15,10 @@ void embedding_forward(void* out, const int32_t* tokens, const void* wte, const 
                        int64_t B, int64_t T, int64_t C, int64_t V_tp, int64_t vocab_start,
                        DType dt, cudaStream_t stream);
 // dwte(V_tp,C) += scatter of dout rows (may be null); dwpe(T,C) += sum_b dout (may be null).
+// deterministic: dwte without atomics (rows sorted by token, each token's
+// rows summed in row order by one block), bit-repeatable from run to run.
 void embedding_backward(void* dwte, void* dwpe, DType grad_dt, const void* dout,
                         const int32_t* tokens, int64_t B, int64_t T, int64_t C, int64_t V_tp,
-                        int64_t vocab_start, DType dt, cudaStream_t stream);
+                        int64_t vocab_start, DType dt, cudaStream_t stream, bool deterministic = false);
 
 }  // namespace tripod::backend::cuda

@@ -131,6 +131,27 @@ TEST(GPTDataset, EverySampleIsTheRightSlice) {
   }
 }
 
+// get_range (context parallelism's chunks) reads exactly get()'s tokens
+// [begin, begin + count), across document boundaries and empty documents.
+TEST(GPTDataset, RangeIsTheSamplesSlice) {
+  TempDir dir;
+  write_docs(dir / "e", numbered_docs({1, 0, 7, 2, 9, 3, 0, 4}));
+  auto e = std::make_shared<const IndexedDataset>(dir / "e");
+  const int64_t T = 8;
+  GPTDataset de(e, "train", build_gpt_indices(e->sequence_lengths(), 0, 8, T, 40, 7), T, 0, 8);
+  std::vector<int32_t> all(T + 1);
+  for (int64_t i = 0; i < de.num_samples(); ++i) {
+    de.get(i, all.data());
+    for (int64_t begin = 0; begin <= T; ++begin)
+      for (int64_t count = 0; begin + count <= T + 1; ++count) {
+        std::vector<int32_t> part(static_cast<size_t>(count), -1);
+        de.get_range(i, begin, count, part.data());
+        ASSERT_EQ(part, std::vector<int32_t>(all.begin() + begin, all.begin() + begin + count))
+            << "sample " << i << " [" << begin << ", " << begin + count << ")";
+      }
+  }
+}
+
 DataConfig config_for(std::vector<std::string> data_path, int64_t T, int64_t train, int64_t valid) {
   DataConfig c;
   c.data_path = std::move(data_path);

@@ -68,6 +68,51 @@ TEST(Layout, CoordinatesMatchGroupsForManyShapes) {
   }
 }
 
+// Megatron's "tp-cp-ep-dp-pp" order without ep: cp after tp, gradients over dp x cp.
+TEST(Layout, ContextParallel8RanksTp2Cp2Pp2) {
+  Layout l = Layout::make(8, 2, 2, 1, 2);
+  EXPECT_EQ(l.dp, 1);
+  EXPECT_EQ(l.tp_groups(), (RankGroups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(l.cp_groups(), (RankGroups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(l.dp_groups(), (RankGroups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(l.dp_cp_groups(), (RankGroups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(l.pp_groups(), (RankGroups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(l.mp_groups(), (RankGroups{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  EXPECT_EQ(l.cp_rank(2), 1);
+  EXPECT_EQ(l.pp_rank(4), 1);
+  EXPECT_EQ(l.str(), "world 8 = tp 2 x cp 2 x dp 1 x pp 2 (vpp 1)");
+}
+
+TEST(Layout, ContextParallel8RanksCp2Dp4) {
+  Layout l = Layout::make(8, 1, 1, 1, 2);
+  EXPECT_EQ(l.dp, 4);
+  EXPECT_EQ(l.cp_groups(), (RankGroups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(l.dp_groups(), (RankGroups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(l.dp_cp_groups(), (RankGroups{{0, 1, 2, 3, 4, 5, 6, 7}}));
+}
+
+// At cp 1 every group is the "tp-dp-pp" one, and coordinates round-trip with cp.
+TEST(Layout, ContextParallelCoordinatesRoundTrip) {
+  for (int world : {2, 4, 8, 16})
+    for (int tp : {1, 2})
+      for (int cp : {1, 2, 4})
+        for (int pp : {1, 2}) {
+          if (world % (tp * cp * pp)) continue;
+          Layout l = Layout::make(world, tp, pp, 1, cp);
+          for (int g = 0; g < world; ++g) {
+            EXPECT_EQ(l.global_rank(l.tp_rank(g), l.dp_rank(g), l.pp_rank(g), l.cp_rank(g)), g);
+            for (const auto& grp : l.cp_groups())
+              for (size_t i = 0; i < grp.size(); ++i) {
+                EXPECT_EQ(l.cp_rank(grp[i]), int(i));
+                EXPECT_EQ(l.dp_rank(grp[i]), l.dp_rank(grp[0]));
+                EXPECT_EQ(l.tp_rank(grp[i]), l.tp_rank(grp[0]));
+              }
+          }
+          if (cp == 1) EXPECT_EQ(l.dp_cp_groups(), l.dp_groups());
+          EXPECT_EQ(int(l.dp_cp_groups().front().size()), l.dp * cp);
+        }
+}
+
 TEST(Layout, EmbeddingGroupsSkipMiddleStages) {
   Layout l = Layout::make(4, 1, 4);
   EXPECT_EQ(l.embd_groups(), (RankGroups{{0, 3}}));
@@ -93,6 +138,12 @@ TEST(Layout, ValidationNamesTheFlags) {
   EXPECT_NE(error_of(8, 1, 0).find("--pipeline-model-parallel-size must be >= 1"), std::string::npos);
   EXPECT_NE(error_of(8, 2, 1, 2).find("single pipeline stage"), std::string::npos);
   EXPECT_EQ(error_of(8, 2, 2, 2), "");
+  try {
+    Layout::make(8, 1, 1, 1, 3);
+    ADD_FAILURE() << "cp 3 on 8 ranks accepted";
+  } catch (const tripod::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--context-parallel-size 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ProcessGroups, SingleProcessWorldIsLocal) {

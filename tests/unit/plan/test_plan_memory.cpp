@@ -184,6 +184,46 @@ TEST(PlanMemory, TripodModelPieces) {
                                         tripod_stage_extra_activation_bytes(m, 2, 1, false, false, 2)));
 }
 
+// Context parallelism: the whole parameters on every rank, the distributed
+// optimizer's shards over dp x cp, activations and scratch of s/cp rows, and
+// the K/V ring's 5 buffers of (b, s/cp, 2 G HS).
+TEST(PlanMemory, ContextParallelSplitsTheSequence) {
+  const GptConfig m = gpt2_124m(), half = gpt_model(12, 768, 12, 512);  // seq 1024 and 512
+  Layout cp{config::Layout::make(8, 1, 1, 1, 2)};  // cp 2, dp 4
+  cp.micro_batch = 1, cp.global_batch = 4, cp.distributed_optimizer = true;
+  Layout ref = layout(4);  // the same rows per rank at cp 1: seq 512, dp 4
+  ref.micro_batch = 1, ref.global_batch = 4, ref.distributed_optimizer = true;
+  const MemoryBreakdown a = estimate_memory(m, cp), b = estimate_memory(half, ref);
+  // Master + Adam + f32 grad shard over dp x cp = 8: 6 + 16 / 8 bytes per parameter.
+  EXPECT_DOUBLE_EQ(a.bytes_per_param, 6 + 16.0 / 8);
+  EXPECT_EQ(a.params_per_gpu, 124475904);  // all of them: CP splits no parameter
+  EXPECT_DOUBLE_EQ(a.activations, b.activations);
+  // Ring: 5 x 2 bytes x 512 rows x 2 x 12 heads x 64 = 7,864,320; the first stage's position rows
+  // 512 x 768 x (2 + 4) = 2,359,296.
+  EXPECT_DOUBLE_EQ(a.workspace - b.workspace, 7864320.0 + 2359296.0);
+}
+
+TEST(PlanTime, ContextParallelRing) {
+  const GptConfig m = gpt_model(12, 768, 12, 8192);
+  Machine mc;
+  mc.gpus_per_node = 2;
+  Layout one = layout(2), two{config::Layout::make(2, 1, 1, 1, 2)};
+  one.micro_batch = two.micro_batch = 1;
+  one.global_batch = 2, two.global_batch = 2;
+  const TimeBreakdown t1 = estimate_time(m, one, mc), t2 = estimate_time(m, two, mc);
+  EXPECT_EQ(t1.cp_comm, 0.0);
+  // The same tokens and FLOPs per rank (dp 2: one sequence of 8192 each; cp 2: two micro-batches of
+  // 4096 rows), in GEMMs of 4096 instead of 8192 rows: matmul efficiency 4096/4352 instead of 8192/8448.
+  EXPECT_NEAR(t2.compute / t1.compute, (8192.0 / 8448) / (4096.0 / 4352), 1e-12);
+  // K/V block of 4096 rows x 2 x 768 x 2 bytes = 12.6 MB: 41.9 us at 300 GB/s + 10 us, under one
+  // block's attention (2 x 8192^2 x 768 / 2 / (989e12 x 0.45) / 2 = 57.9 us forward, twice that
+  // backward against two hops): only the last dK/dV hop per layer is exposed, 2 micro-batches x 12
+  // layers x 51.9 us.
+  const double hop = 4096.0 * 2 * 768 * 2 / 300e9 + 10e-6;
+  EXPECT_NEAR(t2.cp_comm, 2 * 12 * hop, 1e-12);
+  EXPECT_FALSE(t2.cp_crosses_nodes);
+}
+
 TEST(PlanMemory, ChunkSlotsFollowTheSchedule) {
   // 1F1B: rank r keeps min(P - r, m) micro-batches (Megatron's warm-up + 1).
   EXPECT_EQ(chunk_slot_peaks(4, 1, 8, 0), std::vector<int>{4});
@@ -194,6 +234,66 @@ TEST(PlanMemory, ChunkSlotsFollowTheSchedule) {
   // chunk 0 peaks at 4 live, chunk 1 at 2: 6 slots in the per-chunk pools
   // although at most 5 are live at once.
   EXPECT_EQ(chunk_slot_peaks(2, 2, 4, 0), (std::vector<int>{4, 2}));
+}
+
+// FP8 (--fp8-format): Fp8Bytes by hand for GPT-2 124M at micro-batch 4
+// (N = 4096, C 768, Q 2304, F = F1 3072), tp 1.
+TEST(PlanMemory, Fp8BytesHandCount) {
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  // weights: 2 x 768 x (2304 + 768 + 3072 + 3072) = 14,155,776 per layer;
+  // kept transposes 4096 x (768 + 768 + 768 + 3072) + 64 = 22,020,160;
+  // scratch 4096 x 3072 (x) + 2 x 4096 x 3072 (dy and its transpose) = 37,748,736.
+  Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * 22020160.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
+  // Full recompute keeps no transposes and casts x again: x's transpose scratch too.
+  f = tripod_fp8_bytes(m, 4, 1, Recompute::Full, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 + 4096 * 3072.0);
+  // --first-last-layers-bf16: layers 1..10 only; a chunk of layers 0 and 11 has none.
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12).weights, 10 * 14155776.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 1).weights, 0.0);
+  // tp 2: weights and the row-parallel inputs halve: 2 x 768 x 9216 / 2; 4096 x (768 + 384 + 768 + 1536) + 64.
+  m.fp8.first_last_layers_bf16 = false;
+  f = tripod_fp8_bytes(m, 4, 2, Recompute::None, 0, 1);
+  EXPECT_DOUBLE_EQ(f.weights, 7077888.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 4096 * 3456.0 + 64);
+  // scratch: x 4096 x max(768, 1536); dy 2 x 4096 x max(1152, 768, 1536).
+  EXPECT_DOUBLE_EQ(f.scratch, 4096 * 1536.0 + 2 * 4096 * 1536.0);
+  // No FP8 anywhere without --fp8-format.
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(gpt2_124m(), 4, 1, Recompute::None, 0, 12).weights, 0.0);
+}
+
+TEST(PlanMemory, Fp8InTheEstimate) {
+  // One GPU, micro-batch 4: one micro-batch in flight, so the estimate grows
+  // by the hand count above (activations: the transposes; workspace: weights + scratch).
+  GptConfig bf16 = gpt2_124m(), fp8 = gpt2_124m();
+  fp8.fp8.format = config::Fp8Format::Hybrid;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const MemoryBreakdown a = estimate_memory(bf16, l), b = estimate_memory(fp8, l);
+  EXPECT_DOUBLE_EQ(b.activations - a.activations, 12 * 22020160.0);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12 * 14155776.0 + 37748736.0);
+  EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
+}
+
+TEST(PlanTime, Fp8GemmsAtTheirRate) {
+  // 6 x 768 x 9216 = 42,467,328 FLOPs per token per FP8 layer, x 12 = 509,607,936.
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(m), 509607936.0);
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(gpt2_124m()), 0.0);
+  // The compute term loses those FLOPs x (1 - 1/1.6) at the bf16 rate.
+  Machine mc;
+  mc.gpus_per_node = 1;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l);
+  const double saved = 509607936.0 * (1 - 1 / 1.6) * 1024 * 4 / rate;
+  EXPECT_NEAR(estimate_time(gpt2_124m(), l, mc).compute - estimate_time(m, l, mc).compute, saved, 1e-12);
 }
 
 }  // namespace

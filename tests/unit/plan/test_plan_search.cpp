@@ -140,6 +140,32 @@ TEST(PlanSearch, NothingFitsSaysWhy) {
 }
 
 
+// A sequence too long for any CP 1 layout: the search goes on to CP 2, 4, ...
+// and lists the smallest CP that fits, with --context-parallel-size in its flags.
+TEST(PlanSearch, LongSequenceFallsBackToContextParallel) {
+  // 512K tokens: TP 8 with SP inside a node still needs 85 GiB; CP 2 across the two nodes halves it.
+  const GptConfig m = gpt_model(16, 2048, 16, 524288);
+  Machine mc;
+  mc.nnodes = 2, mc.gpus_per_node = 8, mc.gpu_memory_gb = 80;
+  SearchOptions o;
+  o.global_batch = 8;
+  o.recompute = {Recompute::None};
+  const PlanResult r = plan_layouts(m, mc, o);
+  ASSERT_FALSE(r.fits.empty());
+  const int cp = r.fits.front().layout.cp;
+  EXPECT_GT(cp, 1);
+  for (const auto& c : r.fits) {
+    EXPECT_EQ(c.layout.cp, cp);
+    EXPECT_EQ(c.layout.tp * c.layout.cp * c.layout.pp * c.layout.dp, 16);
+  }
+  EXPECT_NE(r.notes.front().find("no layout fits without context parallelism"), std::string::npos) << r.notes.front();
+  EXPECT_NE(megatron_flags(m, r.fits.front().layout).find("--context-parallel-size " + std::to_string(cp)),
+            std::string::npos);
+  // Pinned at 1: no fallback.
+  o.cp = 1;
+  EXPECT_TRUE(plan_layouts(m, mc, o).fits.empty());
+}
+
 TEST(PlanSearch, TpPinnedAboveANodeNamesTheRule) {
   // 345M-class, 16 heads: only the node rule stands in the way of TP 16
   const GptConfig m = gpt_model(24, 1024, 16);

@@ -1,0 +1,215 @@
+// Context parallelism's pieces (model/context_parallel.h): the load-balanced
+// chunk positions, the ring's block table, the ring attention against
+// attention on the whole sequence (threads as ranks over Gloo, f64, MHA and
+// GQA, cp 2 and 4), and the ring's schedule: the next block's send and
+// receive are posted before the block in hand is computed.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <random>
+
+#include "backend/cpu/cpu_backend.h"
+#include "base/error.h"
+#include "model/context_parallel.h"
+#include "parallel/groups.h"
+#include "testing/threads_as_ranks.h"
+
+namespace tripod {
+namespace {
+
+using namespace std::chrono_literals;
+using model::CpChunks;
+
+std::vector<int64_t> positions(int cp, int r, int64_t T) {
+  const CpChunks ch{cp, r, T};
+  std::vector<int64_t> p;
+  for (int64_t t = 0; t < ch.local_length(); ++t) p.push_back(ch.position(t));
+  return p;
+}
+
+// Megatron's get_batch_on_this_cp_rank: 2*cp chunks, rank r holds r and 2cp-1-r.
+TEST(ContextParallel, LoadBalancedChunkPositions) {
+  EXPECT_EQ(positions(1, 0, 6), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(positions(2, 0, 8), (std::vector<int64_t>{0, 1, 6, 7}));
+  EXPECT_EQ(positions(2, 1, 8), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(positions(4, 1, 16), (std::vector<int64_t>{2, 3, 12, 13}));
+  EXPECT_EQ(positions(4, 3, 16), (std::vector<int64_t>{6, 7, 8, 9}));
+}
+
+TEST(ContextParallel, SequenceLengthMustSplitIntoChunks) {
+  model::check_context_parallel_seq_length(32, 4);
+  try {
+    model::check_context_parallel_seq_length(36, 4);
+    ADD_FAILURE() << "36 tokens accepted at cp 4";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--seq-length 36"), std::string::npos) << m;
+    EXPECT_NE(m.find("--context-parallel-size 4"), std::string::npos) << m;
+  }
+}
+
+// NOTE [Ring schedule]: which rows of each pair meet, at cp 4 with 8 local rows.
+TEST(ContextParallel, RingBlocks) {
+  auto str = [](const backend::AttentionBlock& b) {
+    return std::to_string(b.q_start) + "+" + std::to_string(b.q_len) + " " + std::to_string(b.kv_start) + "+" +
+           std::to_string(b.kv_len) + (b.causal ? " causal" : "");
+  };
+  // rank 2: step 0 own (causal), steps 1, 2 from ranks 1, 0 (earlier: all q vs early kv),
+  // step 3 from rank 3 (later: late q vs all kv).
+  EXPECT_EQ(str(model::ring_block(2, 4, 0, 8)), "0+8 0+8 causal");
+  EXPECT_EQ(str(model::ring_block(2, 4, 1, 8)), "0+8 0+4");
+  EXPECT_EQ(str(model::ring_block(2, 4, 2, 8)), "0+8 0+4");
+  EXPECT_EQ(str(model::ring_block(2, 4, 3, 8)), "4+4 0+8");
+  EXPECT_EQ(str(model::ring_block(0, 4, 1, 8)), "4+4 0+8");
+}
+
+// A communicator that records when sends and receives are posted and waited for.
+class Recording final : public comm::Communicator {
+ public:
+  Recording(std::shared_ptr<comm::Communicator> inner, std::vector<std::string>* log) : in_(std::move(inner)), log_(log) {}
+  int rank() const override { return in_->rank(); }
+  int size() const override { return in_->size(); }
+  const std::string& name() const override { return in_->name(); }
+  std::shared_ptr<comm::Work> all_reduce(Tensor& t, const comm::AllReduceOptions& o) override { return in_->all_reduce(t, o); }
+  std::shared_ptr<comm::Work> all_gather(Tensor& out, const Tensor& in, const comm::AllGatherOptions& o) override {
+    return in_->all_gather(out, in, o);
+  }
+  std::shared_ptr<comm::Work> reduce_scatter(Tensor& out, const Tensor& in, const comm::ReduceScatterOptions& o) override {
+    return in_->reduce_scatter(out, in, o);
+  }
+  std::shared_ptr<comm::Work> broadcast(Tensor& t, const comm::BroadcastOptions& o) override { return in_->broadcast(t, o); }
+  std::shared_ptr<comm::Work> send(const Tensor& t, int dst, const comm::SendOptions& o) override {
+    log_->push_back(tag_name(o.tag) + " send");
+    return in_->send(t, dst, o);
+  }
+  std::shared_ptr<comm::Work> recv(Tensor& t, int src, const comm::RecvOptions& o) override {
+    log_->push_back(tag_name(o.tag) + " recv");
+    return in_->recv(t, src, o);
+  }
+  void barrier(const comm::BarrierOptions& o) override { in_->barrier(o); }
+  void abort() noexcept override { in_->abort(); }
+
+ private:
+  static std::string tag_name(int tag) { return tag == model::kCpKvTag ? "kv" : tag == model::kCpDkvTag ? "dkv" : "?"; }
+  std::shared_ptr<comm::Communicator> in_;
+  std::vector<std::string>* log_;
+};
+
+Tensor random(const Shape& s, std::mt19937& g) {
+  Tensor t = Tensor::empty(s, DType::F64);
+  std::normal_distribution<double> d(0.0, 1.0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = d(g);
+  return t;
+}
+
+// Rows of a (B, T, W) tensor at the given positions of each batch row.
+Tensor rows_at(const Tensor& full, const std::vector<int64_t>& pos) {
+  const int64_t B = full.size(0), T = full.size(1), W = full.size(2), Tl = static_cast<int64_t>(pos.size());
+  Tensor out = Tensor::empty({B, Tl, W}, full.dtype());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Tl; ++t)
+      for (int64_t e = 0; e < W; ++e)
+        out.data<double>()[(b * Tl + t) * W + e] = full.data<double>()[(b * T + pos[size_t(t)]) * W + e];
+  return out;
+}
+
+void expect_rows(const char* what, const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.numel(), want.numel());
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.data<double>()[i], want.data<double>()[i], 1e-12) << what << " element " << i;
+}
+
+// The ring's out, lse and dqkv are attention_forward/backward's on the whole sequence, row for row.
+void check_ring(int cp, int NH, int G) {
+  const int64_t B = 2, T = 8 * cp, HS = 4, W = (NH + 2 * G) * HS;
+  auto be = backend::make_cpu_backend();
+  std::mt19937 g(11);
+  const Tensor qkv = random({B, T, W}, g), dout = random({B, T, NH * HS}, g);
+  Tensor out = Tensor::empty({B, T, NH * HS}, DType::F64), lse = Tensor::empty({B, NH, T}, DType::F64);
+  Tensor dqkv = Tensor::empty({B, T, W}, DType::F64);
+  be->attention_forward(out, lse, qkv, NH, G);
+  be->attention_backward(dqkv, dout, qkv, out, lse, NH, G);
+  testing::run_ranks(cp, 30s, [&](int r, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(cp, 1, 1, 1, cp));
+    auto rbe = backend::make_cpu_backend();
+    const std::vector<int64_t> pos = positions(cp, r, T);
+    const int64_t Tl = T / cp;
+    const Tensor q = rows_at(qkv, pos), dl = rows_at(dout, pos);
+    Tensor o = Tensor::empty({B, Tl, NH * HS}, DType::F64), l = Tensor::empty({B, NH, Tl}, DType::F64);
+    Tensor dq = Tensor::empty({B, Tl, W}, DType::F64);
+    model::RingBuffers buf;
+    for (Tensor* k : {&buf.kv[0], &buf.kv[1], &buf.dkv[0], &buf.dkv[1], &buf.dkv_block})
+      *k = Tensor::empty({B, Tl, 2 * G * HS}, DType::F64);
+    const model::RingAttention ring(*pg.cp, *rbe, NH, G);
+    ring.forward(o, l, q, buf);
+    ring.backward(dq, dl, q, o, l, buf);
+    expect_rows("out", o, rows_at(out, pos));
+    expect_rows("dqkv", dq, rows_at(dqkv, pos));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < NH; ++h)
+        for (int64_t t = 0; t < Tl; ++t)
+          ASSERT_NEAR(l.data<double>()[(b * NH + h) * Tl + t], lse.data<double>()[(b * NH + h) * T + pos[size_t(t)]],
+                      1e-12);
+  });
+}
+
+// RoPE at a cp rank's positions rotates its rows as RoPE on the whole sequence does, and back.
+TEST(ContextParallel, RopeAtChunkPositions) {
+  auto be = backend::make_cpu_backend();
+  std::mt19937 g(5);
+  const int64_t B = 2, T = 16, NH = 4, G = 2, HS = 8, W = (NH + 2 * G) * HS;
+  const Tensor orig = random({B, T, W}, g);
+  Tensor full = Tensor::empty({B, T, W}, DType::F64);
+  be->copy(full, orig);
+  be->rope_forward(full, NH, G, 6, 10000.f);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<int64_t> pos = positions(2, r, T);
+    Tensor local = rows_at(orig, pos), p = Tensor::empty({int64_t(pos.size())}, DType::I32);
+    for (size_t i = 0; i < pos.size(); ++i) p.data<int32_t>()[i] = int32_t(pos[i]);
+    be->rope_forward(local, NH, G, 6, 10000.f, &p);
+    expect_rows("rope", local, rows_at(full, pos));
+    be->rope_backward(local, NH, G, 6, 10000.f, &p);
+    expect_rows("rope back", local, rows_at(orig, pos));
+  }
+}
+
+TEST(ContextParallel, RingAttentionMatchesWholeSequenceCp2) { check_ring(2, 4, 4); }
+TEST(ContextParallel, RingAttentionMatchesWholeSequenceCp2Gqa) { check_ring(2, 4, 2); }
+TEST(ContextParallel, RingAttentionMatchesWholeSequenceCp4Gqa) { check_ring(4, 6, 2); }
+
+// NOTE [Ring schedule]: at every step but the last, the next K/V block's
+// receive and send are posted before the block in hand is computed; the
+// backward's dK/dV accumulator leaves after its block, cp times in all.
+TEST(ContextParallel, RingPostsTheNextBlockBeforeComputing) {
+  const int cp = 4;
+  std::vector<std::vector<std::string>> logs(cp);
+  testing::run_ranks(cp, 30s, [&](int r, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(cp, 1, 1, 1, cp));
+    auto rec = std::make_shared<Recording>(pg.cp, &logs[size_t(r)]);
+    auto be = backend::make_cpu_backend();
+    const int64_t B = 1, Tl = 4, NH = 2, G = 1, HS = 2, W = (NH + 2 * G) * HS;
+    std::mt19937 g(r);
+    const Tensor q = random({B, Tl, W}, g), dl = random({B, Tl, NH * HS}, g);
+    Tensor o = Tensor::empty({B, Tl, NH * HS}, DType::F64), l = Tensor::empty({B, NH, Tl}, DType::F64);
+    Tensor dq = Tensor::empty({B, Tl, W}, DType::F64);
+    model::RingBuffers buf;
+    for (Tensor* k : {&buf.kv[0], &buf.kv[1], &buf.dkv[0], &buf.dkv[1], &buf.dkv_block})
+      *k = Tensor::empty({B, Tl, 2 * G * HS}, DType::F64);
+    model::RingAttention ring(*rec, *be, NH, G);
+    ring.set_trace(&logs[size_t(r)]);
+    ring.forward(o, l, q, buf);
+    logs[size_t(r)].push_back("--");
+    ring.backward(dq, dl, q, o, l, buf);
+  });
+  const std::vector<std::string> want = {
+      "kv recv", "kv send", "block 0", "kv recv", "kv send", "block 1", "kv recv", "kv send", "block 2", "block 3", "--",
+      "kv recv", "kv send", "block backward 0", "dkv recv", "dkv send",
+      "kv recv", "kv send", "block backward 1", "dkv recv", "dkv send",
+      "kv recv", "kv send", "block backward 2", "dkv recv", "dkv send",
+      "block backward 3", "dkv recv", "dkv send"};
+  for (int r = 0; r < cp; ++r) EXPECT_EQ(logs[size_t(r)], want) << "rank " << r;
+}
+
+}  // namespace
+}  // namespace tripod
