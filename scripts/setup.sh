@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tripod needs (skipping those already present),
-# then configures and builds tripod into build/.
+# then configures build/ and builds the `tripod` binary only (the tests,
+# fuzz replays and benches are built by scripts/test.sh, or
+# `cmake --build build`).
 #
 #   ./scripts/setup.sh            packages + release build
 #   TRIPOD_SKIP_APT=1 ./scripts/setup.sh   build only
@@ -61,5 +63,5 @@ if [[ -z "${TRIPOD_CUDA:-}" ]]; then
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE="$BUILD_TYPE" \
   -DTRIPOD_CUDA="$TRIPOD_CUDA" ${TRIPOD_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j"$(nproc)"
-echo "[setup] built build/tripod"
+cmake --build build -j"$(nproc)" --target tripod
+echo "[setup] built build/tripod (the tests build with ./scripts/test.sh)"

@@ -4,7 +4,10 @@
 //  - TRIPOD_CHECK(cond, "fmt", args...) throws tripod::Error for user input,
 //    invariants and layout rules. The message names the values; a hint names
 //    the fix. cli/main.cpp is the only place that turns an Error into an exit
-//    code, so library code never calls exit().
+//    code, so library code never calls exit(). It prints where the check is
+//    (file:line and the condition) only for an error without a fix (an
+//    invariant, i.e. an internal error), or for every error with
+//    TRIPOD_ERROR_SOURCE=1.
 //  - Library calls (CUDA, cuBLAS, NCCL) have their own check macros built on
 //    detail::check_failed, in the module that owns the library.
 #pragma once
@@ -13,6 +16,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tripod {
 
@@ -46,9 +50,47 @@ class OutOfMemoryError : public Error {
   size_t capacity;  // the device's memory, 0 when unknown
 };
 
+// Several user errors found in one pass (a command line's incompatibilities),
+// so a user fixes them all at once instead of one per attempt.
+//   ErrorList problems;
+//   TRIPOD_CHECK_INTO(problems, mbs > 0, "pass --micro-batch-size N", "--micro-batch-size is {}", mbs);
+//   problems.collect([&] { args.finalize(); });   // an Error it throws is recorded
+//   problems.throw_if_any("with the command line");
+class ErrorList {
+ public:
+  void add(Error e) { errors_.push_back(std::move(e)); }
+  // Runs check(); a tripod::Error it throws (not a timeout or an
+  // out-of-memory error) is recorded and the pass goes on. Returns whether
+  // check() finished without one.
+  template <typename F>
+  bool collect(F&& check) {
+    try {
+      check();
+      return true;
+    } catch (const TimeoutError&) {
+      throw;
+    } catch (const OutOfMemoryError&) {
+      throw;
+    } catch (const Error& e) {
+      add(e);
+      return false;
+    }
+  }
+  bool empty() const { return errors_.empty(); }
+  size_t size() const { return errors_.size(); }
+  const std::vector<Error>& errors() const { return errors_; }
+  // None: returns. One: throws it as it is. Several: throws one Error,
+  // "N problems <what>:", then each message with its fix, numbered.
+  void throw_if_any(const std::string& what) const;
+
+ private:
+  std::vector<Error> errors_;
+};
+
 namespace detail {
 [[noreturn]] void check_failed(const char* cond, const char* file, int line,
                                std::string message, std::string hint = {});
+Error make_error(const char* cond, const char* file, int line, std::string message, std::string hint = {});
 }  // namespace detail
 
 }  // namespace tripod
@@ -65,6 +107,14 @@ namespace detail {
   do {                                                                                \
     if (!(cond)) ::tripod::detail::check_failed(#cond, __FILE__, __LINE__,            \
                                                 ::fmt::format(__VA_ARGS__), (hint));  \
+  } while (0)
+
+// TRIPOD_CHECK_INTO(list, cond, hint, "fmt", args...): as TRIPOD_CHECK_HINT,
+// but the Error is added to the ErrorList `list` and the code goes on.
+#define TRIPOD_CHECK_INTO(list, cond, hint, ...)                                      \
+  do {                                                                                \
+    if (!(cond)) (list).add(::tripod::detail::make_error(#cond, __FILE__, __LINE__,   \
+                                                         ::fmt::format(__VA_ARGS__), (hint))); \
   } while (0)
 
 // TRIPOD_FAIL("fmt", args...): unconditional error.

@@ -10,7 +10,11 @@ namespace {
 std::mutex g_mutex;
 Level g_level = Level::Info;
 std::string g_prefix;
+thread_local Level t_min_level = Level::Debug;  // ScopedMinLevel
 }  // namespace
+
+ScopedMinLevel::ScopedMinLevel(Level level) : saved_(t_min_level) { t_min_level = level; }
+ScopedMinLevel::~ScopedMinLevel() { t_min_level = saved_; }
 
 void set_level(Level level) { g_level = level; }
 void set_prefix(std::string prefix) {
@@ -19,7 +23,7 @@ void set_prefix(std::string prefix) {
 }
 
 void write(Level level, const std::string& line) {
-  if (level < g_level) return;
+  if (level < g_level || level < t_min_level) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   FILE* out = level >= Level::Warn ? stderr : stdout;
   const char* tag = level == Level::Warn ? "warning: " : level == Level::Error ? "error: " : "";

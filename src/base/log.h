@@ -16,6 +16,20 @@ void set_level(Level level);
 void set_prefix(std::string prefix);  // e.g. "[rank 3] "; empty by default
 void write(Level level, const std::string& line);
 
+// For the scope of one object, on this thread only: lines below `level`
+// are dropped (e.g. Level::Warn on ranks other than 0 while the data is
+// opened, so the start-up lines print once per job, as Megatron's).
+class ScopedMinLevel {
+ public:
+  explicit ScopedMinLevel(Level level);
+  ~ScopedMinLevel();
+  ScopedMinLevel(const ScopedMinLevel&) = delete;
+  ScopedMinLevel& operator=(const ScopedMinLevel&) = delete;
+
+ private:
+  Level saved_;
+};
+
 template <typename... Args>
 void info(fmt::format_string<Args...> f, Args&&... args) {
   write(Level::Info, fmt::format(f, std::forward<Args>(args)...));

@@ -47,9 +47,10 @@ GpuAssignment assign_gpu(int local_rank, int local_world_size, int device_count,
   return a;
 }
 
-comm::CommBackend comm_backend_for(const std::string& device, const std::string& flag) {
+comm::CommBackend comm_backend_for(const std::string& device, const std::string& flag, bool cpu_nccl_as_gloo) {
   if (flag.empty()) return comm::CommBackend::Default;
   const comm::CommBackend b = comm::parse_comm_backend(flag);
+  if (b == comm::CommBackend::Nccl && device == "cpu" && cpu_nccl_as_gloo) return comm::CommBackend::Gloo;
   TRIPOD_CHECK_HINT(!(b == comm::CommBackend::Nccl && device == "cpu"),
                     "use --distributed-backend gloo (the default) with --device cpu",
                     "--distributed-backend nccl needs --device cuda");

@@ -34,7 +34,10 @@ struct GpuAssignment {
 GpuAssignment assign_gpu(int local_rank, int local_world_size, int device_count, comm::CommBackend backend);
 
 // `--distributed-backend` value -> CommBackend ("" -> Default); checks it
-// against the device (NCCL needs --device cuda).
-comm::CommBackend comm_backend_for(const std::string& device, const std::string& flag);
+// against the device (NCCL needs --device cuda). With cpu_nccl_as_gloo (tripod
+// train: a GPU job script rehearsed on CPU), nccl on a CPU run is Gloo
+// instead of an error; the caller logs that once.
+comm::CommBackend comm_backend_for(const std::string& device, const std::string& flag,
+                                   bool cpu_nccl_as_gloo = false);
 
 }  // namespace tripod::cli

@@ -40,6 +40,7 @@ struct DoctorArgs {
   std::string device = "auto";
   double timeout_s = 60;
   double gpu_memory_gb = 0;            // 0: the GPUs found
+  int nnodes = 0, gpus_per_node = 0;   // 0: this job's (launcher) or this machine's GPUs
   std::vector<std::string> train_argv;  // after `--`: the run's `tripod train` flags
 };
 
@@ -78,8 +79,15 @@ CheckResult memory_check(const DoctorArgs& a, const comm::RankInfo& info, bool u
     return {"gpu-memory-fit", Status::kInfo, "no GPU here to check the run's memory against",
             "pass --gpu-memory-gb G (the target GPU's memory) to check the fit from this machine"};
   args.device = "cuda";
-  const int world = under_launcher ? info.world_size : std::max<int>(1, int(inv.gpus.size()));
-  const int local = under_launcher ? info.local_world_size : world;
+  // The cluster asked about (--nnodes / --gpus-per-node), else the
+  // launcher's job, else this machine's GPUs.
+  int world = under_launcher ? info.world_size : std::max<int>(1, int(inv.gpus.size()));
+  int local = under_launcher ? info.local_world_size : world;
+  if (a.gpus_per_node > 0 || a.nnodes > 0) {
+    local = a.gpus_per_node > 0 ? a.gpus_per_node : local;
+    world = std::max(1, a.nnodes) * local;
+    where += fmt::format(", {} node(s) x {} GPUs", std::max(1, a.nnodes), local);
+  }
   const plan::MemoryFit f = plan::memory_fit_check(plan_job(args, world, local), capacity);
   return {"gpu-memory-fit", f.fits ? Status::kPass : Status::kFail,
           fmt::format("{} GPU(s) ({}): {}", world, where, f.finding), f.fix};
@@ -144,8 +152,15 @@ int run_doctor(int argc, char** argv) {
   app.add_flag("--json", a.json, "print JSON");
   app.add_option("--gpu-memory-gb", a.gpu_memory_gb,
                  "with `-- TRAIN FLAGS`: GiB per GPU to check the run against (default: the GPUs found)");
+  app.add_option("--nnodes", a.nnodes,
+                 "with `-- TRAIN FLAGS`: nodes of the cluster to check the run's layout on (default: this job's, or "
+                 "this machine)");
+  app.add_option("--gpus-per-node", a.gpus_per_node,
+                 "with `-- TRAIN FLAGS`: GPUs per node of that cluster (default: the launcher's ranks per node, or "
+                 "the GPUs found)");
   app.footer("With `-- TRAIN FLAGS` (the run's `tripod train` flags) doctor also predicts the run's peak memory per "
-             "GPU with tripod plan's model and, when it does not fit, lists layouts that do.");
+             "GPU with tripod plan's model and, when it does not fit, lists layouts that do. From a laptop: "
+             "tripod doctor --nnodes 2 --gpus-per-node 8 --gpu-memory-gb 80 -- TRAIN FLAGS");
   // `tripod doctor [flags] -- TRAIN FLAGS`
   int own = argc;
   for (int i = 1; i < argc; ++i)
@@ -162,6 +177,8 @@ int run_doctor(int argc, char** argv) {
   }
   TRIPOD_CHECK(a.model_params >= 0, "--model-params must be >= 0");
   TRIPOD_CHECK(a.iters >= 1, "--bandwidth-iters must be >= 1");
+  TRIPOD_CHECK_HINT(a.nnodes >= 0 && a.gpus_per_node >= 0, "pass --nnodes N and --gpus-per-node G with N, G >= 1",
+                    "--nnodes {} / --gpus-per-node {}", a.nnodes, a.gpus_per_node);
   a.opts.model_params = int64_t(a.model_params);
 
   comm::RankInfo info;

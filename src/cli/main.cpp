@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "base/env.h"
 #include "base/error.h"
 #include "cli/command.h"
 
@@ -61,7 +62,11 @@ int main(int argc, char** argv) {
     } catch (const tripod::Error& e) {
       std::fprintf(stderr, "tripod %s: error: %s\n", name.c_str(), e.message().c_str());
       if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
-      if (!e.where().empty()) std::fprintf(stderr, "  (raised at %s)\n", e.where().c_str());
+      // Where the check is: for an error without a fix (an invariant: an
+      // internal error worth reporting), or for every error with
+      // TRIPOD_ERROR_SOURCE=1; a user-facing error names its fix instead.
+      if (!e.where().empty() && (e.hint().empty() || tripod::env::get_int_or("TRIPOD_ERROR_SOURCE", 0) != 0))
+        std::fprintf(stderr, "  (raised at %s)\n", e.where().c_str());
       return dynamic_cast<const tripod::TimeoutError*>(&e) ? 124 : 2;
     } catch (const std::filesystem::filesystem_error& e) {
       // A file-system call on a path the user gave (permissions, a read-only

@@ -18,6 +18,7 @@
 #include "cli/device.h"
 #include "cli/table_flags.h"
 #include "plan/calibrate.h"
+#include "plan/gpu_specs.h"
 #include "plan/search.h"
 
 namespace tripod::cli {
@@ -151,6 +152,14 @@ int run_plan(int argc, char** argv) {
   app.add_flag("--bf16", bf16, "bf16 params, fp32 grads and optimizer (the default)");
   app.add_flag("--fp16", fp16, "fp16 params, fp32 grads and optimizer");
   app.add_flag("--fp32", fp32, "fp32 training");
+  std::string gpu = "h100";
+  std::string gpu_keys;
+  for (const auto& g : plan::gpu_specs()) gpu_keys += (gpu_keys.empty() ? "" : ", ") + std::string(g.key);
+  app.add_option("--gpu", gpu,
+                 "the GPU of the planned job (" + gpu_keys + "): its datasheet memory and dense bf16 TFLOP/s "
+                 "unless --gpu-memory-gb / --gpu-peak-tflops say otherwise, and op times measured on another GPU "
+                 "(the shipped H200 table) scaled to it by FLOP rate and memory bandwidth")
+      ->capture_default_str();
   app.add_option("--nnodes", mc.nnodes)->capture_default_str();
   app.add_option("--gpus-per-node", mc.gpus_per_node)->capture_default_str();
   app.add_option("--gpu-memory-gb", mc.gpu_memory_gb, "GiB per GPU")->capture_default_str();
@@ -247,6 +256,11 @@ int run_plan(int argc, char** argv) {
     std::string item;
     while (std::getline(ss, item, ',')) o.vpp.push_back(std::stoi(item));
   }
+  const std::optional<plan::GpuSpec> spec = plan::find_gpu_spec(gpu);
+  TRIPOD_CHECK_HINT(spec.has_value(), "pass one of " + gpu_keys + ", or leave --gpu out and give "
+                    "--gpu-memory-gb and --gpu-peak-tflops", "--gpu {}: no datasheet figures for it", gpu);
+  if (app.get_option("--gpu-memory-gb")->count() == 0) mc.gpu_memory_gb = spec->memory_gib;
+  if (app.get_option("--gpu-peak-tflops")->count() == 0) mc.peak_tflops = spec->bf16_tflops;
   TRIPOD_CHECK(mc.gpu_memory_gb > 0 && mc.peak_tflops > 0 && mc.assumed_mfu > 0 && mc.assumed_mfu <= 1,
                "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
   const std::string comm_note = plan::apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs);
@@ -259,10 +273,23 @@ int run_plan(int argc, char** argv) {
     o.memory.cuda = false;
     if (o.memory.workspace_fixed_gib < 0) o.memory.workspace_fixed_gib = 0;
   }
-  const plan::OpTimesChoice op_choice =
-      plan::resolve_op_times(op_times, calibrate, device.empty() ? default_device().device : device,
+  // Without --device the plan is for GPUs, even from a machine without one:
+  // a missing CPU calibration is no news then.
+  const std::string op_device = device.empty() ? default_device().device : device;
+  plan::OpTimesChoice op_choice =
+      plan::resolve_op_times(op_times, calibrate, op_device,
                              [](const std::string& dev) { return make_backend(dev); },
-                             [&](const plan::OpProfile* p) { return plan::ops_of_fitting_layouts(m, mc, o, p); });
+                             [&](const plan::OpProfile* p) { return plan::ops_of_fitting_layouts(m, mc, o, p); },
+                             /*explain_missing_cache=*/!(device.empty() && op_device == "cpu"));
+  // Op times of another GPU (the shipped H200 table, a file from elsewhere)
+  // are scaled to the planned one by its datasheet figures.
+  if (op_choice.profile && device != "cpu")
+    if (auto from = plan::find_gpu_spec(op_choice.profile->device); from && std::string(from->key) != spec->key) {
+      const std::string measured = op_choice.profile->origin;
+      op_choice.profile = plan::scale_op_profile(*op_choice.profile, *from, *spec);
+      if (auto at = op_choice.note.find(measured); at != std::string::npos)
+        op_choice.note.replace(at, measured.size(), op_choice.profile->origin);
+    }
   mc.ops = op_choice.profile ? &*op_choice.profile : nullptr;
   plan::PlanResult r = plan::plan_layouts(m, mc, o);
   r.notes.insert(r.notes.begin(), op_choice.note);
@@ -273,7 +300,7 @@ int run_plan(int argc, char** argv) {
                   {"num_attention_heads", m.num_attention_heads}, {"ffn_hidden_size", m.ffn_hidden_size},
                   {"seq_length", m.seq_length}, {"vocab_size", m.vocab_size},
                   {"num_parameters", m.num_parameters(m.padded_vocab_size(1))}};
-    j["machine"] = {{"nnodes", mc.nnodes}, {"gpus_per_node", mc.gpus_per_node}, {"gpu_memory_gb", mc.gpu_memory_gb},
+    j["machine"] = {{"gpu", spec->name}, {"nnodes", mc.nnodes}, {"gpus_per_node", mc.gpus_per_node}, {"gpu_memory_gb", mc.gpu_memory_gb},
                     {"peak_tflops", mc.peak_tflops}, {"assumed_mfu", mc.assumed_mfu},
                     {"intra_node_bandwidth_gbs", mc.intra_node_bw_gbs},
                     {"inter_node_bandwidth_gbs", mc.inter_node_bw_gbs}};

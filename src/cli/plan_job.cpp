@@ -2,7 +2,14 @@
 #include "cli/plan_job.h"
 
 #include <algorithm>
+#include <string>
+#include <type_traits>
+#include <variant>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "train/flag_table.h"
 #include "train/trainer.h"
 
 namespace tripod::cli {
@@ -30,7 +37,38 @@ plan::Job plan_job(const train::TrainArgs& args, const config::Layout& ranks, in
   l.dtype = a.precision.compute_dtype;
   job.local_world_size = local_world_size;
   job.cpu_device = a.device == "cpu";
+  job.model_flags = plan_model_flags(args);
   return job;
+}
+
+std::string plan_model_flags(const train::TrainArgs& a) {
+  const train::TrainArgs defaults;
+  // The shape flags `tripod plan` requires are always spelled out.
+  const auto required = [](const std::string& n) {
+    return n == "--num-layers" || n == "--hidden-size" || n == "--num-attention-heads" || n == "--seq-length";
+  };
+  std::string s;
+  for (const train::FlagRow& row : train::flag_table()) {
+    if (!(row.commands & train::kPlan) || !row.bound()) continue;
+    const bool always = required(row.name);
+    const train::FlagRef given = row.member(const_cast<train::TrainArgs&>(a));
+    const train::FlagRef unset = row.member(const_cast<train::TrainArgs&>(defaults));
+    std::visit(
+        [&](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          const T& d = *std::get<T*>(unset);
+          if (*p == d && !always) return;
+          if constexpr (std::is_same_v<T, bool>) {
+            s += fmt::format(" {}", row.name);
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            s += fmt::format(" {} {}", row.name, fmt::join(*p, " "));
+          } else {
+            s += fmt::format(" {} {}", row.name, *p);
+          }
+        },
+        given);
+  }
+  return s.empty() ? s : s.substr(1);
 }
 
 plan::Job plan_job(const train::TrainArgs& a, int world_size, int local_world_size) {

@@ -17,4 +17,9 @@ plan::Job plan_job(const train::TrainArgs& a, const config::Layout& ranks, int l
 // (plan::memory_fit_check names the mismatch).
 plan::Job plan_job(const train::TrainArgs& a, int world_size, int local_world_size);
 
+// The model flags of `a` as `tripod plan` takes them: every row of the flag
+// table that plan takes, spelled as given when it differs from the default
+// (so a new model flag is in the `more: tripod plan ...` command by its row).
+std::string plan_model_flags(const train::TrainArgs& a);
+
 }  // namespace tripod::cli

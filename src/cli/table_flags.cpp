@@ -77,6 +77,12 @@ void TableFlags::add_to(CLI::App& app, train::FlagCommand command, train::TrainA
 }
 
 void TableFlags::apply(const CLI::App& app, bool log_notes) const {
+  ErrorList problems;
+  apply(app, log_notes, problems);
+  problems.throw_if_any("with the flags");
+}
+
+void TableFlags::apply(const CLI::App& app, bool log_notes, ErrorList& problems) const {
   std::vector<std::string> unknown;
   for (const auto& a : app.remaining())
     if (a.size() > 1 && a[0] == '-') unknown.push_back(a.substr(0, a.find('=')));
@@ -93,14 +99,14 @@ void TableFlags::apply(const CLI::App& app, bool log_notes) const {
                           near.empty() ? "no similar flag" : "did you mean " + list + "?");
     }
     // Every Megatron-LM flag has a row, so an unknown flag is not one of them.
-    throw Error(fmt::format("unknown flag(s) {} (not a Megatron-LM flag either; docs/megatron-flags.md "
+    problems.add(Error(fmt::format("unknown flag(s) {} (not a Megatron-LM flag either; docs/megatron-flags.md "
                             "lists those tripod takes)",
                             [&] {
                               std::string s;
                               for (const auto& u : unknown) s += (s.empty() ? "" : " ") + u;
                               return s;
                             }()),
-                hint);
+                hint));
   }
   std::vector<std::string> stops;
   for (const auto& [f, o] : megatron_) {
@@ -118,7 +124,7 @@ void TableFlags::apply(const CLI::App& app, bool log_notes) const {
     message = fmt::format("{} Megatron-LM flags that tripod does not take:", stops.size());
     for (const auto& s : stops) message += "\n  " + s;
   }
-  throw Error(message, "docs/megatron-flags.md lists every Megatron flag and tripod's answer");
+  problems.add(Error(message, "docs/megatron-flags.md lists every Megatron flag and tripod's answer"));
 }
 
 }  // namespace tripod::cli

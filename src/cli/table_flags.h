@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "train/flag_table.h"
 
 namespace tripod::cli {
@@ -27,6 +28,9 @@ class TableFlags {
   // known names; one Error naming every planned or rejected flag given; one
   // log note per accepted flag given (when log_notes: rank 0 only).
   void apply(const CLI::App& app, bool log_notes) const;
+  // The same, recording the problems (unknown flags, Megatron flags tripod
+  // does not take) into `problems` instead of throwing.
+  void apply(const CLI::App& app, bool log_notes, ErrorList& problems) const;
 
  private:
   std::vector<std::pair<const train::FlagRow*, CLI::Option*>> megatron_;

@@ -15,6 +15,7 @@
 #include "cli/table_flags.h"
 #include "comm/rendezvous.h"
 #include "train/job.h"
+#include "train/trainer.h"
 
 namespace tripod::cli {
 namespace {
@@ -36,7 +37,10 @@ train::JobHooks job_hooks() {
   h.make_backend = [](const train::TrainArgs& a, const comm::RankInfo& info) {
     backend::configure_cpu_threads(info.local_world_size);
     train::BuiltBackend b;
-    b.comm = comm_backend_for(a.device, a.parallel.distributed_backend);
+    // A GPU job script rehearsed on CPU keeps its --distributed-backend nccl.
+    b.comm = comm_backend_for(a.device, a.parallel.distributed_backend, /*cpu_nccl_as_gloo=*/true);
+    if (info.rank == 0 && a.device == "cpu" && a.parallel.distributed_backend == "nccl")
+      log::info("--distributed-backend nccl on a CPU run: using Gloo (NCCL needs --device cuda)");
     b.backend = make_backend(a.device, info, b.comm);
     return b;
   };
@@ -73,8 +77,15 @@ int run_train(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  flags.apply(app, comm::resolve_rank_info().rank == 0);
-  args.finalize();
+  // Every incompatibility of the command line in one error, not one per
+  // attempt: the flags, then their values against each other and the ranks.
+  const comm::RankInfo info = comm::resolve_rank_info();
+  ErrorList problems;
+  flags.apply(app, info.rank == 0, problems);
+  // (--parse-only, a testing aid, stops after the flags themselves.)
+  if (problems.collect([&] { args.finalize(); }) && !parse_only)
+    train::check_command_line(args, info.world_size, problems);
+  problems.throw_if_any("with the command line");
   if (parse_only) {
     log::info("flags parsed (lr warmup {} iterations)", args.optimizer.lr.warmup_iters);
     return 0;

@@ -55,6 +55,15 @@ CheckResult check_gpus(const CudaInventory& inv) {
     r.fix = "for GPUs, build with the CUDA toolkit installed (scripts/setup.sh, TRIPOD_CUDA=AUTO)";
     return r;
   }
+  if (inv.gpus.empty() && inv.driver_version == 0) {
+    // The CUDA runtime says "CUDA driver version is insufficient" when there
+    // is no driver at all: say what it means.
+    r.status = Status::kInfo;
+    r.finding = "no NVIDIA driver on this machine: no GPU, CPU backend only";
+    r.fix = "if this machine has GPUs: install the NVIDIA driver (`nvidia-smi` should list them); in a container "
+            "pass --gpus all with the NVIDIA container toolkit";
+    return r;
+  }
   if (inv.gpus.empty()) {
     r.status = Status::kInfo;
     r.finding = fmt::format("no GPU: CPU backend only{}", inv.error.empty() ? "" : " (" + inv.error + ")");

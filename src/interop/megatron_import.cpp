@@ -251,6 +251,10 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
       case model::ShardDim::QkvRows:
         full = qkv_to_tripod(concat(parts, 0), c.num_attention_heads, c.head_size());
         break;
+      case model::ShardDim::GluRows:    // SwiGLU and grouped-query attention: refused with the
+      case model::ShardDim::QkvGroups:  // checkpoint's args above; a guard
+        TRIPOD_FAIL("--import-megatron {}: {} is a Llama-family tensor; the legacy import reads GPT models only",
+                    dir, spec.name);
     }
     if (spec.name == "embedding.word_embeddings.weight") {
       Tensor init = model::init_full(spec, 0, c.init_method_std, c.num_layers);

@@ -166,7 +166,8 @@ int calibrate_ops(Backend& be, const std::vector<OpShape>& ops, OpProfile& profi
 
 OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
                                const DeviceOpener& open_device,
-                               const std::function<std::vector<OpShape>(const OpProfile*)>& shapes_needed) {
+                               const std::function<std::vector<OpShape>(const OpProfile*)>& shapes_needed,
+                               bool explain_missing_cache) {
   OpTimesChoice c;
   if (!calibrate && op_times == "assumed") {
     c.note = "op times: none (--op-times assumed): compute = FLOPs / (peak x --assumed-mfu x size factor)";
@@ -222,7 +223,8 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
     return c;
   }
   c.profile = shipped_profile("h200");
-  c.note = "op times: " + c.profile->origin + " (" + why + ")";
+  c.note = "op times: " + c.profile->origin;
+  if (explain_missing_cache || std::filesystem::exists(path)) c.note += " (" + why + ")";
   return c;
 }
 

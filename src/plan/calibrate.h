@@ -41,9 +41,12 @@ std::vector<OpShape> ops_of_fitting_layouts(const GptConfig& m, Machine mc, cons
                                             const OpProfile* profile);
 
 using DeviceOpener = std::function<std::unique_ptr<backend::Backend>(const std::string& device)>;
+// explain_missing_cache false: the fallback's note does not name the
+// missing cache of `device` (a GPU plan made on a machine without a GPU).
 OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, const std::string& device,
                                const DeviceOpener& open_device,
-                               const std::function<std::vector<OpShape>(const OpProfile*)>& shapes_needed);
+                               const std::function<std::vector<OpShape>(const OpProfile*)>& shapes_needed,
+                               bool explain_missing_cache = true);
 
 // `--links FILE ...`: files written by `tripod bench comm --links-out FILE`
 // under the target job's launcher. A group within a node sets the machine's

@@ -38,10 +38,13 @@ std::string fitting_layouts(const Job& job, double capacity_bytes) {
   o.global_batch = job.layout.global_batch;
   o.dtype = job.layout.dtype;
   o.memory = memory_options(job);
-  std::string cmd = fmt::format("tripod plan --num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} "
-                                "--vocab-size {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
-                                "--gpu-memory-gb {:.1f}", m.num_layers, m.hidden_size, m.num_attention_heads,
-                                m.seq_length, m.vocab_size, o.global_batch, precision_flag(o.dtype), mc.nnodes,
+  const std::string model =
+      !job.model_flags.empty()
+          ? job.model_flags
+          : fmt::format("--num-layers {} --hidden-size {} --num-attention-heads {} --seq-length {} --vocab-size {}",
+                        m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length, m.vocab_size);
+  std::string cmd = fmt::format("tripod plan {} --global-batch-size {} --{} --nnodes {} --gpus-per-node {} "
+                                "--gpu-memory-gb {:.1f}", model, o.global_batch, precision_flag(o.dtype), mc.nnodes,
                                 mc.gpus_per_node, mc.gpu_memory_gb);
   if (job.cpu_device) cmd += " --device cpu";
   PlanResult r;

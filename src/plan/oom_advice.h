@@ -21,6 +21,9 @@ struct Job {
   Layout layout;
   int local_world_size = 1;  // GPUs per node
   bool cpu_device = false;   // --device cpu: no CUDA context or library workspaces (TRIPOD_CPU_MEMORY_LIMIT_MB)
+  // The model as `tripod plan` flags (every model flag given; from the flag
+  // table); empty: the shape fields of `model` only.
+  std::string model_flags;
 };
 
 // Where the allocation failed.

@@ -63,11 +63,16 @@ std::optional<OpShape> parse_key(const std::string& key) {
 
 }  // namespace
 
+std::optional<OpShape> parse_op_key(const std::string& key) { return parse_key(key); }
+
 std::string OpShape::key() const {
   int n = 4;
   while (n > 1 && d[n - 1] == 0) --n;
   std::string dims;
-  for (int i = 0; i < n; ++i) dims += (i ? "x" : "") + std::to_string(d[i]);
+  for (int i = 0; i < n; ++i) {  // appended piece by piece: GCC 12 warns (-Wrestrict) on "x" + string
+    if (i) dims += 'x';
+    dims += std::to_string(d[i]);
+  }
   return fmt::format("{} {} {}", kind_name(kind), dims, act_bytes == 4 ? "f32" : "16bit");
 }
 

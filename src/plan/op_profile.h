@@ -59,6 +59,9 @@ struct OpShape {
   bool operator<(const OpShape& o) const { return key() < o.key(); }
 };
 
+// The shape a key() string names; nullopt when it is malformed.
+std::optional<OpShape> parse_op_key(const std::string& key);
+
 struct OpCount {
   OpShape op;
   double count = 1;  // calls per micro-batch (or per step for AdamW)

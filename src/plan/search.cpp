@@ -28,7 +28,7 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
   const Layout& l = c.layout;
   auto& r = c.reasons;
   const double gpu = mc.gpu_memory_gb * kGiB;
-  if (is_plain_dp(l)) r.push_back("fits without model parallelism: plain DP is fastest (no TP all-reduces, no bubble)");
+  if (is_plain_dp(l)) r.push_back("fits without model parallelism: plain DP (no TP all-reduces, no bubble)");
   if (l.tp > 1)
     r.push_back(c.time.tp_crosses_nodes
                     ? fmt::format("TP{} spans nodes: 4 all-reduces per layer over the {:.0f} GB/s inter-node link",
@@ -61,6 +61,29 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
                           l.micro_batch, l.dp));
   r.push_back(fmt::format("{:.1f} of {:.0f} GiB ({:.0f}%)", c.mem.total() / kGiB, mc.gpu_memory_gb,
                           100.0 * c.mem.total() / gpu));
+}
+
+// The plan's header when some plain-DP layout fits: what row 1 is, in the
+// ranking's own terms. "Fits one GPU" only when the replicated model state
+// fits (not only with the distributed optimizer sharding it over DP).
+std::string ranking_note(const std::vector<Candidate>& fits) {
+  const Candidate& first = fits.front();
+  auto plain = [](bool shard) {
+    return [shard](const Candidate& c) { return is_plain_dp(c.layout) && c.layout.distributed_optimizer == shard; };
+  };
+  const bool replicated_fits = std::any_of(fits.begin(), fits.end(), plain(false));
+  if (is_plain_dp(first.layout)) {
+    if (replicated_fits) return "the model fits one GPU: plain DP is predicted fastest (row 1)";
+    return fmt::format("plain DP is predicted fastest (row 1) but fits only with the distributed optimizer sharding "
+                       "the optimizer state over its {} data-parallel GPUs; the replicated model state does not fit "
+                       "one GPU", first.layout.dp);
+  }
+  const auto it = std::find_if(fits.begin(), fits.end(), [](const Candidate& c) { return is_plain_dp(c.layout); });
+  return fmt::format("plain DP fits too{} (row {}, {}: {:.3f} s per step), but {} is predicted faster ({:.3f} s, "
+                     "row 1)",
+                     it->layout.distributed_optimizer ? " with the distributed optimizer" : "",
+                     it - fits.begin() + 1, it->layout.str(), it->time.total(), first.layout.str(),
+                     first.time.total());
 }
 
 // Every layout of the search space (before the rules).
@@ -188,15 +211,15 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
     }
     if (res.smallest) res.notes.push_back(fmt::format("context parallelism (CP 2 .. {}) does not make it fit either", mc.world()));
   }
-  // Step times within 1% of each other are estimates of the same thing: among
-  // them prefer fewer moving parts (no interleaving, less recompute), then
-  // more memory headroom. Buckets keep the order transitive.
+  // Best first by predicted step time; times within 1% of each other are
+  // estimates of the same thing: among them plain DP first (no TP
+  // all-reduces, no bubble), then fewer moving parts (no interleaving, less
+  // recompute), then more memory headroom. Buckets keep the order transitive.
   auto bucket = [](const Candidate& c) { return int64_t(std::floor(std::log(c.time.total()) / std::log(1.01))); };
   auto complexity = [](const Layout& l) { return int(l.vpp > 1) + int(l.recompute); };
-  const bool dp_first = res.plain_dp_fits;
   std::stable_sort(res.fits.begin(), res.fits.end(), [&](const Candidate& a, const Candidate& b) {
-    if (dp_first && is_plain_dp(a.layout) != is_plain_dp(b.layout)) return is_plain_dp(a.layout);
     if (bucket(a) != bucket(b)) return bucket(a) < bucket(b);
+    if (is_plain_dp(a.layout) != is_plain_dp(b.layout)) return is_plain_dp(a.layout);
     if (complexity(a.layout) != complexity(b.layout)) return complexity(a.layout) < complexity(b.layout);
     return a.mem.total() < b.mem.total();
   });
@@ -215,8 +238,7 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
   const std::string pinned =
       o.tp > 1 && o.pp > 1 ? fmt::format("TP {} and PP {}", o.tp, o.pp)
                            : (o.tp > 1 ? fmt::format("TP {}", o.tp) : fmt::format("PP {}", o.pp));
-  if (res.plain_dp_fits)
-    res.notes.push_back("the model fits one GPU: plain DP beats TP/PP (listed first)");
+  if (res.plain_dp_fits) res.notes.push_back(ranking_note(res.fits));
   else if (plain_dp)
     res.notes.push_back(fmt::format(
         "the model also fits one GPU with plain DP ({}: {:.1f} of {:.0f} GiB); {} pinned by the flags, so only "

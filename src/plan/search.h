@@ -10,10 +10,11 @@
 //   seq % TP == 0 with SP; layers % (PP x vpp) == 0; vpp > 1 needs PP >= 2
 //   and micro-batches % PP == 0 (tripod's and Megatron's interleaved
 //   schedule); global % (micro x DP) == 0.
-// Order: when some plain-DP layout (TP = PP = 1) fits, plain DP comes first
-// (no TP all-reduces, no bubble); then by predicted step time (times within
-// 1% count as equal), then fewer moving parts (no vpp, less recompute), then
-// less memory.
+// Order: by predicted step time (times within 1% count as equal), then plain
+// DP (TP = PP = 1: no TP all-reduces, no bubble) before model parallelism,
+// then fewer moving parts (no vpp, less recompute), then less memory. The
+// notes describe row 1 in those terms (whether plain DP fits, with or
+// without the distributed optimizer, and where it ranks).
 //
 // Usage:
 //   plan::SearchOptions o; o.global_batch = 512;

@@ -164,7 +164,7 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "distributed optimizer: all-gather updated params per bucket asynchronously, waited for by the "
                    "next forward").agreed());
   t.push_back(flag("--distributed-backend", MEMBER(parallel.distributed_backend),
-                   "nccl (default on cuda) | gloo (cpu default; on cuda: device buffers staged through host memory, "
+                   "nccl (default on cuda; on cpu taken as gloo) | gloo (cpu default; on cuda: device buffers staged through host memory, "
                    "ranks may share a GPU to rehearse a layout)"));
   t.push_back(flag("--distributed-timeout-minutes", MEMBER(parallel.distributed_timeout_minutes),
                    "timeout of every collective and store wait").defaulted());
@@ -172,11 +172,11 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--device", MEMBER(device),
                    "cpu | cuda (default: cuda when a GPU is visible and the build has CUDA)", S::TripodOnly)
                   .agreed());
-  t.push_back(flag("--bf16", MEMBER(precision.bf16), "bf16 compute, fp32 master weights (cuda)").agreed());
+  t.push_back(flag("--bf16", MEMBER(precision.bf16), "bf16 compute, fp32 master weights (cuda; emulated on cpu)").agreed());
   t.push_back(flag("--deterministic-mode", MEMBER(deterministic_mode),
                    "bitwise-repeatable kernels where the backend has a choice (cuda: cuDNN attention's "
                    "deterministic dQ, the word embedding's gradient without atomics)"));
-  t.push_back(flag("--fp16", MEMBER(precision.fp16), "fp16 compute with loss scaling (cuda)").agreed());
+  t.push_back(flag("--fp16", MEMBER(precision.fp16), "fp16 compute with loss scaling (cuda; emulated on cpu)").agreed());
   t.push_back(flag("--loss-scale", MEMBER(precision.loss_scaler.static_scale),
                    "fp16: static loss scale (default: dynamic)").agreed());
   t.push_back(flag("--initial-loss-scale", MEMBER(precision.loss_scaler.initial_scale),

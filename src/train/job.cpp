@@ -39,10 +39,13 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
       std::raise(SIGTERM);
     }).detach();
   }
-  if (args.model.vocab_size == 0) args.model.vocab_size = vocab_size_from_tokenizer(args.tokenizer);
   install_exit_signal_handler();  // NOTE [Exit signal]: always, --exit-signal-handler changes the exit code
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const comm::RankInfo info = comm::resolve_rank_info();
+  if (args.model.vocab_size == 0) {
+    const log::ScopedMinLevel once(info.rank == 0 ? log::Level::Debug : log::Level::Warn);  // its line on rank 0
+    args.model.vocab_size = vocab_size_from_tokenizer(args.tokenizer);
+  }
   if (args.device.empty()) args.device = hooks.default_device(info);
   // One job script both starts and resumes a run (Megatron's behaviour):
   // --load naming a directory without a checkpoint yet is a fresh start.

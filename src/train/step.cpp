@@ -107,8 +107,11 @@ void Trainer::check_finite(double loss, double grad_norm) {
 
 // Per-rank memory after the first iteration, next to Megatron's
 // distributed-optimizer formula (bytes per parameter with bf16 params and
-// fp32 grads: 18 replicated, 6 + 12 / dp sharded). tripod's CPU path keeps
-// fp32 params and grads: 16 replicated, 8 + 8 / dp sharded.
+// fp32 grads: 18 replicated, 6 + 12 / dp sharded). tripod keeps fp32
+// masters and fp32 grads (16 replicated, 8 + 8 / dp sharded) and, under
+// --bf16/--fp16, a 2-byte compute copy. The allocator peak is itemised: the
+// loss head's logits buffer (last stage; it doubles as the layers' scratch)
+// and the rest (workspaces, communication buffers, temporaries).
 void Trainer::log_memory(const StepResult& first) {
   int64_t n = 0;
   for (auto& m : models_) n += m->params().numel();
@@ -120,14 +123,29 @@ void Trainer::log_memory(const StepResult& first) {
   const double grad_bytes = 4.0 * static_cast<double>(ddp.shards_grads() ? opt / 2 : n);
   const double mib = 1.0 / (1 << 20);
   const size_t act = stage_->activation_bytes_per_microbatch();
-  log::info("memory on rank {} (tp {} pp {} dp {}): {} params; parameters {:.1f} MiB, gradients {:.1f} MiB, "
+  const DType dt = args_.precision.compute_dtype;
+  const double copy = dt == DType::F32 ? 0.0 : double(n) * double(dtype_size(dt));
+  double logits = 0;
+  if (model().config().num_layers > 0 && pp_rank_ == groups_.layout.pp - 1) {
+    const int64_t N = args_.batch.micro_batch_size * model().config().seq_length;
+    const int64_t V_tp = model().padded_vocab() / groups_.layout.tp, es = int64_t(dtype_size(dt));
+    logits = double(config::head_chunk_rows(N, V_tp, es)) * double(V_tp) * double(es);
+  }
+  const double live = double(act) * double(first.schedule.max_live_microbatches);
+  const double peak = double(be_.peak_memory_bytes());
+  const double itemised = param_bytes + grad_bytes + 4.0 * double(opt) + copy + live + logits;
+  log::info("memory on rank {} (tp {} pp {} dp {}): {} params; parameters {:.1f} MiB{}, gradients {:.1f} MiB, "
             "optimizer state {:.1f} MiB ({:.1f} bytes/param), activations {:.1f} MiB per micro-batch x {} live = "
-            "{:.1f} MiB; allocator peak {:.1f} MiB",
-            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, param_bytes * mib, grad_bytes * mib, opt * 4.0 * mib,
+            "{:.1f} MiB{}; allocator peak {:.1f} MiB (other: workspaces, communication buffers, temporaries "
+            "{:.1f} MiB)",
+            groups_.global_rank, tp_rank_, pp_rank_, dp_rank_, n, param_bytes * mib,
+            copy > 0 ? fmt::format(" + {} compute copy {:.1f} MiB", dtype_name(dt), copy * mib) : "",
+            grad_bytes * mib, opt * 4.0 * mib,
             (param_bytes + grad_bytes + 4.0 * static_cast<double>(opt)) / static_cast<double>(std::max<int64_t>(n, 1)),
             act * mib,
-            first.schedule.max_live_microbatches, act * mib * first.schedule.max_live_microbatches,
-            be_.peak_memory_bytes() * mib);
+            first.schedule.max_live_microbatches, live * mib,
+            logits > 0 ? fmt::format(", loss-head logits buffer {:.1f} MiB", logits * mib) : "", peak * mib,
+            std::max(0.0, peak - itemised) * mib);
 }
 
 void Trainer::dump_weights(const std::string& dir) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <optional>
 
 #include "backend/philox.h"
 #include "base/debug_config.h"
@@ -18,51 +19,66 @@
 
 namespace tripod::train {
 
-void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
+void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& problems) {
   const auto& b = a.batch;
   const auto& p = a.parallel;
-  TRIPOD_CHECK_HINT(b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
-  TRIPOD_CHECK_HINT(b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
+  TRIPOD_CHECK_INTO(problems, b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
+  TRIPOD_CHECK_INTO(problems, b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
-  const int64_t dp = layout.dp;
-  TRIPOD_CHECK_HINT(b.global_batch_size % (b.micro_batch_size * dp) == 0,
+  const int64_t dp = layout ? layout->dp : 1;
+  TRIPOD_CHECK_INTO(problems, !layout || b.micro_batch_size <= 0 || b.global_batch_size % (b.micro_batch_size * dp) == 0,
                     fmt::format("use a --global-batch-size that is a multiple of {} (micro batch {} x data-parallel {})",
                                 b.micro_batch_size * dp, b.micro_batch_size, dp),
                     "--global-batch-size {} is not divisible by --micro-batch-size {} x data-parallel size {}",
                     b.global_batch_size, b.micro_batch_size, dp);
-  TRIPOD_CHECK_HINT(a.model.num_layers % layout.pp == 0,
+  TRIPOD_CHECK_INTO(problems, !layout || a.model.num_layers % layout->pp == 0,
                     "choose a --pipeline-model-parallel-size that divides --num-layers",
                     "--num-layers {} is not divisible by --pipeline-model-parallel-size {}", a.model.num_layers,
-                    layout.pp);
-  TRIPOD_CHECK_HINT(a.logging.log_interval > 0, "use --log-interval >= 1", "--log-interval is {}",
+                    layout ? layout->pp : 1);
+  TRIPOD_CHECK_INTO(problems, a.logging.log_interval > 0, "use --log-interval >= 1", "--log-interval is {}",
                     a.logging.log_interval);
   const auto& pr = a.precision;
-  TRIPOD_CHECK_HINT(!(pr.bf16 && pr.fp16), "pass only one of --bf16 and --fp16",
+  TRIPOD_CHECK_INTO(problems, !(pr.bf16 && pr.fp16), "pass only one of --bf16 and --fp16",
                     "--bf16 and --fp16 are mutually exclusive");
-  TRIPOD_CHECK_HINT(a.device == "cuda" || (!pr.bf16 && !pr.fp16), "drop --bf16/--fp16, or run with --device cuda",
-                    "the CPU backend computes in fp32 only");
-  TRIPOD_CHECK_HINT(p.recompute_granularity.empty() || p.recompute_granularity == "full" ||
+  TRIPOD_CHECK_INTO(problems, p.recompute_granularity.empty() || p.recompute_granularity == "full" ||
                         p.recompute_granularity == "selective",
                     "use --recompute-granularity full or selective", "unknown --recompute-granularity '{}'",
                     p.recompute_granularity);
-  TRIPOD_CHECK_HINT(pr.fp16 || pr.loss_scaler.static_scale == 0,
+  TRIPOD_CHECK_INTO(problems, pr.fp16 || pr.loss_scaler.static_scale == 0,
                     "loss scaling applies to --fp16 only; drop --loss-scale", "--loss-scale {} without --fp16",
                     pr.loss_scaler.static_scale);
   const auto& ddp = p.ddp;
-  TRIPOD_CHECK_HINT(ddp.bucket_size >= 0, "pass --ddp-bucket-size N with N >= 1 elements, or leave it out",
+  TRIPOD_CHECK_INTO(problems, ddp.bucket_size >= 0, "pass --ddp-bucket-size N with N >= 1 elements, or leave it out",
                     "--ddp-bucket-size is {}", ddp.bucket_size);
-  TRIPOD_CHECK_HINT(!ddp.overlap_param_gather || ddp.use_distributed_optimizer,
+  TRIPOD_CHECK_INTO(problems, !ddp.overlap_param_gather || ddp.use_distributed_optimizer,
                     "add --use-distributed-optimizer (the all-gather of updated parameters exists only with it), "
                     "or drop --overlap-param-gather",
                     "--overlap-param-gather needs --use-distributed-optimizer");
-  TRIPOD_CHECK_HINT(!ddp.overlap_param_gather || ddp.overlap_grad_reduce,
+  TRIPOD_CHECK_INTO(problems, !ddp.overlap_param_gather || ddp.overlap_grad_reduce,
                     "add --overlap-grad-reduce, or drop --overlap-param-gather",
                     "--overlap-param-gather needs --overlap-grad-reduce (as in Megatron)");
   for (const std::string& t : p.cp_comm_type)
-    TRIPOD_CHECK_HINT(t == "p2p", "use --cp-comm-type p2p (the K/V ring); all_gather, a2a and a2a+p2p are not yet in tripod",
+    TRIPOD_CHECK_INTO(problems, t == "p2p",
+                      "use --cp-comm-type p2p (the K/V ring); all_gather, a2a and a2a+p2p are not yet in tripod",
                       "--cp-comm-type {} is not yet implemented", t);
-  if (layout.cp > 1) model::check_context_parallel_seq_length(a.model.seq_length, layout.cp);
-  virtual_pipeline_size(a);
+  if (layout && layout->cp > 1)
+    problems.collect([&] { model::check_context_parallel_seq_length(a.model.seq_length, layout->cp); });
+}
+
+void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
+  ErrorList problems;
+  check_args(a, &layout, problems);
+  problems.collect([&] { virtual_pipeline_size(a); });
+  problems.throw_if_any("with the command line");
+}
+
+void check_command_line(const TrainArgs& a, int world_size, ErrorList& problems) {
+  int vpp = 1;
+  problems.collect([&] { vpp = virtual_pipeline_size(a); });
+  std::optional<parallel::Layout> layout;
+  problems.collect(
+      [&] { layout = parallel::Layout::make(world_size, a.parallel.tp, a.parallel.pp, vpp, a.parallel.cp); });
+  check_args(a, layout ? &*layout : nullptr, problems);  // without a layout: the checks that need none
 }
 
 int virtual_pipeline_size(const TrainArgs& a) {
@@ -142,7 +158,11 @@ void Trainer::setup(data::DatasetSplits* given) {
   schedule_ = args_.optimizer.lr;
   schedule_.validate();
 
-  data_ = given ? std::move(*given) : data::build_gpt_datasets(args_.data);
+  {
+    // The data lines once per job (rank 0), as Megatron prints them.
+    const log::ScopedMinLevel once(groups_.global_rank == 0 ? log::Level::Debug : log::Level::Warn);
+    data_ = given ? std::move(*given) : data::build_gpt_datasets(args_.data);
+  }
   TRIPOD_CHECK(data_.train, "no training dataset");
   metrics_ = std::make_unique<MetricsWriter>(is_logger() ? args_.logging.metrics_file : std::string());
   tensorboard_ = std::make_unique<TensorBoardWriter>(is_logger() ? args_.logging.tensorboard_dir : std::string());
@@ -235,6 +255,11 @@ void Trainer::log_startup() {
   const auto& cfg = model().config();
   if (is_logger()) {
     log::info("{}", cfg.describe());
+    // The padded vocabulary sets the loss head's rows (padded logits take
+    // part in the softmax) and depends on TP: layouts compare at one size.
+    log::info("vocabulary: {} tokens padded to {} (a multiple of --make-vocab-size-divisible-by {} x TP {}); runs "
+              "match across layouts when their padded sizes match", cfg.vocab_size, model().padded_vocab(),
+              cfg.make_vocab_size_divisible_by, groups_.layout.tp);
     if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",

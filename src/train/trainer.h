@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/error.h"
 #include "backend/ops.h"
 #include "data/dataset.h"
 #include "comm/context.h"
@@ -145,6 +146,14 @@ class Trainer {
 // job's layout, with errors that name the flags (global batch % (micro x
 // dp), ...). Called by Trainer.
 void validate_args(const TrainArgs& args, const parallel::Layout& layout);
+// The same checks recording into `problems` (no virtual-pipeline check);
+// layout null: only those that need no layout.
+void check_args(const TrainArgs& args, const parallel::Layout* layout, ErrorList& problems);
+// Before the job starts (tripod train): every problem of the finalized flags
+// against each other and against world_size ranks (the layout's sizes, the
+// virtual pipeline, check_args), recorded into `problems`, so a command line
+// gets all of its incompatibilities in one error.
+void check_command_line(const TrainArgs& args, int world_size, ErrorList& problems);
 // Virtual pipeline stages per pp rank from the flags (1 = no interleaving).
 int virtual_pipeline_size(const TrainArgs& args);
 

@@ -3,6 +3,7 @@
 // exercised on machines without a GPU (label backend_ops).
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <utility>
 
 #include "backend/cpu/cpu_backend.h"
@@ -27,6 +28,30 @@ INSTANTIATE_TEST_SUITE_P(All, CpuOps,
                          [](const ::testing::TestParamInfo<int>& p) {
                            return all_cases()[static_cast<size_t>(p.param)].name;
                          });
+
+// The bf16/f16 emulation (backend/cpu/half.h) against the same f64
+// reference, with the tolerances the CUDA backend meets in those dtypes.
+class CpuHalfOps : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(CpuHalfOps, MatchesFloat64) {
+  auto [index, dt] = GetParam();
+  const OpCase& c = all_cases()[static_cast<size_t>(index)];
+  if (c.f32_only) GTEST_SKIP() << c.name << " runs on f32 state only";
+  auto target = backend::make_cpu_backend();
+  auto ref = backend::make_cpu_backend();
+  CaseResult r = run_case(c, *target, dt, *ref, 5000 + 31 * index + static_cast<int>(dt));
+  std::printf("[cpu %s] %s\n%s", dtype_name(dt), c.name.c_str(), r.summary.c_str());
+  EXPECT_TRUE(r.ok) << c.name << " " << dtype_name(dt) << "\n" << r.summary << r.detail;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, CpuHalfOps,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(all_cases().size())),
+                       ::testing::Values(DType::BF16, DType::F16)),
+    [](const ::testing::TestParamInfo<std::tuple<int, DType>>& p) {
+      return all_cases()[static_cast<size_t>(std::get<0>(p.param))].name + "_" +
+             dtype_name(std::get<1>(p.param));
+    });
 
 // adamw_update with a compute_out writes what adamw_update then cast() do
 // (the CPU backend's composed default; the trainer relies on it).

@@ -54,5 +54,8 @@ TEST(AssignGpu, BackendFlag) {
   EXPECT_EQ(cli::comm_backend_for("cuda", "nccl"), CommBackend::Nccl);
   EXPECT_EQ(cli::comm_backend_for("cpu", "gloo"), CommBackend::Gloo);
   EXPECT_THROW(cli::comm_backend_for("cpu", "nccl"), Error);
+  // tripod train rehearses a GPU script on CPU: nccl is Gloo there.
+  EXPECT_EQ(cli::comm_backend_for("cpu", "nccl", true), CommBackend::Gloo);
+  EXPECT_EQ(cli::comm_backend_for("cuda", "nccl", true), CommBackend::Nccl);
   EXPECT_THROW(cli::comm_backend_for("cuda", "mpi"), Error);
 }

@@ -94,6 +94,34 @@ TEST(DoctorFit, ShardingStrategiesByHand) {
   EXPECT_NE(plan.output.find("ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params)"), std::string::npos)
       << plan.output;
   EXPECT_EQ(plan.output.find("dist-opt"), std::string::npos) << plan.output;
+// From a machine without the cluster: --nnodes / --gpus-per-node give the
+// layout's world (TP 2 x PP 2 on 2 x 8 GPUs: dp 4), and the `tripod plan`
+// command printed for more layouts carries the whole Llama model, so it
+// plans the same model (its first layout's flags run that model again).
+TEST(DoctorFit, ChecksAClusterLayoutFromHereWithTheFullModel) {
+  const std::string llama =
+      " --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+      "--ffn-hidden-size 14336 --swiglu --normalization RMSNorm --position-embedding-type rope "
+      "--untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 128256 --seq-length 8192 "
+      "--micro-batch-size 1 --global-batch-size 64 --bf16 --tensor-model-parallel-size 2 "
+      "--pipeline-model-parallel-size 2";
+  const auto out = run_tripod("doctor --nnodes 2 --gpus-per-node 8 --gpu-memory-gb 40 --" + llama);
+  EXPECT_NE(out.output.find("gpu-memory-fit"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("16 GPU(s) (--gpu-memory-gb 40, 2 node(s) x 8 GPUs): tp2 pp2 dp4"), std::string::npos)
+      << out.output;
+  const auto more = out.output.find("more: tripod plan ");
+  ASSERT_NE(more, std::string::npos) << out.output;
+  const std::string cmd = out.output.substr(more + 6, out.output.find('\n', more) - more - 6);
+  for (const char* f : {"--ffn-hidden-size 14336", "--swiglu", "--normalization RMSNorm", "--position-embedding-type rope",
+                        "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--group-query-attention",
+                        "--num-query-groups 8", "--vocab-size 128256", "--seq-length 8192", "--nnodes 2",
+                        "--gpus-per-node 8"})
+    EXPECT_NE(cmd.find(f), std::string::npos) << f << " missing from: " << cmd;
+  // The printed command runs and plans that model (8.03 B parameters).
+  const auto plan = run_tripod(cmd.substr(std::string("tripod ").size()) + " --json");
+  ASSERT_EQ(plan.code == 0 || plan.code == 1, true) << plan.output;
+  const auto j = nlohmann::json::parse(plan.output.substr(plan.output.find('{')));
+  EXPECT_NEAR(j["model"]["num_parameters"].get<double>() / 1e9, 8.03, 0.01) << j["model"].dump();
 }
 
 TEST(DoctorFit, TrainFlagErrorsAreNamed) {

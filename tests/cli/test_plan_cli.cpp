@@ -50,6 +50,48 @@ nlohmann::json plan(const Measured& r, const std::string& extra) {
   return nlohmann::json::parse(out.output.substr(start));
 }
 
+// A 7B Llama on 2 x 8 H100s: the header says what row 1 is (here not plain
+// DP, which fits only with the distributed optimizer and ranks lower), the
+// shipped H200 op times are scaled to the H100 by datasheet figures and the
+// output says so, and a GPU plan made without a GPU does not mention the
+// CPU's calibration.
+TEST(PlanCli, HeaderFollowsTheRankingAndH100IsScaledFromH200) {
+  const auto out = tripod::testing::run_tripod(
+      "plan --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 4096 --ffn-hidden-size 11008 "
+      "--swiglu --normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights "
+      "--disable-bias-linear --vocab-size 32000 --global-batch-size 256 --bf16 --nnodes 2 --gpus-per-node 8 "
+      "--gpu h100 --json", "TRIPOD_CACHE_DIR=/nonexistent");
+  ASSERT_EQ(out.code, 0) << out.output;
+  const auto j = nlohmann::json::parse(out.output.substr(out.output.find('{')));
+  EXPECT_EQ(j["machine"]["gpu"], "NVIDIA H100 SXM");
+  EXPECT_EQ(j["machine"]["gpu_memory_gb"].get<double>(), 80.0);
+  const std::string op_times = j["op_times"];
+  EXPECT_NE(op_times.find("measured on one NVIDIA H200"), std::string::npos) << op_times;
+  EXPECT_NE(op_times.find("scaled to the NVIDIA H100 SXM by datasheet figures"), std::string::npos) << op_times;
+  EXPECT_NE(op_times.find("memory-bound ops x 1.43 (HBM 4.80 / 3.35 TB/s)"), std::string::npos) << op_times;
+  EXPECT_EQ(out.output.find("no calibration for cpu"), std::string::npos) << out.output;
+  const auto& rows = j["layouts"];
+  ASSERT_FALSE(rows.empty());
+  for (size_t i = 1; i < rows.size(); ++i)  // best first (times within 1% count as equal)
+    EXPECT_GE(rows[i]["time_s"]["step"].get<double>() * 1.01, rows[i - 1]["time_s"]["step"].get<double>());
+  const bool row1_plain = rows[0]["tensor_model_parallel_size"] == 1 && rows[0]["pipeline_model_parallel_size"] == 1;
+  std::string header;
+  for (const auto& n : j["notes"])
+    if (n.get<std::string>().find("plain DP") != std::string::npos) header = n;
+  EXPECT_FALSE(row1_plain) << rows[0].dump();
+  EXPECT_NE(header.find("plain DP fits too with the distributed optimizer"), std::string::npos) << header;
+  EXPECT_NE(header.find("is predicted faster"), std::string::npos) << header;
+  EXPECT_EQ(header.find("fits one GPU"), std::string::npos) << header;
+  // The same with the H200's figures: no scaling.
+  const auto h200 = tripod::testing::run_tripod(
+      "plan --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --global-batch-size 64 "
+      "--gpus-per-node 8 --gpu h200 --op-times h200 --json", "");
+  ASSERT_EQ(h200.code, 0) << h200.output;
+  const auto k = nlohmann::json::parse(h200.output.substr(h200.output.find('{')));
+  EXPECT_EQ(k["op_times"].get<std::string>().find("scaled"), std::string::npos) << k["op_times"];
+  EXPECT_EQ(k["machine"]["gpu_memory_gb"].get<double>(), 140.0);
+}
+
 TEST(PlanCli, TripodModelPredictsH200PeaksWithin10Percent) {
   for (const Measured& r : kH200) {
     SCOPED_TRACE(r.name);
@@ -88,7 +130,7 @@ TEST(PlanCli, Fp8PredictsTheH200PeakWithin10Percent) {
 TEST(PlanCli, ShippedH200OpTimesPredictStepTimeWithin20Percent) {
   for (const Measured& r : kH200) {
     SCOPED_TRACE(r.name);
-    const nlohmann::json j = plan(r, "--op-times h200");
+    const nlohmann::json j = plan(r, "--op-times h200 --gpu h200");
     ASSERT_TRUE(j.contains("layouts") && !j["layouts"].empty()) << j.dump();
     const auto& l = j["layouts"][0];
     EXPECT_TRUE(l["time_s"]["compute_from_op_times"].get<bool>());

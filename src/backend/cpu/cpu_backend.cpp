@@ -1,5 +1,7 @@
 // The CPU backend (backend/cpu/cpu_backend.h): the _impls of backend/ops.h
-// for f32 or f64 tensors, calling the reference kernels of this folder.
+// for f32 or f64 tensors, calling the reference kernels of this folder; an
+// op on bf16/f16 activations runs the f32 kernel on widened copies and
+// rounds its outputs back (the GPU's mixed precision, emulated: half.h).
 // Arguments arrive checked (backend/ops.cpp). This is the specification
 // every other backend is tested against (tests/backend_ops). The fused ops
 // keep the default _impls of ops.cpp (the unfused sequence).
@@ -9,6 +11,7 @@
 #include <cstring>
 
 #include "backend/cpu/elementwise.h"
+#include "backend/cpu/half.h"
 #include "backend/cpu/kernels.h"
 #include "base/error.h"
 #include "tensor/allocator.h"
@@ -34,7 +37,9 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu(); }
   std::string name() const override { return "cpu"; }
-  bool computes_in(DType d) const override { return d == DType::F32 || d == DType::F64; }
+  bool computes_in(DType d) const override {
+    return d == DType::F32 || d == DType::F64 || d == DType::BF16 || d == DType::F16;  // bf16/f16: half.h
+  }
   bool stores(DType d) const override {
     return d == DType::F32 || d == DType::F64 || d == DType::BF16 || d == DType::F16;
   }
@@ -51,18 +56,22 @@ class CpuBackend final : public Backend {
   size_t peak_memory_bytes() const override { return allocator_for(DeviceType::CPU).peak_bytes(); }
 
   void add_impl(Tensor& out, const Tensor& a, const Tensor& b) override {
+    if (cpu::is_half(out.dtype())) { cpu::Widened w; return add_impl(w.out(out), w.in(a), w.in(b)); }
     TRIPOD_CPU_DISPATCH(out.dtype(), cpu::add<T>(out.data<T>(), a.data<T>(), b.data<T>(), out.numel()));
   }
   void scale_impl(Tensor& t, float s) override {
+    if (cpu::is_half(t.dtype())) { cpu::Widened w; return scale_impl(w.out(t), s); }
     TRIPOD_CPU_DISPATCH(t.dtype(), cpu::scale<T>(t.data<T>(), s, t.numel()));
   }
   void add_bias_impl(Tensor& out, const Tensor& bias) override {
+    if (cpu::is_half(out.dtype())) { cpu::Widened w; return add_bias_impl(w.out(out), w.in(bias)); }
     TRIPOD_CPU_DISPATCH(out.dtype(),
                         cpu::add_bias<T>(out.data<T>(), bias.data<T>(), rows(out), bias.numel()));
   }
 
   void embedding_forward_impl(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor* wpe,
                               int64_t vocab_start) override {
+    if (cpu::is_half(out.dtype())) { cpu::Widened w; return embedding_forward_impl(w.out(out), tokens, w.in(wte), w.in(wpe), vocab_start); }
     const int64_t B = tokens.size(0), Tn = tokens.size(1), C = wte.size(1);
     TRIPOD_CPU_DISPATCH(out.dtype(),
         cpu::embedding_forward<T>(out.data<T>(), tokens.data<int32_t>(), wte.data<T>(),
@@ -70,6 +79,7 @@ class CpuBackend final : public Backend {
   }
   void embedding_backward_impl(Tensor* dwte, Tensor* dwpe, const Tensor& dout, const Tensor& tokens,
                                int64_t vocab_start) override {
+    if (cpu::is_half(dout.dtype())) { cpu::Widened w; return embedding_backward_impl(w.out(dwte), w.out(dwpe), w.in(dout), tokens, vocab_start); }
     const int64_t B = tokens.size(0), Tn = tokens.size(1), C = dout.size(-1);
     TRIPOD_CPU_DISPATCH(dout.dtype(),
         cpu::embedding_backward<T>(dwte ? dwte->data<T>() : nullptr, dwpe ? dwpe->data<T>() : nullptr,
@@ -79,6 +89,7 @@ class CpuBackend final : public Backend {
 
   void layernorm_forward_impl(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                               const Tensor& weight, const Tensor& bias, float eps) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return layernorm_forward_impl(w.out(out), mean, rstd, w.in(inp), w.in(weight), w.in(bias), eps); }
     const int64_t C = inp.size(-1), N = rows(inp);
     TRIPOD_CPU_DISPATCH(inp.dtype(),
         cpu::layernorm_forward<T>(out.data<T>(), mean.data<cpu::stat_t<T>>(), rstd.data<cpu::stat_t<T>>(),
@@ -87,6 +98,8 @@ class CpuBackend final : public Backend {
   void layernorm_backward_impl(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                const Tensor& inp, const Tensor& weight, const Tensor& mean,
                                const Tensor& rstd, Tensor* out, const Tensor* bias) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return layernorm_backward_impl(w.out(dinp), w.out(dweight), w.out(dbias), w.in(dout), w.in(inp),
+                                                                  w.in(weight), mean, rstd, w.out(out), w.in(bias)); }
     const int64_t C = inp.size(-1), N = rows(inp);
     TRIPOD_CPU_DISPATCH(inp.dtype(),
         cpu::layernorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dbias.data<T>(), dout.data<T>(),
@@ -97,12 +110,15 @@ class CpuBackend final : public Backend {
 
   void matmul_forward_impl(Tensor& out, const Tensor& inp, const Tensor& weight,
                            const Tensor* bias) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return matmul_forward_impl(w.out(out), w.in(inp), w.in(weight), w.in(bias)); }
     const int64_t C = inp.size(-1), N = rows(inp), OC = weight.size(0);
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::matmul_forward<T>(out.data<T>(), inp.data<T>(), weight.data<T>(),
                                                             bias ? bias->data<T>() : nullptr, N, C, OC));
   }
   void matmul_backward_impl(Tensor* dinp, Tensor* dweight, Tensor* dbias, const Tensor& dout,
                             const Tensor& inp, const Tensor& weight) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return matmul_backward_impl(w.out(dinp), w.out(dweight), w.out(dbias), w.in(dout), w.in(inp),
+                                                                w.in(weight)); }
     const int64_t C = inp.size(-1), N = rows(inp), OC = weight.size(0);
     TRIPOD_CPU_DISPATCH(inp.dtype(),
         cpu::matmul_backward<T>(dinp ? dinp->data<T>() : nullptr, dweight ? dweight->data<T>() : nullptr,
@@ -111,19 +127,23 @@ class CpuBackend final : public Backend {
   }
 
   void gelu_forward_impl(Tensor& out, const Tensor& inp) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return gelu_forward_impl(w.out(out), w.in(inp)); }
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::gelu_forward<T>(out.data<T>(), inp.data<T>(), inp.numel()));
   }
   void gelu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return gelu_backward_impl(w.out(dinp), w.in(inp), w.in(dout)); }
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::gelu_backward<T>(dinp.data<T>(), inp.data<T>(), dout.data<T>(), inp.numel()));
   }
 
   void attention_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, int n_head, int n_kv_head) override {
+    if (cpu::is_half(qkv.dtype())) { cpu::Widened w; return attention_forward_impl(w.out(out), lse, w.in(qkv), n_head, n_kv_head); }
     const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::attention_forward<T>(out.data<T>(), lse.data<cpu::stat_t<T>>(),
                                                                qkv.data<T>(), B, Tn, n_head, n_kv_head, HS));
   }
   void attention_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                const Tensor& lse, int n_head, int n_kv_head) override {
+    if (cpu::is_half(qkv.dtype())) { cpu::Widened w; return attention_backward_impl(w.out(dqkv), w.in(dout), w.in(qkv), w.in(out), lse, n_head, n_kv_head); }
     const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     TRIPOD_CPU_DISPATCH(qkv.dtype(),
         cpu::attention_backward<T>(dqkv.data<T>(), dout.data<T>(), qkv.data<T>(), out.data<T>(),
@@ -132,29 +152,34 @@ class CpuBackend final : public Backend {
 
   void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                             float eps) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return rmsnorm_forward_impl(w.out(out), rstd, w.in(inp), w.in(weight), eps); }
     const int64_t C = inp.size(-1), N = rows(inp);
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::rmsnorm_forward<T>(out.data<T>(), rstd.data<cpu::stat_t<T>>(),
                                                              inp.data<T>(), weight.data<T>(), N, C, eps));
   }
   void rmsnorm_backward_impl(Tensor& dinp, Tensor& dweight, const Tensor& dout, const Tensor& inp,
                              const Tensor& weight, const Tensor& rstd) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return rmsnorm_backward_impl(w.out(dinp), w.out(dweight), w.in(dout), w.in(inp), w.in(weight), rstd); }
     const int64_t C = inp.size(-1), N = rows(inp);
     TRIPOD_CPU_DISPATCH(inp.dtype(),
         cpu::rmsnorm_backward<T>(dinp.data<T>(), dweight.data<T>(), dout.data<T>(), inp.data<T>(),
                                  weight.data<T>(), rstd.data<cpu::stat_t<T>>(), N, C));
   }
   void rope_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base, bool backward) override {
+    if (cpu::is_half(qkv.dtype())) { cpu::Widened w; return rope_impl(w.out(qkv), n_head, n_kv_head, rot_dim, base, backward); }
     const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::rope<T>(qkv.data<T>(), B, Tn, n_head, n_kv_head, HS, rot_dim, base,
                                                   backward));
   }
   void rope_positions_impl(Tensor& qkv, int n_head, int n_kv_head, int64_t rot_dim, float base, bool backward,
                            const Tensor& positions) override {
+    if (cpu::is_half(qkv.dtype())) { cpu::Widened w; return rope_positions_impl(w.out(qkv), n_head, n_kv_head, rot_dim, base, backward, positions); }
     const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::rope<T>(qkv.data<T>(), B, Tn, n_head, n_kv_head, HS, rot_dim, base,
                                                   backward, positions.data<int32_t>()));
   }
   void attention_kv_copy_impl(Tensor& dst, const Tensor& src, int n_head, int n_kv_head) override {
+    if (cpu::is_half(src.dtype())) { cpu::Widened w; return attention_kv_copy_impl(w.out(dst), w.in(src), n_head, n_kv_head); }
     const bool from_qkv = src.size(2) > dst.size(2);
     const Tensor& qkv = from_qkv ? src : dst;
     const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
@@ -163,6 +188,10 @@ class CpuBackend final : public Backend {
   }
   void attention_block_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv, int n_head,
                                     int n_kv_head, const AttentionBlock& blk, bool accumulate) override {
+    if (cpu::is_half(qkv.dtype())) {
+      cpu::Widened w;
+      return attention_block_forward_impl(w.out(out), lse, w.in(qkv), w.in(kv), n_head, n_kv_head, blk, accumulate);
+    }
     const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     const cpu::BlockWindow w{blk.q_start, blk.q_len, blk.kv_start, blk.kv_len, blk.causal};
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::attention_block_forward<T>(
@@ -172,6 +201,11 @@ class CpuBackend final : public Backend {
   void attention_block_backward_impl(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
                                      const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
                                      int n_kv_head, const AttentionBlock& blk) override {
+    if (cpu::is_half(qkv.dtype())) {
+      cpu::Widened w;
+      return attention_block_backward_impl(w.out(dqkv), w.out(dkv), w.in(dout), w.in(qkv), w.in(kv), w.in(out), lse,
+                                           n_head, n_kv_head, blk);
+    }
     const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
     const cpu::BlockWindow w{blk.q_start, blk.q_len, blk.kv_start, blk.kv_len, blk.causal};
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::attention_block_backward<T>(
@@ -180,10 +214,12 @@ class CpuBackend final : public Backend {
                                          kv.size(1), n_head, n_kv_head, HS, w));
   }
   void swiglu_forward_impl(Tensor& out, const Tensor& inp) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return swiglu_forward_impl(w.out(out), w.in(inp)); }
     const int64_t F = out.size(-1);
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::swiglu_forward<T>(out.data<T>(), inp.data<T>(), rows(inp), F));
   }
   void swiglu_backward_impl(Tensor& dinp, const Tensor& inp, const Tensor& dout) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return swiglu_backward_impl(w.out(dinp), w.in(inp), w.in(dout)); }
     const int64_t F = dout.size(-1);
     TRIPOD_CPU_DISPATCH(inp.dtype(),
         cpu::swiglu_backward<T>(dinp.data<T>(), inp.data<T>(), dout.data<T>(), rows(inp), F));
@@ -191,20 +227,24 @@ class CpuBackend final : public Backend {
 
   void dropout_forward_impl(Tensor& out, const Tensor& inp, float p, uint64_t seed,
                             uint64_t offset) override {
+    if (cpu::is_half(inp.dtype())) { cpu::Widened w; return dropout_forward_impl(w.out(out), w.in(inp), p, seed, offset); }
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::dropout<T>(out.data<T>(), inp.data<T>(), inp.numel(), p, seed, offset));
   }
   void dropout_backward_impl(Tensor& dinp, const Tensor& dout, float p, uint64_t seed,
                              uint64_t offset) override {
+    if (cpu::is_half(dout.dtype())) { cpu::Widened w; return dropout_backward_impl(w.out(dinp), w.in(dout), p, seed, offset); }
     // The same mask and scale apply to the gradient.
     TRIPOD_CPU_DISPATCH(dout.dtype(), cpu::dropout<T>(dinp.data<T>(), dout.data<T>(), dout.numel(), p, seed, offset));
   }
 
   void ce_row_max_impl(Tensor& row_max, const Tensor& logits) override {
+    if (cpu::is_half(logits.dtype())) { cpu::Widened w; return ce_row_max_impl(row_max, w.in(logits)); }
     TRIPOD_CPU_DISPATCH(logits.dtype(), cpu::ce_row_max<T>(row_max.data<cpu::stat_t<T>>(), logits.data<T>(),
                                                            rows(logits), logits.size(-1)));
   }
   void ce_row_sums_impl(Tensor& sums, const Tensor& logits, const Tensor& row_max,
                         const Tensor& targets, int64_t vocab_start) override {
+    if (cpu::is_half(logits.dtype())) { cpu::Widened w; return ce_row_sums_impl(sums, w.in(logits), row_max, targets, vocab_start); }
     const int64_t N = rows(logits);
     TRIPOD_CPU_DISPATCH(logits.dtype(),
         cpu::ce_row_sums<T>(sums.data<cpu::stat_t<T>>(), logits.data<T>(), row_max.data<cpu::stat_t<T>>(),
@@ -213,6 +253,7 @@ class CpuBackend final : public Backend {
   void ce_loss_impl(Tensor& losses, const Tensor& sums, const Tensor& row_max) override;
   void ce_backward_impl(Tensor& dlogits, const Tensor& logits, const Tensor& row_max, const Tensor& sums,
                         const Tensor& targets, int64_t vocab_start, float dloss) override {
+    if (cpu::is_half(logits.dtype())) { cpu::Widened w; return ce_backward_impl(w.out(dlogits), w.in(logits), row_max, sums, targets, vocab_start, dloss); }
     TRIPOD_CPU_DISPATCH(logits.dtype(),
         cpu::ce_backward<T>(dlogits.data<T>(), logits.data<T>(), row_max.data<cpu::stat_t<T>>(),
                             sums.data<cpu::stat_t<T>>(), targets.data<int32_t>(), rows(logits),
@@ -226,6 +267,7 @@ class CpuBackend final : public Backend {
                              s.lr, s.beta1, s.beta2, s.eps, s.weight_decay, s.step, s.grad_scale));
   }
   void sum_squares_impl(Tensor& acc, const Tensor& x) override {
+    if (cpu::is_half(x.dtype())) { cpu::Widened w; return sum_squares_impl(acc, w.in(x)); }
     double s = 0;
     TRIPOD_CPU_DISPATCH(x.dtype(), s = cpu::sum_squares<T>(x.data<T>(), x.numel()));
     TRIPOD_CPU_DISPATCH(acc.dtype(), acc.data<T>()[0] += static_cast<T>(s));
@@ -234,6 +276,7 @@ class CpuBackend final : public Backend {
   // ---- FP8 (fp8.cpp) ----
   void fp8_cast_transpose_impl(Tensor& out, Tensor* out_t, Tensor& amax, const Tensor& in,
                                const Tensor& scale) override {
+    if (cpu::is_half(in.dtype())) { cpu::Widened w; return fp8_cast_transpose_impl(out, out_t, amax, w.in(in), scale); }
     const int64_t C = in.size(-1);
     TRIPOD_CPU_DISPATCH(in.dtype(),
         cpu::fp8_cast_transpose<T>(fp8_data(out), out_t ? fp8_data(*out_t) : nullptr, amax.data<cpu::stat_t<T>>(),
@@ -241,6 +284,7 @@ class CpuBackend final : public Backend {
                                    out.dtype()));
   }
   void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) override {
+    if (cpu::is_half(out.dtype())) { cpu::Widened w; return fp8_dequantize_impl(w.out(out), in, scale_inv); }
     TRIPOD_CPU_DISPATCH(out.dtype(), cpu::fp8_dequantize<T>(out.data<T>(), fp8_data(in),
                                                             scale_inv.data<cpu::stat_t<T>>()[0], out.numel(),
                                                             in.dtype()));
@@ -248,6 +292,10 @@ class CpuBackend final : public Backend {
   void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                        const Tensor& b_scale_inv, const Tensor* bias, bool accumulate,
                        bool /*fast_accum: the reference accumulates exactly*/) override {
+    if (cpu::is_half(out.dtype())) {
+      cpu::Widened w;
+      return fp8_matmul_impl(w.out(out), a, a_scale_inv, b, b_scale_inv, w.in(bias), accumulate, false);
+    }
     const int64_t K = b.size(1), OC = b.size(0), N = K ? a.numel() / K : 0;
     TRIPOD_CPU_DISPATCH(out.dtype(),
         cpu::fp8_matmul<T>(out.data<T>(), fp8_data(a), a.dtype(), a_scale_inv.data<cpu::stat_t<T>>()[0],

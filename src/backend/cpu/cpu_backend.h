@@ -1,6 +1,8 @@
 // The CPU backend: backend/ops.h on the host, in f32 or f64. The readable
 // reference (the specification) every other backend is tested against
-// (tests/backend_ops); f64 is the reference precision.
+// (tests/backend_ops); f64 is the reference precision. bf16/f16 activations
+// are emulated: f32 kernels on widened operands, outputs rounded back
+// (backend/cpu/half.h), so --bf16 and --fp16 jobs run on CPU too.
 //
 //   auto be = tripod::backend::make_cpu_backend();   // "cpu"
 //   Tensor x = be->empty({N, C}, DType::F32);

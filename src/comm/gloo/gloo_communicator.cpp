@@ -68,12 +68,6 @@ void with_element_type(DType dtype, F&& f) {
   TRIPOD_FAIL("unsupported dtype {}", dtype_name(dtype));
 }
 
-std::string ranks_str(const std::vector<int>& r) {
-  std::string s;
-  for (size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
-  return s;
-}
-
 // The state the worker thread shares with the communicator (the thread
 // may outlive the communicator if it is stuck in Gloo at shutdown).
 struct Shared {

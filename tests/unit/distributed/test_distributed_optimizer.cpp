@@ -89,7 +89,8 @@ void run_case(const Case& cs) {
 
     // The reference, in double from the same float inputs.
     const auto& params = store.params();
-    std::vector<double> p_ref(static_cast<size_t>(padded)), m_ref(p_ref.size(), 0.0), v_ref(p_ref.size(), 0.0);
+    const size_t np = static_cast<size_t>(padded);
+    std::vector<double> p_ref(np), m_ref(np), v_ref(np);  // zeros
     for (int64_t i = 0; i < padded; ++i) p_ref[static_cast<size_t>(i)] = store.values().data<float>()[i];
 
     for (int it = 0; it < 2; ++it) {

@@ -175,6 +175,15 @@ TEST(DoctorGpu, Versions) {
   EXPECT_EQ(check_cuda_versions(inv).status, Status::kFail);  // GPUs listed but no driver version
   inv.nccl_version = 22105;
   EXPECT_NE(check_nccl_version(inv).finding.find("2.21.5"), std::string::npos);
+  // A CUDA build on a machine without the driver: the runtime reports driver
+  // version 0 and "CUDA driver version is insufficient"; doctor says what that means.
+  CudaInventory nodriver;
+  nodriver.built_with_cuda = true, nodriver.runtime_version = 13000, nodriver.driver_version = 0;
+  nodriver.error = "CUDA driver version is insufficient for CUDA runtime version";
+  const CheckResult nd = check_gpus(nodriver);
+  EXPECT_EQ(nd.status, Status::kInfo);
+  EXPECT_NE(nd.finding.find("no NVIDIA driver on this machine"), std::string::npos) << nd.finding;
+  EXPECT_EQ(nd.finding.find("insufficient"), std::string::npos) << nd.finding;
 }
 
 const char* kDgx =
