@@ -163,6 +163,15 @@ DatasetSplits build_indexed_gpt_datasets(const DataConfig& config) {
   std::vector<std::vector<int64_t>> ranges;
   for (const auto& p : prefixes) {
     auto d = std::make_shared<const IndexedDataset>(p);
+    // Before --split: no split can help a dataset without tokens.
+    TRIPOD_CHECK_HINT(d->num_tokens() > 0,
+                      fmt::format("check the input of the `tripod preprocess` that wrote it (its summary counts "
+                                  "documents and tokens) and re-run it{}",
+                                  prefixes.size() > 1 ? ", or leave this prefix out of --data-path" : ""),
+                      "the dataset {} has no {} ({}): there is nothing to train on", p,
+                      d->num_documents() == 0 ? "documents" : "tokens",
+                      d->num_documents() == 0 ? fmt::format("{} holds 0 documents", idx_path(p))
+                                              : fmt::format("its {} documents are all empty", d->num_documents()));
     check_vocab(*d, config.padded_vocab_size);
     ranges.push_back(split_document_ranges(config.split, d->num_sequences()));
     files.push_back(std::move(d));
