@@ -23,7 +23,8 @@ int run_preprocess(int argc, char** argv) {
   app.add_option("--json-keys", c.json_keys, "keys to tokenize; each gets its own .bin/.idx")
       ->capture_default_str();
   app.add_option("--output-prefix", c.output_prefix, "path prefix of the outputs")->required();
-  app.add_option("--tokenizer-type", c.tokenizer.type, "GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer")
+  app.add_option("--tokenizer-type", c.tokenizer.type, "GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer, or Megatron's "
+                 "GPTSentencePieceTokenizer and Llama2Tokenizer (= SentencePieceTokenizer)")
       ->required();
   app.add_option("--vocab-file", c.tokenizer.vocab_file, "GPT-2 vocab (encoder.json / gpt2-vocab.json)");
   app.add_option("--merge-file", c.tokenizer.merge_file, "GPT-2 merges (vocab.bpe / gpt2-merges.txt)");

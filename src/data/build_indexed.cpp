@@ -193,10 +193,12 @@ void check_vocab(const IndexedDataset& data, const CacheFolder& folder, int64_t 
   const int64_t max_id = cached_max_token_id(data, folder);
   TRIPOD_CHECK_HINT(
       max_id < padded_vocab_size,
-      "the data and the model use different tokenizers: pass the tokenizer files used by "
-      "tripod preprocess (or a --vocab-size above the largest id), or re-run preprocess",
-      "{} contains token id {} but the model's padded vocabulary has only {} entries",
-      bin_path(data.prefix()), max_id, padded_vocab_size);
+      fmt::format("the data and the model use different tokenizers: pass the tokenizer files used by "
+                  "tripod preprocess (a vocabulary of more than {} tokens), or --vocab-size {} or more "
+                  "without tokenizer files, or re-run preprocess with this model's tokenizer",
+                  max_id, max_id + 1),
+      "{} contains token id {} but the model's padded vocabulary has only {} entries (ids 0..{})",
+      bin_path(data.prefix()), max_id, padded_vocab_size, padded_vocab_size - 1);
 }
 
 std::unique_ptr<GPTDataset> build_split(std::shared_ptr<const IndexedDataset> data, const CacheFolder& folder,
