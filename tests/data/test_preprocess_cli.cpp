@@ -8,6 +8,10 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -407,6 +411,52 @@ TEST_F(PreprocessCli, SigtermAndSigintRemoveTheTemporaries) {
     EXPECT_TRUE(left.empty()) << sig << ": " << (left.empty() ? "" : left.front());
     EXPECT_FALSE(std::filesystem::exists(dir_ / "out_text_document.bin")) << sig;
   }
+}
+
+// Peak RSS of `cmd` (KiB), run by a forked child so that getrusage's
+// RUSAGE_CHILDREN sees only it; -1 on failure.
+long peak_rss_kib(const std::string& cmd) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    long r = -1;
+    if (std::system(cmd.c_str()) == 0) {
+      rusage u {};
+      ::getrusage(RUSAGE_CHILDREN, &u);
+      r = u.ru_maxrss;
+    }
+    (void)!::write(fds[1], &r, sizeof r);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  long r = -1;
+  if (::read(fds[0], &r, sizeof r) != sizeof r) r = -1;
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return r;
+}
+
+// docs/data.md's bound: the GPT-2 tokenizer and fixed buffers (~40 MB
+// measured with 1 worker), about 5 MB per worker (two ~1 MiB batches of text
+// and their ids in flight, a 2 MiB piece cache) and 4 bytes per document.
+// Checked with room: 48 MB + 6 MB per worker + 8 bytes per document (the
+// lengths' vector may hold twice its size). 16 workers on KJV x100 peaked at
+// 222 MB before batch buffers were mapped (above this bound at 16 workers:
+// 48 + 96 + 26 = 170 MB); 130 MB after.
+TEST_F(PreprocessCli, PeakMemoryIsBoundedByTheWorkers) {
+  write_big_input(dir_);  // 400,000 lines, 24 MB
+  const auto& g = gpt2_files();
+  const int workers = 8;
+  const long kib = peak_rss_kib(fmt::format(
+      "{} preprocess --tokenizer-type GPT2BPETokenizer --vocab-file {} --merge-file {} --input {} --input-format text "
+      "--output-prefix {} --workers {} --no-progress > {} 2>&1",
+      env("TRIPOD_BIN"), g.vocab, g.merges, dir_ / "big.txt", dir_ / "out", workers, dir_ / "log"));
+  ASSERT_GT(kib, 0) << read_bytes(dir_ / "log");
+  const double mb = static_cast<double>(kib) * 1024 / 1e6, bound = 48 + 6 * workers + 8 * 400000 / 1e6;
+  std::printf("peak RSS %.1f MB with %d workers (bound %.1f MB)\n", mb, workers, bound);
+  EXPECT_LT(mb, bound);
 }
 
 }  // namespace
