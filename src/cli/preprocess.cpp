@@ -52,9 +52,9 @@ int run_preprocess(int argc, char** argv) {
   remove_temporaries_on_signal();
   const data::PreprocessStats s = data::preprocess(c);
   const double mb = static_cast<double>(s.input_bytes) / 1e6;
-  log::info("preprocess: done in {:.2f} s: {} records, {} documents ({} empty), {} tokens; skipped {} blank, "
-            "{} invalid; {} with ill-formed UTF-8 repaired",
-            s.seconds, s.records, s.documents, s.empty_documents, s.tokens, s.skipped_blank, s.skipped_invalid,
+  log::info("preprocess: done in {:.2f} s: {} records, {} documents, {} tokens; {} empty documents (written as "
+            "Megatron does); skipped {} blank, {} invalid; {} with ill-formed UTF-8 repaired",
+            s.seconds, s.records, s.documents, s.tokens, s.empty_documents, s.skipped_blank, s.skipped_invalid,
             s.utf8_repaired);
   log::info("preprocess: {:.1f} MB at {:.1f} MB/s, {:.2f} M tokens/s with {} worker(s)", mb,
             mb / std::max(s.seconds, 1e-9), static_cast<double>(s.tokens) / 1e6 / std::max(s.seconds, 1e-9),
