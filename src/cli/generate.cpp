@@ -12,7 +12,9 @@
 #include "base/log.h"
 #include "ckpt/reshard.h"
 #include "cli/command.h"
+#include "cli/table_flags.h"
 #include "data/tokenizer.h"
+#include "data/utf8.h"
 #include "generate/generate.h"
 
 namespace tripod::cli {
@@ -34,9 +36,9 @@ int run_generate(int argc, char** argv) {
   app.add_option("--logits-out", logits_out,
                  "write the prompt's logits (T, vocab) as little-endian float32 to FILE (before generating)");
   app.add_option("--max-new-tokens", o.max_new_tokens)->capture_default_str();
-  app.add_option("--temperature", o.temperature)->capture_default_str();
+  app.add_option("--temperature", o.temperature)->capture_default_str()->check(finite_number());
   app.add_option("--top-k", o.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
-  app.add_option("--top-p", o.top_p, "nucleus sampling mass (1: off)")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "nucleus sampling mass (1: off)")->capture_default_str()->check(finite_number());
   app.add_flag("--greedy", o.greedy, "always take the most likely token");
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at the end-of-document token");
@@ -107,8 +109,8 @@ int run_generate(int argc, char** argv) {
                     "{} records no tokenizer files", reader.path());
   const auto tok = data::make_tokenizer(tc);
   // A tokenizer.json may have fewer ids than the model's (padded) embedding, as Qwen2's does.
-  const bool fits = tc.type == "HuggingFaceTokenizer" ? tok->vocab_size() <= cfg.vocab_size
-                                                       : tok->vocab_size() == cfg.vocab_size;
+  const bool fits = data::tokenizer_type_for(tc.type) == "HuggingFaceTokenizer" ? tok->vocab_size() <= cfg.vocab_size
+                                                                                : tok->vocab_size() == cfg.vocab_size;
   TRIPOD_CHECK_HINT(fits, "pass the tokenizer files the model was trained with",
                     "the tokenizer has {} tokens but the checkpoint's vocabulary is {}", tok->vocab_size(),
                     cfg.vocab_size);
@@ -116,6 +118,16 @@ int run_generate(int argc, char** argv) {
   model::GptModel m(cfg, model::StageConfig{}, *be);
   load_model(m);
   o.stop_token = ignore_eos ? -1 : tok->eod();
+  // The tokenizer sees ill-formed UTF-8 as U+FFFD (NOTE [Invalid UTF-8
+  // policy] in data/utf8.h): the printed prompt is that text, so the output
+  // is valid UTF-8 and shows what the model continued.
+  if (!data::is_valid_utf8(prompt)) {
+    int64_t replaced = 0;
+    prompt = data::repair_utf8(prompt, &replaced);
+    log::warn("--prompt is not valid UTF-8: repaired, its {} ill-formed byte sequence(s) replaced by U+FFFD; the "
+              "model sees, and the output repeats, the repaired prompt",
+              replaced);
+  }
   std::vector<int32_t> ids;
   tok->encode(prompt, &ids);
   TRIPOD_CHECK_HINT(!ids.empty(), "pass a non-empty --prompt", "the prompt encodes to no tokens");

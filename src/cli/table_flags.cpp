@@ -2,6 +2,8 @@
 #include "cli/table_flags.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <type_traits>
 
 #include "base/error.h"
@@ -38,6 +40,18 @@ std::vector<std::string> closest_flags(const std::string& unknown, const std::ve
   return out;
 }
 
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (end == v.c_str() || *end != '\0') return {};  // not a number: the conversion names it
+        if (std::isfinite(x)) return {};
+        return fmt::format("'{}' is not a finite number (NaN and infinities are refused)", v);
+      },
+      "FINITE", "finite");
+}
+
 void TableFlags::add_to(CLI::App& app, train::FlagCommand command, train::TrainArgs& args) {
   if (command == train::kTrain) app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const auto& table = train::flag_table();
@@ -53,6 +67,10 @@ void TableFlags::add_to(CLI::App& app, train::FlagCommand command, train::TrainA
             if constexpr (std::is_same_v<T, bool>) return app.add_flag(f.name, *p, f.text);
             else if constexpr (std::is_same_v<T, std::vector<std::string>>)
               return app.add_option(f.name, *p, f.text)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+            else if constexpr (std::is_floating_point_v<T>)
+              return app.add_option(f.name, *p, f.text)
+                  ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                  ->check(finite_number());
             else return app.add_option(f.name, *p, f.text)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
           },
           f.member(args));

@@ -38,6 +38,10 @@ class TableFlags {
   std::vector<std::vector<std::string>> lists_;  // and of the list flags
 };
 
+// A CLI11 check that refuses NaN and infinities ("nan", "inf", "1e999"):
+// every float flag of the table has it; other commands' float flags use it too.
+CLI::Validator finite_number();
+
 // The up to `n` names of `known` closest to `unknown` (edit distance).
 std::vector<std::string> closest_flags(const std::string& unknown, const std::vector<std::string>& known,
                                        size_t n = 3);

@@ -42,6 +42,9 @@ struct DataConfig {
   // (train_iters / eval_interval + 1) * eval_iters * global_batch, ...).
   int64_t train_samples = 0, valid_samples = 0, test_samples = 0;
   int64_t padded_vocab_size = 0;    // ids >= this are a vocab/data mismatch
+  // --data-cache-path: the folder of the index caches ("": beside the data,
+  // or a per-user folder when the data's is read-only; NOTE [GPT index cache]).
+  std::string data_cache_path;
 };
 
 struct DatasetSplits {

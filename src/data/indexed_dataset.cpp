@@ -169,35 +169,55 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
   pointers_ = p + kHeaderBytes + 4 * num_sequences_;
   doc_indices_ = p + kHeaderBytes + 12 * num_sequences_;
 
-  const int64_t esize = dtype_size(dtype_), bsize = bin_->size();
-  int64_t end = 0;  // where the last byte the index describes ends
-  for (int64_t i = 0; i < num_sequences_; ++i) {
-    const int64_t len = lengths_[static_cast<size_t>(i)], ptr = pointer(i);
-    TRIPOD_CHECK_HINT(len >= 0 && ptr >= 0 && ptr % esize == 0, kRegenerateHint,
-                      "{}: sequence {} has length {} and byte offset {}", ip, i, len, ptr);
-    // (ptr <= bsize first: a corrupt offset near 2^63 must not overflow the sum)
-    TRIPOD_CHECK_HINT(ptr <= bsize && len * esize <= bsize - ptr, kRegenerateHint,
-                      "{} is truncated: sequence {} of {} ends at byte {} but the file has {} bytes",
-                      bp, i, num_sequences_, static_cast<uint64_t>(ptr) + static_cast<uint64_t>(len * esize),
-                      bsize);
-    num_tokens_ += len;
-    end = std::max(end, ptr + len * esize);
-  }
-  // Megatron writes the sequences back to back, so the .bin ends exactly where
-  // the last one does; a longer .bin is the .bin of another (longer) corpus.
-  TRIPOD_CHECK_HINT(bsize == end,
-                    fmt::format("{} and {} must come from the same `tripod preprocess` (or Megatron "
-                                "preprocess_data.py) run; regenerate both",
-                                bp, ip),
-                    "{} has {} bytes but its index {} describes {} sequences ({} tokens) ending at "
-                    "byte {}: the .bin does not belong to this .idx",
-                    bp, bsize, ip, num_sequences_, num_tokens_, end);
+  // Document indices first: the checks below name the document of a sequence.
   TRIPOD_CHECK_HINT(document_index(0) == 0 && document_index(num_doc_indices_ - 1) == num_sequences_,
                     kRegenerateHint, "{}: document indices must run from 0 to {}, got {}..{}", ip,
                     num_sequences_, document_index(0), document_index(num_doc_indices_ - 1));
   for (int64_t i = 1; i < num_doc_indices_; ++i)
     TRIPOD_CHECK_HINT(document_index(i) >= document_index(i - 1), kRegenerateHint,
                       "{}: document indices decrease at {}", ip, i);
+
+  const int64_t esize = dtype_size(dtype_), bsize = bin_->size();
+  int64_t end = 0;  // where the last byte the index describes ends
+  int64_t doc = 0;  // the document of sequence i: document_index(doc) <= i < document_index(doc + 1)
+  int64_t prev_doc = 0, prev_len = 0, prev_ptr = 0;
+  for (int64_t i = 0; i < num_sequences_; ++i) {
+    while (document_index(doc + 1) <= i) ++doc;
+    const int64_t len = lengths_[static_cast<size_t>(i)], ptr = pointer(i);
+    TRIPOD_CHECK_HINT(len >= 0 && ptr >= 0 && ptr % esize == 0, kRegenerateHint,
+                      "{}: sequence {} (document {}) has length {} and byte offset {}", ip, i, doc, len, ptr);
+    // Megatron writes the sequences back to back (its offsets are the
+    // running sum of the lengths), so a length that disagrees with the next
+    // offset is a damaged index: reading it would silently cut or stretch
+    // the document.
+    TRIPOD_CHECK_HINT(i > 0 || ptr == 0, kRegenerateHint,
+                      "{}: document {} (sequence 0) starts at byte {} of the .bin, not 0", ip, doc, ptr);
+    TRIPOD_CHECK_HINT(ptr == end, kRegenerateHint,
+                      "{}: the lengths do not match the offsets at document {} (sequence {}): its {} tokens "
+                      "of {} bytes from byte {} end at byte {}, but the next sequence starts at byte {} "
+                      "(offset[i+1] must be offset[i] + length[i] * {})",
+                      ip, prev_doc, i - 1, prev_len, esize, prev_ptr, end, ptr, esize);
+    // (ptr <= bsize first: a corrupt offset near 2^63 must not overflow the sum)
+    TRIPOD_CHECK_HINT(ptr <= bsize && len * esize <= bsize - ptr, kRegenerateHint,
+                      "{} is truncated: sequence {} of {} ends at byte {} but the file has {} bytes",
+                      bp, i, num_sequences_, static_cast<uint64_t>(ptr) + static_cast<uint64_t>(len * esize),
+                      bsize);
+    num_tokens_ += len;
+    end = ptr + len * esize;
+    prev_doc = doc;
+    prev_len = len;
+    prev_ptr = ptr;
+  }
+  // The .bin ends exactly where the last sequence does; a longer .bin is the
+  // .bin of another (longer) corpus.
+  TRIPOD_CHECK_HINT(bsize == end,
+                    fmt::format("{} and {} must come from the same `tripod preprocess` (or Megatron "
+                                "preprocess_data.py) run; regenerate both",
+                                bp, ip),
+                    "{} has {} bytes but its index {} describes {} sequences ({} tokens) ending at "
+                    "byte {} (the last, document {}, has {} tokens from byte {}): the .bin does not belong "
+                    "to this .idx, or that length is wrong",
+                    bp, bsize, ip, num_sequences_, num_tokens_, end, prev_doc, prev_len, prev_ptr);
 }
 
 int64_t IndexedDataset::pointer(int64_t seq) const { return load<int64_t>(pointers_ + 8 * seq); }
@@ -236,7 +256,7 @@ void IndexedDataset::read(int64_t seq, int64_t offset, int64_t count, int32_t* o
 }
 
 int64_t IndexedDataset::max_token_id() const {
-  // Scan sequence by sequence (the .bin may have gaps between sequences).
+  // Scan sequence by sequence.
   int64_t best = -1;
   std::vector<int32_t> buf;
   for (int64_t i = 0; i < num_sequences_; ++i) {
@@ -322,6 +342,11 @@ void IndexedDatasetWriter::add_document(const int32_t* tokens, int64_t count) {
   num_tokens_ += count;
 }
 
+void IndexedDatasetWriter::add_empty_document() {
+  TRIPOD_CHECK(!finished_, "add_empty_document after finish() on {}", prefix_);
+  empty_after_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
 void IndexedDatasetWriter::flush_buffer() {
   write_all(fd_, buffer_.get(), static_cast<size_t>(used_), bin_tmp_);
   used_ = 0;
@@ -347,7 +372,7 @@ void IndexedDatasetWriter::finish() {
     used_ += static_cast<int64_t>(size);
   };
   try {
-    const uint64_t s = lengths_.size(), d = s + 1, version = 1;
+    const uint64_t s = lengths_.size(), d = s + 1 + empty_after_.size(), version = 1;
     const uint8_t code = static_cast<uint8_t>(dtype_);
     emit(kMagic, 9);
     emit(&version, 8);
@@ -363,9 +388,13 @@ void IndexedDatasetWriter::finish() {
       emit(&ptr, 8);
       ptr += int64_t{lengths_[i]} * esize;
     }
-    for (uint64_t i = 0; i < d; ++i) {
+    // 0, then after each document the number of sequences so far: an empty
+    // document (no sequence) repeats the value before it.
+    size_t e = 0;
+    for (uint64_t i = 0; i <= s; ++i) {
       const int64_t v = static_cast<int64_t>(i);
       emit(&v, 8);
+      for (; e < empty_after_.size() && empty_after_[e] == v; ++e) emit(&v, 8);
     }
     write_all(fd, buffer_.get(), static_cast<size_t>(used_), idx_tmp_);
   } catch (...) {

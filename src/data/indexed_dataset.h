@@ -13,7 +13,9 @@
 //         int32[S] sequence lengths (tokens)
 //         int64[S] sequence byte offsets into .bin
 //         int64[D] document indices: 0, then the sequence index after each
-//                  document (tripod writes one sequence per document)
+//                  document (tripod writes one sequence per document; an
+//                  empty document has no sequence and repeats the previous
+//                  index, as Megatron's add_document([], []) writes it)
 //   .bin: the tokens of every sequence back to back, dtype as above.
 #pragma once
 
@@ -98,7 +100,8 @@ class IndexedDataset {
 // once the program called remove_temporaries_on_signal()); finish()
 // writes the index, fsyncs both and renames them into place (removing any
 // old .idx first), so an interrupted run never leaves a pair that looks
-// valid. Memory: 4 bytes per document (the lengths), independent of tokens.
+// valid. Memory: 4 bytes per sequence (the lengths) and 8 per empty
+// document, independent of tokens.
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string prefix, TokenDType dtype);
@@ -106,11 +109,15 @@ class IndexedDatasetWriter {
   IndexedDatasetWriter(const IndexedDatasetWriter&) = delete;
   IndexedDatasetWriter& operator=(const IndexedDatasetWriter&) = delete;
 
-  // Appends one document (one sequence). Ids must fit the dtype.
+  // Appends one document of one sequence (of `count` tokens, 0 allowed:
+  // Megatron's add_item + end_document). Ids must fit the dtype.
   void add_document(const int32_t* tokens, int64_t count);
+  // Appends a document with no sequence: the document index repeats, as
+  // Megatron's preprocess_data.py writes a record that tokenizes to nothing.
+  void add_empty_document();
   void finish();
 
-  int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
+  int64_t num_documents() const { return static_cast<int64_t>(lengths_.size() + empty_after_.size()); }
   int64_t num_tokens() const { return num_tokens_; }
 
  private:
@@ -120,6 +127,7 @@ class IndexedDatasetWriter {
   TokenDType dtype_;
   int fd_ = -1;
   std::vector<int32_t> lengths_;
+  std::vector<int64_t> empty_after_;  // per empty document: the sequences before it (ascending)
   static constexpr int64_t kBufferBytes = 1 << 22;
   std::unique_ptr<uint8_t[]> buffer_ = std::make_unique<uint8_t[]>(kBufferBytes);  // pending .bin bytes
   int64_t used_ = 0;

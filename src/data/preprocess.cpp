@@ -38,10 +38,11 @@ struct Batch {
   int64_t bytes = 0;  // input bytes consumed, separators included
 };
 
-// Tokens of one batch, per key: tokens back to back and document lengths.
+// Tokens of one batch, per key: tokens back to back and document lengths
+// (0: an empty document, which has no sequence; see NOTE [Empty documents]).
 struct Result {
   std::vector<std::vector<int32_t>> tokens, lengths;
-  int64_t records = 0, skipped_invalid = 0, skipped_empty = 0, utf8_repaired = 0, bytes = 0;
+  int64_t records = 0, skipped_invalid = 0, skipped_blank = 0, utf8_repaired = 0, bytes = 0;
   std::string error, hint;  // first error of the batch (then the run stops)
 };
 
@@ -50,6 +51,14 @@ struct Result {
 class RecordReader {
  public:
   RecordReader(const PreprocessConfig& c) : config_(c) {
+    struct stat st {};
+    TRIPOD_CHECK_HINT(::stat(c.input.c_str(), &st) == 0, "check the path given to --input",
+                      "cannot open --input {}: {}", c.input, std::strerror(errno));
+    // fopen opens a folder; its first read would fail with EISDIR.
+    TRIPOD_CHECK_HINT(!S_ISDIR(st.st_mode),
+                      "pass one file; for several, run preprocess once per file and train on all of them "
+                      "with --data-path W1 PREFIX1 W2 PREFIX2 ... (or concatenate the files first)",
+                      "--input {} is a folder: tripod preprocess reads one file", c.input);
     file_ = std::fopen(c.input.c_str(), "rb");
     TRIPOD_CHECK_HINT(file_, "check --input", "cannot open --input {}: {}", c.input,
                       std::strerror(errno));
@@ -107,8 +116,10 @@ class RecordReader {
     bool any = false;
     for (;;) {
       if (pos_ == len_) {
+        errno = 0;
         len_ = std::fread(buf_.get(), 1, kBufferBytes, file_);
-        TRIPOD_CHECK(!std::ferror(file_), "reading --input {} failed", config_.input);
+        TRIPOD_CHECK(!std::ferror(file_), "reading --input {} failed: {}", config_.input,
+                     std::strerror(errno));
         pos_ = 0;
         if (len_ == 0) {
           if (!any) return false;
@@ -242,11 +253,12 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
     }
     std::vector<std::string> parsed;
     std::string_view text_record;
+    // A blank line is no record (Megatron's json.loads stops on it).
+    if (jsonl ? rec.find_first_not_of(" \t\r") == std::string_view::npos : rec.empty()) {
+      ++r->skipped_blank;
+      continue;
+    }
     if (jsonl) {
-      if (rec.find_first_not_of(" \t\r") == std::string_view::npos) {
-        ++r->skipped_empty;  // blank line
-        continue;
-      }
       std::string problem = extract_keys(rec, c.json_keys, &parsed);
       if (!problem.empty()) {
         if (c.skip_invalid) {
@@ -268,11 +280,10 @@ void tokenize_batch(const PreprocessConfig& c, const Tokenizer& tok, const Batch
     for (size_t k = 0; k < nkeys; ++k) {
       ids.clear();
       tok.encode(jsonl ? std::string_view(parsed[k]) : text_record, &ids);
-      if (ids.empty()) {
-        ++r->skipped_empty;
-        continue;
-      }
-      if (c.append_eod) ids.push_back(tok.eod());
+      // NOTE [Empty documents]: a record that encodes to no tokens is an
+      // empty document, without an end-of-document token, as Megatron's
+      // preprocess_data.py writes it (`if len(doc_ids) > 0 and append_eod`).
+      if (!ids.empty() && c.append_eod) ids.push_back(tok.eod());
       r->tokens[k].insert(r->tokens[k].end(), ids.begin(), ids.end());
       r->lengths[k].push_back(static_cast<int32_t>(ids.size()));
     }
@@ -473,6 +484,11 @@ PreprocessStats preprocess(const PreprocessConfig& c) {
       for (size_t k = 0; k < writers.size(); ++k) {
         size_t at = 0;
         for (int32_t len : r->lengths[k]) {
+          if (len == 0) {
+            writers[k]->add_empty_document();
+            ++stats.empty_documents;
+            continue;
+          }
           writers[k]->add_document(r->tokens[k].data() + at, len);
           at += static_cast<size_t>(len);
         }
@@ -481,17 +497,24 @@ PreprocessStats preprocess(const PreprocessConfig& c) {
       }
       stats.records += r->records;
       stats.skipped_invalid += r->skipped_invalid;
-      stats.skipped_empty += r->skipped_empty;
+      stats.skipped_blank += r->skipped_blank;
       stats.utf8_repaired += r->utf8_repaired;
       stats.input_bytes += r->bytes;
       progress.update(stats);
     }
   }
   for (auto& w : writers) w->finish();
-  if (stats.documents == 0)
-    log::warn("preprocess: the dataset has 0 documents ({} records read, {} invalid and {} empty skipped); "
-              "training on it will fail. Check --input-format and --json-keys",
-              stats.records, stats.skipped_invalid, stats.skipped_empty);
+  // An empty dataset is what Megatron writes too, so it is written; training on it stops naming it.
+  if (stats.tokens == 0) {
+    const std::string what =
+        stats.documents == 0
+            ? fmt::format("holds no documents ({} records read; {} blank and {} invalid lines skipped)",
+                          stats.records, stats.skipped_blank, stats.skipped_invalid)
+            : fmt::format("holds only empty documents ({}, no tokens)", stats.documents);
+    log::warn("preprocess: --input {} {}: {} is an empty dataset and training on it will stop. Check the "
+              "file, --input-format and --json-keys",
+              c.input, what, stats.outputs.front());
+  }
   stats.seconds = timer.seconds();
   progress.update(stats, true);
   progress.finish();

@@ -41,10 +41,11 @@ struct PreprocessConfig {
 
 struct PreprocessStats {
   int64_t records = 0;         // lines (or paragraphs) read
-  int64_t documents = 0;       // documents written, summed over keys
+  int64_t documents = 0;       // documents written, summed over keys (empty ones included)
+  int64_t empty_documents = 0; // documents with no tokens (written as Megatron does: no sequence)
   int64_t tokens = 0;          // tokens written, eod included
   int64_t skipped_invalid = 0; // malformed JSON / missing or non-string key (--skip-invalid)
-  int64_t skipped_empty = 0;   // documents with no tokens
+  int64_t skipped_blank = 0;   // blank lines (no record)
   int64_t utf8_repaired = 0;   // records that held ill-formed UTF-8 (see data/utf8.h)
   int64_t input_bytes = 0;
   double seconds = 0;

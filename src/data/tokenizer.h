@@ -46,7 +46,19 @@ struct TokenizerConfig {
   std::string tokenizer_model; // SentencePiece: .model file; HuggingFaceTokenizer: tokenizer.json
 };
 
+// config.type may be any of Megatron-LM's --tokenizer-type names that map
+// onto these (tokenizer_type_for); a mapped name is logged once per call.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerConfig& config);
+
+// Megatron-LM's --tokenizer-type names -> the tokenizer tripod runs for them
+// (GPT2BPETokenizer, SentencePieceTokenizer, HuggingFaceTokenizer or
+// NullTokenizer). Megatron-Core reads SentencePieceTokenizer,
+// GPTSentencePieceTokenizer and Llama2Tokenizer with one SentencePiece
+// wrapper (no <s> added, eod = </s>), so all three are tripod's
+// SentencePieceTokenizer. The names tripod cannot serve (Llama3Tokenizer,
+// TikTokenizer, the BERT, multimodal and SFT tokenizers) throw an Error
+// naming what to use instead; an unknown name lists the accepted ones.
+std::string tokenizer_type_for(const std::string& megatron_name);
 
 // --tokenizer-type when only files are given: HuggingFaceTokenizer for a
 // --tokenizer-model ending in .json or a folder holding tokenizer.json,

@@ -22,6 +22,7 @@
 #include "ckpt/atomic_io.h"
 #include "ckpt/reshard.h"
 #include "ckpt/sharded_checkpoint.h"
+#include "train/checkpoint_args.h"
 #include "train/scalar_reduce.h"
 #include "train/trainer.h"
 
@@ -63,29 +64,6 @@ Tensor to_host(backend::Backend& be, const Tensor& t) {
   be.copy(h, t);
   be.synchronize();
   return h;
-}
-
-// Model arguments that fix the tensors' shapes must match; the layout may change.
-void check_model_args(const config::GptConfig& now, const config::GptConfig& saved, const std::string& where) {
-  auto same = [&](const char* flag, int64_t a, int64_t b) {
-    TRIPOD_CHECK_HINT(a == b, fmt::format("pass {} {} (as saved), or load another checkpoint", flag, b),
-                      "{} {} contradicts the checkpoint {} ({} {})", flag, a, where, flag, b);
-  };
-  same("--num-layers", now.num_layers, saved.num_layers);
-  same("--hidden-size", now.hidden_size, saved.hidden_size);
-  same("--num-attention-heads", now.num_attention_heads, saved.num_attention_heads);
-  same("--ffn-hidden-size", now.ffn_hidden_size, saved.ffn_hidden_size);
-  same("--max-position-embeddings", now.max_position_embeddings, saved.max_position_embeddings);
-  same("--vocab-size (from the tokenizer)", now.vocab_size, saved.vocab_size);
-  // The Llama-family options that change the parameter set.
-  same("--num-query-groups", now.query_groups(), saved.query_groups());
-  same("--swiglu (0/1)", now.swiglu, saved.swiglu);
-  same("--normalization RMSNorm (0/1)", now.rmsnorm(), saved.rmsnorm());
-  same("--untie-embeddings-and-output-weights (0/1)", now.untie_embeddings_and_output_weights,
-       saved.untie_embeddings_and_output_weights);
-  same("--disable-bias-linear (0: set, 1: not)", now.add_bias_linear, saved.add_bias_linear);
-  same("--position-embedding-type learned_absolute (0/1)", now.learned_positions(), saved.learned_positions());
-  same("--group-query-attention (0/1)", now.group_query_attention, saved.group_query_attention);
 }
 
 }  // namespace
@@ -262,7 +240,7 @@ void Trainer::load_checkpoint() {
   const std::string where = reader.path();
   config::GptConfig saved = reader.config();
   saved.finalize();
-  check_model_args(model().config(), saved, where);
+  check_model_args(model().config(), saved, where, args_.checkpoint.finetune);
   const auto& cfg = model().config();
   for (auto& m : models_) ckpt::load_params(reader, m->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
   load_fp8_state(reader);

@@ -75,6 +75,14 @@ Notes on the implemented flags that behave in a tripod-specific way:
   checkpoint that verifies: pass --ckpt-step 20 to resume from it`.
 - `--device` (tripod's own): defaults to `cuda` when the build has CUDA and a
   GPU is visible, `cpu` otherwise; the start-up log says which.
+- Every float flag (`--lr`, `--norm-epsilon`, `--hidden-dropout`, ...)
+  refuses NaN and infinities at parse time, naming the flag: `--lr: 'inf' is
+  not a finite number (NaN and infinities are refused)`.
+- `--tokenizer-type`: Megatron's names, mapped onto tripod's tokenizers or
+  refused with what to use (docs/data.md, "Tokenizers").
+- `--data-cache-path DIR`: the dataset index caches go to DIR; without it,
+  beside the data, or a per-user folder when the data's folder is read-only
+  (docs/data.md, "Index cache").
 
 "takes" is what follows the flag: nothing (—), one value, or a list.
 )";

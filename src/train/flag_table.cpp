@@ -109,8 +109,12 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--data-path", MEMBER(data.data_path), "PREFIX, or W1 PREFIX1 W2 PREFIX2 ... (Megatron .bin/.idx)")
                   .agreed());
   t.push_back(flag("--split", MEMBER(data.split), "train,valid,test document shares").agreed().defaulted());
+  t.push_back(flag("--data-cache-path", MEMBER(data.data_cache_path),
+                   "folder for the dataset index caches (default: beside the data, or a per-user folder when "
+                   "that is read-only)"));
   t.push_back(flag("--tokenizer-type", MEMBER(tokenizer.type),
-                   "GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer | NullTokenizer").agreed());
+                   "GPT2BPETokenizer | SentencePieceTokenizer | HuggingFaceTokenizer | NullTokenizer, or Megatron's "
+                   "GPTSentencePieceTokenizer and Llama2Tokenizer (= SentencePieceTokenizer)").agreed());
   // File paths may differ between ranks (node-local copies): not agreed.
   t.push_back(flag("--vocab-file", MEMBER(tokenizer.vocab_file), "GPT-2 vocab JSON (sets the vocab size)"));
   t.push_back(flag("--merge-file", MEMBER(tokenizer.merge_file), "GPT-2 merges file"));

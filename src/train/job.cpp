@@ -20,10 +20,26 @@ int64_t vocab_size_from_tokenizer(const data::TokenizerConfig& tc) {
   if (tc.type.empty() && tc.vocab_file.empty() && tc.tokenizer_model.empty()) return 0;
   data::TokenizerConfig c = tc;
   if (c.type.empty()) c.type = data::default_tokenizer_type(c.tokenizer_model);
-  if (c.type == "NullTokenizer") return 0;
+  if (data::tokenizer_type_for(c.type) == "NullTokenizer") return 0;
   auto tok = data::make_tokenizer(c);
   log::info("tokenizer: {}", tok->describe());
   return tok->vocab_size();
+}
+
+int64_t resolve_vocab_size(int64_t vocab_size, const data::TokenizerConfig& tc) {
+  if (vocab_size == 0) return vocab_size_from_tokenizer(tc);
+  if (!tc.type.empty()) (void)data::tokenizer_type_for(tc.type);  // a wrong name stops here too
+  if (tc.vocab_file.empty() && tc.tokenizer_model.empty()) return vocab_size;  // no files: nothing to compare
+  const int64_t from_tokenizer = vocab_size_from_tokenizer(tc);
+  // The checkpoint records the tokenizer, and ids the model has no row for
+  // would stop `tripod generate` (or index past the embedding) later.
+  TRIPOD_CHECK_HINT(from_tokenizer == 0 || vocab_size >= from_tokenizer,
+                    fmt::format("drop --vocab-size (the tokenizer sets it to {}), or pass --vocab-size {} or more",
+                                from_tokenizer, from_tokenizer),
+                    "--vocab-size {} is smaller than the tokenizer's vocabulary of {} tokens: its ids {}..{} would "
+                    "have no embedding row",
+                    vocab_size, from_tokenizer, vocab_size, from_tokenizer - 1);
+  return vocab_size;
 }
 
 int run_training_job(TrainArgs args, const JobHooks& hooks) {
@@ -39,6 +55,7 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
       std::raise(SIGTERM);
     }).detach();
   }
+  args.model.vocab_size = resolve_vocab_size(args.model.vocab_size, args.tokenizer);
   install_exit_signal_handler();  // NOTE [Exit signal]: always, --exit-signal-handler changes the exit code
   // Rank and world size from torchrun / Slurm / Open MPI / tripod launch.
   const comm::RankInfo info = comm::resolve_rank_info();

@@ -46,5 +46,8 @@ int run_training_job(TrainArgs args, const JobHooks& hooks);
 // tokenizer to learn it): loading the tokenizer also validates the files, so
 // a wrong vocab or merges file fails here, before any compute. 0 without one.
 int64_t vocab_size_from_tokenizer(const data::TokenizerConfig& tc);
+// The model's vocabulary: --vocab-size when given (0: not given), else the
+// tokenizer's. A --vocab-size below the tokenizer's vocabulary is refused.
+int64_t resolve_vocab_size(int64_t vocab_size, const data::TokenizerConfig& tc);
 
 }  // namespace tripod::train

@@ -53,7 +53,6 @@ const MegatronRow kRows[] = {
     {"--cuda-graph-modules", L, R, "inference-server flag: tripod trains; sample from a checkpoint with `tripod generate`; drop it"},
     {"--cuda-graph-scope", L, R, "inference-server flag: tripod trains; sample from a checkpoint with `tripod generate`; drop it"},
     {"--data-args-path", V, R, "not implemented: use --data-path with weights and --split"},
-    {"--data-cache-path", V, R, "not implemented: indices are cached next to the data; drop the flag"},
     {"--data-parallel-random-init", N, R, "not implemented: every data-parallel replica starts from the same weights"},
     {"--data-per-class-fraction", V, R, "not a GPT pretraining flag (vision, retrieval, RL, distillation or fine-tuning scripts); drop it"},
     {"--dataloader-inter-document-masking", N, R, "not implemented: attention spans document boundaries (Megatron's default); drop the flag"},

@@ -226,8 +226,9 @@ TEST(Load, ContradictingArgumentsNameBothValues) {
                           (s / "ck").string() + " > " + log + " 2>&1";
   EXPECT_NE(sh(bad), 0);
   const std::string out = slurp(log);
-  EXPECT_NE(out.find("--hidden-size 32 contradicts the checkpoint"), std::string::npos) << out;
-  EXPECT_NE(out.find("(--hidden-size 64)"), std::string::npos) << out;
+  EXPECT_NE(out.find("the model flags contradict the checkpoint"), std::string::npos) << out;
+  EXPECT_NE(out.find("--hidden-size 32: the checkpoint has 64"), std::string::npos) << out;
+  EXPECT_NE(out.find("use the checkpoint's model flags: --hidden-size 64"), std::string::npos) << out;
   const std::string seed = env("TRIPOD_BIN") + " train " + kModel + " --seed 8 --train-iters 2 --load " +
                            (s / "ck").string() + " > " + log + " 2>&1";
   EXPECT_NE(sh(seed), 0);

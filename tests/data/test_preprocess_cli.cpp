@@ -8,12 +8,18 @@
 
 #include <fmt/format.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "testing/run_tripod.h"
 #include "unit/data/test_util.h"
 
 namespace tripod::data {
@@ -68,19 +74,28 @@ void put(std::string* s, T v) {
   s->append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-std::string hand_idx(const std::vector<int32_t>& lengths) {
+// The .idx Megatron's IndexedDatasetBuilder writes for documents of these
+// lengths, one sequence each; a length of 0 is an empty document (no
+// sequence, the document index repeats: add_document([], [])).
+std::string hand_idx(const std::vector<int32_t>& doc_lengths) {
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> doc_index{0};
+  for (int32_t l : doc_lengths) {
+    if (l > 0) lengths.push_back(l);
+    doc_index.push_back(static_cast<int64_t>(lengths.size()));
+  }
   std::string s("MMIDIDX\0\0", 9);
   put<uint64_t>(&s, 1);
   put<uint8_t>(&s, 8);  // uint16: GPT-2's 50257 < 65500
   put<uint64_t>(&s, lengths.size());
-  put<uint64_t>(&s, lengths.size() + 1);
+  put<uint64_t>(&s, doc_index.size());
   for (int32_t l : lengths) put<int32_t>(&s, l);
   int64_t p = 0;
   for (int32_t l : lengths) {
     put<int64_t>(&s, p);
     p += 2 * l;
   }
-  for (size_t i = 0; i <= lengths.size(); ++i) put<int64_t>(&s, static_cast<int64_t>(i));
+  for (int64_t d : doc_index) put<int64_t>(&s, d);
   return s;
 }
 
@@ -94,6 +109,9 @@ class PreprocessCli : public ::testing::Test {
 };
 
 TEST_F(PreprocessCli, BytesMatchHandBuiltLayout) {
+  // An empty text is an empty document (no sequence, no eod; the document
+  // index repeats), as Megatron's preprocess_data.py writes it; a blank line
+  // is no record (Megatron's json.loads stops on it).
   std::ofstream(dir_ / "in.jsonl") << R"({"text": "Hello world", "id": 1})" "\n"
                                    << R"({"text": ""})" "\n"
                                    << "\n"
@@ -104,8 +122,8 @@ TEST_F(PreprocessCli, BytesMatchHandBuiltLayout) {
   std::string bin;
   for (uint16_t t : {15496, 995, 50256, 18435, 995, 50256}) put<uint16_t>(&bin, t);
   EXPECT_EQ(read_bytes(dir_ / "out_text_document.bin"), bin);
-  EXPECT_EQ(read_bytes(dir_ / "out_text_document.idx"), hand_idx({3, 3}));
-  EXPECT_NE(log.find("2 documents, 6 tokens; skipped 2 empty, 0 invalid"), std::string::npos) << log;
+  EXPECT_EQ(read_bytes(dir_ / "out_text_document.idx"), hand_idx({3, 0, 3}));
+  EXPECT_NE(log.find("3 documents, 6 tokens; 1 empty documents (written as Megatron does); skipped 1 blank, 0 invalid"), std::string::npos) << log;
   EXPECT_NE(log.find("--data-path " + dir_ / "out_text_document"), std::string::npos) << log;
 }
 
@@ -126,7 +144,7 @@ TEST_F(PreprocessCli, WorkerCountDoesNotChangeTheBytes) {
     EXPECT_EQ(read_bytes(dir_ / fmt::format("w{}_text_document.idx", w)),
               read_bytes(dir_ / "w1_text_document.idx")) << w;
   }
-  EXPECT_NE(log.find("skipped 2378 empty"), std::string::npos) << log;  // blank lines
+  EXPECT_NE(log.find("skipped 2378 blank"), std::string::npos) << log;
 }
 
 TEST_F(PreprocessCli, MalformedLineStopsWithFileLineAndLeavesNothing) {
@@ -145,7 +163,7 @@ TEST_F(PreprocessCli, MalformedLineStopsWithFileLineAndLeavesNothing) {
 
   ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --skip-invalid", in, dir_ / "out"),
                        &log), 0) << log;
-  EXPECT_NE(log.find("1 documents, 1 tokens; skipped 0 empty, 2 invalid"), std::string::npos) << log;
+  EXPECT_NE(log.find("1 documents, 1 tokens; 0 empty documents (written as Megatron does); skipped 0 blank, 2 invalid"), std::string::npos) << log;
 
   std::ofstream(in) << R"({"text": "fine"})" "\n" << R"({"body": "x", "n": {"text": "nested"}})" "\n";
   EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", in, dir_ / "o2"), &log), 0);
@@ -174,7 +192,89 @@ TEST_F(PreprocessCli, PlainTextWithoutInputFormatNamesTheFlag) {
   EXPECT_NE(log.find("pass --input-format text"), std::string::npos) << log;
   ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --skip-invalid", in, dir_ / "p"), &log), 0)
       << log;
-  EXPECT_NE(log.find("the dataset has 0 documents"), std::string::npos) << log;
+  EXPECT_NE(log.find("--input " + in + " holds no documents (2 records read; 0 blank and 2 invalid lines "
+                     "skipped): " + dir_ / "p_text_document" + " is an empty dataset"),
+            std::string::npos) << log;
+}
+
+// An empty input file: preprocess writes what Megatron writes for it (no
+// sequences, document indices [0]) and exits 0 with a warning naming the
+// file; training on it says the dataset has nothing in it, naming it, and
+// does not blame --split. The same for a file of empty texts only (its
+// documents repeat the index: [0, 0, 0]).
+TEST_F(PreprocessCli, EmptyInputIsNamedByPreprocessAndByTraining) {
+  std::ofstream(dir_ / "empty.jsonl");
+  std::ofstream(dir_ / "blank.jsonl") << R"({"text": ""})" "\n" << R"({"text": ""})" "\n";
+  std::string log;
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {}", dir_ / "empty.jsonl", dir_ / "e"), &log), 0)
+      << log;
+  EXPECT_NE(log.find("warning: preprocess: --input " + dir_ / "empty.jsonl" + " holds no documents (0 records"),
+            std::string::npos) << log;
+  EXPECT_EQ(read_bytes(dir_ / "e_text_document.idx"), hand_idx({}));
+  EXPECT_EQ(read_bytes(dir_ / "e_text_document.bin"), "");
+  ASSERT_EQ(preprocess(fmt::format("--input {} --output-prefix {} --append-eod", dir_ / "blank.jsonl", dir_ / "b"),
+                       &log), 0) << log;
+  EXPECT_NE(log.find("holds only empty documents (2, no tokens)"), std::string::npos) << log;
+  EXPECT_EQ(read_bytes(dir_ / "b_text_document.idx"), hand_idx({0, 0}));
+
+  const auto& g = gpt2_files();
+  const std::string train = fmt::format(
+      "train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 --micro-batch-size 1 "
+      "--train-iters 1 --lr 1e-3 --vocab-file {} --merge-file {} --data-path ", g.vocab, g.merges);
+  auto r = ::tripod::testing::run_tripod(train + dir_ / "e_text_document");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("the dataset " + dir_ / "e_text_document" + " has no documents (" +
+                          dir_ / "e_text_document.idx" + " holds 0 documents)"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("--split"), std::string::npos) << r.output;
+  r = ::tripod::testing::run_tripod(train + dir_ / "b_text_document");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("the dataset " + dir_ / "b_text_document" + " has no tokens (its 2 documents are all "
+                          "empty)"),
+            std::string::npos) << r.output;
+}
+
+// An .idx whose lengths disagree with its offsets (offset[i+1] must be
+// offset[i] + length[i] * 2 for uint16) stops training before the first
+// step, naming the file and the document, instead of silently shortening
+// the document.
+TEST_F(PreprocessCli, IdxLengthsThatDisagreeWithOffsetsAreRefused) {
+  const std::string prefix = dir_ / "d";
+  testing::write_docs(prefix, {{1, 2, 3}, {4, 5}, {6, 7, 8, 9}, {10}});  // offsets 0, 6, 10, 18
+  std::string idx = read_bytes(prefix + ".idx");
+  const int32_t shrunk = 1;  // document 1: 2 tokens -> 1
+  std::memcpy(idx.data() + 34 + 4 * 1, &shrunk, 4);
+  std::ofstream(prefix + ".idx", std::ios::binary) << idx;
+  const auto& g = gpt2_files();
+  const std::string train = fmt::format(
+      "train --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 4 --micro-batch-size 1 "
+      "--train-iters 1 --lr 1e-3 --vocab-file {} --merge-file {} --data-path {}", g.vocab, g.merges, prefix);
+  auto r = ::tripod::testing::run_tripod(train);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find(prefix + ".idx: the lengths do not match the offsets at document 1 (sequence 1): its 1 "
+                          "tokens of 2 bytes from byte 6 end at byte 8, but the next sequence starts at byte 10"),
+            std::string::npos) << r.output;
+  // The last document's length: the .bin ends elsewhere.
+  testing::write_docs(prefix, {{1, 2, 3}, {4, 5}});
+  idx = read_bytes(prefix + ".idx");
+  std::memcpy(idx.data() + 34 + 4 * 1, &shrunk, 4);
+  std::ofstream(prefix + ".idx", std::ios::binary) << idx;
+  r = ::tripod::testing::run_tripod(train);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("ending at byte 8 (the last, document 1, has 1 tokens from byte 6)"), std::string::npos)
+      << r.output;
+}
+
+// A folder as --input: the error says why (fopen opens a folder; its read failed with no reason).
+TEST_F(PreprocessCli, InputFolderSaysWhy) {
+  std::string log;
+  EXPECT_EQ(preprocess(fmt::format("--input {} --output-prefix {}", dir_.path(), dir_ / "d"), &log), 2) << log;
+  EXPECT_NE(log.find("--input " + dir_.path() + " is a folder: tripod preprocess reads one file"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("--data-path W1 PREFIX1 W2 PREFIX2"), std::string::npos) << log;
+  EXPECT_NE(preprocess(fmt::format("--input {} --output-prefix {}", dir_ / "missing.jsonl", dir_ / "d"), &log), 0);
+  EXPECT_NE(log.find("cannot open --input " + dir_ / "missing.jsonl" + ": No such file or directory"),
+            std::string::npos) << log;
 }
 
 TEST_F(PreprocessCli, IllFormedUtf8IsRepairedAndCounted) {
@@ -311,6 +411,52 @@ TEST_F(PreprocessCli, SigtermAndSigintRemoveTheTemporaries) {
     EXPECT_TRUE(left.empty()) << sig << ": " << (left.empty() ? "" : left.front());
     EXPECT_FALSE(std::filesystem::exists(dir_ / "out_text_document.bin")) << sig;
   }
+}
+
+// Peak RSS of `cmd` (KiB), run by a forked child so that getrusage's
+// RUSAGE_CHILDREN sees only it; -1 on failure.
+long peak_rss_kib(const std::string& cmd) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    long r = -1;
+    if (std::system(cmd.c_str()) == 0) {
+      rusage u {};
+      ::getrusage(RUSAGE_CHILDREN, &u);
+      r = u.ru_maxrss;
+    }
+    (void)!::write(fds[1], &r, sizeof r);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  long r = -1;
+  if (::read(fds[0], &r, sizeof r) != sizeof r) r = -1;
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return r;
+}
+
+// docs/data.md's bound: the GPT-2 tokenizer and fixed buffers (~40 MB
+// measured with 1 worker), about 5 MB per worker (two ~1 MiB batches of text
+// and their ids in flight, a 2 MiB piece cache) and 4 bytes per document.
+// Checked with room: 48 MB + 6 MB per worker + 8 bytes per document (the
+// lengths' vector may hold twice its size). 16 workers on KJV x100 peaked at
+// 222 MB before batch buffers were mapped (above this bound at 16 workers:
+// 48 + 96 + 26 = 170 MB); 130 MB after.
+TEST_F(PreprocessCli, PeakMemoryIsBoundedByTheWorkers) {
+  write_big_input(dir_);  // 400,000 lines, 24 MB
+  const auto& g = gpt2_files();
+  const int workers = 8;
+  const long kib = peak_rss_kib(fmt::format(
+      "{} preprocess --tokenizer-type GPT2BPETokenizer --vocab-file {} --merge-file {} --input {} --input-format text "
+      "--output-prefix {} --workers {} --no-progress > {} 2>&1",
+      env("TRIPOD_BIN"), g.vocab, g.merges, dir_ / "big.txt", dir_ / "out", workers, dir_ / "log"));
+  ASSERT_GT(kib, 0) << read_bytes(dir_ / "log");
+  const double mb = static_cast<double>(kib) * 1024 / 1e6, bound = 48 + 6 * workers + 8 * 400000 / 1e6;
+  std::printf("peak RSS %.1f MB with %d workers (bound %.1f MB)\n", mb, workers, bound);
+  EXPECT_LT(mb, bound);
 }
 
 }  // namespace

@@ -124,6 +124,57 @@ TEST(MegatronEpochs, ASplitShorterThanOneSampleRunsMoreEpochs) {
   }
 }
 
+// Megatron's preprocess_data.py writes a record that encodes to nothing as
+// an empty document: no sequence, the document index repeats
+// (IndexedDatasetBuilder.add_document([], [])). Its GPTDataset splits and
+// samples over sequences (numel_low_level_dataset is
+// sequence_lengths.shape[0]), so the empty documents change no split, no
+// sample and no order for the same seed; zero-length sequences (an .idx of
+// another writer) count as documents of 0 tokens, as in build_sample_idx.
+TEST(MegatronEmptyDocuments, RepeatTheDocumentIndexAndChangeNoSample) {
+  TempDir dir;
+  const std::vector<int32_t> sizes = {5, 3, 7, 2, 6, 4, 8, 3, 5, 9};
+  const auto docs = docs_of(sizes);
+  write_docs(dir / "plain", docs);
+  {
+    IndexedDatasetWriter w(dir / "holes", TokenDType::kUInt16);
+    w.add_empty_document();
+    for (size_t d = 0; d < docs.size(); ++d) {
+      w.add_document(docs[d].data(), static_cast<int64_t>(docs[d].size()));
+      if (d == 3) {
+        w.add_empty_document();
+        w.add_empty_document();
+      }
+    }
+    w.add_empty_document();
+    w.finish();
+  }
+  const IndexedDataset holes(dir / "holes");
+  EXPECT_EQ(holes.num_sequences(), 10);
+  EXPECT_EQ(holes.num_documents(), 14);
+  std::vector<int64_t> index;
+  for (int64_t d = 0; d <= holes.num_documents(); ++d) index.push_back(holes.document_index(d));
+  EXPECT_EQ(index, (std::vector<int64_t>{0, 0, 1, 2, 3, 4, 4, 4, 5, 6, 7, 8, 9, 10, 10}));
+  // The .bin and the lengths and offsets are those of the file without them.
+  EXPECT_EQ(testing::read_bytes(dir / "holes.bin"), testing::read_bytes(dir / "plain.bin"));
+  const std::string a = testing::read_bytes(dir / "holes.idx"), b = testing::read_bytes(dir / "plain.idx");
+  EXPECT_EQ(a.substr(34, 12 * 10), b.substr(34, 12 * 10));
+
+  const DatasetSplits p = build_gpt_datasets(config({dir / "plain"}, "8,2", 4, 12, 3));
+  const DatasetSplits h = build_gpt_datasets(config({dir / "holes"}, "8,2", 4, 12, 3));
+  for (const auto* pair : {&p.train, &p.valid}) {
+    const auto& x = **pair;
+    const auto& y = *(pair == &p.train ? h.train : h.valid);
+    ASSERT_EQ(x.num_samples(), y.num_samples());
+    std::vector<int32_t> u(5), v(5);
+    for (int64_t j = 0; j < x.num_samples(); ++j) {
+      x.get(j, u.data());
+      y.get(j, v.data());
+      ASSERT_EQ(u, v) << j;
+    }
+  }
+}
+
 TEST(MegatronBlend, HoldsTheSumOfCeiledShares) {
   TempDir dir;
   std::vector<std::string> path;
