@@ -74,6 +74,7 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   TRIPOD_CHECK(stage_.first_layer >= 0 && stage_.first_layer + stage_.num_local_layers <= config_.num_layers,
                "stage layers [{}, {}) outside the model's {} layers", stage_.first_layer,
                stage_.first_layer + stage_.num_local_layers, config_.num_layers);
+  TRIPOD_CHECK_HINT(!config_.moe.enabled(), "drop --num-experts", "MoE layers are not built yet");
   const int64_t tp = stage_.tp_size();
   padded_vocab_ = config_.padded_vocab_size(static_cast<int>(tp));
   tp_.group = stage_.tp;
