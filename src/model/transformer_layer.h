@@ -18,10 +18,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "backend/ops.h"
 #include "config/gpt_config.h"
 #include "model/layer_params.h"
+#include "model/moe_layer.h"
 #include "model/stage_config.h"
 #include "model/tensor_parallel.h"
 
@@ -43,6 +45,9 @@ struct LayerActs {
   Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
   Tensor fc1, gelu;                // (N, F_tp) pre- and post-activation
   Tensor out;                      // (N_sp,C) layer output (residual after MLP)
+  // An MoE layer's MLP state (fc1 and gelu stay undefined there); shared
+  // by the copies the workspace hands out (Workspace::layer_acts).
+  std::shared_ptr<MoeActs> moe;
   size_t bytes() const;            // activation bytes held
 };
 
@@ -69,6 +74,8 @@ class TransformerLayer {
   int64_t layer_number() const { return layer_number_; }
   // Whether the four linears run their GEMMs in FP8 (LayerSpec::fp8).
   bool fp8() const { return linear_qkv_.fp8(); }
+  // The MoE MLP half (null for a dense layer).
+  const MoeLayer* moe() const { return moe_.get(); }
   const LayerParams& params() const { return params_; }
 
   // The activations this layer keeps for one micro-batch of (B, T): all of
@@ -115,6 +122,7 @@ class TransformerLayer {
   RowParallelLinear linear_proj_;
   ColumnParallelLinear linear_fc1_;
   RowParallelLinear linear_fc2_;
+  std::unique_ptr<MoeLayer> moe_;  // an MoE layer's MLP half (LayerSpec::moe())
 };
 
 }  // namespace tripod::model
