@@ -87,6 +87,7 @@ class MoeLayer {
   void backward(Tensor& dx, const Tensor& dout, MoeActs& a) const;
 
   int64_t layer_number() const { return layer_number_; }
+  int64_t num_experts() const { return spec_.num_experts; }  // E (all experts, not only this rank's)
   const MoeParams& params() const { return params_; }
   // The statistics since the last call, and a reset.
   MoeStats take_stats() const;

@@ -267,6 +267,9 @@ void Trainer::training_log(const StepResult& last, double loss_sum, int64_t skip
     m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
   }
   m.time = time_split_.split(m.elapsed_ms);
+  if (last.moe)
+    m.moe = IterationMetrics::Moe{last.moe->load_balancing_loss, last.moe->z_loss, last.moe->min_tokens_per_expert,
+                                  last.moe->max_tokens_per_expert};
   if (is_logger()) log::info("{}", format_log_line(m));
   metrics_->write_train(m);
   tensorboard_->write_train(m);
