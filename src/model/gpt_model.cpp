@@ -101,6 +101,10 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   if (config_.moe.enabled()) {
     TRIPOD_CHECK_HINT(tp == 1, "train the MoE model with --tensor-model-parallel-size 1 for now",
                       "MoE layers with tensor parallelism (--expert-tensor-parallel-size) are not in this version yet");
+    TRIPOD_CHECK_HINT(config_.moe.num_experts % stage_.ep_size() == 0,
+                      "choose an --expert-model-parallel-size that divides --num-experts",
+                      "--num-experts {} is not divisible by --expert-model-parallel-size {}", config_.moe.num_experts,
+                      stage_.ep_size());
     TRIPOD_CHECK_HINT(!config_.fp8.enabled(), "drop --fp8-format for the MoE model",
                       "FP8 expert GEMMs are not in this version yet");
   }

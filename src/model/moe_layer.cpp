@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "model/tensor_parallel.h"
 
@@ -42,7 +44,8 @@ void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig&
 
 size_t MoeActs::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&x, &x32, &logits, &probs, &indices, &daux, &losses, &row_map, &counts, &xp, &fc1, &act, &y,
+  for (const Tensor* t : {&x, &x32, &logits, &probs, &indices, &daux, &losses, &row_map, &counts, &xp, &y, &xe, &fc1,
+                          &act, &sort_map,
                           &s_fc1, &s_act, &s_out, &gate_logit, &gate, &gate_idx, &ident})
     if (t->defined()) n += t->nbytes();
   return n;
@@ -64,10 +67,14 @@ void MoeLayer::ensure(MoeActs& a, int64_t N) const {
   if (a.N == N && a.logits.defined()) return;
   backend::Backend& be = *be_;
   const config::LayerSpec& s = spec_;
-  const int64_t C = s.hidden_size, E = s.num_experts, k = s.router_topk, Fe = s.moe_ffn_hidden_size;
-  const int64_t Fe1 = s.swiglu ? 2 * Fe : Fe, Fs = s.shared_expert_size, Fs1 = s.swiglu ? 2 * Fs : Fs;
+  const int64_t C = s.hidden_size, E = s.num_experts, k = s.router_topk;
+  const int64_t Fs = s.shared_expert_size, Fs1 = s.swiglu ? 2 * Fs : Fs;
   const DType dt = stage_->compute_dtype;
-  a = MoeActs{a.with_grad, a.recomputing, a.aux_loss_scale};
+  MoeActs fresh;  // the pass flags stay, the buffers are made for N
+  fresh.with_grad = a.with_grad;
+  fresh.recomputing = a.recomputing;
+  fresh.aux_loss_scale = a.aux_loss_scale;
+  a = std::move(fresh);
   a.N = N;
   a.x = be.empty({N, C}, dt);
   if (dt != DType::F32) a.x32 = be.empty({N, C}, DType::F32);
@@ -79,8 +86,6 @@ void MoeLayer::ensure(MoeActs& a, int64_t N) const {
   a.row_map = be.empty({N * k}, DType::I32);
   a.counts = be.empty({E}, DType::I32);
   a.xp = be.empty({N * k, C}, dt);
-  a.fc1 = be.empty({N * k, Fe1}, dt);
-  a.act = be.empty({N * k, Fe}, dt);
   a.y = be.empty({N * k, C}, dt);
   if (Fs > 0) {
     a.s_fc1 = be.empty({N, Fs1}, dt);
@@ -165,23 +170,33 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   a.tokens_per_expert.assign(static_cast<size_t>(E), 0);
   a.rows = 0;
   for (int64_t e = 0; e < E; ++e) a.rows += (a.tokens_per_expert[e] = counts.data<int32_t>()[e]);
-  // ---- experts: one loop over this rank's experts and their rows ----
+  // ---- dispatch (all-to-all over ep), experts, combine ----
   const int64_t R = a.rows;
   if (R > 0) {
     Tensor xp = a.xp.narrow(0, R);
     be.moe_permute(xp, a.x, a.row_map.narrow(0, R), k);
-    int64_t row = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t c = a.tokens_per_expert[e];
-      if (c == 0) continue;  // an expert without tokens does no work
-      Tensor fc1 = a.fc1.narrow(row, c), act = a.act.narrow(row, c), y = a.y.narrow(row, c);
-      expert_forward(P.experts[static_cast<size_t>(e - P.first_expert)], xp.narrow(row, c), fc1, act, y);
-      row += c;
-    }
-    be.moe_unpermute(out, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
-  } else {
-    be.zero(out);
   }
+  plan_dispatch(a);
+  const DType dt = x.dtype();
+  const int64_t Re = a.expert_rows_total, C = spec_.hidden_size;
+  const int64_t Fe = spec_.moe_ffn_hidden_size, Fe1 = spec_.swiglu ? 2 * Fe : Fe;
+  a.xe = be.empty({std::max<int64_t>(Re, 1), C}, dt);
+  a.fc1 = be.empty({std::max<int64_t>(Re, 1), Fe1}, dt);
+  a.act = be.empty({std::max<int64_t>(Re, 1), Fe}, dt);
+  Tensor ye = be.empty({std::max<int64_t>(Re, 1), C}, dt);
+  dispatch(a.xe, a.xp, a);
+  int64_t row = 0;
+  for (size_t el = 0; el < a.expert_rows.size(); ++el) {  // this rank's experts, each on its contiguous rows
+    const int64_t c = a.expert_rows[el];
+    if (c == 0) continue;  // an expert without tokens does no work
+    Tensor fc1 = a.fc1.narrow(row, c), act = a.act.narrow(row, c), y = ye.narrow(row, c);
+    expert_forward(P.experts[static_cast<size_t>(a.first_local_expert + static_cast<int64_t>(el) - P.first_expert)],
+                   a.xe.narrow(row, c), fc1, act, y);
+    row += c;
+  }
+  combine(a.y, ye, a);
+  if (R > 0) be.moe_unpermute(out, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
+  else be.zero(out);
   // ---- shared expert ----
   if (spec_.shared_expert_size > 0) {
     expert_forward(P.shared, a.x, a.s_fc1, a.s_act, a.s_out);
@@ -218,22 +233,29 @@ void MoeLayer::backward(Tensor& dx, const Tensor& dout, MoeActs& a) const {
   const Tensor& xr = a.x32.defined() ? a.x32 : a.x;
   Tensor dprobs = be.empty({N, k}, DType::F32), dlogits = be.empty({N, E}, DType::F32);
   // ---- routed experts: combine^T, experts^T, dispatch^T ----
-  if (R > 0) {
-    Tensor dy = be.empty({R, C}, dx.dtype()), dxp = be.empty({R, C}, dx.dtype());
-    be.moe_unpermute_backward(dy, dprobs, dout, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
+  {
+    const int64_t Re = a.expert_rows_total;
+    Tensor dy = be.empty({std::max<int64_t>(R, 1), C}, dx.dtype()), dxp = be.empty({std::max<int64_t>(R, 1), C}, dx.dtype());
+    Tensor dye = be.empty({std::max<int64_t>(Re, 1), C}, dx.dtype()), dxe = be.empty({std::max<int64_t>(Re, 1), C}, dx.dtype());
+    if (R > 0) {
+      Tensor dy_rows = dy.narrow(0, R);
+      be.moe_unpermute_backward(dy_rows, dprobs, dout, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
+    } else {
+      be.zero(dprobs);
+    }
+    dispatch(dye, dy, a);  // the combine's transpose: the same exchange as the dispatch
     int64_t row = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t c = a.tokens_per_expert[e];
+    for (size_t el = 0; el < a.expert_rows.size(); ++el) {
+      const int64_t c = a.expert_rows[el];
       if (c == 0) continue;
-      Tensor dxe = dxp.narrow(row, c);
-      expert_backward(P.experts[static_cast<size_t>(e - P.first_expert)], dxe, dy.narrow(row, c),
-                      a.xp.narrow(row, c), a.fc1.narrow(row, c), a.act.narrow(row, c));
+      Tensor dx_rows = dxe.narrow(row, c);
+      expert_backward(P.experts[static_cast<size_t>(a.first_local_expert + static_cast<int64_t>(el) - P.first_expert)],
+                      dx_rows, dye.narrow(row, c), a.xe.narrow(row, c), a.fc1.narrow(row, c), a.act.narrow(row, c));
       row += c;
     }
-    be.moe_permute_backward(dx, dxp, a.row_map.narrow(0, R), k);
-  } else {
-    be.zero(dprobs);
-    be.zero(dx);
+    combine(dxp, dxe, a);  // the dispatch's transpose
+    if (R > 0) be.moe_permute_backward(dx, dxp.narrow(0, R), a.row_map.narrow(0, R), k);
+    else be.zero(dx);
   }
   // ---- router: d probs (and the auxiliary losses' d logits) -> d x, d Wr ----
   be.moe_router_topk_backward(dlogits, dprobs, a.logits, a.indices, routing_);
@@ -258,6 +280,118 @@ void MoeLayer::backward(Tensor& dx, const Tensor& dout, MoeActs& a) const {
     expert_backward(P.shared, dxs, *dshared, a.x, a.s_fc1, a.s_act);
     be.add(dx, dx, dxs);
   }
+}
+
+// ---- the token dispatcher (Megatron's MoEAlltoAllTokenDispatcher) ----
+// With ep ranks each rank runs experts [ep_rank El, (ep_rank + 1) El), El =
+// E / ep. The rows this rank routed are sorted by global expert, so the rows
+// for rank d are one contiguous chunk: an all-to-all sends them (after the
+// counts per expert, so each rank knows what it receives), and the received
+// rows [from rank 0: its rows for my experts 0..El-1 | from rank 1: ... ]
+// are sorted by local expert (sort_map) so each expert's rows are
+// contiguous. The combine is the inverse: unsort, all-to-all back. At ep 1
+// both are plain copies.
+
+void MoeLayer::plan_dispatch(MoeActs& a) const {
+  backend::Backend& be = *be_;
+  const int ep = stage_->ep_size(), me = stage_->ep_rank();
+  const int64_t E = spec_.num_experts, El = E / ep;
+  a.first_local_expert = me * El;
+  a.send_rows.assign(static_cast<size_t>(ep), 0);
+  a.recv_rows.assign(static_cast<size_t>(ep), 0);
+  if (ep == 1) {
+    a.expert_rows = a.tokens_per_expert;
+    a.expert_rows_total = a.rows;
+    a.send_rows[0] = a.recv_rows[0] = a.rows;
+    return;
+  }
+  // The counts per expert: rank d gets this rank's counts of d's experts.
+  Tensor send_h = Tensor::empty({E}, DType::I64), recv_h = Tensor::empty({E}, DType::I64);
+  for (int64_t e = 0; e < E; ++e) send_h.data<int64_t>()[e] = a.tokens_per_expert[static_cast<size_t>(e)];
+  Tensor send_d = be.empty({E}, DType::I64), recv_d = be.empty({E}, DType::I64);
+  be.copy(send_d, send_h);
+  std::vector<int64_t> counts(static_cast<size_t>(ep), El);
+  stage_->ep->all_to_all_v(recv_d, send_d, counts, counts)->wait();
+  be.copy(recv_h, recv_d);
+  be.synchronize();
+  std::copy_n(send_h.data<int64_t>() + me * El, El, recv_h.data<int64_t>() + me * El);  // the chunk kept
+  const int64_t* split = recv_h.data<int64_t>();  // split[s El + el]: rows from rank s for local expert el
+  a.expert_rows.assign(static_cast<size_t>(El), 0);
+  for (int s = 0; s < ep; ++s)
+    for (int64_t el = 0; el < El; ++el) {
+      a.send_rows[s] += a.tokens_per_expert[static_cast<size_t>(s * El + el)];
+      a.recv_rows[s] += split[s * El + el];
+      a.expert_rows[el] += split[s * El + el];
+    }
+  a.expert_rows_total = 0;
+  for (int64_t c : a.expert_rows) a.expert_rows_total += c;
+  // sort_map[r]: the received row that row r of the expert order holds.
+  Tensor map_h = Tensor::empty({std::max<int64_t>(a.expert_rows_total, 1)}, DType::I32);
+  std::vector<int64_t> from_at(static_cast<size_t>(ep), 0);
+  for (int s = 1; s < ep; ++s) from_at[s] = from_at[s - 1] + a.recv_rows[s - 1];
+  int64_t r = 0;
+  for (int64_t el = 0; el < El; ++el)
+    for (int s = 0; s < ep; ++s) {
+      int64_t at = from_at[s];
+      for (int64_t j = 0; j < el; ++j) at += split[s * El + j];
+      for (int64_t i = 0; i < split[s * El + el]; ++i) map_h.data<int32_t>()[r++] = static_cast<int32_t>(at + i);
+    }
+  a.sort_map = be.empty(map_h.shape(), DType::I32);
+  be.copy(a.sort_map, map_h);
+}
+
+void MoeLayer::exchange(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) const {
+  const int me = stage_->ep_rank(), ep = stage_->ep_size();
+  const int64_t C = spec_.hidden_size;
+  std::vector<int64_t> sc(static_cast<size_t>(ep)), rc(static_cast<size_t>(ep));
+  int64_t send_at = 0, recv_at = 0;
+  for (int s = 0; s < ep; ++s) {
+    sc[s] = send_rows[s] * C;
+    rc[s] = recv_rows[s] * C;
+    if (s < me) send_at += send_rows[s], recv_at += recv_rows[s];
+  }
+  stage_->ep->all_to_all_v(out, in, sc, rc)->wait();
+  if (send_rows[me] > 0) {  // the rows this rank keeps
+    Tensor dst = out.narrow(recv_at, recv_rows[me]);
+    be_->copy(dst, in.narrow(send_at, send_rows[me]));
+  }
+}
+
+void MoeLayer::dispatch(Tensor& dst, const Tensor& src, const MoeActs& a) const {
+  backend::Backend& be = *be_;
+  if (stage_->ep_size() == 1) {
+    if (a.rows > 0) {
+      Tensor d = dst.narrow(0, a.rows);
+      be.copy(d, src.narrow(0, a.rows));
+    }
+    return;
+  }
+  const int64_t Re = a.expert_rows_total;
+  Tensor received = be.empty({std::max<int64_t>(Re, 1), spec_.hidden_size}, src.dtype());
+  exchange(received, src, a.send_rows, a.recv_rows);
+  if (Re > 0) {
+    Tensor d = dst.narrow(0, Re);
+    be.moe_permute(d, received.narrow(0, Re), a.sort_map.narrow(0, Re), 1);
+  }
+}
+
+void MoeLayer::combine(Tensor& dst, const Tensor& src, const MoeActs& a) const {
+  backend::Backend& be = *be_;
+  if (stage_->ep_size() == 1) {
+    if (a.rows > 0) {
+      Tensor d = dst.narrow(0, a.rows);
+      be.copy(d, src.narrow(0, a.rows));
+    }
+    return;
+  }
+  const int64_t Re = a.expert_rows_total;
+  Tensor unsorted = be.empty({std::max<int64_t>(Re, 1), spec_.hidden_size}, src.dtype());
+  if (Re > 0) {
+    Tensor u = unsorted.narrow(0, Re);
+    be.moe_permute_backward(u, src.narrow(0, Re), a.sort_map.narrow(0, Re), 1);  // row sort_map[r] <- row r
+  }
+  exchange(dst, unsorted, a.recv_rows, a.send_rows);
 }
 
 MoeStats MoeLayer::take_stats() const {

@@ -60,7 +60,14 @@ struct MoeActs {
   Tensor daux;                 // (N, E) f32: grad_scale d(aux + z)/d logits
   Tensor losses;               // (2) f32: [aux, z] of this micro-batch
   Tensor row_map, counts;      // (N k) i32, (E) i32
-  Tensor xp, fc1, act, y;      // (N k, C), (N k, Fe1), (N k, Fe), (N k, C); the first R rows used
+  Tensor xp, y;                // (N k, C) in the slot order sorted by expert; the first R rows used
+  // The expert side, after the dispatch (at ep 1 the same rows): Re rows
+  // sorted by this rank's experts, expert_rows[el] each.
+  int64_t first_local_expert = 0, expert_rows_total = 0;
+  std::vector<int64_t> expert_rows;           // (E / ep)
+  std::vector<int64_t> send_rows, recv_rows;  // (ep) rows to and from each ep rank
+  Tensor sort_map;                            // (Re) i32: received row of each expert-order row
+  Tensor xe, fc1, act;                        // (Re, C), (Re, Fe1), (Re, Fe)
   Tensor s_fc1, s_act, s_out;  // shared expert: (N, Fs1), (N, Fs), (N, C)
   Tensor gate_logit, gate, gate_idx, ident;  // gate: (N, 1) f32, (N, 1) f32, (N, 1) i32; ident (N) i32 = 0..N-1
   size_t bytes() const;
@@ -101,6 +108,14 @@ class MoeLayer {
   void expert_backward(const ExpertParams& p, Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& fc1,
                        const Tensor& act) const;
   void add_f32(Tensor& dx, const Tensor& d32) const;  // dx += d32 (cast to dx's dtype first)
+  // The token dispatcher (moe_layer.cpp): the counts exchange and the
+  // expert order, then rows from the local slot order to the expert order
+  // (dispatch) and back (combine).
+  void plan_dispatch(MoeActs& a) const;
+  void exchange(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_rows,
+                const std::vector<int64_t>& recv_rows) const;
+  void dispatch(Tensor& dst, const Tensor& src, const MoeActs& a) const;
+  void combine(Tensor& dst, const Tensor& src, const MoeActs& a) const;
 
   const config::GptConfig* config_;
   const StageConfig* stage_;

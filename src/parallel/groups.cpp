@@ -19,6 +19,10 @@ ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout) 
   pg.pp = ctx.new_group(layout.pp_groups(), "pp");
   pg.mp = ctx.new_group(layout.mp_groups(), "mp");
   pg.embd = ctx.new_group(layout.embd_groups(), "embd");
+  if (layout.ep > 1) {
+    pg.ep = ctx.new_group(layout.ep_groups(), "ep");
+    pg.edp = ctx.new_group(layout.expert_dp_groups(), "edp");
+  }
   return pg;
 }
 

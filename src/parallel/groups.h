@@ -29,12 +29,15 @@ struct ProcessGroups {
   std::shared_ptr<comm::Communicator> dp;    // data-parallel replicas
   std::shared_ptr<comm::Communicator> mp;    // tp x pp: one whole model replica
   std::shared_ptr<comm::Communicator> embd;  // first + last stage; null on middle stages
+  // Expert parallelism (config/layout.h, NOTE [Expert rank order]); null at ep 1.
+  std::shared_ptr<comm::Communicator> ep;    // the ranks the experts are split over
+  std::shared_ptr<comm::Communicator> edp;   // the replicas of one expert
   int global_rank = 0;
   Layout layout;
 };
 
 // Collective over the world: every rank calls it with the same layout.
-// Groups are made in the order world, tp, dp, pp, mp, embd.
+// Groups are made in the order world, tp, dp, pp, mp, embd (then ep, edp at ep > 1).
 ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout);
 
 // Host time blocked in communication, per kind, for the iteration time

@@ -47,6 +47,8 @@ struct ParallelArgs {
   int64_t num_layers_per_virtual_stage = 0;  // --num-layers-per-virtual-pipeline-stage
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;            // --sequence-parallel
+  int ep = 1;                                // --expert-model-parallel-size (experts over dp ranks)
+  int etp = 0;                               // --expert-tensor-parallel-size (0: not given; 1 only for now)
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
   std::string distributed_backend;           // --distributed-backend nccl | gloo ("": by device)
   double distributed_timeout_minutes = 10;   // --distributed-timeout-minutes

@@ -22,6 +22,11 @@ void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
   TRIPOD_CHECK_HINT(b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
   TRIPOD_CHECK_HINT(b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
+  TRIPOD_CHECK_HINT(p.etp == 0 || p.etp == 1, "use --expert-tensor-parallel-size 1 (or leave it out)",
+                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version yet",
+                    p.etp);
+  TRIPOD_CHECK_HINT(layout.ep == 1 || a.model.moe.enabled(), "drop --expert-model-parallel-size, or pass --num-experts",
+                    "--expert-model-parallel-size {} without experts", layout.ep);
   const int64_t dp = layout.dp;
   TRIPOD_CHECK_HINT(b.global_batch_size % (b.micro_batch_size * dp) == 0,
                     fmt::format("use a --global-batch-size that is a multiple of {} (micro batch {} x data-parallel {})",
@@ -103,7 +108,7 @@ void Trainer::setup(data::DatasetSplits* given) {
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     const auto& p = args_.parallel;
     groups_ = parallel::make_process_groups(
-        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_)));
+        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_)).with_expert_parallel(p.ep));
   }
   // Timing decorators on the groups before models and buckets take them.
   time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
@@ -151,6 +156,7 @@ void Trainer::build_chunks() {
     st.post_process = s == P * V - 1;
     st.tp = groups_.tp.get();  // the tp size and rank come from the group
     st.sequence_parallel = p.sequence_parallel;
+    st.ep = groups_.ep.get();  // null at --expert-model-parallel-size 1
     st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp : 1;
     st.compute_dtype = args_.precision.compute_dtype;
     st.recompute = p.recompute;
