@@ -10,6 +10,8 @@
 //                      TP1 x PP4 x DP2, within 1e-5 relative
 //   reshard_llama      the Llama family (grouped qkv, SwiGLU, untied output layer):
 //                      save at TP2 x DP2; load at TP1 (1 rank) and PP2 x DP2 (4 ranks)
+//   reshard_moe        experts (sigmoid routing, expert bias, shared expert): save at
+//                      EP2; load at EP1, EP4 and PP2 x EP2
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 // The first half runs with --train-iters 4 and --lr-decay-iters 8, so its
 // learning rates are those of the 8-iteration run.
@@ -158,6 +160,21 @@ const std::string kLlamaTp1 = kLlama, kLlamaPp2 = kLlama + "--pipeline-model-par
 TEST(Reshard, LlamaSaveTp2Dp2LoadTp1Pp2Dp2) {
   reshard_case("reshard_llama", 4, kLlama + "--tensor-model-parallel-size 2",
                {{"tp1", 1, kLlamaTp1.c_str()}, {"pp2_dp2", 4, kLlamaPp2.c_str()}});
+}
+
+// Mixture of experts (docs/moe.md): the router, the expert bias (updated
+// from the loads each step), every expert and the shared expert, saved at
+// ep 2 and loaded at ep 1, ep 4 and pp 2 x ep 2.
+const std::string kMoe =
+    " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 "
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2 "
+    "--moe-shared-expert-intermediate-size 32 ";
+const std::string kMoeEp4 = kMoe + "--expert-model-parallel-size 4",
+                  kMoePp2Ep2 = kMoe + "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2";
+
+TEST(Reshard, MoeSaveEp2LoadEp1Ep4Pp2Ep2) {
+  reshard_case("reshard_moe", 2, kMoe + "--expert-model-parallel-size 2",
+               {{"ep1", 1, kMoe.c_str()}, {"ep4", 4, kMoeEp4.c_str()}, {"pp2_ep2", 4, kMoePp2Ep2.c_str()}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {
