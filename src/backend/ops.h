@@ -69,6 +69,34 @@ struct AdamWStep {
   float grad_scale = 1.f;    // gradients are multiplied by this first (clipping, loss-scale undo)
 };
 
+// The router's choice (Megatron's topk_routing_with_score_function):
+//   softmax, pre_softmax   probs = top-k of softmax(logits) (Qwen2-MoE: no renormalisation)
+//   softmax                probs = softmax over the top-k logits (Mixtral)
+//   sigmoid                s = sigmoid(logits); the top-k of s + expert_bias chosen, probs =
+//                          the chosen s / (their sum + 1e-20) when k > 1 (DeepSeek-V3)
+// then probs *= scaling_factor when it is not 0. Ties: the lower expert index wins.
+struct MoeRouting {
+  int topk = 1;
+  bool sigmoid = false;
+  bool pre_softmax = false;
+  float scaling_factor = 0.f;  // 0: not scaled
+};
+
+// The router's auxiliary losses (Megatron's switch_load_balancing_loss_func
+// and z_loss_func), over the scores s of every expert (softmax(logits), or
+// sigmoid(logits) normalised to sum 1) and the top-k of s per token:
+//   aux = 1/G sum_g E coeff / (k Ng^2) sum_e count_g[e] sum_{n in g} s[n, e]
+// over G groups of Ng tokens: the whole micro-batch (seq_length 0), or each
+// sequence of seq_length tokens (seq_aux_loss). z = z_coeff mean_n logsumexp(logits_n)^2.
+struct MoeAuxLoss {
+  int topk = 1;
+  bool sigmoid = false;
+  int64_t seq_length = 0;  // 0: one group of all N tokens
+  float aux_coeff = 0.f;
+  float z_coeff = 0.f;
+  float grad_scale = 1.f;  // d total loss / d (aux + z)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -320,6 +348,40 @@ class Backend {
   void fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax, float fp8_max,
                         int margin, bool use_max);
 
+  // ---- mixture of experts (validators in ops_moe.cpp; model/moe_layer.h) ----
+  // Router logits, probs and losses are statistics tensors (f32; f64 on
+  // the reference under f64 activations); indices and row maps are i32.
+  // A slot is one (token, choice) pair, slot = n * k + j.
+  //
+  // probs(N,k), indices(N,k) from logits(N,E) (MoeRouting); expert_bias (E)
+  // statistics, sigmoid only (may be null).
+  void moe_router_topk(Tensor& probs, Tensor& indices, const Tensor& logits, const Tensor* expert_bias,
+                       const MoeRouting& r);
+  // dlogits(N,E) = d probs / d logits applied to dprobs(N,k) (overwrite;
+  // the bias does not enter the gradient).
+  void moe_router_topk_backward(Tensor& dlogits, const Tensor& dprobs, const Tensor& logits, const Tensor& indices,
+                                const MoeRouting& r);
+  // losses(2) = [aux, z] (MoeAuxLoss); with dlogits(N,E) given,
+  // dlogits += grad_scale * d (aux + z) / d logits.
+  void moe_aux_loss(Tensor* dlogits, Tensor& losses, const Tensor& logits, const MoeAuxLoss& a);
+  // The dispatch order: row_map(N*k) lists the kept slots sorted by expert,
+  // in slot order within an expert, then -1s; tokens_per_expert(E) (i32)
+  // counts them. capacity < 0 keeps every slot (dropless); else each
+  // expert keeps at most `capacity` slots: those of the highest probs
+  // (drop_by_probs; ties to the lower slot) or the first ones.
+  void moe_permute_map(Tensor& row_map, Tensor& tokens_per_expert, const Tensor& indices, const Tensor& probs,
+                       int64_t num_experts, int64_t capacity, bool drop_by_probs);
+  // out(R,C)[r] = inp(N,C)[row_map[r] / k] for the first R entries of row_map.
+  void moe_permute(Tensor& out, const Tensor& inp, const Tensor& row_map, int topk);
+  // dinp(N,C)[n] = sum over n's kept slots, in slot order, of dout(R,C) rows (overwrite).
+  void moe_permute_backward(Tensor& dinp, const Tensor& dout, const Tensor& row_map, int topk);
+  // out(N,C)[n] = sum over n's kept slots s, in slot order, of probs[s] * inp(R,C)[row of s] (overwrite).
+  void moe_unpermute(Tensor& out, const Tensor& inp, const Tensor& row_map, const Tensor& probs);
+  // dinp(R,C)[r] = probs[s] dout[n] and dprobs[s] = dout[n] . inp[r] for r's slot s
+  // (overwrite; dprobs 0 at dropped slots).
+  void moe_unpermute_backward(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                              const Tensor& row_map, const Tensor& probs);
+
  protected:
   // One per public op, called after its checks passed (see ops.cpp).
   virtual void copy_impl(Tensor& dst, const Tensor& src) = 0;
@@ -410,6 +472,21 @@ class Backend {
                                bool fast_accum) = 0;
   virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                                      float fp8_max, int margin, bool use_max) = 0;
+  // MoE: the CPU reference implements these; the defaults stop with an
+  // error naming the op (the CUDA kernels are not written yet, so a MoE
+  // model is refused there rather than run on a partial path).
+  virtual void moe_router_topk_impl(Tensor& probs, Tensor& indices, const Tensor& logits, const Tensor* expert_bias,
+                                    const MoeRouting& r);
+  virtual void moe_router_topk_backward_impl(Tensor& dlogits, const Tensor& dprobs, const Tensor& logits,
+                                             const Tensor& indices, const MoeRouting& r);
+  virtual void moe_aux_loss_impl(Tensor* dlogits, Tensor& losses, const Tensor& logits, const MoeAuxLoss& a);
+  virtual void moe_permute_map_impl(Tensor& row_map, Tensor& tokens_per_expert, const Tensor& indices,
+                                    const Tensor& probs, int64_t num_experts, int64_t capacity, bool drop_by_probs);
+  virtual void moe_permute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, int topk);
+  virtual void moe_permute_backward_impl(Tensor& dinp, const Tensor& dout, const Tensor& row_map, int topk);
+  virtual void moe_unpermute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, const Tensor& probs);
+  virtual void moe_unpermute_backward_impl(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                                           const Tensor& row_map, const Tensor& probs);
 };
 
 // The statistics dtype of activations of dtype `act`: f64 for f64, else f32.

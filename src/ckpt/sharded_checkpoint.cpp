@@ -70,6 +70,7 @@ json config_to_json(const config::GptConfig& c) {
   const bool options = !c.is_gpt2();  // GPT-2 checkpoints keep their metadata as before
   config::visit_fields(c, [&](const char* name, const auto& value, config::FieldKind kind) {
     if (kind == config::FieldKind::kOption && !options) return;
+    if (kind == config::FieldKind::kMoe && !c.moe.enabled()) return;  // dense checkpoints keep their bytes
     if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) j[name] = config::to_string(value);
     else j[name] = value;
   });
@@ -80,7 +81,7 @@ namespace {
 
 template <class T>
 void read_field(const json& j, const char* name, T& value, config::FieldKind kind, const std::string& file) {
-  if (kind == config::FieldKind::kOption && !j.contains(name)) return;  // older metadata: the default
+  if (kind != config::FieldKind::kCore && !j.contains(name)) return;  // older metadata: the default
   const json& v = kind == config::FieldKind::kCore ? j.at(name) : j[name];
   if constexpr (std::is_same_v<T, config::Position> || std::is_same_v<T, config::Norm>) {
     const std::string s = v.get<std::string>();

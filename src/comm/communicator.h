@@ -27,6 +27,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -43,6 +44,7 @@ struct BroadcastOptions { int root = 0; Millis timeout{0}; };
 struct SendOptions { int tag = 0; Millis timeout{0}; };
 struct RecvOptions { int tag = 0; Millis timeout{0}; };
 struct BarrierOptions { Millis timeout{0}; };
+struct AllToAllOptions { int tag = 0; Millis timeout{0}; };
 
 class Work {
  public:
@@ -70,6 +72,19 @@ class Communicator {
   virtual std::shared_ptr<Work> send(const Tensor& t, int dst, const SendOptions& o = {}) = 0;
   virtual std::shared_ptr<Work> recv(Tensor& t, int src, const RecvOptions& o = {}) = 0;
   virtual void barrier(const BarrierOptions& o = {}) = 0;
+  // All-to-all with per-peer counts (MPI's alltoallv; Megatron's MoE token
+  // dispatch): in holds size chunks in rank order, send_counts[r] elements
+  // for rank r; out receives recv_counts[r] elements from rank r, in rank
+  // order. The chunks between distinct ranks move; the chunk a rank keeps
+  // (in's chunk at its own rank) is NOT copied: the caller fills out's
+  // chunk at its own rank (the token dispatcher copies it on its stream).
+  // Zero counts send nothing, so a peer with no tokens costs no message.
+  // Optional: the default (communicator.cpp) is a pairwise exchange over
+  // send/recv (step s: send to rank + s, receive from rank - s, both in
+  // flight), which every implementation's send/recv serves.
+  virtual std::shared_ptr<Work> all_to_all_v(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
+                                             const std::vector<int64_t>& recv_counts,
+                                             const AllToAllOptions& o = {});
   // Ends all outstanding and future work with an error (used when a peer died).
   virtual void abort() noexcept = 0;
 };

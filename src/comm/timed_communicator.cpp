@@ -63,6 +63,10 @@ class TimedCommunicator final : public Communicator {
   std::shared_ptr<Work> recv(Tensor& t, int src, const RecvOptions& o) override {
     return wrap([&] { return inner_->recv(t, src, o); });
   }
+  std::shared_ptr<Work> all_to_all_v(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
+                                     const std::vector<int64_t>& recv_counts, const AllToAllOptions& o) override {
+    return wrap([&] { return inner_->all_to_all_v(out, in, send_counts, recv_counts, o); });
+  }
   void barrier(const BarrierOptions& o) override {
     Scope s(*timer_);
     inner_->barrier(o);

@@ -62,6 +62,7 @@ void GptConfig::finalize() {
                     "--attention-dropout {} is not supported yet: the fused attention kernels keep no probability matrix",
                     attention_dropout);
   fp8.finalize(num_layers);
+  moe.finalize(num_layers, ffn_hidden_size);
 }
 
 int64_t GptConfig::padded_vocab_size(int tp_size) const {
@@ -91,19 +92,46 @@ LayerSpec GptConfig::layer_spec(int64_t layer) const {
   s.ffn_hidden_size = ffn_hidden_size;
   s.bias = add_bias_linear;
   s.fp8 = fp8.uses_fp8(layer, num_layers);
+  if (moe.is_moe_layer(layer, num_layers)) {
+    s.mlp = MlpKind::Moe;
+    s.num_experts = moe.num_experts;
+    s.moe_ffn_hidden_size = moe.ffn_hidden_size;
+    s.router_topk = moe.router_topk;
+    s.shared_expert_size = moe.shared_expert_intermediate_size;
+    s.shared_expert_gate = moe.shared_expert_gate;
+    s.expert_bias = moe.router_enable_expert_bias;
+  }
   return s;
+}
+
+int64_t LayerSpec::expert_parameters(int64_t f) const {
+  const int64_t f1 = swiglu ? 2 * f : f, b = bias ? 1 : 0;
+  return f1 * hidden_size + b * f1 + hidden_size * f + b * hidden_size;
 }
 
 int64_t LayerSpec::tp_sharded_parameters() const {
   const int64_t C = hidden_size, F = ffn_hidden_size, Q = qkv_width(), F1 = fc1_width(), b = bias ? 1 : 0;
-  return Q * C + b * Q     // qkv (column-parallel)
-         + C * C           // proj weight (row-parallel)
-         + F1 * C + b * F1  // fc1 (column-parallel)
-         + C * F;          // fc2 weight (row-parallel)
+  const int64_t attention = Q * C + b * Q  // qkv (column-parallel)
+                            + C * C;       // proj weight (row-parallel)
+  if (moe())  // the experts' fc1 column- and fc2 row-parallel (biases as a dense MLP's)
+    return attention + num_experts * (expert_parameters(moe_ffn_hidden_size) - b * C) +
+           (shared_expert_size > 0 ? expert_parameters(shared_expert_size) - b * C : 0);
+  return attention + F1 * C + b * F1  // fc1 (column-parallel)
+         + C * F;                     // fc2 weight (row-parallel)
 }
 
 int64_t LayerSpec::tp_replicated_parameters() const {
-  return 2 * norm_parameters() + (bias ? 2 * hidden_size : 0);  // input, pre-MLP norms; proj, fc2 biases
+  const int64_t C = hidden_size, b = bias ? 1 : 0;
+  const int64_t dense = 2 * norm_parameters() + b * 2 * C;  // input, pre-MLP norms; proj, fc2 biases
+  if (!moe()) return dense;
+  const int64_t experts_fc2_bias = b * C * (num_experts - 1 + (shared_expert_size > 0 ? 1 : 0));
+  return dense + experts_fc2_bias + num_experts * C  // the router
+         + (expert_bias ? num_experts : 0) + (shared_expert_gate ? C : 0);
+}
+
+int64_t LayerSpec::active_parameters() const {
+  if (!moe()) return num_parameters();
+  return num_parameters() - (num_experts - router_topk) * expert_parameters(moe_ffn_hidden_size);
 }
 
 int64_t GptConfig::num_parameters(int64_t Vp) const {
@@ -126,11 +154,18 @@ int64_t head_chunk_rows(int64_t N, int64_t V_tp, int64_t elem_bytes, int64_t max
 
 double GptConfig::flops_per_token() const {
   const int64_t untied_input = untie_embeddings_and_output_weights ? vocab_size * hidden_size : 0;
-  return 6.0 * static_cast<double>(num_parameters(vocab_size) - untied_input) +
+  int64_t inactive = 0;  // MoE: the experts a token does not visit do no matmul for it
+  for (int64_t i = 0; i < num_layers; ++i) inactive += layer_spec(i).num_parameters() - layer_spec(i).active_parameters();
+  return 6.0 * static_cast<double>(num_parameters(vocab_size) - untied_input - inactive) +
          6.0 * static_cast<double>(num_layers * seq_length * hidden_size);
 }
 
 std::string GptConfig::describe() const {
+  if (moe.enabled()) return describe_dense() + "; MoE: " + moe.describe();
+  return describe_dense();
+}
+
+std::string GptConfig::describe_dense() const {
   if (!is_gpt2())
     return fmt::format("GPT ({}{}{}{}{}{}): {} layers, hidden {}, {} heads, {} query groups, ffn {}, seq {}, vocab {} "
                        "({} params at vocab {})",

@@ -20,6 +20,7 @@
 
 #include "config/fp8_config.h"
 #include "config/layer_spec.h"
+#include "config/moe_config.h"
 #include "config/options.h"
 
 namespace tripod::config {
@@ -53,6 +54,9 @@ struct GptConfig {
   // quantize is layer_spec(i).fp8. Not recorded in checkpoints (not in
   // visit_fields): the GEMM precision does not change the parameters.
   Fp8Config fp8;
+  // Mixture of experts (config/moe_config.h): which layers are MoE and
+  // their shape is layer_spec(i). Recorded in checkpoints (kMoe fields).
+  MoeConfig moe;
 
   // Fills the derived sizes (ffn, max positions) and checks every rule that
   // does not depend on the layout. Errors name the flag and the fix.
@@ -75,7 +79,7 @@ struct GptConfig {
   bool is_gpt2() const;
   // The shape and kinds of layer `layer` (0..L-1): the same for every layer
   // but its GEMM precision (FP8 unless --first-last-layers-bf16 keeps it in
-  // high precision); MoE's --moe-layer-freq will vary it too.
+  // high precision) and its MLP (MoE on the layers --moe-layer-freq names).
   LayerSpec layer_spec(int64_t layer) const;
 
   // Parameter count at padded vocab Vp (a tied output layer counted once).
@@ -86,6 +90,9 @@ struct GptConfig {
   // convention). GQA and SwiGLU enter through N.
   double flops_per_token() const;
   std::string describe() const;
+
+ private:
+  std::string describe_dense() const;
 };
 
 // The fields a checkpoint's metadata records and reads back
@@ -95,7 +102,7 @@ struct GptConfig {
 // only when the model is not GPT-2 (GPT-2 checkpoints keep their metadata
 // bytes) and read with the member's default when absent (older
 // checkpoints). kv_channels is not recorded: only C / NH is accepted.
-enum class FieldKind { kCore, kOption };
+enum class FieldKind { kCore, kOption, kMoe };
 template <class Config, class Visitor>  // Config: GptConfig or const GptConfig
 void visit_fields(Config& c, Visitor&& v) {
   v("num_layers", c.num_layers, FieldKind::kCore);
@@ -119,6 +126,16 @@ void visit_fields(Config& c, Visitor&& v) {
   v("num_query_groups", c.num_query_groups, FieldKind::kOption);
   v("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights, FieldKind::kOption);
   v("add_bias_linear", c.add_bias_linear, FieldKind::kOption);
+  v("num_experts", c.moe.num_experts, FieldKind::kMoe);
+  v("moe_ffn_hidden_size", c.moe.ffn_hidden_size, FieldKind::kMoe);
+  v("moe_router_topk", c.moe.router_topk, FieldKind::kMoe);
+  v("moe_router_score_function", c.moe.router_score_function, FieldKind::kMoe);
+  v("moe_router_pre_softmax", c.moe.router_pre_softmax, FieldKind::kMoe);
+  v("moe_router_topk_scaling_factor", c.moe.router_topk_scaling_factor, FieldKind::kMoe);
+  v("moe_shared_expert_intermediate_size", c.moe.shared_expert_intermediate_size, FieldKind::kMoe);
+  v("moe_shared_expert_gate", c.moe.shared_expert_gate, FieldKind::kMoe);
+  v("moe_router_enable_expert_bias", c.moe.router_enable_expert_bias, FieldKind::kMoe);
+  v("moe_layer_freq", c.moe.layer_freq, FieldKind::kMoe);
 }
 
 // Rows of one loss-head chunk for N rows of V_tp logits of elem_bytes each:

@@ -25,6 +25,15 @@ struct LayerSpec {
   // The four linears' GEMM precision: FP8 (--fp8-format) or the compute
   // dtype (also under --fp8-format for the layers --first-last-layers-bf16 keeps).
   bool fp8 = false;
+  // MlpKind::Moe (config/moe_config.h): E experts of width Fe (fc1 2Fe rows
+  // under SwiGLU), a router (E, C), DeepSeek-V3's expert bias (E), and a
+  // shared expert of width Fs (0: none) with its sigmoid gate (1, C).
+  int64_t num_experts = 0;           // E
+  int64_t moe_ffn_hidden_size = 0;   // Fe
+  int64_t router_topk = 0;           // k
+  int64_t shared_expert_size = 0;    // Fs
+  bool shared_expert_gate = false;
+  bool expert_bias = false;
 
   int64_t head_size() const { return hidden_size / num_attention_heads; }
   // Width of qkv's output: (NH + 2G) HS.
@@ -33,8 +42,16 @@ struct LayerSpec {
   int64_t fc1_width() const { return swiglu ? 2 * ffn_hidden_size : ffn_hidden_size; }
   // One norm's parameters: a weight (and a bias for LayerNorm).
   int64_t norm_parameters() const { return norm == Norm::RMSNorm ? hidden_size : 2 * hidden_size; }
-  // All the layer's parameters: two norms, qkv, proj, fc1, fc2 and biases.
+  bool moe() const { return mlp == MlpKind::Moe; }
+  // One expert's (or the shared expert's) fc1 + fc2 parameters at width f,
+  // biases included.
+  int64_t expert_parameters(int64_t f) const;
+  // All the layer's parameters: two norms, qkv, proj, fc1, fc2 and biases
+  // (an MoE layer: the router, every expert, the shared expert and its gate).
   int64_t num_parameters() const { return tp_sharded_parameters() + tp_replicated_parameters(); }
+  // The parameters one token computes with: an MoE layer counts k of its E
+  // experts (MFU on active parameters).
+  int64_t active_parameters() const;
   // What tensor parallelism splits: the column-parallel qkv and fc1 (weights
   // and biases) and the row-parallel proj and fc2 weights ...
   int64_t tp_sharded_parameters() const;

@@ -133,9 +133,31 @@ RankGroups Layout::embd_groups() const {
   return out;
 }
 
+Layout Layout::with_expert_parallel(int ep_size) const {
+  TRIPOD_CHECK_HINT(ep_size >= 1, "pass --expert-model-parallel-size 1 or more",
+                    "--expert-model-parallel-size must be >= 1, got {}", ep_size);
+  TRIPOD_CHECK_HINT(dp % ep_size == 0,
+                    "choose an --expert-model-parallel-size that divides the data-parallel size (expert-parallel ranks "
+                    "are carved out of the data-parallel ones, as Megatron)",
+                    "--expert-model-parallel-size {} does not divide the data-parallel size {}", ep_size, dp);
+  TRIPOD_CHECK_HINT(ep_size == 1 || tp == 1, "train the MoE model with --tensor-model-parallel-size 1 for now",
+                    "expert parallelism with tensor parallelism is not in this version yet");
+  Layout l = *this;
+  l.ep = ep_size;
+  return l;
+}
+
+RankGroups Layout::ep_groups() const {
+  return masked_rank_groups("tp-ep-dp-pp", {1, ep, world_size / (ep * pp), pp}, "ep");
+}
+RankGroups Layout::expert_dp_groups() const {
+  return masked_rank_groups("tp-ep-dp-pp", {1, ep, world_size / (ep * pp), pp}, "dp");
+}
+
 std::string Layout::str() const {
   return fmt::format("world {} = tp {}{} x dp {} x pp {} (vpp {})", world_size, tp,
-                     cp > 1 ? fmt::format(" x cp {}", cp) : std::string(), dp, pp, vpp);
+                     cp > 1 ? fmt::format(" x cp {}", cp) : std::string(), dp, pp, vpp) +
+         (ep > 1 ? fmt::format(", experts: ep {} x expert-dp {}", ep, edp()) : std::string());
 }
 
 }  // namespace tripod::config

@@ -68,6 +68,9 @@ struct Layout {
   int dp = 1;   // world_size / (tp * cp * pp)
   int vpp = 1;  // virtual pipeline stages per pp rank; 1 = no interleaving
   int cp = 1;   // --context-parallel-size
+  // Expert parallelism (NOTE [Expert rank order]): the MoE layers' experts
+  // are split over ep ranks carved out of the data-parallel ranks.
+  int ep = 1;   // --expert-model-parallel-size
 
   // Validates and derives dp. Errors name the Megatron flags.
   static Layout make(int world_size, int tp, int pp, int vpp = 1, int cp = 1);
@@ -91,6 +94,20 @@ struct Layout {
   RankGroups embd_groups() const;  // {first, last} stage of each pp group
   RankGroups cp_groups() const;     // context-parallel peers (one sequence's ring)
   RankGroups dp_cp_groups() const;  // dp x cp: where gradients are reduced
+
+  // NOTE [Expert rank order]
+  // Megatron's expert rank generator: "tp-ep-dp-pp" over expert-tp (1
+  // here), ep, expert-dp = world / (ep x pp) and pp, so the ep peers are
+  // consecutive data-parallel ranks of one stage and expert-dp strides by
+  // ep. Worked example, 8 ranks, pp=2, ep=2 (dp = 4):
+  //   ep groups  : [0,1] [2,3] [4,5] [6,7]
+  //   edp groups : [0,2] [1,3] [4,6] [5,7]
+  // Validates ep (it divides dp; tensor parallelism 1) and returns the layout with it.
+  Layout with_expert_parallel(int ep_size) const;
+  int edp() const { return world_size / (ep * pp); }  // expert-data-parallel size
+  int ep_rank(int global) const { return dp_rank(global) % ep; }
+  RankGroups ep_groups() const;
+  RankGroups expert_dp_groups() const;
 
   // "world 8 = tp 2 x dp 2 x pp 2 (vpp 1)", with " x cp N" after tp when cp > 1.
   std::string str() const;

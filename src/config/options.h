@@ -14,9 +14,9 @@ namespace tripod::config {
 enum class Position { LearnedAbsolute, Rope, None };
 // --normalization LayerNorm | RMSNorm
 enum class Norm { LayerNorm, RMSNorm };
-// A layer's MLP. Dense today; next: a set of experts (--num-experts,
-// --moe-layer-freq), per layer.
-enum class MlpKind { Dense };
+// A layer's MLP: dense, or a mixture of experts (--num-experts, on the
+// layers --moe-layer-freq names; config/moe_config.h).
+enum class MlpKind { Dense, Moe };
 // A layer's attention. Local today (each rank sees the whole sequence);
 // next: split across a context-parallel group (--context-parallel-size).
 enum class AttentionKind { Local };

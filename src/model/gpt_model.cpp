@@ -9,6 +9,7 @@
 
 #include "base/error.h"
 #include "backend/philox.h"
+#include "model/moe_layer.h"
 #include "model/workspace.h"
 
 namespace tripod::model {
@@ -53,6 +54,10 @@ std::vector<ParamSpec> GptModel::all_param_specs(const GptConfig& c, int64_t Vp)
     add(p + "pre_mlp_layernorm.weight", {C}, kReplicated, InitKind::Ones, false, li, R::PreMlpLayernormWeight);
     if (ln_bias)
       add(p + "pre_mlp_layernorm.bias", {C}, kReplicated, InitKind::Zeros, false, li, R::PreMlpLayernormBias);
+    if (c.layer_spec(l).moe()) {
+      add_moe_param_specs(s, c, li, p);
+      continue;
+    }
     add(p + "mlp.linear_fc1.weight", {F1, C}, fc1_shard, InitKind::Normal, true, li, R::LinearFc1Weight);
     if (bias) add(p + "mlp.linear_fc1.bias", {F1}, fc1_shard, InitKind::Zeros, false, li, R::LinearFc1Bias);
     add(p + "mlp.linear_fc2.weight", {C, F}, Row::kWeightShard, InitKind::ScaledNormal, true, li,
@@ -100,6 +105,16 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                     "--sequence-parallel needs --seq-length {} / --context-parallel-size {} divisible by "
                     "--tensor-model-parallel-size {}",
                     config_.seq_length, cp, tp);
+  if (config_.moe.enabled()) {
+    TRIPOD_CHECK_HINT(tp == 1, "train the MoE model with --tensor-model-parallel-size 1 for now",
+                      "MoE layers with tensor parallelism (--expert-tensor-parallel-size) are not in this version yet");
+    TRIPOD_CHECK_HINT(config_.moe.num_experts % stage_.ep_size() == 0,
+                      "choose an --expert-model-parallel-size that divides --num-experts",
+                      "--num-experts {} is not divisible by --expert-model-parallel-size {}", config_.moe.num_experts,
+                      stage_.ep_size());
+    TRIPOD_CHECK_HINT(!config_.fp8.enabled(), "drop --fp8-format for the MoE model",
+                      "FP8 expert GEMMs are not in this version yet");
+  }
   // Keep the parameters this stage holds. The tied output layer reuses the
   // word embedding, so the last stage holds a copy of it too (Megatron).
   std::vector<ParamSpec> mine;
@@ -199,6 +214,7 @@ size_t MicroBatchActs::bytes() const {
 void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64_t dropout_seed,
                        const ParamHook* before_use) {
   ws_->ensure(be_, acts.B, acts.T, config_, stage_, padded_vocab_);
+  acts.dloss = dloss;
   // Dropout only while training (forward with grad).
   const LayerDropout drop{with_grad ? config_.hidden_dropout : 0.f, dropout_seed, dropout_counter(acts),
                           dropout_runs(acts)};
@@ -221,6 +237,11 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
   const Tensor* x = &acts.input;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
     LayerActs w = ws_->layer_acts(acts.layers[i], stage_.recompute, false);
+    if (w.moe) {  // the auxiliary losses' share of the objective: dloss per token x the micro-batch's tokens
+      w.moe->with_grad = with_grad;
+      w.moe->recomputing = false;
+      w.moe->aux_loss_scale = dloss * static_cast<float>(acts.B * acts.T);
+    }
     const int g = first_layer_group_ + static_cast<int>(i);
     use(g, Pass::Forward);
     layers_[static_cast<size_t>(i)].forward(*x, w, *ws_, drop);
@@ -375,6 +396,11 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     const Tensor& x = i == 0 ? acts.input : acts.layers[i - 1].out;
     const TransformerLayer& layer = layers_[static_cast<size_t>(i)];
     LayerActs w = ws_->layer_acts(acts.layers[i], stage_.recompute, true);
+    if (w.moe && stage_.recompute == Recompute::Full) {  // the same aux-loss gradient, statistics not counted again
+      w.moe->with_grad = true;
+      w.moe->recomputing = true;
+      w.moe->aux_loss_scale = acts.dloss * static_cast<float>(acts.B * acts.T);
+    }
     use(first_layer_group_ + static_cast<int>(i));
     layer.recompute(x, w, *ws_, drop);  // dropout as in the first forward
     layer.backward(x, w, dres, *ws_, drop);

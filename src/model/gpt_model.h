@@ -39,6 +39,7 @@ using config::GptConfig;
 struct MicroBatchActs {
   int64_t B = 0, T = 0;
   int64_t sample_offset = 0;      // global index of the first sample (dropout keys)
+  float dloss = 0.f;              // the forward's d loss per token (MoE: the aux losses' scale on recompute)
   Tensor tokens, targets;         // (B,T) i32 on device; targets only on the last stage
   Tensor input;                   // (N_sp,C) embedding output, or the hidden state received
   std::vector<LayerActs> layers;

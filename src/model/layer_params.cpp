@@ -18,6 +18,22 @@ bool stage_holds(const ParamSpec& s, int64_t first_layer, int64_t num_layers, bo
   }
 }
 
+namespace {
+
+void check_moe_params(const MoeParams& m, const config::LayerSpec& spec, int64_t layer) {
+  const bool shared = spec.shared_expert_size > 0;
+  auto complete = [&](const ExpertParams& e, bool needed) {
+    return (e.fc1_weight != nullptr) == needed && (e.fc2_weight != nullptr) == needed &&
+           (e.fc1_bias != nullptr) == (needed && spec.bias) && (e.fc2_bias != nullptr) == (needed && spec.bias);
+  };
+  bool ok = m.router_weight && (m.expert_bias != nullptr) == spec.expert_bias && !m.experts.empty() &&
+            complete(m.shared, shared) && (m.shared_gate != nullptr) == spec.shared_expert_gate;
+  for (const ExpertParams& e : m.experts) ok = ok && complete(e, true);
+  TRIPOD_CHECK(ok, "MoE layer {} is missing a parameter or has one its config does not", layer);
+}
+
+}  // namespace
+
 StageParams resolve_params(ParamStore& store, const GptConfig& c, int64_t first_layer, int64_t num_layers,
                            bool pre_process, bool post_process) {
   StageParams sp;
@@ -46,6 +62,30 @@ StageParams resolve_params(ParamStore& store, const GptConfig& c, int64_t first_
         case ParamRole::LinearFc1Bias: set(l.linear_fc1_bias, p); break;
         case ParamRole::LinearFc2Weight: set(l.linear_fc2_weight, p); break;
         case ParamRole::LinearFc2Bias: set(l.linear_fc2_bias, p); break;
+        case ParamRole::RouterWeight: set(l.moe.router_weight, p); break;
+        case ParamRole::RouterExpertBias: set(l.moe.expert_bias, p); break;
+        case ParamRole::SharedExpertFc1Weight: set(l.moe.shared.fc1_weight, p); break;
+        case ParamRole::SharedExpertFc1Bias: set(l.moe.shared.fc1_bias, p); break;
+        case ParamRole::SharedExpertFc2Weight: set(l.moe.shared.fc2_weight, p); break;
+        case ParamRole::SharedExpertFc2Bias: set(l.moe.shared.fc2_bias, p); break;
+        case ParamRole::SharedExpertGateWeight: set(l.moe.shared_gate, p); break;
+        case ParamRole::ExpertFc1Weight: case ParamRole::ExpertFc1Bias: case ParamRole::ExpertFc2Weight:
+        case ParamRole::ExpertFc2Bias: {
+          MoeParams& m = l.moe;
+          if (m.experts.empty()) m.first_expert = s.expert;  // the specs list a layer's experts in order
+          const int64_t i = s.expert - m.first_expert;
+          TRIPOD_CHECK(i >= 0 && i <= static_cast<int64_t>(m.experts.size()),
+                       "parameter {}: expert {} is not next to this rank's experts from {}", s.name, s.expert,
+                       m.first_expert);
+          if (i == static_cast<int64_t>(m.experts.size())) m.experts.emplace_back();
+          ExpertParams& e = m.experts[static_cast<size_t>(i)];
+          set(s.role == ParamRole::ExpertFc1Weight   ? e.fc1_weight
+              : s.role == ParamRole::ExpertFc1Bias   ? e.fc1_bias
+              : s.role == ParamRole::ExpertFc2Weight ? e.fc2_weight
+                                                     : e.fc2_bias,
+              p);
+          break;
+        }
         default: TRIPOD_CHECK(false, "parameter {} of layer {} has no layer role", s.name, s.layer);
       }
       continue;
@@ -62,12 +102,15 @@ StageParams resolve_params(ParamStore& store, const GptConfig& c, int64_t first_
   const bool bias = c.add_bias_linear, ln_bias = !c.rmsnorm();
   for (size_t i = 0; i < sp.layers.size(); ++i) {
     const LayerParams& l = sp.layers[i];
+    const config::LayerSpec spec = c.layer_spec(first_layer + static_cast<int64_t>(i));
+    const bool dense = !spec.moe();
+    if (!dense) check_moe_params(l.moe, spec, first_layer + static_cast<int64_t>(i));
     // (handle, whether the model has it)
     const std::pair<const Param*, bool> want[] = {
         {l.input_layernorm_weight, true}, {l.input_layernorm_bias, ln_bias}, {l.linear_qkv_weight, true},
         {l.linear_qkv_bias, bias},        {l.linear_proj_weight, true},      {l.linear_proj_bias, bias},
-        {l.pre_mlp_layernorm_weight, true}, {l.pre_mlp_layernorm_bias, ln_bias}, {l.linear_fc1_weight, true},
-        {l.linear_fc1_bias, bias},        {l.linear_fc2_weight, true},       {l.linear_fc2_bias, bias}};
+        {l.pre_mlp_layernorm_weight, true}, {l.pre_mlp_layernorm_bias, ln_bias}, {l.linear_fc1_weight, dense},
+        {l.linear_fc1_bias, bias && dense}, {l.linear_fc2_weight, dense},    {l.linear_fc2_bias, bias && dense}};
     for (const auto& [h, needed] : want)
       TRIPOD_CHECK((h != nullptr) == needed, "layer {} is missing a parameter or has one its config does not",
                    first_layer + static_cast<int64_t>(i));

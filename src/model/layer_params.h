@@ -14,6 +14,29 @@
 
 namespace tripod::model {
 
+// One expert's MLP (an MoE layer's routed expert or its shared expert):
+// fc1 [F1/tp, C] (F1 = 2Fe under --swiglu, [gate | up]), fc2 [C, Fe/tp];
+// biases null under --disable-bias-linear.
+struct ExpertParams {
+  Param* fc1_weight = nullptr;
+  Param* fc1_bias = nullptr;
+  Param* fc2_weight = nullptr;
+  Param* fc2_bias = nullptr;  // replicated, added after the tp reduction
+};
+
+// decoder.layers.<l>.mlp.* of an MoE layer (model/moe_layer.h): the router
+// (E, C), DeepSeek-V3's expert bias (E; never has a gradient: updated from
+// the token counts after each step), this rank's experts, and the shared
+// expert with its gate (1, C) (null when the config has none).
+struct MoeParams {
+  Param* router_weight = nullptr;  // mlp.router.weight, f32 compute
+  Param* expert_bias = nullptr;    // mlp.router.expert_bias
+  int64_t first_expert = 0;        // global index of experts[0]
+  std::vector<ExpertParams> experts;  // mlp.experts.local_experts.<first_expert + i>.*
+  ExpertParams shared;             // mlp.shared_experts.linear_fc1/2
+  Param* shared_gate = nullptr;    // mlp.shared_experts.gate_weight
+};
+
 // decoder.layers.<l>.*. Biases are null under --disable-bias-linear, the
 // norm biases under --normalization RMSNorm; qkv is (NH_tp + 2 G_tp) HS
 // rows, fc1 [gate_tp | up_tp] 2F/tp rows under --swiglu.
@@ -30,6 +53,7 @@ struct LayerParams {
   Param* linear_fc1_bias = nullptr;           // [F/tp]     column-parallel
   Param* linear_fc2_weight = nullptr;         // [C, F/tp]  MLP down weight, row-parallel
   Param* linear_fc2_bias = nullptr;           // [C]        replicated, added after the tp reduction
+  MoeParams moe;                              // an MoE layer's MLP (its linear_fc1/2 are null)
 };
 
 // embedding.*: the word embedding on the first stage (input) and on the

@@ -51,6 +51,11 @@ enum class ParamRole : uint8_t {
   LinearFc1Weight, LinearFc1Bias, LinearFc2Weight, LinearFc2Bias,
   FinalLayernormWeight, FinalLayernormBias,
   OutputLayerWeight,  // --untie-embeddings-and-output-weights: output_layer.weight
+  // An MoE layer's MLP (model/moe_layer.h), in place of LinearFc1/Fc2:
+  RouterWeight, RouterExpertBias,  // mlp.router.weight (E, C), mlp.router.expert_bias (E)
+  ExpertFc1Weight, ExpertFc1Bias, ExpertFc2Weight, ExpertFc2Bias,  // mlp.experts.local_experts.<e>.*
+  SharedExpertFc1Weight, SharedExpertFc1Bias, SharedExpertFc2Weight, SharedExpertFc2Bias,  // mlp.shared_experts.*
+  SharedExpertGateWeight,  // mlp.shared_experts.gate_weight (1, C)
 };
 
 struct ParamSpec {
@@ -61,6 +66,7 @@ struct ParamSpec {
   bool weight_decay = true;  // false for biases and LayerNorm (Megatron's default)
   int layer = -1;            // transformer layer index, -1 for embedding / final norm
   ParamRole role = ParamRole::None;
+  int expert = -1;           // an MoE layer's expert (global index), -1 for every other parameter
 };
 
 Shape local_shape(const ParamSpec& spec, int tp_size);

@@ -39,6 +39,9 @@ struct StageConfig {
   // 1/cp of every sequence (model/context_parallel.h); the micro-batch's T
   // is then the local T / cp rows, seq_length the whole sequence.
   comm::Communicator* cp = nullptr;
+  // The expert-parallel group (null: ep size 1): MoE layers run the experts
+  // [ep_rank E/ep, (ep_rank + 1) E/ep) and exchange tokens over it.
+  comm::Communicator* ep = nullptr;
   int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
   // Dtype of the weights used for compute and of the activations (--bf16,
   // --fp16). Master weights, gradients and statistics stay f32.
@@ -52,6 +55,8 @@ struct StageConfig {
   int cp_size() const { return cp ? cp->size() : 1; }
   int cp_rank() const { return cp ? cp->rank() : 0; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
+  int ep_size() const { return ep ? ep->size() : 1; }
+  int ep_rank() const { return ep ? ep->rank() : 0; }
   // Sequence parallelism in effect (asked for, and tp size > 1).
   bool sequence_parallel_active() const { return sequence_parallel && tp_size() > 1; }
   // Rows of the residual stream this rank holds for B*T tokens (N_sp).

@@ -47,6 +47,7 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
       linear_proj_(params.linear_proj_weight, params.linear_proj_bias, tp),
       linear_fc1_(params.linear_fc1_weight, params.linear_fc1_bias, tp),
       linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {
+  if (config.layer_spec(layer_number).moe()) moe_ = std::make_unique<MoeLayer>(config, stage, layer_number, params.moe, be);
   if (fp8 && config.layer_spec(layer_number).fp8) {
     linear_qkv_.use_fp8(fp8->add_linear(*params.linear_qkv_weight));
     linear_proj_.use_fp8(fp8->add_linear(*params.linear_proj_weight));
@@ -76,6 +77,10 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   a.res1 = act({Ns, C});
   a.ln2_rstd = f32({Ns});
   if (!c.rmsnorm()) a.ln2_mean = f32({Ns});
+  if (moe_) {
+    a.moe = std::make_shared<MoeActs>();  // sized by its first forward
+    return a;
+  }
   a.fc1 = act({N, F1_tp});
   a.gelu = act({N, F_tp});
   if (fp8()) {
@@ -94,6 +99,7 @@ size_t LayerActs::bytes() const {
     if (t->defined()) n += t->nbytes();
   for (const Fp8Linear::KeptInput& k : fp8_in)
     if (k.x_t.defined()) n += k.x_t.nbytes();
+  if (moe) n += moe->bytes();
   return n;
 }
 
@@ -238,6 +244,13 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     be.fused_residual_layernorm_forward(a.res1, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn_out,
                                         P.pre_mlp_layernorm_weight->compute, P.pre_mlp_layernorm_bias->compute,
                                         c.layernorm_epsilon);
+  if (moe_) {  // the MoE MLP half: ln2 (N, C) -> ws.tmp (tp 1: N_sp = N)
+    Tensor& moe_out = ws.tmp;
+    moe_->forward(a.ln2, moe_out, *a.moe);
+    if (d.p > 0) be.dropout_forward(moe_out, moe_out, d.p, dropout_key(d.seed, 1), d.counter);
+    be.add(a.out, a.res1, moe_out);
+    return;
+  }
   if (c.swiglu) {
     linear_fc1_.forward(be, a.fc1, a.ln2, ws.full_a);  // [gate | up]
     be.swiglu_forward(a.gelu, a.fc1);
@@ -256,6 +269,12 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
   if (d.p > 0) {
     apply_dropout(be, ws.tmp, dres, d, dropout_key(d.seed, 1), true);
     dmlp = &ws.tmp;
+  }
+  if (moe_) {  // d ln2 from the experts, the router and the shared expert; the MoE keeps its own input
+    moe_->backward(ws.dln, *dmlp, *a.moe);
+    norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, ws.dln, a.res1, a.ln2_mean,
+                  a.ln2_rstd, a.ln2);
+    return;
   }
   if (config_->swiglu) {
     linear_fc2_.backward(be, ws.dact, *dmlp, a.gelu, ws.full_b);

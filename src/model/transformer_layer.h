@@ -19,11 +19,13 @@
 
 #include <cstdint>
 #include <vector>
+#include <memory>
 
 #include "backend/ops.h"
 #include "config/gpt_config.h"
 #include "model/context_parallel.h"
 #include "model/layer_params.h"
+#include "model/moe_layer.h"
 #include "model/stage_config.h"
 #include "model/tensor_parallel.h"
 
@@ -49,6 +51,9 @@ struct LayerActs {
   // inputs of qkv, proj, fc1, fc2 as cast in forward, for the weight
   // gradients (model/fp8_meta.h, Fp8Linear::keep_input).
   Fp8Linear::KeptInput fp8_in[4];
+  // An MoE layer's MLP state (fc1 and gelu stay undefined there); shared
+  // by the copies the workspace hands out (Workspace::layer_acts).
+  std::shared_ptr<MoeActs> moe;
   size_t bytes() const;            // activation bytes held
 };
 
@@ -87,6 +92,8 @@ class TransformerLayer {
   int64_t layer_number() const { return layer_number_; }
   // Whether the four linears run their GEMMs in FP8 (LayerSpec::fp8).
   bool fp8() const { return linear_qkv_.fp8(); }
+  // The MoE MLP half (null for a dense layer).
+  const MoeLayer* moe() const { return moe_.get(); }
   const LayerParams& params() const { return params_; }
 
   // The activations this layer keeps for one micro-batch of (B, T): all of
@@ -141,6 +148,7 @@ class TransformerLayer {
   RowParallelLinear linear_proj_;
   ColumnParallelLinear linear_fc1_;
   RowParallelLinear linear_fc2_;
+  std::unique_ptr<MoeLayer> moe_;  // an MoE layer's MLP half (LayerSpec::moe())
 };
 
 }  // namespace tripod::model

@@ -145,6 +145,7 @@ struct Workspace {
       r.ln2 = act({N_sp, C}); r.ln2_mean = f32({N_sp}); r.ln2_rstd = f32({N_sp});
       r.fc1 = act({N, F1_tp}); r.gelu = act({N, F_tp});
       r.out = act({N_sp, C});
+      if (c.moe.enabled()) r.moe = std::make_shared<MoeActs>();  // the MoE layer being recomputed
     }
   }
 };

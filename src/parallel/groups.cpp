@@ -26,6 +26,10 @@ ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout) 
     pg.cp = ctx.new_group(layout.cp_groups(), "cp");  // groups of one: local, no traffic
     pg.dp_cp = pg.dp;
   }
+  if (layout.ep > 1) {
+    pg.ep = ctx.new_group(layout.ep_groups(), "ep");
+    pg.edp = ctx.new_group(layout.expert_dp_groups(), "edp");
+  }
   return pg;
 }
 

@@ -35,13 +35,17 @@ struct ProcessGroups {
   // dp_cp is dp itself (the same communicator).
   std::shared_ptr<comm::Communicator> cp;
   std::shared_ptr<comm::Communicator> dp_cp;
+  // Expert parallelism (config/layout.h, NOTE [Expert rank order]); null at ep 1.
+  std::shared_ptr<comm::Communicator> ep;    // the ranks the experts are split over
+  std::shared_ptr<comm::Communicator> edp;   // the replicas of one expert
   int global_rank = 0;
   Layout layout;
 };
 
 // Collective over the world: every rank calls it with the same layout.
 // Groups are made in the order world, tp, dp, pp, mp, embd, then cp and
-// dp_cp (only when cp > 1, so layouts without cp create what they did).
+// dp_cp (only when cp > 1, so layouts without cp create what they did), then
+// ep and edp (at ep > 1).
 ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout);
 
 // Host time blocked in communication, per kind, for the iteration time

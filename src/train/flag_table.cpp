@@ -82,6 +82,52 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                   .agreed([](const TrainArgs& a) { return on_off(!a.model.add_bias_linear); }).plan());
   t.push_back(flag("--kv-channels", MEMBER(model.kv_channels), "head size; only --hidden-size / --num-attention-heads")
                   .plan());
+  // Mixture of experts (config/moe_config.h, docs/moe.md).
+  t.push_back(flag("--num-experts", MEMBER(model.moe.num_experts), "experts per MoE layer (0: a dense model)")
+                  .agreed().plan());
+  t.push_back(flag("--moe-ffn-hidden-size", MEMBER(model.moe.ffn_hidden_size),
+                   "each expert's MLP width (default --ffn-hidden-size)").agreed().plan());
+  t.push_back(flag("--moe-router-topk", MEMBER(model.moe.router_topk), "experts each token is routed to")
+                  .agreed().plan().defaulted());
+  t.push_back(flag("--moe-router-score-function", MEMBER(model.moe.router_score_function),
+                   "softmax | sigmoid (DeepSeek-V3: sigmoid scores, renormalised over the top k)")
+                  .agreed().defaulted());
+  t.push_back(flag("--moe-router-pre-softmax", MEMBER(model.moe.router_pre_softmax),
+                   "softmax over all experts before the top-k (Qwen2-MoE); default: top-k logits, then softmax "
+                   "(Mixtral)").agreed());
+  t.push_back(flag("--moe-router-topk-scaling-factor", MEMBER(model.moe.router_topk_scaling_factor),
+                   "the routing probabilities are multiplied by this (0: not scaled)").agreed());
+  t.push_back(flag("--moe-router-dtype", MEMBER(model.moe.router_dtype),
+                   "fp32: the router GEMM in fp32 (the score function, top-k and losses always are)").agreed());
+  t.push_back(flag("--moe-shared-expert-intermediate-size", MEMBER(model.moe.shared_expert_intermediate_size),
+                   "width of a shared expert every token goes through (0: none)").agreed().plan());
+  t.push_back(flag("--moe-shared-expert-gate", MEMBER(model.moe.shared_expert_gate),
+                   "scale the shared expert's output by sigmoid(x g) (Qwen2-MoE)").agreed().plan());
+  t.push_back(flag("--moe-router-load-balancing-type", MEMBER(model.moe.router_load_balancing_type),
+                   "aux_loss (per micro-batch) | seq_aux_loss (per sequence) | none").agreed().defaulted());
+  t.push_back(flag("--moe-aux-loss-coeff", MEMBER(model.moe.aux_loss_coeff),
+                   "weight of the load-balancing loss (one value)").agreed().defaulted());
+  t.push_back(flag("--moe-z-loss-coeff", MEMBER(model.moe.z_loss_coeff),
+                   "weight of the router z-loss (ST-MoE; 0: none)").agreed());
+  t.push_back(flag("--moe-router-enable-expert-bias", MEMBER(model.moe.router_enable_expert_bias),
+                   "DeepSeek-V3's aux-loss-free balancing: a per-expert bias on the scores for the top-k choice")
+                  .agreed().plan());
+  t.push_back(flag("--moe-router-bias-update-rate", MEMBER(model.moe.router_bias_update_rate),
+                   "expert bias += rate x sign(mean load - expert load) after each step").agreed().defaulted());
+  t.push_back(flag("--moe-expert-capacity-factor", MEMBER(model.moe.expert_capacity_factor),
+                   "tokens per expert capped at ceil(N k / E x factor), the rest dropped (default: dropless)")
+                  .agreed().plan());
+  t.push_back(flag("--moe-token-drop-policy", MEMBER(model.moe.token_drop_policy),
+                   "over capacity, keep the highest probabilities (probs) or the earliest tokens (position)")
+                  .agreed().defaulted());
+  t.push_back(flag("--moe-layer-freq", MEMBER(model.moe.layer_freq),
+                   "MoE layers: every N-th layer, or a pattern such as [1,0,1,0] or ([1]*3+[0])*2").agreed().plan()
+                  .defaulted());
+  t.push_back(flag("--moe-token-dispatcher-type", MEMBER(model.moe.token_dispatcher_type),
+                   "alltoall | allgather (the same numbers; how tokens reach the expert-parallel ranks)")
+                  .agreed().defaulted());
+  t.push_back(flag("--moe-grouped-gemm", MEMBER(model.moe.grouped_gemm),
+                   "accepted: the experts' GEMMs are the backend's choice (one loop over the local experts on CPU)"));
   // ---- batch ----
   t.push_back(flag("--micro-batch-size", MEMBER(batch.micro_batch_size), "samples per micro-batch")
                   .agreed().defaulted());
@@ -130,6 +176,11 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--tensorboard-dir", MEMBER(logging.tensorboard_dir),
                    "write a TensorBoard event file into DIR (scalars every --log-interval and at each evaluation)"));
   // ---- layout and data parallelism ----
+  t.push_back(flag("--expert-model-parallel-size", MEMBER(parallel.ep),
+                   "MoE: the experts split over this many data-parallel ranks (docs/moe.md)").agreed().plan()
+                  .defaulted());
+  t.push_back(flag("--expert-tensor-parallel-size", MEMBER(parallel.etp),
+                   "MoE: tensor parallelism inside each expert; 1 only in this version").agreed().plan());
   t.push_back(flag("--tensor-model-parallel-size", MEMBER(parallel.tp), "tensor-parallel group size")
                   .agreed().defaulted());
   t.push_back(flag("--pipeline-model-parallel-size", MEMBER(parallel.pp), "pipeline stages").agreed().defaulted());

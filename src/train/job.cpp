@@ -98,7 +98,8 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
   // From here on the layout's sizes are the job's (the Trainer reads them
   // from the groups); it records the interleaving so start-up prints "(vpp N)".
   const auto layout = parallel::Layout::make(ctx->world_size(), args.parallel.tp, args.parallel.pp,
-                                             virtual_pipeline_size(args), args.parallel.cp);
+                                             virtual_pipeline_size(args), args.parallel.cp)
+                          .with_expert_parallel(args.parallel.ep);
   const auto groups = parallel::make_process_groups(*ctx, layout);
   try {
     Trainer trainer(args, be, &groups);

@@ -31,7 +31,11 @@ std::string format_log_line(const IterationMetrics& m) {
          fmt::format(" | time split (ms): compute {:.2f} | tp comm {:.2f} | pp wait {:.2f} | dp comm {:.2f} | "
                      "optimizer {:.2f} | data {:.2f}",
                      m.time.compute_ms, m.time.tp_comm_ms, m.time.pp_wait_ms, m.time.dp_comm_ms,
-                     m.time.optimizer_ms, m.time.data_ms);
+                     m.time.optimizer_ms, m.time.data_ms) +
+         (m.moe ? fmt::format(" | load balancing loss: {:.6E} | z loss: {:.6E} | tokens per expert min/max: {}/{}",
+                              m.moe->load_balancing_loss, m.moe->z_loss, m.moe->min_tokens_per_expert,
+                              m.moe->max_tokens_per_expert)
+                : std::string());
 }
 
 MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
@@ -65,6 +69,12 @@ void MetricsWriter::write_train(const IterationMetrics& m) {
                       {"tflops_per_gpu", m.tflops_per_gpu},
                       {"mem_peak_bytes", m.mem_peak_bytes}};
   j["mfu"] = m.mfu ? nlohmann::json(*m.mfu) : nlohmann::json(nullptr);
+  if (m.moe) {
+    j["moe_load_balancing_loss"] = m.moe->load_balancing_loss;
+    j["moe_z_loss"] = m.moe->z_loss;
+    j["moe_min_tokens_per_expert"] = m.moe->min_tokens_per_expert;
+    j["moe_max_tokens_per_expert"] = m.moe->max_tokens_per_expert;
+  }
   j["time_compute_ms"] = m.time.compute_ms;
   j["time_tp_comm_ms"] = m.time.tp_comm_ms;
   j["time_pp_wait_ms"] = m.time.pp_wait_ms;

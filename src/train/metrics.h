@@ -35,6 +35,12 @@ struct IterationMetrics {
     double optimizer_ms = 0;  // grad norm + clip + AdamW + compute-copy cast, less its dp comm
     double data_ms = 0;       // loading micro-batches (dataset read + host-to-device copy)
   } time;
+  // A model with experts (train/moe_step.h): the last iteration's MoE losses and loads.
+  struct Moe {
+    double load_balancing_loss = 0, z_loss = 0;
+    int64_t min_tokens_per_expert = 0, max_tokens_per_expert = 0;
+  };
+  std::optional<Moe> moe;
 };
 
 std::string format_log_line(const IterationMetrics& m);

@@ -62,6 +62,12 @@ StepResult Trainer::train_step() {
   // FP8 delayed scaling: amaxes reduced over tp and dp, histories rolled, new scales.
   for (auto& m : models_)
     if (model::Fp8State* f = m->fp8_state()) f->end_iteration(groups_.dp_cp.get());
+  // MoE: the expert-bias update from this iteration's loads, and the metrics.
+  if (model().config().moe.enabled()) {
+    std::vector<model::GptModel*> chunks;
+    for (auto& m : models_) chunks.push_back(m.get());
+    r.moe = moe_end_iteration(chunks, groups_, be_);
+  }
   time_split_.optimizer_end(r.schedule, stage_->data_seconds(), iteration_ + 1, num_microbatches_);
   ++iteration_;
   consumed_samples_ += args_.batch.global_batch_size;

@@ -176,6 +176,12 @@ void TensorBoardWriter::write_train(const IterationMetrics& m) {
   add_scalar("mem-peak-bytes", it, static_cast<double>(m.mem_peak_bytes));
   add_scalar("skipped-iters", it, static_cast<double>(m.skipped_iters));
   if (m.pp_bubble) add_scalar("pp-bubble", it, *m.pp_bubble);
+  if (m.moe) {  // Megatron's names under moe/
+    add_scalar("moe/load_balancing_loss", it, m.moe->load_balancing_loss);
+    add_scalar("moe/z_loss", it, m.moe->z_loss);
+    add_scalar("moe/min_tokens_per_expert", it, static_cast<double>(m.moe->min_tokens_per_expert));
+    add_scalar("moe/max_tokens_per_expert", it, static_cast<double>(m.moe->max_tokens_per_expert));
+  }
   // The iteration's time split (ms per iteration), grouped under time/.
   add_scalar("time/compute-ms", it, m.time.compute_ms);
   add_scalar("time/tp-comm-ms", it, m.time.tp_comm_ms);

@@ -25,6 +25,16 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
   TRIPOD_CHECK_INTO(problems, b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
   TRIPOD_CHECK_INTO(problems, b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
+  TRIPOD_CHECK_INTO(problems, p.etp == 0 || p.etp == 1, "use --expert-tensor-parallel-size 1 (or leave it out)",
+                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version yet",
+                    p.etp);
+  TRIPOD_CHECK_INTO(problems, !layout || layout->ep == 1 || a.model.moe.enabled(),
+                    "drop --expert-model-parallel-size, or pass --num-experts",
+                    "--expert-model-parallel-size {} without experts", layout ? layout->ep : 1);
+  TRIPOD_CHECK_INTO(problems, !layout || layout->cp == 1 || !a.model.moe.enabled(),
+                    "train the MoE model with --context-parallel-size 1 for now",
+                    "MoE layers (--num-experts) with context parallelism (--context-parallel-size {}) are not in this "
+                    "version yet", layout ? layout->cp : 1);
   const int64_t dp = layout ? layout->dp : 1;
   TRIPOD_CHECK_INTO(problems, !layout || b.micro_batch_size <= 0 || b.global_batch_size % (b.micro_batch_size * dp) == 0,
                     fmt::format("use a --global-batch-size that is a multiple of {} (micro batch {} x data-parallel {})",
@@ -139,7 +149,7 @@ void Trainer::setup(data::DatasetSplits* given) {
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     const auto& p = args_.parallel;
     groups_ = parallel::make_process_groups(
-        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_), p.cp));
+        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_), p.cp).with_expert_parallel(p.ep));
   }
   // Timing decorators on the groups before models and buckets take them.
   time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
@@ -194,6 +204,7 @@ void Trainer::build_chunks() {
     st.tp = groups_.tp.get();  // the tp size and rank come from the group
     st.sequence_parallel = p.sequence_parallel;
     st.cp = L.cp > 1 ? groups_.cp.get() : nullptr;
+    st.ep = groups_.ep.get();  // null at --expert-model-parallel-size 1
     st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp * L.cp : 1;
     st.compute_dtype = args_.precision.compute_dtype;
     st.recompute = p.recompute;
@@ -313,6 +324,9 @@ void Trainer::training_log(const StepResult& last, double loss_sum, int64_t skip
     m.pp_bubble_theory = parallel::theoretical_bubble_fraction(schedule_config(false));
   }
   m.time = time_split_.split(m.elapsed_ms);
+  if (last.moe)
+    m.moe = IterationMetrics::Moe{last.moe->load_balancing_loss, last.moe->z_loss, last.moe->min_tokens_per_expert,
+                                  last.moe->max_tokens_per_expert};
   if (is_logger()) log::info("{}", format_log_line(m));
   metrics_->write_train(m);
   tensorboard_->write_train(m);

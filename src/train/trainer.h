@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/error.h"
@@ -29,6 +30,7 @@
 #include "train/batch_source.h"
 #include "train/loss_scaler.h"
 #include "train/metrics.h"
+#include "train/moe_step.h"
 #include "train/pipeline_stage.h"
 #include "train/tensorboard.h"
 #include "train/time_split.h"
@@ -47,6 +49,7 @@ struct StepResult {
   bool skipped = false;   // fp16 overflow: no optimizer step
   double lr = 0;
   parallel::ScheduleStats schedule;  // the schedule's steps, live micro-batches and p2p wait
+  std::optional<MoeStepMetrics> moe;  // a model with experts: its losses and loads (train/moe_step.h)
 };
 
 class Trainer {

@@ -10,6 +10,8 @@
 //                      TP1 x PP4 x DP2, within 1e-5 relative
 //   reshard_llama      the Llama family (grouped qkv, SwiGLU, untied output layer):
 //                      save at TP2 x DP2; load at TP1 (1 rank) and PP2 x DP2 (4 ranks)
+//   reshard_moe        experts (sigmoid routing, expert bias, shared expert): save at
+//                      EP2; load at EP1, EP4 and PP2 x EP2
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
 //                      optimizer, ZeRO-3 resume, loads across strategies and layouts
@@ -216,6 +218,21 @@ TEST(Reshard, SaveCp1LoadCp2) {
   reshard_case("reshard_cp1", 1, "",
                {{"cp2", 2, "--context-parallel-size 2 --use-distributed-optimizer"},
                 {"tp2_cp2", 4, "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"}});
+}
+
+// Mixture of experts (docs/moe.md): the router, the expert bias (updated
+// from the loads each step), every expert and the shared expert, saved at
+// ep 2 and loaded at ep 1, ep 4 and pp 2 x ep 2.
+const std::string kMoe =
+    " --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 32 --moe-aux-loss-coeff 1e-2 "
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-2 "
+    "--moe-shared-expert-intermediate-size 32 ";
+const std::string kMoeEp4 = kMoe + "--expert-model-parallel-size 4",
+                  kMoePp2Ep2 = kMoe + "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2";
+
+TEST(Reshard, MoeSaveEp2LoadEp1Ep4Pp2Ep2) {
+  reshard_case("reshard_moe", 2, kMoe + "--expert-model-parallel-size 2",
+               {{"ep1", 1, kMoe.c_str()}, {"ep4", 4, kMoeEp4.c_str()}, {"pp2_ep2", 4, kMoePp2Ep2.c_str()}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {

@@ -314,6 +314,55 @@ class CpuBackend final : public Backend {
                                    amax_history ? amax_history->data<float>() : nullptr, amax.data<float>(), M, H,
                                    fp8_max, margin, use_max);
   }
+
+  // ---- mixture of experts (cpu/moe.cpp); S: the statistics dtype of the router tensors ----
+  void moe_router_topk_impl(Tensor& probs, Tensor& indices, const Tensor& logits, const Tensor* bias,
+                            const MoeRouting& r) override {
+    TRIPOD_CPU_DISPATCH(logits.dtype(),
+        cpu::moe_router_topk<T>(probs.data<T>(), indices.data<int32_t>(), logits.data<T>(),
+                                bias ? bias->data<T>() : nullptr, logits.size(0), logits.size(1), r.topk, r.sigmoid,
+                                r.pre_softmax, r.scaling_factor));
+  }
+  void moe_router_topk_backward_impl(Tensor& dlogits, const Tensor& dprobs, const Tensor& logits,
+                                     const Tensor& indices, const MoeRouting& r) override {
+    TRIPOD_CPU_DISPATCH(logits.dtype(),
+        cpu::moe_router_topk_backward<T>(dlogits.data<T>(), dprobs.data<T>(), logits.data<T>(),
+                                         indices.data<int32_t>(), logits.size(0), logits.size(1), r.topk, r.sigmoid,
+                                         r.pre_softmax, r.scaling_factor));
+  }
+  void moe_aux_loss_impl(Tensor* dlogits, Tensor& losses, const Tensor& logits, const MoeAuxLoss& a) override {
+    TRIPOD_CPU_DISPATCH(logits.dtype(),
+        cpu::moe_aux_loss<T>(dlogits ? dlogits->data<T>() : nullptr, losses.data<T>(), logits.data<T>(),
+                             logits.size(0), logits.size(1), a.topk, a.sigmoid, a.seq_length, a.aux_coeff, a.z_coeff,
+                             a.grad_scale));
+  }
+  void moe_permute_map_impl(Tensor& row_map, Tensor& counts, const Tensor& indices, const Tensor& probs,
+                            int64_t E, int64_t capacity, bool drop_by_probs) override {
+    TRIPOD_CPU_DISPATCH(probs.dtype(),
+        cpu::moe_permute_map<T>(row_map.data<int32_t>(), counts.data<int32_t>(), indices.data<int32_t>(),
+                                probs.data<T>(), indices.numel(), E, capacity, drop_by_probs));
+  }
+  void moe_permute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, int k) override {
+    TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::moe_permute<T>(out.data<T>(), inp.data<T>(), row_map.data<int32_t>(),
+                                                         out.size(0), out.size(1), k));
+  }
+  void moe_permute_backward_impl(Tensor& dinp, const Tensor& dout, const Tensor& row_map, int k) override {
+    TRIPOD_CPU_DISPATCH(dinp.dtype(),
+        cpu::moe_unpermute<T>(dinp.data<T>(), dout.data<T>(), row_map.data<int32_t>(), nullptr, dinp.size(0),
+                              dout.size(0), dinp.size(1), k));
+  }
+  void moe_unpermute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, const Tensor& probs) override {
+    TRIPOD_CPU_DISPATCH(out.dtype(),
+        cpu::moe_unpermute<T>(out.data<T>(), inp.data<T>(), row_map.data<int32_t>(), probs.data<cpu::stat_t<T>>(),
+                              out.size(0), inp.size(0), out.size(1), static_cast<int>(probs.size(1))));
+  }
+  void moe_unpermute_backward_impl(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& row_map, const Tensor& probs) override {
+    TRIPOD_CPU_DISPATCH(dout.dtype(),
+        cpu::moe_unpermute_backward<T>(dinp.data<T>(), dprobs.data<cpu::stat_t<T>>(), dout.data<T>(), inp.data<T>(),
+                                       row_map.data<int32_t>(), probs.data<cpu::stat_t<T>>(), dout.size(0),
+                                       inp.size(0), dout.size(1), static_cast<int>(probs.size(1))));
+  }
 };
 
 void CpuBackend::cast_impl(Tensor& dst, const Tensor& src) {

@@ -105,6 +105,28 @@ template <typename S>
 void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t M, int64_t H, float fp8_max,
                       int margin, bool use_max);
 
+// Mixture of experts (moe.cpp). S: the statistics type (float or double).
+template <typename S>
+void moe_router_topk(S* probs, int32_t* indices, const S* logits, const S* bias, int64_t N, int64_t E, int k,
+                     bool use_sigmoid, bool pre_softmax, float scaling);
+template <typename S>
+void moe_router_topk_backward(S* dlogits, const S* dprobs, const S* logits, const int32_t* indices, int64_t N,
+                              int64_t E, int k, bool use_sigmoid, bool pre_softmax, float scaling);
+template <typename S>
+void moe_aux_loss(S* dlogits, S* losses, const S* logits, int64_t N, int64_t E, int k, bool use_sigmoid,
+                  int64_t seq_length, float aux_coeff, float z_coeff, float grad_scale);
+template <typename S>
+void moe_permute_map(int32_t* row_map, int32_t* counts, const int32_t* indices, const S* probs, int64_t slots,
+                     int64_t E, int64_t capacity, bool drop_by_probs);
+template <typename T>
+void moe_permute(T* out, const T* inp, const int32_t* row_map, int64_t R, int64_t C, int k);
+template <typename T>
+void moe_unpermute(T* out, const T* inp, const int32_t* row_map, const stat_t<T>* probs, int64_t N, int64_t R,
+                   int64_t C, int k);
+template <typename T>
+void moe_unpermute_backward(T* dinp, stat_t<T>* dprobs, const T* dout, const T* inp, const int32_t* row_map,
+                            const stat_t<T>* probs, int64_t N, int64_t R, int64_t C, int k);
+
 template <typename T>
 void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, float lr, float b1, float b2,
                   float eps, float wd, int64_t step, float grad_scale);

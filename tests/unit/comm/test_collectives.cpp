@@ -148,3 +148,27 @@ TEST(FlightRecorder, RingKeepsTheNewestInOrder) {
   EXPECT_EQ(e[2].state, comm::OpState::Completed);
   EXPECT_NE(rec.dump().find("started"), std::string::npos);
 }
+
+// all_to_all_v with uneven counts, a rank that sends nothing to a peer, and
+// one that receives nothing at all; the chunk a rank keeps stays the caller's.
+TEST(GlooCollectives, AllToAllVUnevenCountsAndEmptyPeers) {
+  run_ranks(4, 20s, [](int rank, comm::DistContext& ctx) {
+    auto w = ctx.world();
+    const int n = 4;
+    // Rank r sends (r + d) % 3 elements to rank d, except nothing to rank 3 from rank 0
+    // and nothing at all to rank 2; element values 1000 r + 10 d + i.
+    auto count = [](int r, int d) -> int64_t { return d == 2 || (r == 0 && d == 3) ? 0 : (r + d) % 3 + 1; };
+    std::vector<int64_t> sc(n), rc(n);
+    for (int d = 0; d < n; ++d) sc[d] = count(rank, d), rc[d] = count(d, rank);
+    int64_t ns = 0, nr = 0;
+    for (int d = 0; d < n; ++d) ns += sc[d], nr += rc[d];
+    Tensor in = Tensor::empty({std::max<int64_t>(ns, 1)}, DType::F32), out = Tensor::empty({std::max<int64_t>(nr, 1)}, DType::F32);
+    for (int64_t i = 0, d = 0, at = 0; d < n; ++d)
+      for (i = 0; i < sc[d]; ++i) in.data<float>()[at++] = float(1000 * rank + 10 * d + i);
+    for (int64_t i = 0; i < out.numel(); ++i) out.data<float>()[i] = -1;
+    w->all_to_all_v(out, in, sc, rc)->wait();
+    for (int64_t s = 0, at = 0; s < n; ++s)
+      for (int64_t i = 0; i < rc[s]; ++i, ++at)
+        EXPECT_EQ(out.data<float>()[at], s == rank ? -1.f : float(1000 * s + 10 * rank + i)) << rank << " from " << s;
+  });
+}

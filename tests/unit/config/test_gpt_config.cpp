@@ -69,13 +69,14 @@ TEST(Options, NamesRoundTrip) {
 TEST(GptConfig, FieldListNamesEachFieldOnce) {
   GptConfig c;
   std::set<std::string> names;
-  int core = 0, options = 0;
+  int core = 0, options = 0, moe = 0;
   visit_fields(c, [&](const char* name, auto&, FieldKind kind) {
     EXPECT_TRUE(names.insert(name).second) << name;
-    (kind == FieldKind::kCore ? core : options)++;
+    (kind == FieldKind::kCore ? core : kind == FieldKind::kOption ? options : moe)++;
   });
   EXPECT_EQ(core, 12);
   EXPECT_EQ(options, 9);
+  EXPECT_EQ(moe, 10);
   EXPECT_TRUE(names.count("untie_embeddings_and_output_weights"));
 }
 
