@@ -273,7 +273,7 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
   if (moe_) {  // d ln2 from the experts, the router and the shared expert; the MoE keeps its own input
     moe_->backward(ws.dln, *dmlp, *a.moe);
     norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, ws.dln, a.res1, a.ln2_mean,
-                  a.ln2_rstd, a.ln2);
+                  a.ln2_rstd, &a.ln2);
     return;
   }
   if (config_->swiglu) {

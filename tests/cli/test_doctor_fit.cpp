@@ -94,6 +94,8 @@ TEST(DoctorFit, ShardingStrategiesByHand) {
   EXPECT_NE(plan.output.find("ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params)"), std::string::npos)
       << plan.output;
   EXPECT_EQ(plan.output.find("dist-opt"), std::string::npos) << plan.output;
+}
+
 // From a machine without the cluster: --nnodes / --gpus-per-node give the
 // layout's world (TP 2 x PP 2 on 2 x 8 GPUs: dp 4), and the `tripod plan`
 // command printed for more layouts carries the whole Llama model, so it
