@@ -7,7 +7,8 @@
 #   scripts/gpu_check.sh --stage DIR            (build machine; STAGE_TARGETS=tripod is enough)
 #   scripts/gpu_layouts_check.sh --prebuilt DIR (GPU machine)
 #   scripts/gpu_layouts_check.sh --tripod BIN   (a tripod binary built here with CUDA)
-# Options: --checks "comm fp32 bf16 ckpt" (default all four).
+# Options: --checks "comm fp32 bf16 ckpt" (default all four). Environment:
+# LAYOUTS_NAMES (a subset of the layouts), LAYOUTS_BACKEND=nccl (one GPU per rank).
 # LAYOUTS_DEVICE=cpu runs the same plumbing on the CPU backend (a dry run of
 # the script without a GPU; bf16 and the NCCL check are skipped).
 #  comm  `tripod bench comm` through the staged communicator at 2, 4 and 8
@@ -88,13 +89,16 @@ model=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
        --log-interval 1 --eval-interval 0 --device $DEVICE)
 dopt=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 30000)
 declare -A layout_n layout_flags
-names=(tp2 tp2_sp pp2 pp2_vpp dp2 dp2_dopt cp2 cp4 tp2cp2_sp cp2dp2_dopt tp2pp2_dopt tp2pp2dp2)
+names=(tp2 tp2_sp pp2 pp2_vpp dp2 dp2_dopt dp2_zero2 dp2_zero3 cp2 cp4 tp2cp2_sp cp2dp2_dopt tp2pp2_dopt tp2pp2dp2)
 layout_n[tp2]=2;       layout_flags[tp2]="--tensor-model-parallel-size 2"
 layout_n[tp2_sp]=2;    layout_flags[tp2_sp]="--tensor-model-parallel-size 2 --sequence-parallel"
 layout_n[pp2]=2;       layout_flags[pp2]="--pipeline-model-parallel-size 2"
 layout_n[pp2_vpp]=2;   layout_flags[pp2_vpp]="--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"
 layout_n[dp2]=2;       layout_flags[dp2]=""
 layout_n[dp2_dopt]=2;  layout_flags[dp2_dopt]="${dopt[*]}"
+# ZeRO-2 / ZeRO-3 (docs/zero.md); ZeRO-3 with the next layer's all-gather prefetched.
+layout_n[dp2_zero2]=2; layout_flags[dp2_zero2]="--data-parallel-sharding-strategy optim_grads"
+layout_n[dp2_zero3]=2; layout_flags[dp2_zero3]="--data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --overlap-param-gather"
 # Context parallelism: each rank holds 2 of the 2 x cp chunks of a sequence (128 / 8 = 16 rows at cp 4).
 layout_n[cp2]=2;         layout_flags[cp2]="--context-parallel-size 2"
 layout_n[cp4]=4;         layout_flags[cp4]="--context-parallel-size 4"
@@ -108,6 +112,11 @@ llama=(--group-query-attention --num-query-groups 2 --position-embedding-type ro
 # stream (they once read gradients still being written: loss ln V by step 2).
 layout_n[tp2pp2_dopt]=4; layout_flags[tp2pp2_dopt]="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 ${dopt[*]}"
 layout_n[tp2pp2dp2]=8; layout_flags[tp2pp2dp2]="--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --sequence-parallel ${dopt[*]}"
+# LAYOUTS_NAMES="tp2 dp2_zero3" runs a subset; LAYOUTS_BACKEND=nccl runs the
+# layouts over NCCL with one GPU per rank (a machine with as many GPUs as the
+# largest layout has ranks) instead of ranks sharing one GPU over Gloo.
+[[ -n ${LAYOUTS_NAMES:-} ]] && read -ra names <<< "$LAYOUTS_NAMES"
+BACKEND=${LAYOUTS_BACKEND:-gloo}
 
 # run TAG NPROC ARGS...: one training run (NPROC 1: a plain process), its
 # log and metrics under $OUT. A collective that hangs fails after 1 minute
@@ -119,7 +128,7 @@ run() {
   if [[ $n == 1 ]]; then
     timeout 120 "$BIN_TRIPOD" train "${model[@]}" "$@" "${common[@]}" > "$OUT/$tag.log" 2>&1
   else
-    timeout 120 "$BIN_TRIPOD" launch --nproc-per-node "$n" train "${model[@]}" --distributed-backend gloo "$@" \
+    timeout 120 "$BIN_TRIPOD" launch --nproc-per-node "$n" train "${model[@]}" --distributed-backend "$BACKEND" "$@" \
       "${common[@]}" > "$OUT/$tag.log" 2>&1
   fi
   rc=$?
