@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/megatron_dataset.h"
 #include "testing/run_tripod.h"
 
 namespace {
@@ -23,24 +24,8 @@ namespace fs = std::filesystem;
 using Result = tripod::testing::TripodRun;
 Result run(const std::string& args) { return tripod::testing::run_tripod(args); }
 
-template <typename T> void put(std::ofstream& f, T v) { f.write(reinterpret_cast<const char*>(&v), sizeof v); }
-
-// Megatron MMIDIDX: magic, version 1, dtype code 8 (uint16), S, D, lengths, pointers, doc index.
 void write_dataset(const std::string& prefix, const std::vector<std::vector<uint16_t>>& docs) {
-  std::ofstream bin(prefix + ".bin", std::ios::binary), idx(prefix + ".idx", std::ios::binary);
-  idx.write("MMIDIDX\x00\x00", 9);
-  put<uint64_t>(idx, 1);
-  put<uint8_t>(idx, 8);
-  put<uint64_t>(idx, docs.size());
-  put<uint64_t>(idx, docs.size() + 1);
-  for (const auto& d : docs) put<int32_t>(idx, static_cast<int32_t>(d.size()));
-  int64_t ptr = 0;
-  for (const auto& d : docs) {
-    put<int64_t>(idx, ptr);
-    ptr += static_cast<int64_t>(d.size() * 2);
-    bin.write(reinterpret_cast<const char*>(d.data()), static_cast<std::streamsize>(d.size() * 2));
-  }
-  for (size_t i = 0; i <= docs.size(); ++i) put<int64_t>(idx, static_cast<int64_t>(i));
+  tripod::testing::write_megatron_dataset(prefix, docs);
 }
 
 class TrainCli : public ::testing::Test {

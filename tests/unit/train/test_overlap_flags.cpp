@@ -4,40 +4,24 @@
 // reports the buckets (count, sizes in launch order) and the overlap state.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <sys/wait.h>
+
+#include "testing/run_tripod.h"
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-Result tripod(const std::string& args) {
-  const char* bin = std::getenv("TRIPOD_BIN");
-  Result r;
-  if (!bin) return r;
-  FILE* p = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int s = pclose(p);
-  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  return r;
-}
+using tripod::testing::run_tripod;
+using Result = tripod::testing::TripodRun;
 
 const std::string kModel =
     "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data --vocab-size 64 "
     "--micro-batch-size 2 --train-iters 1 --eval-interval 0 ";
 
 TEST(OverlapFlags, HelpListsThem) {
-  const Result r = tripod("train --help");
-  ASSERT_EQ(r.status, 0) << r.out;
+  const Result r = run_tripod("train --help");
+  ASSERT_EQ(r.code, 0) << r.output;
   for (const char* f : {"--ddp-bucket-size", "--overlap-grad-reduce", "--overlap-param-gather"})
-    EXPECT_NE(r.out.find(f), std::string::npos) << f << " missing from --help";
+    EXPECT_NE(r.output.find(f), std::string::npos) << f << " missing from --help";
 }
 
 TEST(OverlapFlags, BadCombinationsNameTheFlagAndTheFix) {
@@ -53,21 +37,21 @@ TEST(OverlapFlags, BadCombinationsNameTheFlagAndTheFix) {
                 "--overlap-param-gather needs --overlap-grad-reduce", "add --overlap-grad-reduce"},
            Case{"--ddp-bucket-size -3", "--ddp-bucket-size is -3", "N >= 1"},
        }) {
-    const Result r = tripod(kModel + c.flags);
-    EXPECT_NE(r.status, 0) << c.flags;
-    EXPECT_NE(r.out.find(c.error), std::string::npos) << c.flags << "\n" << r.out;
-    EXPECT_NE(r.out.find(c.hint), std::string::npos) << c.flags << "\n" << r.out;
-    EXPECT_EQ(r.out.find("iteration "), std::string::npos) << "trained before failing: " << c.flags;
+    const Result r = run_tripod(kModel + c.flags);
+    EXPECT_NE(r.code, 0) << c.flags;
+    EXPECT_NE(r.output.find(c.error), std::string::npos) << c.flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.hint), std::string::npos) << c.flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("iteration "), std::string::npos) << "trained before failing: " << c.flags;
   }
 }
 
 TEST(OverlapFlags, StartupLogReportsBuckets) {
   // One process: dp 1 has nothing to overlap, so one bucket and overlap off
   // even when asked; the log says which.
-  Result r = tripod(kModel + "--overlap-grad-reduce --ddp-bucket-size 1000");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("chunk 0: 1 bucket ["), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("overlap grad reduce off"), std::string::npos) << r.out;
+  Result r = run_tripod(kModel + "--overlap-grad-reduce --ddp-bucket-size 1000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("chunk 0: 1 bucket ["), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("overlap grad reduce off"), std::string::npos) << r.output;
   // Two ranks, hand count: a layer of hidden 32 is 12704 elements (LN 64,
   // qkv 3072 + 96, proj 1024 + 32, LN 64, fc1 4096 + 128, fc2 4096 + 32);
   // the word embedding 128 (padded vocab) x 32 = 4096, positions 16 x 32 =
@@ -75,11 +59,11 @@ TEST(OverlapFlags, StartupLogReportsBuckets) {
   // 1 from fc2 down to proj = 9536, + qkv bias 9632, + qkv weight = 12704
   // closes bucket 0; layer 1's LN1 (64) + layer 0 down to its qkv weight =
   // 12704 closes bucket 1; layer 0's LN1 + positions + words = 4672.
-  r = tripod("launch --nproc-per-node 2 " + kModel + "--global-batch-size 4 --overlap-grad-reduce --ddp-bucket-size 10000");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("chunk 0: 3 buckets [12704 12704 4672]"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("overlap grad reduce on, overlap param gather off"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("bucket size 10000"), std::string::npos) << r.out;
+  r = run_tripod("launch --nproc-per-node 2 " + kModel + "--global-batch-size 4 --overlap-grad-reduce --ddp-bucket-size 10000");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("chunk 0: 3 buckets [12704 12704 4672]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("overlap grad reduce on, overlap param gather off"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bucket size 10000"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -5,40 +5,24 @@
 // asking for it (docs/zero.md: how the flags combine).
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <string>
-#include <sys/wait.h>
+
+#include "testing/run_tripod.h"
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-Result tripod(const std::string& args) {
-  const char* bin = std::getenv("TRIPOD_BIN");
-  Result r;
-  if (!bin) return r;
-  FILE* p = popen((std::string(bin) + " " + args + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int s = pclose(p);
-  r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  return r;
-}
+using tripod::testing::run_tripod;
+using Result = tripod::testing::TripodRun;
 
 const std::string kModel =
     "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --mock-data --vocab-size 64 "
     "--micro-batch-size 2 --train-iters 1 --eval-interval 0 ";
 
 TEST(ShardingFlags, HelpListsThem) {
-  const Result r = tripod("train --help");
-  ASSERT_EQ(r.status, 0) << r.out;
+  const Result r = run_tripod("train --help");
+  ASSERT_EQ(r.code, 0) << r.output;
   for (const char* f : {"--data-parallel-sharding-strategy", "--use-megatron-fsdp"})
-    EXPECT_NE(r.out.find(f), std::string::npos) << f << " missing from --help";
+    EXPECT_NE(r.output.find(f), std::string::npos) << f << " missing from --help";
 }
 
 TEST(ShardingFlags, ContradictionsNameTheFlagsAndTheFix) {
@@ -55,11 +39,11 @@ TEST(ShardingFlags, ContradictionsNameTheFlagsAndTheFix) {
            Case{"--data-parallel-sharding-strategy zero3", "--data-parallel-sharding-strategy zero3 is not one of",
                 "optim_grads_params (ZeRO-3)"},
        }) {
-    const Result r = tripod(kModel + c.flags);
-    EXPECT_NE(r.status, 0) << c.flags;
-    EXPECT_NE(r.out.find(c.error), std::string::npos) << c.flags << "\n" << r.out;
-    EXPECT_NE(r.out.find(c.hint), std::string::npos) << c.flags << "\n" << r.out;
-    EXPECT_EQ(r.out.find("iteration "), std::string::npos) << "trained before failing: " << c.flags;
+    const Result r = run_tripod(kModel + c.flags);
+    EXPECT_NE(r.code, 0) << c.flags;
+    EXPECT_NE(r.output.find(c.error), std::string::npos) << c.flags << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.hint), std::string::npos) << c.flags << "\n" << r.output;
+    EXPECT_EQ(r.output.find("iteration "), std::string::npos) << "trained before failing: " << c.flags;
   }
 }
 
@@ -80,11 +64,11 @@ TEST(ShardingFlags, StartupLogNamesTheStrategy) {
            Case{"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", "sharding optim_grads (ZeRO-2"},
            Case{"--data-parallel-sharding-strategy optim_grads_params", "sharding optim_grads_params (ZeRO-3"},
        }) {
-    const Result r = tripod(kModel + c.flags);
-    ASSERT_EQ(r.status, 0) << c.flags << "\n" << r.out;
-    const size_t layout = r.out.find("layout: ");
-    ASSERT_NE(layout, std::string::npos) << r.out;
-    const std::string line = r.out.substr(layout, r.out.find('\n', layout) - layout);
+    const Result r = run_tripod(kModel + c.flags);
+    ASSERT_EQ(r.code, 0) << c.flags << "\n" << r.output;
+    const size_t layout = r.output.find("layout: ");
+    ASSERT_NE(layout, std::string::npos) << r.output;
+    const std::string line = r.output.substr(layout, r.output.find('\n', layout) - layout);
     if (*c.log)
       EXPECT_NE(line.find(c.log), std::string::npos) << c.flags << "\n" << line;
     else
