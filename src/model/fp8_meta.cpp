@@ -24,8 +24,9 @@ void all_reduce_max(comm::Communicator* group, Tensor& t) {
 
 // ---- Fp8State ----
 
-Fp8State::Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp)
-    : config_(config), be_(&be), tp_(tp), num_linears_(num_linears) {
+Fp8State::Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp,
+                   comm::Communicator* cp)
+    : config_(config), be_(&be), tp_(tp), cp_(cp), num_linears_(num_linears) {
   TRIPOD_CHECK(config.enabled(), "Fp8State without --fp8-format");
   const DType grad = config.format == config::Fp8Format::Hybrid ? DType::E5M2 : DType::E4M3;
   make_group(fwd_, DType::E4M3, 2 * int64_t(num_linears));
@@ -72,14 +73,18 @@ Fp8TensorMeta Fp8State::meta(int linear, int slot) {
   return m;
 }
 
-void Fp8State::quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split) {
+void Fp8State::quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split,
+                        bool activation) {
   backend::Backend& be = *be_;
   if (!config_.delayed()) {
     // Current scaling: this tensor's amax (the first cast's codes are
-    // discarded), the whole tensor's over tp, then its scale.
+    // discarded), the whole tensor's over tp, and over cp for the
+    // activations and gradients (each cp rank holds part of every
+    // sequence; the weights are whole there), then its scale.
     be.zero(m.amax);
     be.fp8_quantize(out, m.amax, in, m.scale);
     if (split) all_reduce_max(tp_, m.amax);
+    if (activation && cp_) all_reduce_max(cp_, m.amax);
     be.fp8_update_scale(m.scale, m.scale_inv, nullptr, m.amax, fp8_max(m.dtype), config_.margin, false);
   }
   // The amax accumulates (delayed: this iteration's; tensorwise: the same value again).
@@ -158,7 +163,7 @@ Fp8Linear::Fp8Linear(Fp8State& state, int index, const Param& weight)
 void Fp8Linear::ensure_weight() {
   if (weight_valid_) return;
   // Every tp rank holds a shard of W (rows or columns): its amax is the whole weight's over tp.
-  state_->quantize(w_, w8_, &w8_t_, weight_->compute, true);
+  state_->quantize(w_, w8_, &w8_t_, weight_->compute, true, /*activation=*/false);
   weight_valid_ = true;
 }
 

@@ -112,8 +112,11 @@ class Fp8Linear {
 class Fp8State {
  public:
   // num_linears: FP8 linears of this stage (4 per FP8 layer); tp: the
-  // group that splits their tensors (null: tp size 1).
-  Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp);
+  // group that splits their tensors (null: tp size 1); cp: the
+  // context-parallel group, which splits every activation and gradient
+  // along the sequence but not the weights (null: cp size 1).
+  Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp,
+           comm::Communicator* cp = nullptr);
 
   // The next linear's FP8 GEMMs (call num_linears times; the state owns them).
   Fp8Linear* add_linear(const Param& weight);
@@ -141,8 +144,9 @@ class Fp8State {
   Fp8TensorMeta meta(int linear, int slot);
   // Casts `in` (R, C) into out (and out_t when given) with m's scale, per
   // the recipe (tensorwise: the scale from this tensor's amax first,
-  // reduced over tp when `split`).
-  void quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split);
+  // reduced over tp when `split`, and over cp for an `activation`: x or dy,
+  // not a weight).
+  void quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split, bool activation = true);
   // Scratch views for the casts of x (slot 0) and dy (slot 1): the FP8
   // tensor (R, C) and its transpose (C, R).
   Tensor scratch(int slot, bool transposed, int64_t R, int64_t C);
@@ -162,6 +166,7 @@ class Fp8State {
   config::Fp8Config config_;
   backend::Backend* be_;
   comm::Communicator* tp_;
+  comm::Communicator* cp_;
   int num_linears_;
   Group fwd_, bwd_;  // fwd: x and W of linear i at tensors 2i, 2i+1; bwd: dy of linear i at tensor i
   std::vector<std::unique_ptr<Fp8Linear>> linears_;

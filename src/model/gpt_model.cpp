@@ -129,7 +129,7 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                        stage_.post_process);
   int fp8_layers = 0;
   for (int64_t i = 0; i < stage_.num_local_layers; ++i) fp8_layers += config_.layer_spec(stage_.first_layer + i).fp8;
-  if (fp8_layers > 0) fp8_ = std::make_unique<Fp8State>(config_.fp8, 4 * fp8_layers, be_, stage_.tp);
+  if (fp8_layers > 0) fp8_ = std::make_unique<Fp8State>(config_.fp8, 4 * fp8_layers, be_, stage_.tp, stage_.cp);
   layers_.reserve(sp_.layers.size());
   for (size_t i = 0; i < sp_.layers.size(); ++i)
     layers_.emplace_back(config_, stage_, stage_.first_layer + static_cast<int64_t>(i), sp_.layers[i], tp_, be_,

@@ -175,6 +175,46 @@ TEST(Fp8LinearDp, DelayedScalesMatchOneProcess) {
   });
 }
 
+// Context parallelism: two cp ranks each hold half of every sequence (rows
+// here), the weights whole; with current scaling the amaxes of x and dy are
+// reduced over cp, so every scale is the single process's, bit for bit
+// (delayed scaling reduces over dp x cp at the end of the iteration, as
+// Fp8LinearDp checks for dp).
+std::map<std::string, std::vector<float>> cp_state(int cp, int r, comm::Communicator* cp_group) {
+  auto be = backend::make_cpu_backend();
+  config::Fp8Config cfg;
+  cfg.format = config::Fp8Format::Hybrid;
+  cfg.recipe = config::Fp8Recipe::Tensorwise;
+  const Tensor A = randn({OC, C}, 2, 0.05f);
+  model::Param pA = shard_param("col.weight", A, ShardDim::None, 1, 0);
+  model::Fp8State st(cfg, 1, *be, nullptr, cp_group);
+  model::ColumnParallelLinear col(&pA, nullptr, model::TpContext{});
+  col.use_fp8(st.add_linear(pA));
+  // The second half of the rows is 10x larger: the max is the other rank's.
+  Tensor X = randn({N, C}, 11), dY = randn({N, OC}, 12, 1e-3f);
+  for (int64_t i = N / 2 * C; i < N * C; ++i) X.data<float>()[i] *= 10.f;
+  for (int64_t i = N / 2 * OC; i < N * OC; ++i) dY.data<float>()[i] *= 10.f;
+  const Tensor x = rows_of(X, cp > 1, cp, r), dy = rows_of(dY, cp > 1, cp, r);
+  const int64_t rows = x.size(0);
+  Tensor full = zeros({rows, C}), dfull = zeros({rows, C}), dshard = zeros({rows, C}), y = zeros({rows, OC});
+  st.begin_iteration();
+  col.forward(*be, y, x, full);
+  col.backward_input(*be, dy, dfull, dshard);
+  col.backward_weight(*be, dy, x);
+  std::map<std::string, std::vector<float>> out;
+  for (auto& [name, t] : st.state_tensors()) out[name] = {t.data<float>(), t.data<float>() + t.numel()};
+  return out;
+}
+
+TEST(Fp8LinearCp, TensorwiseScalesMatchOneProcess) {
+  const auto ref = cp_state(1, 0, nullptr);
+  testing::run_ranks(2, 30s, [&](int r, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(2, 1, 1, 1, 2));
+    const auto got = cp_state(2, r, pg.cp.get());
+    for (const auto& [name, v] : ref) EXPECT_EQ(got.at(name), v) << name << " on cp rank " << r;
+  });
+}
+
 TEST(Fp8LinearTp, DelayedScalesMatchOneProcess) { check(config::Fp8Recipe::Delayed, false); }
 TEST(Fp8LinearTp, DelayedScalesMatchOneProcessUnderSequenceParallel) { check(config::Fp8Recipe::Delayed, true); }
 TEST(Fp8LinearTp, TensorwiseScalesMatchOneProcess) { check(config::Fp8Recipe::Tensorwise, false); }
