@@ -15,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/attention_pair.h"
 #include "backend/cpu/kernels.h"
 
 namespace tripod::backend::cpu {
@@ -80,18 +81,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out,
           for (int64_t j = 0; j <= t; ++j) {
             const T* k = qkv + (b * Tn + j) * W + koff;
             const T* v = qkv + (b * Tn + j) * W + voff;
-            double sdot = 0, dp = 0;
-            for (int64_t e = 0; e < HS; ++e) {
-              sdot += static_cast<double>(q[e]) * k[e];
-              dp += static_cast<double>(dot[e]) * v[e];
-            }
-            const double p = std::exp(sdot * scale - l);
-            const double ds = p * (dp - D) * scale;
-            for (int64_t e = 0; e < HS; ++e) {
-              dv[j * HS + e] += p * dot[e];
-              dq[t * HS + e] += ds * k[e];
-              dk[j * HS + e] += ds * q[e];
-            }
+            attention_pair_backward(q, k, v, dot, D, l, scale, HS, &dq[t * HS], &dk[j * HS], &dv[j * HS]);
           }
         }
         for (int64_t t = 0; t < Tn; ++t) {

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/attention_pair.h"
 #include "backend/cpu/kernels.h"
 
 namespace tripod::backend::cpu {
@@ -107,18 +108,7 @@ void attention_block_backward(T* dqkv, T* dkv, const T* dout, const T* qkv, cons
           for (int64_t j = 0; j < n; ++j) {
             const T* k = kv + (b * Tk + w.kv_start + j) * KV + koff;
             const T* v = kv + (b * Tk + w.kv_start + j) * KV + voff;
-            double sdot = 0, dp = 0;
-            for (int64_t e = 0; e < HS; ++e) {
-              sdot += static_cast<double>(q[e]) * k[e];
-              dp += static_cast<double>(dot[e]) * v[e];
-            }
-            const double p = std::exp(sdot * scale - l);
-            const double ds = p * (dp - D) * scale;
-            for (int64_t e = 0; e < HS; ++e) {
-              dv[j * HS + e] += p * dot[e];
-              dq[i * HS + e] += ds * k[e];
-              dk[j * HS + e] += ds * q[e];
-            }
+            attention_pair_backward(q, k, v, dot, D, l, scale, HS, &dq[i * HS], &dk[j * HS], &dv[j * HS]);
           }
         }
         for (int64_t i = 0; i < w.q_len; ++i) {
