@@ -205,7 +205,7 @@ if has speed; then
       --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 8192 --mock-data --vocab-size 128256
       --micro-batch-size 1 --global-batch-size 1 --train-iters 20 --lr 1e-4 --log-interval 1 --eval-interval 0
       --bf16 --device cuda)
-  for m in g15 l8; do
+  for m in ${SPEED_MODELS:-g15 l8}; do
     declare -n args=$m
     run speed_${m}_bf16 train "${args[@]}"
     run speed_${m}_fp8 train "${args[@]}" --fp8-format hybrid
