@@ -32,8 +32,9 @@
 #                the same losses and grad norms bit for bit
 #   gaps         where the GPU idles (bench/dev/cuda/gap_profiler.cpp, a CUPTI
 #                injection library; GAP_PROFILER=path/libgap_profiler.so):
-#                bf16 and FP8 at the 8B layer shape, 14 iterations, the last
-#                half of the timeline
+#                GAP_VARIANTS (default "bf16 fp8"; also fp8_unfused) at the 8B
+#                layer shape, 14 iterations, the last GAP_PROFILER_WINDOW_MS
+#                (default 1800) of the timeline
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=""; data_dir=""; checks="layouts convergence determinism speed"
@@ -234,9 +235,11 @@ if has gaps; then
          --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 8192 --mock-data --vocab-size 128256
          --micro-batch-size 1 --global-batch-size 1 --train-iters 14 --lr 1e-4 --log-interval 1 --eval-interval 0
          --bf16 --device cuda)
-    for v in bf16 fp8; do
-      extra=(); [[ $v == fp8 ]] && extra=(--fp8-format hybrid)
-      CUDA_INJECTION64_PATH=$GAP_PROFILER timeout 600 "$BIN_TRIPOD" train "${l8g[@]}" "${extra[@]}" \
+    for v in ${GAP_VARIANTS:-bf16 fp8}; do
+      extra=(); [[ $v == fp8* ]] && extra=(--fp8-format hybrid)
+      unfused=0; [[ $v == fp8_unfused ]] && unfused=1
+      TRIPOD_FP8_UNFUSED_SWIGLU=$unfused GAP_PROFILER_WINDOW_MS=${GAP_PROFILER_WINDOW_MS:-1800} \
+        CUDA_INJECTION64_PATH=$GAP_PROFILER timeout 600 "$BIN_TRIPOD" train "${l8g[@]}" "${extra[@]}" \
         > "$OUT/gaps_$v.log" 2>&1
       note "gaps $v (rc $?):"
       grep -A 75 "gap_profiler\] last" "$OUT/gaps_$v.log" | tee -a "$summary"

@@ -3,8 +3,9 @@
 //   CUDA_INJECTION64_PATH=/path/libgap_profiler.so
 // is set (no change to the program). It records every kernel, memcpy,
 // memset and host synchronisation with CUPTI's activity API and, at exit,
-// prints for the steady part of the run (the last GAP_PROFILER_TAIL of the
-// GPU timeline, default 0.5):
+// prints for the steady part of the run (the last GAP_PROFILER_WINDOW_MS
+// milliseconds of the GPU timeline, else its last GAP_PROFILER_TAIL
+// fraction, default 0.5; a training run's start-up is slow host work):
 //   - the span, the time with a kernel or copy running, and the idle rest;
 //   - idle time grouped by what ended before the gap and what began after
 //     it (so "after cudaStreamSynchronize, before <kernel>" shows a host
@@ -40,6 +41,8 @@ std::string demangle(const char* s) {
   char* d = abi::__cxa_demangle(s, nullptr, nullptr, &status);
   std::string r = status == 0 && d ? d : s;
   std::free(d);
+  for (const std::string drop : {"(anonymous namespace)::", "void ", "tripod::backend::cuda::"})
+    for (size_t at; (at = r.find(drop)) != std::string::npos;) r.erase(at, drop.size());
   // Template arguments and parameter lists make names unreadable: keep the
   // function's own name.
   const size_t paren = r.find('(');
@@ -126,7 +129,9 @@ void report() {
   uint64_t last = 0;
   for (const Event& e : gpu) last = std::max(last, e.end);
   const double tail = std::clamp(env_double("GAP_PROFILER_TAIL", 0.5), 0.01, 1.0);
-  const uint64_t from = last - static_cast<uint64_t>(tail * static_cast<double>(last - first));
+  const double window_ms = env_double("GAP_PROFILER_WINDOW_MS", 0);
+  uint64_t from = last - static_cast<uint64_t>(tail * static_cast<double>(last - first));
+  if (window_ms > 0) from = last - std::min<uint64_t>(last - first, static_cast<uint64_t>(window_ms * 1e6));
   const uint64_t min_gap = static_cast<uint64_t>(env_double("GAP_PROFILER_MIN_US", 5) * 1e3);
 
   // Walk the GPU timeline (union of intervals) from `from`: idle stretches
@@ -167,7 +172,7 @@ void report() {
   }
   const double span = static_cast<double>(last - from);
   std::fprintf(stderr,
-               "[gap_profiler] last %.0f%% of the GPU timeline: span %.1f ms, busy %.1f ms, idle %.1f ms in gaps >= "
+               "[gap_profiler] window (GAP_PROFILER_WINDOW_MS, else the last %.0f%% of the timeline): span %.1f ms, busy %.1f ms, idle %.1f ms in gaps >= "
                "%.0f us + %.1f ms in shorter ones\n",
                tail * 100, span / 1e6, busy / 1e6, idle / 1e6, static_cast<double>(min_gap) / 1e3, small_idle / 1e6);
   std::vector<std::pair<std::string, std::pair<double, int>>> g(gaps.begin(), gaps.end());
