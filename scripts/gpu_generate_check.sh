@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # `tripod generate` on a GPU machine, with a tripod built elsewhere
-# (scripts/gpu_check.sh --stage DIR, STAGE_TARGETS=tripod is enough) or here:
+# (STAGE_TARGETS="tripod test_backend_ops_gpu" scripts/gpu_check.sh --stage DIR)
+# or here:
+#   0. The ops the KV cache calls, on the GPU against the CPU in f64 (the op
+#      harness: the block attention of one query against a cache, the K/V
+#      copy, RoPE at positions), when test_backend_ops_gpu is staged.
 #   1. Same ids on cuda and cpu: a small GPT-2 and a small Llama (GQA, RoPE,
 #      RMSNorm, SwiGLU) trained 150 iterations on the GPU (mock data, whose
 #      walks a model learns), then 200 greedy tokens on cuda (KV cache and
@@ -15,14 +19,15 @@
 # Every verdict is a PASS or FAIL line in $OUT/summary.txt; exits 1 on any FAIL.
 # Runs in about 2-3 minutes on one H200.
 #
-# usage: scripts/gpu_generate_check.sh (--stage DIR | --tripod BIN) [--out DIR] [--checks "ids speed"]
+# usage: scripts/gpu_generate_check.sh (--stage DIR | --tripod BIN [--ops BIN]) [--out DIR] [--checks "ops ids speed"]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-stage=""; BIN_TRIPOD=""; OUT=${OUT:-gpu_generate_out}; checks="ids speed"
+stage=""; BIN_TRIPOD=""; BIN_OPS=""; OUT=${OUT:-gpu_generate_out}; checks="ops ids speed"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --stage) stage=$2; shift 2 ;;
     --tripod) BIN_TRIPOD=$2; shift 2 ;;
+    --ops) BIN_OPS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --checks) checks=$2; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
@@ -40,6 +45,7 @@ verdict() {  # verdict OK(0/1) TEXT
 if [[ -n $stage ]]; then
   source scripts/stage_env.sh
   use_stage "$stage" "${TMPDIR:-/tmp}/tripod_generate_stage"
+  [[ -x $STAGE_DIR/bin/test_backend_ops_gpu ]] && BIN_OPS=$STAGE_DIR/bin/test_backend_ops_gpu
 fi
 [[ -x $BIN_TRIPOD ]] || { note "FAIL no tripod binary (pass --stage DIR or --tripod BIN)"; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
@@ -82,6 +88,19 @@ same = next((i for i, (x, y) in enumerate(zip(ia, ib)) if x != y), min(len(ia), 
 print(f"{int(ia == ib and len(ia) > 0)} {len(ia)} {same} {diff:.3e} {margin:.3e}")
 PY
 }
+
+if has ops; then
+  if [[ -x $BIN_OPS ]]; then
+    note "---- the KV cache's ops on cuda vs the CPU in f64 (op harness) ----"
+    "$BIN_OPS" --gtest_filter='*attention_block_forward*:*attention_kv_copy*:*rope_forward_positions*' \
+      > "$OUT/ops.log" 2>&1
+    rc=$?
+    verdict $((rc != 0)) "op harness (block attention incl. _decode_*, K/V copy, RoPE at positions): \
+$(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/ops.log" | tr '\n' ' ')"
+  else
+    note "SKIP op harness: test_backend_ops_gpu not staged"
+  fi
+fi
 
 if has ids; then
   note "---- same greedy ids on cuda and cpu (fp32; KV cache and full recompute) ----"
