@@ -12,11 +12,14 @@
 #      id lists must be equal; the worst cuda-vs-cpu logit difference and the
 #      smallest top-2 margin are printed. Without --device it must pick cuda.
 #      bf16 on cuda: how many leading ids equal fp32's (printed, not gated).
-#   2. Speed of the KV cache: a GPT-2 124M shape and a Llama ~0.4B shape
-#      (random weights, saved after one iteration), prompt of 32 ids + 480
+#   2. Speed of the KV cache: a GPT-2 124M shape and a Llama ~0.25B shape
+#      (16 layers, hidden 1024, 16 heads in 4 query groups; random weights,
+#      saved after one iteration), prompt of 32 ids + 480
 #      new tokens on cuda with and without the cache, fp32 and bf16: tokens/s
 #      and the speed-up (the cached run must not be slower).
-# Every verdict is a PASS or FAIL line in $OUT/summary.txt; exits 1 on any FAIL.
+# Every verdict is a PASS or FAIL line in $OUT/summary.txt, beside the logs;
+# checkpoints and logits (GBs) stay in $WORK (default $TMPDIR/tripod_generate_check,
+# removed at the end). Exits 1 on any FAIL.
 # Runs in about 2-3 minutes on one H200.
 #
 # usage: scripts/gpu_generate_check.sh (--stage DIR | --tripod BIN [--ops BIN]) [--out DIR] [--checks "ops ids speed"]
@@ -30,11 +33,12 @@ while [[ $# -gt 0 ]]; do
     --ops) BIN_OPS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --checks) checks=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
-mkdir -p "$OUT"
+WORK=${WORK:-${TMPDIR:-/tmp}/tripod_generate_check}
+mkdir -p "$OUT" "$WORK"
 summary="$OUT/summary.txt"; : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 has() { [[ " $checks " == *" $1 "* ]]; }
@@ -53,11 +57,11 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
 LLAMA=(--group-query-attention --position-embedding-type rope --normalization RMSNorm --swiglu
        --untie-embeddings-and-output-weights --disable-bias-linear)
 
-# gen NAME CKPT FLAGS...: ids to $OUT/NAME.ids, step logits to $OUT/NAME.f32, log to $OUT/NAME.log
+# gen NAME CKPT FLAGS...: ids to $WORK/NAME.ids, step logits to $WORK/NAME.f32, log to $OUT/NAME.log
 gen() {
   local name=$1 ck=$2; shift 2
-  timeout 300 "$BIN_TRIPOD" generate --load "$ck" --step-logits-out "$OUT/$name.f32" "$@" \
-    > "$OUT/$name.ids" 2> "$OUT/$name.log"
+  timeout 300 "$BIN_TRIPOD" generate --load "$ck" --step-logits-out "$WORK/$name.f32" "$@" \
+    > "$WORK/$name.ids" 2> "$OUT/$name.log"
   local rc=$?
   [[ $rc == 0 ]] || { note "generate $name rc=$rc: $(tail -3 "$OUT/$name.log" | tr '\n' ' ')"; return 1; }
 }
@@ -66,7 +70,7 @@ tokens_per_s() { sed -n 's/^generated [0-9]* tokens in [0-9.]* s: \([0-9.]*\) to
 
 # compare A B VOCAB: ids equal?, count, equal leading ids, max |logit diff|, min top-2 margin of A
 compare() {
-  python3 - "$OUT/$1" "$OUT/$2" "$3" <<'PY'
+  python3 - "$WORK/$1" "$WORK/$2" "$3" <<'PY'
 import array, sys
 a, b, V = sys.argv[1], sys.argv[2], int(sys.argv[3])
 ia, ib = open(a + ".ids").read().split(), open(b + ".ids").read().split()
@@ -109,7 +113,7 @@ if has ids; then
          --log-interval 50 --eval-interval 0 --seed 1234)
   for model in gpt llama; do
     extra=(); [[ $model == llama ]] && extra=("${LLAMA[@]}" --num-query-groups 2 --ffn-hidden-size 512)
-    ck="$OUT/ck_$model"; rm -rf "$ck"
+    ck="$WORK/ck_$model"; rm -rf "$ck"
     timeout 300 "$BIN_TRIPOD" train --device cuda "${small[@]}" "${extra[@]}" --save "$ck" > "$OUT/train_$model.log" 2>&1
     rc=$?; note "train $model on cuda rc=$rc, last loss: $(grep -o 'lm loss: [0-9.E+-]*' "$OUT/train_$model.log" | tail -1)"
     [[ $rc == 0 ]] || { verdict 1 "$model: no checkpoint"; continue; }
@@ -134,13 +138,13 @@ fi
 if has speed; then
   note "---- KV cache speed-up on cuda (prompt 32 ids + 480 new tokens) ----"
   prompt_ids=$(seq -s, 1 32)
-  for shape in gpt124m llama400m; do
+  for shape in gpt124m llama250m; do
     case $shape in
       gpt124m) flags=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50257) ;;
-      llama400m) flags=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --num-query-groups 4
+      llama250m) flags=(--num-layers 16 --hidden-size 1024 --num-attention-heads 16 --num-query-groups 4
                         --ffn-hidden-size 2816 --seq-length 1024 --vocab-size 32000 "${LLAMA[@]}") ;;
     esac
-    ck="$OUT/ck_$shape"; rm -rf "$ck"
+    ck="$WORK/ck_$shape"; rm -rf "$ck"
     timeout 300 "$BIN_TRIPOD" train --device cuda "${flags[@]}" --mock-data --micro-batch-size 1 --global-batch-size 1 \
       --train-iters 1 --lr 1e-4 --eval-interval 0 --save "$ck" > "$OUT/train_$shape.log" 2>&1 ||
       { verdict 1 "$shape: no checkpoint ($(tail -2 "$OUT/train_$shape.log" | tr '\n' ' '))"; continue; }
@@ -161,5 +165,9 @@ if has speed; then
   done
 fi
 
+rm -rf "$WORK"
 note "---- $fails FAIL(s) ----"
+# Few files come back from some GPU hosts: summary.txt loose, the logs packed.
+(cd "$OUT" && logs=$(ls | grep -vE '^(summary.txt|logs.tar.gz)$') && [[ -n $logs ]] &&
+   tar czf logs.tar.gz $logs && rm -f $logs)
 [[ $fails == 0 ]]
