@@ -142,12 +142,12 @@ int run_generate(int argc, char** argv) {
     const int64_t room = m->config().max_position_embeddings - static_cast<int64_t>(ids.size());
     if (!max_new_given && room >= 1 && o.max_new_tokens > room) {
       note("--max-new-tokens {}: the model's {} positions less the prompt's {} tokens (default {})", room,
-                m->config().max_position_embeddings, ids.size(), o.max_new_tokens);
+           m->config().max_position_embeddings, ids.size(), o.max_new_tokens);
       o.max_new_tokens = room;
     }
     const generate::DecodeStats st = generate::generate(*m, ids, o, d);
     if (!step_logits_out.empty()) write_f32(step_logits_out, "--step-logits-out", step_logits.data(), step_logits.size());
-    log_speed(st, *be, stage.compute_dtype);
+    return st;
   };
   if (!prompt_ids.empty()) {  // ids in, ids out: no tokenizer
     std::vector<int32_t> ids;
@@ -167,10 +167,12 @@ int run_generate(int argc, char** argv) {
     write_logits(ids);
     o.stop_token = -1;
     const size_t n_prompt = ids.size();
-    run(ids);
+    const generate::DecodeStats st = run(ids);
     std::string line;
     for (size_t i = n_prompt; i < ids.size(); ++i) line += (line.empty() ? "" : " ") + std::to_string(ids[i]);
     std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    log_speed(st, *be, stage.compute_dtype);
     return 0;
   }
   const auto& meta = reader.metadata();
@@ -209,12 +211,14 @@ int run_generate(int argc, char** argv) {
   TRIPOD_CHECK_HINT(!ids.empty(), "pass a non-empty --prompt", "the prompt encodes to no tokens");
   write_logits(ids);
   const size_t n_prompt = ids.size();
-  run(ids);
+  const generate::DecodeStats st = run(ids);
   std::vector<int32_t> gen(ids.begin() + static_cast<std::ptrdiff_t>(n_prompt), ids.end());
   if (!gen.empty() && gen.back() == o.stop_token) gen.pop_back();
   const std::string text = prompt + tok->decode(gen);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
+  log_speed(st, *be, stage.compute_dtype);
   return 0;
 }
 
