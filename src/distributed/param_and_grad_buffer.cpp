@@ -160,6 +160,7 @@ void ParamAndGradBuffer::gather_shards(Tensor& full, const Tensor& shard) {
 }
 
 void ParamAndGradBuffer::reset() {
+  inter_reduced_ = false;
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
   param_ready_.assign(params_.params().size(), false);
   if (!shard_grads_) return;
@@ -235,6 +236,13 @@ void ParamAndGradBuffer::finish_grad_sync() {
       grad_work_[b]->wait();
       grad_work_[b].reset();
     }
+  }
+  // Each instance reduced its own ranks' gradients into the shard: the sum
+  // over the instances makes it the whole dp group's (the same shard
+  // position in every instance: inter_ holds exactly those ranks).
+  if (inter_ && inter_->size() > 1 && distributed_ && !inter_reduced_) {
+    inter_->all_reduce(grad_shard_)->wait();
+    inter_reduced_ = true;
   }
 }
 

@@ -111,6 +111,11 @@ class ParamAndGradBuffer {
   void register_grad_ready(const std::vector<size_t>& params);
   void start_grad_sync();   // launches every bucket not launched yet, in bucket order
   void finish_grad_sync();  // waits for every launched bucket
+  // Hybrid sharding (NOTE [Distributed-optimizer instances] in
+  // parallel/groups.h): dp above is one instance; finish_grad_sync() then
+  // sums the reduced shard over the instances (one all-reduce per
+  // iteration, after the last bucket; ZeRO-2/3 after the accumulation).
+  void set_inter_instance_group(comm::Communicator* inter) { inter_ = inter; }
   bool all_grads_ready() const;
 
   // ---- sharded gradients (ZeRO-2 and -3) ----
@@ -189,6 +194,8 @@ class ParamAndGradBuffer {
   std::vector<bool> deferred_;           // per bucket
   int64_t shard_numel_ = 0;
   Tensor grad_shard_;                    // (shard_numel) distributed only
+  comm::Communicator* inter_ = nullptr;  // the other instances' same shard (not owned)
+  bool inter_reduced_ = false;           // per iteration: grad_shard_ summed over inter_
   // per iteration
   std::vector<int> pending_;             // per bucket: parameters not final yet
   std::vector<bool> param_ready_;

@@ -208,7 +208,6 @@ const MegatronRow kRows[] = {
     {"--no-use-layer-wise-param-layout", N, A, "parameters are laid out per bucket in backward order (distributed/param_and_grad_buffer.h)"},
     {"--null-tokenizer-pad-id", V, A, "there is no padding token in pretraining batches"},
     {"--num-dataset-builder-threads", V, A, "the data loader reads memory-mapped files on the training thread; there are no loader workers"},
-    {"--num-distributed-optimizer-instances", V, P, "planned: ZeRO-2/3 (sharded gradients and parameters) is not in this version of tripod; use --use-distributed-optimizer (ZeRO-1: optimizer state sharded over data-parallel ranks)", "fsdp/zero"},
     {"--num-workers", V, A, "the data loader reads memory-mapped files on the training thread; there are no loader workers"},
     {"--nvtx-ranges", N, A, "a performance knob of Megatron's own kernels or CUDA graphs; tripod has its own kernels, so the flag has no effect here"},
     {"--one-logger-async", N, A, "telemetry exporters are not used: the iteration log line, --metrics-file and --tensorboard-dir carry the metrics"},
