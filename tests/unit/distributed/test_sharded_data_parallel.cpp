@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -234,6 +235,58 @@ TEST(ShardedDataParallel, OneStepMatchesTheDistributedOptimizer) {
       }
     }
   }
+}
+
+// NOTE [Compute-dtype all-gather]: under bf16 ZeRO-3 gathers each rank's
+// piece cast to bf16, so the bound compute copy must hold exactly the bits
+// of casting the whole fp32 parameters (a model built with the same seed
+// and no sharding: ParamStore::sync_compute), the fp32-reading parameters
+// (LayerNorms) their exact fp32 values, and every other parameter no fp32
+// value at all (it was never gathered). Pieces of the final norm's group
+// (64 elements at dp 2) cut it between its weight and bias, so the fp32
+// gather's parts come from both ranks.
+TEST(ShardedDataParallel, Zero3Bf16GathersTheCastPiecesBitForBit) {
+  testing::run_ranks(2, std::chrono::seconds(60), [&](int /*rank*/, comm::DistContext& ctx) {
+    auto be = backend::make_cpu_backend();
+    const auto groups = parallel::make_process_groups(ctx, parallel::Layout::make(2, 1, 1, 1));
+    model::StageConfig st;
+    st.param_buffer_pad = 2;
+    st.compute_dtype = DType::BF16;
+    model::GptModel ref(cfg(), st, *be), m(cfg(), st, *be);
+    ref.params().init(5, 0.02f, cfg().num_layers);
+    ref.params().sync_compute();
+    m.params().init(5, 0.02f, cfg().num_layers);
+    DistributedDataParallelConfig dc;
+    dc.sharding = ShardingStrategy::OptimGradsParams;
+    dc.use_distributed_optimizer = true;
+    DistributedDataParallel ddp({&m}, groups, *be, dc);
+    ASSERT_TRUE(ddp.buffer(0).gathers_compute_dtype());
+    model::ParamGatherer* g = ddp.param_gatherer(0);
+    const auto& pg = m.param_groups();
+    int fp32_checked = 0, compute_checked = 0;
+    for (size_t grp = 0; grp < pg.size(); ++grp) {
+      g->before(static_cast<int>(grp), Pass::Forward);
+      for (size_t i : pg[grp]) {
+        const model::Param& got = m.params().params()[i];
+        const model::Param& want = ref.params().params()[i];
+        const std::string& name = want.spec.name;
+        ASSERT_TRUE(got.compute.defined()) << name;
+        ASSERT_EQ(got.compute.nbytes(), want.compute.nbytes()) << name;
+        EXPECT_EQ(std::memcmp(got.compute.raw(), want.compute.raw(), want.compute.nbytes()), 0) << name;
+        if (model::is_layernorm(want.spec)) {
+          ASSERT_TRUE(got.value.defined()) << name;
+          EXPECT_EQ(std::memcmp(got.value.raw(), want.value.raw(), want.value.nbytes()), 0) << name;
+          ++fp32_checked;
+        } else {
+          EXPECT_FALSE(got.value.defined()) << name << ": its fp32 value was gathered too";
+          ++compute_checked;
+        }
+      }
+      g->after(static_cast<int>(grp), Pass::Forward);
+    }
+    EXPECT_EQ(fp32_checked, 4 * cfg().num_layers + 2);  // two LayerNorms a layer, the final one
+    EXPECT_GT(compute_checked, 0);
+  });
 }
 
 }  // namespace
