@@ -71,16 +71,19 @@ const config::GptConfig& cfg() {
 struct RankResult {
   std::vector<std::string> trace;  // gatherer calls and, as "S<bucket>", all-gather launches
   std::vector<float> values;       // the whole parameters after the step
+  double grad_norm = 0;
   int64_t max_grads = 0, max_params = 0, padded = 0;
   size_t peak_bytes = 0;  // the CPU allocator's bytes in use (both ranks) at its highest sample
   bool flat_values_at_rest = true, flat_grads_at_rest = true;
 };
 
-// One optimizer step over M micro-batches on dp rank `rank`.
-RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefetch) {
-  constexpr int kDp = 2, M = 3;
+// One optimizer step over M micro-batches on dp rank `rank` of kDp, the
+// shards within `instances` distributed-optimizer instances.
+RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefetch, int kDp = 2, int instances = 1) {
+  constexpr int M = 3;
   auto be = backend::make_cpu_backend();
-  const auto groups = parallel::make_process_groups(ctx, parallel::Layout::make(kDp, 1, 1, 1));
+  auto groups = parallel::make_process_groups(ctx, parallel::Layout::make(kDp, 1, 1, 1));
+  parallel::make_distributed_optimizer_instance_groups(ctx, groups, instances);
   model::StageConfig st;
   st.param_buffer_pad = kDp;
   model::GptModel m(cfg(), st, *be);
@@ -91,6 +94,7 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   dc.overlap_grad_reduce = true;
   dc.overlap_param_gather = prefetch;
   dc.bucket_size = s == ShardingStrategy::Optim ? 10000 : 0;
+  dc.num_distributed_optimizer_instances = instances;
   DistributedDataParallel ddp({&m}, groups, *be, dc);
   DistributedOptimizer opt(ddp, groups, *be, optim::AdamWConfig{});
   RankResult r;
@@ -131,6 +135,7 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   }
   rec.note();
   opt.reduce_grads();
+  r.grad_norm = opt.get_grad_norm();
   opt.step(1e-3, 1.f);
   sample();
   r.max_grads = rec.max_grads;
@@ -141,6 +146,14 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   const Tensor& v = m.params().values();
   r.values.assign(v.data<float>(), v.data<float>() + v.numel());
   return r;
+}
+
+std::vector<RankResult> run_dp4(ShardingStrategy s, int instances) {
+  std::vector<RankResult> out(4);
+  testing::run_ranks(4, std::chrono::seconds(60), [&](int rank, comm::DistContext& ctx) {
+    out[static_cast<size_t>(rank)] = run(rank, ctx, s, true, 4, instances);
+  });
+  return out;
 }
 
 std::vector<RankResult> run_dp2(ShardingStrategy s, bool prefetch) {
@@ -287,6 +300,26 @@ TEST(ShardedDataParallel, Zero3Bf16GathersTheCastPiecesBitForBit) {
     EXPECT_EQ(fp32_checked, 4 * cfg().num_layers + 2);  // two LayerNorms a layer, the final one
     EXPECT_GT(compute_checked, 0);
   });
+}
+
+// Hybrid sharding (NOTE [Distributed-optimizer instances]): dp4 as 2
+// instances of 2 ranks, each strategy, one step of 3 micro-batches, against
+// the distributed optimizer over all 4 ranks: the same grad norm and
+// weights within rounding (the dp sum is cut in two: within the instance,
+// then across), on every rank.
+TEST(ShardedDataParallel, TwoInstancesMatchOneOverDp4) {
+  const auto ref = run_dp4(ShardingStrategy::Optim, 1);
+  for (auto s : {ShardingStrategy::Optim, ShardingStrategy::OptimGrads, ShardingStrategy::OptimGradsParams}) {
+    const auto res = run_dp4(s, 2);
+    for (int rank = 0; rank < 4; ++rank) {
+      const RankResult& got = res[static_cast<size_t>(rank)];
+      EXPECT_NEAR(got.grad_norm, ref[0].grad_norm, 1e-6 * ref[0].grad_norm) << distributed::sharding_strategy_name(s);
+      ASSERT_EQ(got.values.size(), ref[0].values.size());
+      for (size_t i = 0; i < got.values.size(); ++i)
+        ASSERT_NEAR(got.values[i], ref[0].values[i], 1e-6f + 1e-5f * std::fabs(ref[0].values[i]))
+            << distributed::sharding_strategy_name(s) << " rank " << rank << " element " << i;
+    }
+  }
 }
 
 }  // namespace
