@@ -2,7 +2,7 @@
 // backend), driven through the model's ParamGatherer seam as the trainer
 // does: a recorded trace of the calls and of the all-gathers shows that
 // with --overlap-param-gather the gather of layer l+1 is launched before
-// layer l's forward is done (and of layer l-1 before layer l's backward is
+// layer l's forward is done (and waited for only after it) (and of layer l-1 before layer l's backward is
 // done), and not without it; the full-size gradients and parameters bound at
 // any time stay a few layers' worth, not the model's; the parameters at rest
 // are shards only; and a step gives the same weights as the distributed
@@ -69,7 +69,7 @@ const config::GptConfig& cfg() {
 }
 
 struct RankResult {
-  std::vector<std::string> trace;  // gatherer calls and, as "S<bucket>", all-gather launches
+  std::vector<std::string> trace;  // gatherer calls; all-gather launches "S<bucket>", waits "W<bucket>"
   std::vector<float> values;       // the whole parameters after the step
   double grad_norm = 0;
   int64_t max_grads = 0, max_params = 0, padded = 0;
@@ -107,6 +107,7 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   if (rec.inner) m.set_param_gatherer(&rec);
   buf.on_gather = [&](int b, int what) {
     if (what == 0) r.trace.push_back("S" + std::to_string(b));
+    if (what == 1) r.trace.push_back("W" + std::to_string(b));
   };
   r.flat_values_at_rest = m.params().has_flat_values();
   r.flat_grads_at_rest = m.params().has_flat_grads();
@@ -182,9 +183,11 @@ TEST(ShardedDataParallel, Zero3PrefetchesTheNextLayerDuringThisOne) {
       const size_t begin = find(t, "F" + std::to_string(l)), end = find(t, "f" + std::to_string(l), begin);
       ASSERT_LT(end, t.size());
       const size_t start_next = find(t, bucket_of(l + 1), begin);
-      if (prefetch)
+      if (prefetch) {
         EXPECT_LT(start_next, end) << "forward: the gather of group " << l + 1 << " is not in flight during group " << l;
-      else
+        // ... and nobody waits for it before layer l's compute is done.
+        EXPECT_GT(find(t, "W" + std::to_string(5 - (l + 1)), begin), end) << "group " << l + 1 << " waited for early";
+      } else
         EXPECT_GT(start_next, end) << "forward without prefetch: group " << l + 1 << " gathered early";
       ++checked;
     }
