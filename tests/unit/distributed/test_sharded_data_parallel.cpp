@@ -2,8 +2,8 @@
 // backend), driven through the model's ParamGatherer seam as the trainer
 // does: a recorded trace of the calls and of the all-gathers shows that
 // with --overlap-param-gather the gather of layer l+1 is launched before
-// layer l's forward is done (and waited for only after it) (and of layer l-1 before layer l's backward is
-// done), and not without it; the full-size gradients and parameters bound at
+// layer l's forward is done and waited for only after it (and that of
+// layer l-1 launched before layer l's backward is done), and not without it; the full-size gradients and parameters bound at
 // any time stay a few layers' worth, not the model's; the parameters at rest
 // are shards only; and a step gives the same weights as the distributed
 // optimizer (ZeRO-1) on the same micro-batches, within rounding (another
