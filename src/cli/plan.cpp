@@ -238,6 +238,7 @@ int run_plan(int argc, char** argv) {
       o.distributed_optimizer = plan::Choice::kOn;
       o.zero_stage = s == S::OptimGrads ? 2 : 3;
     }
+    o.dist_opt_instances = std::max(1, model_args.parallel.ddp.num_distributed_optimizer_instances);
   }
   if (recompute_activations) granularity = granularity.empty() ? "selective" : granularity;
   o.recompute = granularity.empty() ? parse_recompute_list(recompute_search)
