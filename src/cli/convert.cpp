@@ -1,5 +1,6 @@
-// `tripod convert`: Hugging Face GPT-2 and Llama export and import
-// (interop/hf_gpt2.h, interop/hf_llama.h; the model's options pick the format),
+// `tripod convert`: Hugging Face GPT-2, Llama, Mixtral and Qwen2-MoE export
+// and import (interop/hf_gpt2.h, interop/hf_llama.h, interop/hf_moe.h; the
+// model's options pick the format),
 // Megatron-LM legacy checkpoint import (interop/megatron_import.h).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
@@ -15,6 +16,7 @@
 #include "interop/hf_export.h"
 #include "interop/hf_gpt2.h"
 #include "interop/hf_llama.h"
+#include "interop/hf_moe.h"
 #include "interop/megatron_import.h"
 #include "train/output_checks.h"
 
@@ -22,8 +24,9 @@ namespace tripod::cli {
 namespace {
 
 int run_convert(int argc, char** argv) {
-  CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel or LlamaForCausalLM "
-               "(model.safetensors + config.json).\n"
+  CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel, LlamaForCausalLM, "
+               "MixtralForCausalLM or Qwen2MoeForCausalLM (model.safetensors + config.json; MoE experts "
+               "per-expert or fused, docs/moe.md).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace]\n"
                "Import: tripod convert --import-hf IN --save CKPT\n"
                "        [--vocab-file F --merge-file F | --tokenizer-model F]\n"
@@ -36,8 +39,8 @@ int run_convert(int argc, char** argv) {
   std::string vocab, merges, tok_model, tok_type = "GPT2BPETokenizer";
   app.add_option("--load", load, "tripod checkpoint directory to export");
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
-  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2 or Llama, by the model)");
-  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2 or Llama folder (save_pretrained) to import");
+  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2, Llama, Mixtral or Qwen2-MoE, by the model)");
+  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2, Llama, Mixtral or Qwen2-MoE folder (save_pretrained) to import");
   app.add_option("--import-megatron", megatron_dir,
                  "Megatron-LM checkpoint to import (--ckpt-format torch: DIR/iter_N/mp_rank_*/model_optim_rng.pt; "
                  "any TP/PP; model weights)");
@@ -97,14 +100,17 @@ int run_convert(int argc, char** argv) {
     tok["vocab_file"] = vocab;
     tok["merge_file"] = merges;
     const std::string arch = interop::hf_architecture(import_dir);
-    const bool llama = arch == "LlamaForCausalLM" || arch == "llama";
+    const bool llama = arch == "LlamaForCausalLM" || arch == "llama" || interop::is_hf_moe_architecture(arch);
     TRIPOD_CHECK_HINT(llama || arch == "GPT2LMHeadModel" || arch == "GPT2Model" || arch == "gpt2" || arch.empty(),
-                      "import GPT2LMHeadModel or LlamaForCausalLM checkpoints",
+                      "import GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or Qwen2MoeForCausalLM checkpoints",
                       "{}/config.json: architecture {} is not supported", import_dir, arch);
     const auto cfg = llama ? interop::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
                            : interop::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});
     log::info("imported {} ({}) into {} at iteration 0; fine-tune with tripod train --load {} --finetune",
               import_dir, cfg.describe(), save, save);
+    if (cfg.moe.aux_loss_coeff > 0.f)  // a training flag, not kept in the checkpoint
+      log::info("config.json asks for the load-balancing loss (output_router_logits): train with "
+                "--moe-aux-loss-coeff {}", cfg.moe.aux_loss_coeff);
   }
   return 0;
 }
@@ -112,6 +118,6 @@ int run_convert(int argc, char** argv) {
 }  // namespace
 
 TRIPOD_REGISTER_COMMAND(convert, "convert",
-                        "export/import Hugging Face GPT-2 and Llama checkpoints, import Megatron-LM ones", run_convert);
+                        "export/import Hugging Face GPT-2, Llama and MoE checkpoints, import Megatron-LM ones", run_convert);
 
 }  // namespace tripod::cli

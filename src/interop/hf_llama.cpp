@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "ckpt/atomic_io.h"
 #include "ckpt/reshard.h"
+#include "interop/hf_moe.h"
 #include "model/gpt_model.h"
 
 namespace tripod::interop {
@@ -105,7 +106,7 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.linear_fc2.bias", "mlp.down_proj.bias"},
 };
 
-config::GptConfig config_from_hf(const std::string& path) {
+config::GptConfig config_from_hf(const std::string& path, const std::string& arch) {
   json j = json::parse(read_text(path), nullptr, false);
   TRIPOD_CHECK(!j.is_discarded() && j.is_object(), "{}: not valid JSON", path);
   config::GptConfig c;
@@ -148,8 +149,9 @@ config::GptConfig config_from_hf(const std::string& path) {
                  "{}: attention_bias {} and mlp_bias {} differ; tripod's biases are all on or all off "
                  "(--disable-bias-linear)", path, attn_bias, mlp_bias);
     c.add_bias_linear = attn_bias;
+    if (is_hf_moe_architecture(arch)) moe_config_from_hf(j, arch, path, c);
   } catch (const json::exception& e) {
-    TRIPOD_FAIL("{}: missing or malformed Llama field: {}", path, e.what());
+    TRIPOD_FAIL("{}: missing or malformed {} field: {}", path, arch, e.what());
   }
   c.position_embedding_type = config::GptConfig::Position::Rope;
   c.normalization = config::GptConfig::Norm::RMSNorm;
@@ -190,6 +192,7 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
   std::string why;
   TRIPOD_CHECK_HINT(is_hf_llama(c, &why), "export GPT-2 models with the same command: it picks GPT2LMHeadModel",
                     "{} cannot be written as LlamaForCausalLM: {}", reader.path(), why);
+  const std::string arch = c.moe.enabled() ? hf_moe_architecture(c, reader.path()) : "LlamaForCausalLM";
   const Shape vocab_rows{c.vocab_size, c.hidden_size};
   std::vector<std::pair<std::string, Tensor>> out;
   auto read = [&](const std::string& n) { return reader.read_full("model." + n); };
@@ -209,11 +212,17 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
       out.emplace_back(theirs + "self_attn.q_proj." + kind, q);
       out.emplace_back(theirs + "self_attn.k_proj." + kind, k);
       out.emplace_back(theirs + "self_attn.v_proj." + kind, v);
+      if (!reader.has("model." + ours + "mlp.linear_fc1." + kind)) continue;  // an MoE layer
       const Tensor fc1 = read(ours + "mlp.linear_fc1." + kind);  // [gate | up]
       const int64_t F = c.ffn_hidden_size;
       out.emplace_back(theirs + "mlp.gate_proj." + kind, slice_rows(fc1, 0, F));
       out.emplace_back(theirs + "mlp.up_proj." + kind, slice_rows(fc1, F, F));
     }
+    if (c.layer_spec(l).moe()) moe_layer_to_hf(c, l, read, out);
+    if (arch == "Qwen2MoeForCausalLM")  // its q/k/v projections have biases: zero
+      for (const auto& [w, rows] : {std::pair{"q_proj", c.num_attention_heads}, std::pair{"k_proj", c.query_groups()},
+                                    std::pair{"v_proj", c.query_groups()}})
+        out.emplace_back(theirs + "self_attn." + w + ".bias", Tensor::zeros({rows * c.head_size()}, DType::F32));
   }
   out.emplace_back("model.norm.weight", read("decoder.final_layernorm.weight"));
   if (c.untie_embeddings_and_output_weights)
@@ -242,11 +251,13 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
               {"initializer_range", json_float(c.init_method_std)},
               {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
               {"torch_dtype", "float32"}};
+  if (c.moe.enabled()) moe_config_to_hf(c, cfg);
   write_text_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
 }
 
 config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir, const json& extra) {
-  const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string());
+  const std::string arch = hf_architecture(in_dir);
+  const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string(), arch);
   const std::string st_path = (fs::path(in_dir) / "model.safetensors").string();
   TRIPOD_CHECK_HINT(fs::exists(st_path),
                     "save the model with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\") "
@@ -254,11 +265,14 @@ config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& 
                     "{} does not exist (sharded or .bin checkpoints are not read)", st_path);
   const auto st = SafetensorsFile::open(st_path);
   auto get = [&](const std::string& name) {
-    TRIPOD_CHECK(st.contains(name), "{}: no tensor {} (is it a LlamaForCausalLM checkpoint?)", st_path, name);
+    TRIPOD_CHECK(st.contains(name), "{}: no tensor {} (is it a {} checkpoint?)", st_path, name, arch);
     return st.read_f32(name);
   };
   const int64_t vp = c.padded_vocab_size(1), F = c.ffn_hidden_size;
   std::vector<ShardTensor> tensors;
+  HfMoeTensors moe(st, c);
+  if (is_hf_moe_architecture(arch))
+    for (int64_t l = 0; l < c.num_layers; ++l) moe.check_zero_qkv_bias(l);
   for (const auto& spec : model::GptModel::all_param_specs(c, vp)) {
     const std::string& n = spec.name;
     Tensor t;
@@ -273,7 +287,9 @@ config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& 
       const std::string layer = n.substr(std::strlen("decoder.layers."), dot - std::strlen("decoder.layers."));
       const std::string suffix = n.substr(dot + 1), theirs = "model.layers." + layer + ".";
       const std::string kind = suffix.substr(suffix.rfind('.') + 1);  // weight | bias
-      if (suffix.rfind("self_attention.linear_qkv.", 0) == 0) {
+      if (HfMoeTensors::is_moe_tensor(suffix)) {
+        t = moe.read(std::stoll(layer), suffix);
+      } else if (suffix.rfind("self_attention.linear_qkv.", 0) == 0) {
         t = fuse_qkv(c, spec.global_shape, get(theirs + "self_attn.q_proj." + kind),
                      get(theirs + "self_attn.k_proj." + kind), get(theirs + "self_attn.v_proj." + kind));
       } else if (suffix.rfind("mlp.linear_fc1.", 0) == 0) {
@@ -300,7 +316,7 @@ config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& 
   meta["model"] = config_to_json(c);
   meta["consumed_samples"] = 0;
   meta["optimizer"] = {{"saved", false}, {"steps", 0}};
-  meta["source"] = "imported from Hugging Face LlamaForCausalLM " + in_dir;
+  meta["source"] = "imported from Hugging Face " + (arch.empty() ? std::string("LlamaForCausalLM") : arch) + " " + in_dir;
   save_unsharded(save_dir, 0, tensors, meta);
   return c;
 }
