@@ -1,6 +1,6 @@
-# The training run and fixture writer shared by gen_gpt2_oracle.py and
-# gen_llama_oracle.py: the batch, optimizer and schedule constants, Megatron's
-# AdamW semantics (no decay on 1-D parameters, global-norm clipping, linear
+# The training run and fixture writer shared by gen_gpt2_oracle.py,
+# gen_llama_oracle.py and gen_moe_oracle.py: the batch, optimizer and
+# schedule constants, Megatron's AdamW semantics (no decay on 1-D parameters, global-norm clipping, linear
 # warmup then cosine decay, the first iteration at lr_at(0)), and the records
 # the C++ test reads (see gen_gpt2_oracle.py for the format).
 import math
@@ -32,15 +32,19 @@ def train_and_write(out_path, P, forward, config, version):
     m = {n: torch.zeros_like(t) for n, t in P.items()}
     v = {n: torch.zeros_like(t) for n, t in P.items()}
     records, losses, norms, grads0 = [], [], [], None
+    def run(tokens):  # forward may also return a loss to add to the objective (the MoE losses)
+        out = forward(P, tokens)
+        return out if isinstance(out, tuple) else (out, 0.0)
+
     with torch.no_grad():
-        logits0 = forward(P, batches[0][:B_MICRO, :T].long())
+        logits0 = run(batches[0][:B_MICRO, :T].long())[0]
     for step in range(STEPS):
         for t in P.values():
             t.grad = None
         tok = batches[step].long()
-        logits = forward(P, tok[:, :T])
+        logits, extra = run(tok[:, :T])
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VP), tok[:, 1:].reshape(-1))
-        loss.backward()
+        (loss + extra).backward()
         norm = math.sqrt(sum(float((t.grad ** 2).sum()) for t in P.values()))
         losses.append(float(loss))
         norms.append(norm)

@@ -5,6 +5,9 @@
 // micro-batch, every parameter gradient, and per-iteration loss, grad norm
 // and weights after 3 AdamW iterations with clipping, warmup and cosine
 // decay, driven through train::Trainer with 2 micro-batches per iteration.
+// Version 3 (gen_moe_oracle.py) adds mixture-of-experts layers: Mixtral's or
+// Qwen2-MoE's routing, a gated shared expert, a dense layer beside an MoE
+// one, and the load-balancing and z losses in the gradients.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -31,7 +34,7 @@ struct Record {
 
 struct Fixture {
   int32_t version = 0;
-  int32_t cfg[12] = {};  // version 1: the first 9; version 2 adds G, F, rotary base
+  int32_t cfg[20] = {};  // version 1: the first 9; version 2 adds G, F, rotary base; version 3 the MoE fields
   double hp[9];
   std::map<std::string, Record> rec;
   const Record& at(const std::string& n) const {
@@ -46,11 +49,11 @@ Fixture load_fixture(const std::string& path) {
   if (!in) throw std::runtime_error("cannot open fixture " + path);
   int32_t head[2];
   in.read(reinterpret_cast<char*>(head), sizeof head);
-  if (head[0] != kMagic || (head[1] != 1 && head[1] != 2))
+  if (head[0] != kMagic || head[1] < 1 || head[1] > 3)
     throw std::runtime_error("stale oracle fixture " + path + ": regenerate it with tests/oracle/gen_*_oracle.py");
   Fixture f;
   f.version = head[1];
-  in.read(reinterpret_cast<char*>(f.cfg), f.version == 1 ? 9 * 4 : 12 * 4);
+  in.read(reinterpret_cast<char*>(f.cfg), (f.version == 1 ? 9 : f.version == 2 ? 12 : 20) * 4);
   in.read(reinterpret_cast<char*>(f.hp), sizeof f.hp);
   int32_t len;
   while (in.read(reinterpret_cast<char*>(&len), 4)) {
@@ -121,7 +124,7 @@ TEST(Oracle, MatchesPyTorchFloat64) {
   a.model.num_attention_heads = NH;
   a.model.seq_length = T;
   a.model.vocab_size = V;
-  if (f.version == 2) {  // the Llama family, as gen_llama_oracle.py builds it
+  if (f.version >= 2) {  // the Llama family, as gen_llama_oracle.py builds it
     using P = tripod::config::GptConfig;
     a.model.group_query_attention = true;
     a.model.num_query_groups = f.cfg[9];
@@ -132,6 +135,20 @@ TEST(Oracle, MatchesPyTorchFloat64) {
     a.model.swiglu = true;
     a.model.untie_embeddings_and_output_weights = true;
     a.model.add_bias_linear = false;
+  }
+  if (f.version == 3) {  // MoE layers, as gen_moe_oracle.py builds them
+    auto& m = a.model.moe;
+    m.num_experts = f.cfg[12];
+    m.router_topk = f.cfg[13];
+    m.ffn_hidden_size = f.cfg[14];
+    m.shared_expert_intermediate_size = f.cfg[15];
+    m.shared_expert_gate = f.cfg[15] > 0;
+    m.router_pre_softmax = f.cfg[16] != 0;
+    m.aux_loss_coeff = static_cast<float>(f.cfg[17] * 1e-6);
+    m.z_loss_coeff = static_cast<float>(f.cfg[18] * 1e-6);
+    m.layer_freq = "[";
+    for (int l = 0; l < L; ++l) m.layer_freq += std::string(l ? "," : "") + ((f.cfg[19] >> l) & 1 ? "1" : "0");
+    m.layer_freq += "]";
   }
   a.batch.micro_batch_size = B;
   a.batch.global_batch_size = B * NM;
