@@ -24,7 +24,10 @@
 // permutation (the permutation in HF's convert_llama_weights_to_hf.py
 // turns Meta's interleaved-pair weights into this convention).
 //
-// Relates to: cli/convert.cpp, interop/hf_gpt2.h, scripts/gpu_llama_hf_check.py.
+// With --num-experts the same functions write and read MixtralForCausalLM
+// and Qwen2MoeForCausalLM: interop/hf_moe.h maps the MoE layers and config.
+//
+// Relates to: cli/convert.cpp, interop/hf_gpt2.h, interop/hf_moe.h, scripts/gpu_llama_hf_check.py.
 #pragma once
 
 #include <nlohmann/json.hpp>

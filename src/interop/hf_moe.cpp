@@ -122,8 +122,10 @@ void moe_config_to_hf(const config::GptConfig& c, json& cfg) {
   const std::string arch = hf_moe_architecture(c, "the checkpoint");
   cfg["architectures"] = {arch};
   cfg["num_experts_per_tok"] = m.router_topk;
-  cfg["router_aux_loss_coef"] = json_float(m.balancing_coeff());
+  // A checkpoint does not carry the coefficient (a training flag): mostly
+  // output_router_logits false and transformers' default coefficient.
   cfg["output_router_logits"] = m.balancing_coeff() > 0.f;
+  if (m.balancing_coeff() > 0.f) cfg["router_aux_loss_coef"] = json_float(m.balancing_coeff());
   for (const char* k : {"head_dim", "attention_bias", "mlp_bias"}) cfg.erase(k);
   if (arch == "MixtralForCausalLM") {
     cfg["model_type"] = "mixtral";

@@ -30,8 +30,9 @@
 //     attention's q/k/v biases must be zero on import (tripod has no
 //     --add-qkv-bias) and are written as zeros.
 //   router_aux_loss_coef = --moe-aux-loss-coeff when output_router_logits is
-//     true (transformers adds the loss only then), else 0; written back as
-//     router_aux_loss_coef with output_router_logits = (coefficient > 0).
+//     true (transformers adds the loss only then), else 0. It is a training
+//     flag a checkpoint does not keep: import reports it (cli/convert.cpp),
+//     export writes output_router_logits false and no coefficient.
 // Refused (named): sigmoid routing, the expert bias, a top-k scaling factor,
 // biases, GELU experts, a shared expert without its gate, pre-softmax
 // routing or dense layers without a shared expert (no HF class here), and
