@@ -51,7 +51,8 @@ def check(name, ok, detail):
 def compare(tag, tripod, ckpt, hf_model, prompt):
     vocab = hf_model.config.vocab_size
     logits_file = os.path.join(os.path.dirname(ckpt), f"{tag}_logits.f32")
-    out = run([tripod, "generate", "--load", ckpt, "--prompt-ids", ",".join(map(str, prompt)), "--greedy",
+    out = run([tripod, "generate", "--device", "cpu", "--load", ckpt, "--prompt-ids", ",".join(map(str, prompt)),
+               "--greedy",
                "--max-new-tokens", str(NEW_TOKENS), "--logits-out", logits_file])
     ours_ids = [int(t) for t in out.split()]
     ours = np.fromfile(logits_file, dtype="<f4").reshape(len(prompt), vocab)
