@@ -35,8 +35,8 @@ def has_grouped_mm():
         return False
     try:  # sm90+ and bf16 only; shapes multiples of 16
         a = torch.zeros(32, 16, device="cuda", dtype=torch.bfloat16)
-        b = torch.zeros(2, 16, 16, device="cuda", dtype=torch.bfloat16)
-        torch._grouped_mm(a, b, offs=torch.tensor([16, 32], device="cuda", dtype=torch.int32))
+        b = torch.zeros(2, 32, 16, device="cuda", dtype=torch.bfloat16)  # (E, out, in), passed transposed
+        torch._grouped_mm(a, b.transpose(-2, -1), offs=torch.tensor([16, 32], device="cuda", dtype=torch.int32))
         return True
     except Exception:
         return False
@@ -63,11 +63,11 @@ class MoE(nn.Module):
     def __init__(s):
         super().__init__()
         s.router = nn.Parameter(torch.randn(E, C) * 0.02)
-        s.w1 = nn.Parameter(torch.randn(E, C, 2 * FE) * 0.02)  # [gate | up], (in, out) per expert
-        s.w2 = nn.Parameter(torch.randn(E, FE, C) * 0.02)
+        s.w1 = nn.Parameter(torch.randn(E, 2 * FE, C) * 0.02)  # [gate | up], (out, in) per expert
+        s.w2 = nn.Parameter(torch.randn(E, C, FE) * 0.02)
 
     def experts(s, xs, counts):
-        w1, w2 = s.w1.to(xs.dtype), s.w2.to(xs.dtype)
+        w1, w2 = s.w1.to(xs.dtype).transpose(-2, -1), s.w2.to(xs.dtype).transpose(-2, -1)  # (E, in, out)
         if GROUPED:
             offs = torch.cumsum(counts, 0).to(torch.int32)
             h = torch._grouped_mm(xs, w1, offs=offs)
@@ -81,16 +81,18 @@ class MoE(nn.Module):
         return torch.cat(out)
 
     def forward(s, x):  # x (N, C)
-        logits = x.float() @ s.router.float().t()
-        top, idx = logits.topk(K, dim=-1)
-        probs = top.softmax(-1)
-        scores = logits.softmax(-1)  # Switch aux loss: E / (k N^2) sum_e count_e sum_n s_ne
-        counts = torch.bincount(idx.flatten(), minlength=E)
-        aux = AUX_COEFF * E / (K * N * N) * (counts.float() * scores.sum(0)).sum()
+        with torch.autocast("cuda", enabled=False):  # the router in fp32, as tripod's
+            logits = x.float() @ s.router.float().t()
+            top, idx = logits.topk(K, dim=-1)
+            probs = top.softmax(-1)
+            scores = logits.softmax(-1)  # Switch aux loss: E / (k N^2) sum_e count_e sum_n s_ne
+            counts = F.one_hot(idx, E).sum((0, 1))
+            aux = AUX_COEFF * E / (K * N * N) * (counts.float() * scores.sum(0)).sum()
         order = idx.flatten().argsort(stable=True)  # slots sorted by expert, slot order within
         tok = order // K
-        ys = s.experts(x[tok], counts)
-        y = torch.zeros_like(x).index_add_(0, tok, ys * probs.flatten()[order, None].to(ys.dtype))
+        xb = x.to(torch.bfloat16)
+        ys = s.experts(xb[tok], counts)
+        y = torch.zeros_like(xb).index_add_(0, tok, ys * probs.flatten()[order, None].to(ys.dtype))
         return y, aux
 
 
