@@ -489,9 +489,9 @@ class Backend {
                                bool fast_accum) = 0;
   virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                                      float fp8_max, int margin, bool use_max) = 0;
-  // MoE: the CPU reference implements these; the defaults stop with an
-  // error naming the op (the CUDA kernels are not written yet, so a MoE
-  // model is refused there rather than run on a partial path).
+  // MoE: the CPU and CUDA backends implement these; the defaults stop with
+  // an error naming the op, so a backend without the kernels refuses a MoE
+  // model rather than run it on a partial path.
   virtual void moe_router_topk_impl(Tensor& probs, Tensor& indices, const Tensor& logits, const Tensor* expert_bias,
                                     const MoeRouting& r);
   virtual void moe_router_topk_backward_impl(Tensor& dlogits, const Tensor& dprobs, const Tensor& logits,

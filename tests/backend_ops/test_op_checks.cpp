@@ -206,6 +206,18 @@ std::vector<Bad> bad_calls() {
   v.push_back({"fp8_update_scale", "scale_inv", [=](Backend& be) {
     Tensor sc = e(be, {3}), si = e(be, {2}), a = e(be, {3});
     be.fp8_update_scale(sc, si, nullptr, a, 448.f, 0, false); }});
+  // Mixture of experts: N=6 tokens, E=4 experts, top-2, C=8.
+  v.push_back({"moe_router_topk", "probs", [=](Backend& be) {
+    Tensor p = e(be, {6, 3}), idx = e(be, {6, 2}, I), l = e(be, {6, 4});
+    backend::MoeRouting r;
+    r.topk = 2;
+    be.moe_router_topk(p, idx, l, nullptr, r); }});
+  v.push_back({"moe_permute_map", "row_map", [=](Backend& be) {
+    Tensor rm = e(be, {11}, I), c = e(be, {4}, I), idx = e(be, {12}, I), p = e(be, {12});
+    be.moe_permute_map(rm, c, idx, p, 4, -1, false); }});
+  v.push_back({"moe_unpermute", "probs", [=](Backend& be) {
+    Tensor o = e(be, {6, 8}), x = e(be, {12, 8}), rm = e(be, {12}, I), p = e(be, {6, 2}, I);
+    be.moe_unpermute(o, x, rm, p); }});
   return v;
 }
 

@@ -343,21 +343,31 @@ class CpuBackend final : public Backend {
                                 probs.data<T>(), indices.numel(), E, capacity, drop_by_probs));
   }
   void moe_permute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, int k) override {
+    if (cpu::is_half(out.dtype())) { cpu::Widened w; return moe_permute_impl(w.out(out), w.in(inp), row_map, k); }
     TRIPOD_CPU_DISPATCH(inp.dtype(), cpu::moe_permute<T>(out.data<T>(), inp.data<T>(), row_map.data<int32_t>(),
                                                          out.size(0), out.size(1), k));
   }
   void moe_permute_backward_impl(Tensor& dinp, const Tensor& dout, const Tensor& row_map, int k) override {
+    if (cpu::is_half(dinp.dtype())) {
+      cpu::Widened w;
+      return moe_permute_backward_impl(w.out(dinp), w.in(dout), row_map, k);
+    }
     TRIPOD_CPU_DISPATCH(dinp.dtype(),
         cpu::moe_unpermute<T>(dinp.data<T>(), dout.data<T>(), row_map.data<int32_t>(), nullptr, dinp.size(0),
                               dout.size(0), dinp.size(1), k));
   }
   void moe_unpermute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, const Tensor& probs) override {
+    if (cpu::is_half(out.dtype())) { cpu::Widened w; return moe_unpermute_impl(w.out(out), w.in(inp), row_map, probs); }
     TRIPOD_CPU_DISPATCH(out.dtype(),
         cpu::moe_unpermute<T>(out.data<T>(), inp.data<T>(), row_map.data<int32_t>(), probs.data<cpu::stat_t<T>>(),
                               out.size(0), inp.size(0), out.size(1), static_cast<int>(probs.size(1))));
   }
   void moe_unpermute_backward_impl(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
                                    const Tensor& row_map, const Tensor& probs) override {
+    if (cpu::is_half(dout.dtype())) {
+      cpu::Widened w;
+      return moe_unpermute_backward_impl(w.out(dinp), dprobs, w.in(dout), w.in(inp), row_map, probs);
+    }
     TRIPOD_CPU_DISPATCH(dout.dtype(),
         cpu::moe_unpermute_backward<T>(dinp.data<T>(), dprobs.data<cpu::stat_t<T>>(), dout.data<T>(), inp.data<T>(),
                                        row_map.data<int32_t>(), probs.data<cpu::stat_t<T>>(), dout.size(0),

@@ -26,6 +26,7 @@
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/moe.cuh"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/rope.cuh"
@@ -409,6 +410,56 @@ class CudaBackend final : public Backend {
     cuda::fp8_update_scale(scale.data<float>(), scale_inv.data<float>(),
                            amax_history ? amax_history->data<float>() : nullptr, amax.data<float>(), amax.numel(),
                            amax_history ? amax_history->size(1) : 0, fp8_max, margin, use_max, stream_);
+  }
+
+  // ---- mixture of experts (moe_router.cu, moe.cu); router tensors f32 ----
+  void moe_router_topk_impl(Tensor& probs, Tensor& indices, const Tensor& logits, const Tensor* bias,
+                            const MoeRouting& r) override {
+    cuda::moe_router_topk(probs.data<float>(), indices.data<int32_t>(), logits.data<float>(),
+                          bias ? bias->data<float>() : nullptr, logits.size(0), logits.size(1), r.topk, r.sigmoid,
+                          r.pre_softmax, r.scaling_factor, stream_);
+  }
+  void moe_router_topk_backward_impl(Tensor& dlogits, const Tensor& dprobs, const Tensor& logits,
+                                     const Tensor& indices, const MoeRouting& r) override {
+    cuda::moe_router_topk_backward(dlogits.data<float>(), dprobs.data<float>(), logits.data<float>(),
+                                   indices.data<int32_t>(), logits.size(0), logits.size(1), r.topk, r.sigmoid,
+                                   r.pre_softmax, r.scaling_factor, stream_);
+  }
+  void moe_aux_loss_impl(Tensor* dlogits, Tensor& losses, const Tensor& logits, const MoeAuxLoss& a) override {
+    const int64_t N = logits.size(0), E = logits.size(1);
+    Tensor scratch = empty({std::max<int64_t>(cuda::moe_aux_loss_scratch(N, E, a.topk, a.seq_length), 1)},
+                           DType::F64);
+    cuda::moe_aux_loss(dlogits ? dlogits->data<float>() : nullptr, losses.data<float>(), logits.data<float>(), N, E,
+                       a.topk, a.sigmoid, a.seq_length, a.aux_coeff, a.z_coeff, a.grad_scale,
+                       scratch.data<double>(), stream_);
+  }
+  void moe_permute_map_impl(Tensor& row_map, Tensor& counts, const Tensor& indices, const Tensor& probs, int64_t E,
+                            int64_t capacity, bool drop_by_probs) override {
+    Tensor raw = empty({E}, DType::I32);
+    cuda::moe_permute_map(row_map.data<int32_t>(), counts.data<int32_t>(), indices.data<int32_t>(),
+                          probs.data<float>(), indices.numel(), E, capacity, drop_by_probs, raw.data<int32_t>(),
+                          stream_);
+  }
+  void moe_permute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, int k) override {
+    cuda::moe_permute(out.raw(), inp.raw(), row_map.data<int32_t>(), out.size(0), out.size(1), k, out.dtype(),
+                      stream_);
+  }
+  void moe_permute_backward_impl(Tensor& dinp, const Tensor& dout, const Tensor& row_map, int k) override {
+    Tensor inverse = empty({std::max<int64_t>(dinp.size(0) * k, 1)}, DType::I32);
+    cuda::moe_unpermute(dinp.raw(), dout.raw(), row_map.data<int32_t>(), nullptr, dinp.size(0), dout.size(0),
+                        dinp.size(1), k, inverse.data<int32_t>(), dinp.dtype(), stream_);
+  }
+  void moe_unpermute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, const Tensor& probs) override {
+    const int k = static_cast<int>(probs.size(1));
+    Tensor inverse = empty({std::max<int64_t>(out.size(0) * k, 1)}, DType::I32);
+    cuda::moe_unpermute(out.raw(), inp.raw(), row_map.data<int32_t>(), probs.data<float>(), out.size(0),
+                        inp.size(0), out.size(1), k, inverse.data<int32_t>(), out.dtype(), stream_);
+  }
+  void moe_unpermute_backward_impl(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
+                                   const Tensor& row_map, const Tensor& probs) override {
+    cuda::moe_unpermute_backward(dinp.raw(), dprobs.data<float>(), dout.raw(), inp.raw(), row_map.data<int32_t>(),
+                                 probs.data<float>(), dout.size(0), inp.size(0), dout.size(1),
+                                 static_cast<int>(probs.size(1)), dout.dtype(), stream_);
   }
 
  private:
