@@ -74,6 +74,18 @@ int64_t params_on_stage(const GptConfig& m, int tp, int pp, int stage) {
   return n;
 }
 
+int64_t expert_params_on_stage(const GptConfig& m, int tp, int pp, int stage) {
+  const int64_t layers = (m.num_layers + pp - 1) / pp;
+  int64_t n = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    const config::LayerSpec ls = m.layer_spec(std::min(int64_t(stage) * layers + i, m.num_layers - 1));
+    if (!ls.moe()) continue;
+    const int64_t bC = ls.bias ? ls.hidden_size : 0;  // fc2's bias, replicated over tp
+    n += ls.num_experts * ((ls.expert_parameters(ls.moe_ffn_hidden_size) - bC) / tp + bC);
+  }
+  return n;
+}
+
 double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage) {
   if (l.zero_stage < 2) return 0.0;
   const int64_t C = m.hidden_size, Vp = m.padded_vocab_size(l.tp);
@@ -113,6 +125,24 @@ double tripod_layer_activation_bytes(const GptConfig& m, int64_t b, int tp, bool
   double bytes = act * (2.0 * Nsp * h + N * (Q + F1 + F) / tp) + 4.0 * ((m.rmsnorm() ? 2.0 : 4.0) * Nsp);
   if (r == Recompute::None) bytes += act * N * h / tp + 4.0 * N * a / tp;  // att, lse
   return bytes;
+}
+
+double tripod_moe_layer_activation_bytes(const config::LayerSpec& s, int64_t b, int64_t seq_length, int act_bytes,
+                                         int ep) {
+  const double N = double(b * seq_length), C = double(s.hidden_size), E = double(s.num_experts);
+  const double k = double(s.router_topk), Fe = double(s.moe_ffn_hidden_size), Fe1 = s.swiglu ? 2.0 * Fe : Fe;
+  const double Fs = double(s.shared_expert_size), Fs1 = s.swiglu ? 2.0 * Fs : Fs, Re = N * k, act = act_bytes;
+  double bytes = act * (N * C + 2.0 * N * k * C + Re * (C + Fe1 + Fe) + (Fs > 0 ? N * (Fs1 + Fs + C) : 0.0));
+  double f32 = (act_bytes != 4 ? N * C : 0.0) + 2.0 * N * E + 3.0 * N * k + 2.0 + E + (ep > 1 ? Re : 0.0);
+  if (s.shared_expert_gate) f32 += 4.0 * N;
+  return bytes + 4.0 * f32;
+}
+
+double tripod_moe_workspace_bytes(const config::LayerSpec& s, int64_t b, int64_t seq_length, int act_bytes, int ep) {
+  const double N = double(b * seq_length), C = double(s.hidden_size), E = double(s.num_experts);
+  const double k = double(s.router_topk), Fe = double(s.moe_ffn_hidden_size), Fe1 = s.swiglu ? 2.0 * Fe : Fe;
+  const double Re = N * k, act = act_bytes;
+  return 4.0 * N * (k + E) + act * (2.0 * N * k * C + (ep > 1 ? 3.0 : 2.0) * Re * C + Re * (Fe + Fe1));
 }
 
 double tripod_stage_extra_activation_bytes(const GptConfig& m, int64_t b, int tp, bool sp, bool post_process,
@@ -256,6 +286,22 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
                                          (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers);
     mb.activations += slots * f8.per_microbatch;
     fp8_fixed += f8.weights + f8.scratch;
+    // MoE layers keep MoeActs instead of the dense fc1 and act; the
+    // chunk's scratch adds the largest MoE backward's (and under full
+    // recompute the MoE layer being rebuilt).
+    double moe_kept = 0, moe_scratch = 0;
+    for (int64_t i = (int64_t(c) * l.pp + stage) * chunk_layers, e = std::min(i + chunk_layers, m.num_layers); i < e;
+         ++i) {
+      const config::LayerSpec ls = m.layer_spec(i);
+      if (!ls.moe()) continue;
+      const double moe = tripod_moe_layer_activation_bytes(ls, l.micro_batch, m.seq_length, act, l.ep) -
+                         double(act) * double(l.micro_batch * m.seq_length) * double(m.fc1_width() + m.ffn_hidden_size) / l.tp;
+      if (l.recompute == Recompute::Full) moe_scratch = std::max(moe_scratch, moe);
+      else moe_kept += moe;
+      moe_scratch = std::max(moe_scratch, tripod_moe_workspace_bytes(ls, l.micro_batch, m.seq_length, act, l.ep));
+    }
+    mb.activations += slots * moe_kept;
+    fp8_fixed += moe_scratch;
   }
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute, l.dtype);
   const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute, l.dtype) - chunk_ws;
@@ -297,6 +343,17 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
     mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.shard_ranks(),
                                                      o.model == MemoryModelKind::kTripod, l.zero_stage);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param + sharded_working_bytes(m, l, stage);
+    // Expert parallelism (docs/moe.md): Megatron stores E / ep experts per
+    // rank and shards their optimizer state over the expert-data-parallel
+    // ranks (dp x cp / ep). tripod's ranks hold every expert in this version
+    // (the model above).
+    if (o.model == MemoryModelKind::kMegatron && l.ep > 1) {
+      const int64_t experts = expert_params_on_stage(m, l.tp, l.pp, stage), kept = experts / l.ep;
+      const double expert_bpp = model_state_bytes_per_param(l.dtype, l.distributed_optimizer,
+                                                             std::max(1, l.shard_ranks() / l.ep), false, l.zero_stage);
+      mb.params_per_gpu -= experts - kept;
+      mb.model_states += double(kept) * expert_bpp - double(experts) * mb.bytes_per_param;
+    }
     if (o.model == MemoryModelKind::kTripod) {
       tripod_stage(m, l, stage, o, mb);
       mb.workspace += cp_ring_workspace_bytes(m, l, stage);

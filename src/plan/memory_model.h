@@ -124,6 +124,31 @@ GptConfig local_sequence(const GptConfig& m, int cp);
 // embedding for the tied output layer (as Megatron does).
 int64_t params_on_stage(const GptConfig& m, int tp, int pp, int stage);
 
+// The routed experts' parameters among those params_on_stage counts (the
+// MoE layers' mlp.experts.local_experts.*, per tp rank): the part expert
+// parallelism splits over ep ranks, each holding E / ep experts.
+int64_t expert_params_on_stage(const GptConfig& m, int tp, int pp, int stage);
+
+// tripod model, MoE (docs/moe.md, "Memory and the planner"): what one MoE
+// layer keeps for one micro-batch (model::MoeActs::bytes()) in place of the
+// dense MLP's fc1 and act (N (F1 + F) / t), with N = b s tokens, k the top-k,
+// E experts of width Fe (Fe1 = 2 Fe under SwiGLU), the shared expert's Fs
+// (Fs1), and Re = N k the rows this rank's experts run (the ep ranks'
+// N k rows each when the load is even):
+//   act * [ N C (x) + 2 N k C (xp, y) + Re (C + Fe1 + Fe) (xe, fc1, act)
+//           + N (Fs1 + Fs + C) (shared expert) ]
+//   + 4 * [ N C (x32, only when act != 4) + 2 N E (logits, daux)
+//           + 3 N k (probs, indices, row_map) + 2 + E (losses, counts)
+//           + Re (sort_map, only at ep > 1) + 4 N (the shared-expert gate) ]
+double tripod_moe_layer_activation_bytes(const config::LayerSpec& s, int64_t micro_batch, int64_t seq_length,
+                                         int act_bytes, int ep);
+// tripod model: the MoE layer's backward scratch at its peak (the dispatch
+// buffers; model/moe_layer.cpp): d probs, d logits 4 N (k + E); dy, dxp
+// 2 N k C; dye, dxe 2 Re C and, at ep > 1, the all-to-all's receive buffer
+// Re C; one expert's dact, dfc1 at most Re (Fe + Fe1); in the compute dtype.
+double tripod_moe_workspace_bytes(const config::LayerSpec& s, int64_t micro_batch, int64_t seq_length, int act_bytes,
+                                  int ep);
+
 // Korthikanti et al. activation bytes of ONE transformer layer for ONE
 // micro-batch, 16-bit activations, generalised from F = 4h to any FFN width:
 //   no TP:  sbh(18 + 4F/h) + 5as^2 b

@@ -86,4 +86,16 @@ TEST(PlanCpuMemory, ContextParallelWithin10Percent) {
   for (const Case& c : cases) check_case(c);
 }
 
+// MoE layers (docs/moe.md, "Memory and the planner"): the router, the N k
+// permuted rows and the experts' activations in place of the dense MLP's,
+// the backward's dispatch buffers, every expert's parameters.
+TEST(PlanCpuMemory, MoeWithin10Percent) {
+  const Case cases[] = {
+      {"moe dp1", 1,
+       "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128",
+       "--no-distributed-optimizer"},
+  };
+  for (const Case& c : cases) check_case(c);
+}
+
 }  // namespace

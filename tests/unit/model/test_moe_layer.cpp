@@ -15,6 +15,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "model/gpt_model.h"
+#include "plan/memory_model.h"
 #include "moe_reference.h"
 #include "testing/tiny_model.h"
 
@@ -105,6 +106,10 @@ void run_case(const Case& cs) {
   Tensor out = Tensor::empty({kN, kC}, DType::F32), dx = Tensor::empty({kN, kC}, DType::F32);
   m.params().zero_grad();
   layer.forward(xt, out, a);
+  // What the layer keeps is what the planner counts (dropless: N k rows
+  // at the experts; f32 activations).
+  if (cfg.moe.expert_capacity_factor <= 0)
+    EXPECT_EQ(static_cast<double>(a.bytes()), plan::tripod_moe_layer_activation_bytes(s, 1, kN, 4, 1));
   layer.backward(dx, dt, a);
   const testing::MoeRef::Out r = ref.forward(x, kN);
   for (int64_t i = 0; i < kN * kC; ++i) ASSERT_NEAR(out.data<float>()[i], r.y[i], 2e-5) << "out " << i;

@@ -394,5 +394,57 @@ TEST(PlanTime, Fp8GemmsAtTheirRate) {
   EXPECT_NEAR(estimate_time(gpt2_124m(), l, mc).compute - estimate_time(m, l, mc).compute, saved, 1e-12);
 }
 
+TEST(PlanMemory, MoeLayerByHand) {
+  // docs/moe.md, "Memory and the planner". C 64, 8 experts of width 32,
+  // top-2, SwiGLU (Fe1 64), a gated shared expert of width 48 (Fs1 96),
+  // b 1, s 16: N 16, Re = N k = 32, bf16 (2 bytes), ep 2.
+  GptConfig m;
+  m.num_layers = 2, m.hidden_size = 64, m.num_attention_heads = 4, m.seq_length = 16, m.vocab_size = 256;
+  m.swiglu = true, m.ffn_hidden_size = 256;
+  m.moe.num_experts = 8, m.moe.router_topk = 2, m.moe.ffn_hidden_size = 32;
+  m.moe.shared_expert_intermediate_size = 48, m.moe.shared_expert_gate = true;
+  m.finalize();
+  const config::LayerSpec s = m.layer_spec(0);
+  ASSERT_TRUE(s.moe());
+  // bf16: N C 1024 + 2 N k C 4096 + Re (C + Fe1 + Fe) 32 x 160 = 5120
+  //   + N (Fs1 + Fs + C) 16 x 208 = 3328 -> 13,568 x 2 = 27,136;
+  // f32: x32 1024 + 2 N E 256 + 3 N k 96 + 2 + E 10 + sort_map Re 32
+  //   + gate 4 N 64 = 1482 -> x 4 = 5,928. Together 33,064.
+  EXPECT_DOUBLE_EQ(tripod_moe_layer_activation_bytes(s, 1, 16, 2, 2), 33064.0);
+  // ep 1: no sort_map (32 x 4 fewer).
+  EXPECT_DOUBLE_EQ(tripod_moe_layer_activation_bytes(s, 1, 16, 2, 1), 33064.0 - 128.0);
+  // Backward scratch: 4 N (k + E) 640 + 2 x (2 N k C 4096 + 3 Re C 6144 + Re (Fe + Fe1) 3072) = 27,264.
+  EXPECT_DOUBLE_EQ(tripod_moe_workspace_bytes(s, 1, 16, 2, 2), 27264.0);
+  // A routed expert: fc1 64 x 64 + 64, fc2 64 x 32 + 64 = 6272; 8 per
+  // layer, 2 layers: 100,352.
+  EXPECT_EQ(expert_params_on_stage(m, 1, 1, 0), 100352);
+  EXPECT_EQ(expert_params_on_stage(m, 1, 2, 1), 50176);
+
+  // The whole estimate: the MoE model against the same model with dense
+  // layers of the same ffn width. tripod model, dp 2 at ep 2, one micro-batch:
+  // each layer's activations differ by the MoE bytes less the dense fc1
+  // and act (N (F1 + F) bf16 = 16 x 3 x 256 x 2 = 24,576 with F 256),
+  // the workspace by one MoE backward's scratch.
+  GptConfig dense = m;
+  dense.moe = {};
+  dense.finalize();
+  Layout l(config::Layout::make(2, 1, 1).with_expert_parallel(2));
+  l.dtype = DType::BF16;
+  l.global_batch = 2;
+  MemoryOptions o;
+  o.cuda = false;
+  const MemoryBreakdown a = estimate_memory(m, l, o), d = estimate_memory(dense, l, o);
+  EXPECT_DOUBLE_EQ(a.activations - d.activations, 2.0 * (33064.0 - 24576.0));
+  EXPECT_DOUBLE_EQ(a.workspace - d.workspace, 27264.0);
+  // tripod holds every expert on each rank in this version; Megatron's
+  // model stores E / ep of them: 100,352 / 2 fewer parameters, and their
+  // state at 18 bytes (edp 1, plain optimizer).
+  EXPECT_EQ(a.params_per_gpu, params_on_stage(m, 1, 1, 0));
+  o.model = MemoryModelKind::kMegatron;
+  const MemoryBreakdown g = estimate_memory(m, l, o);
+  EXPECT_EQ(g.params_per_gpu, params_on_stage(m, 1, 1, 0) - 50176);
+  EXPECT_DOUBLE_EQ(g.model_states, double(params_on_stage(m, 1, 1, 0) - 50176) * 18.0);
+}
+
 }  // namespace
 }  // namespace tripod::plan
