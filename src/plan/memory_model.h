@@ -51,6 +51,8 @@ struct Layout : config::Layout {
   // distributed_optimizer. 0: as distributed_optimizer says.
   int zero_stage = 0;
   Recompute recompute = Recompute::None;
+  // --cp-comm-type (cp > 1): the ring, the K/V all-gather or the head all-to-all.
+  config::CpCommType cp_comm = config::CpCommType::P2p;
   // Parameters' and activations' dtype: BF16 (--bf16, the default), F16
   // (--fp16) or F32; gradients and optimizer state are f32 in every case.
   DType dtype = DType::BF16;
