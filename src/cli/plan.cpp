@@ -243,6 +243,7 @@ int run_plan(int argc, char** argv) {
       o.distributed_optimizer = plan::Choice::kOn;
       o.zero_stage = s == S::OptimGrads ? 2 : 3;
     }
+    o.dist_opt_instances = std::max(1, model_args.parallel.ddp.num_distributed_optimizer_instances);
   }
   const std::optional<config::CpCommType> cp_comm = config::cp_comm_type_from_name(cp_comm_type);
   TRIPOD_CHECK_HINT(cp_comm.has_value(), "use p2p, all_gather or a2a", "tripod plan: unknown --cp-comm-type '{}'",

@@ -50,6 +50,19 @@ DistributedDataParallel::DistributedDataParallel(std::vector<model::GptModel*> c
     : chunks_(std::move(chunks)), groups_(groups), config_(config) {
   TRIPOD_CHECK(groups_.dp, "DistributedDataParallel needs a data-parallel group");
   dp_size_ = groups_.dp->size();
+  shard_group_ = groups_.dp;
+  if (config_.num_distributed_optimizer_instances > 1) {
+    TRIPOD_CHECK_HINT(config_.use_distributed_optimizer,
+                      "add --use-distributed-optimizer (or a --data-parallel-sharding-strategy that shards), or "
+                      "drop --num-distributed-optimizer-instances",
+                      "--num-distributed-optimizer-instances {} needs the distributed optimizer",
+                      config_.num_distributed_optimizer_instances);
+    TRIPOD_CHECK(groups_.intra_dp_cp && groups_.inter_dist_opt,
+                 "--num-distributed-optimizer-instances {}: the instance groups were not made "
+                 "(parallel::make_distributed_optimizer_instance_groups)",
+                 config_.num_distributed_optimizer_instances);
+    shard_group_ = groups_.intra_dp_cp;
+  }
   const bool pipeline = groups_.layout.pp > 1;
   for (model::GptModel* m : chunks_) {
     auto& params = m->params();
@@ -72,8 +85,9 @@ DistributedDataParallel::DistributedDataParallel(std::vector<model::GptModel*> c
       for (size_t i : pg[g]) group_of[i] = static_cast<int>(g);
     const int64_t size = bucket_size();
     buffers_.push_back(std::make_unique<ParamAndGradBuffer>(
-        params, *groups_.dp, be, size, config_.use_distributed_optimizer, deferred, per_microbatch,
+        params, *shard_group_, be, size, config_.use_distributed_optimizer, deferred, per_microbatch,
         config_.shards_params(), per_microbatch ? &group_of : nullptr));
+    if (config_.num_distributed_optimizer_instances > 1) buffers_.back()->set_inter_instance_group(groups_.inter_dist_opt.get());
   }
   if (config_.shards_grads())
     for (int c = 0; c < num_chunks(); ++c) gatherers_.push_back(std::make_unique<ShardedParamGatherer>(*this, c));

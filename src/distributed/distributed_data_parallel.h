@@ -61,6 +61,10 @@ struct DistributedDataParallelConfig {
   // --use-distributed-optimizer (TrainArgs::finalize); Optim and above set
   // use_distributed_optimizer too.
   ShardingStrategy sharding = ShardingStrategy::NoShard;
+  // --num-distributed-optimizer-instances: shard within each of N runs of dp
+  // ranks, replicate across them (NOTE [Distributed-optimizer instances] in
+  // parallel/groups.h; needs the distributed optimizer when N > 1).
+  int num_distributed_optimizer_instances = 1;
   bool shards_grads() const { return sharding >= ShardingStrategy::OptimGrads; }
   bool shards_params() const { return sharding == ShardingStrategy::OptimGradsParams; }
 };
@@ -112,6 +116,9 @@ class DistributedDataParallel {
   const ParamAndGradBuffer& buffer(int chunk) const { return *buffers_.at(static_cast<size_t>(chunk)); }
   const DistributedDataParallelConfig& config() const { return config_; }
   int dp_size() const { return dp_size_; }
+  // The group the buffers shard over: dp (dp x cp), or one
+  // distributed-optimizer instance of it (intra_dp_cp).
+  comm::Communicator& shard_group() { return *shard_group_; }
   // The overlap flags in effect (both need dp > 1).
   bool overlap_grad_reduce() const { return config_.overlap_grad_reduce && dp_size_ > 1; }
   bool overlap_param_gather() const { return config_.overlap_param_gather && dp_size_ > 1; }
@@ -160,6 +167,7 @@ class DistributedDataParallel {
   parallel::ProcessGroups groups_;
   DistributedDataParallelConfig config_;
   int dp_size_ = 1;
+  std::shared_ptr<comm::Communicator> shard_group_;
   std::vector<std::unique_ptr<ParamAndGradBuffer>> buffers_;
   std::vector<std::unique_ptr<ShardedParamGatherer>> gatherers_;  // per chunk, ZeRO-2/-3
 };

@@ -62,7 +62,9 @@ double DistributedOptimizer::get_grad_norm() {
     const Tensor& grads = ddp_.buffer(static_cast<int>(c)).reduced_grads();
     for (const auto& seg : chunks_[c].norm_segments) be_.sum_squares(acc, grads.flat(seg.offset, {seg.numel}));
   }
-  auto& group = sharded_ ? groups_.world : groups_.mp;
+  // Sharded: every shard once, so over the world, or with several
+  // distributed-optimizer instances over one of them (mp x intra_dp_cp).
+  auto& group = !sharded_ ? groups_.mp : groups_.intra_dist_opt ? groups_.intra_dist_opt : groups_.world;
   if (group->size() > 1) group->all_reduce(acc)->wait();
   Tensor h = Tensor::empty({1}, DType::F32);
   be_.copy(h, acc);

@@ -43,7 +43,8 @@ namespace tripod::distributed {
 class DistributedOptimizer {
  public:
   // Sharded when ddp.config().use_distributed_optimizer. groups: the grad
-  // norm sums over mp (tp x pp), or over the world when sharded.
+  // norm sums over mp (tp x pp), or over the world when sharded (over one
+  // instance, mp x intra_dp_cp, with --num-distributed-optimizer-instances).
   DistributedOptimizer(DistributedDataParallel& ddp, const parallel::ProcessGroups& groups, backend::Backend& be,
                        const optim::AdamWConfig& config);
   ~DistributedOptimizer();

@@ -9,6 +9,19 @@ namespace tripod::distributed {
 namespace {
 // Backend::copy takes its destination by reference; views are temporaries.
 void copy_to(backend::Backend& be, Tensor dst, const Tensor& src) { be.copy(dst, src); }
+
+// NOTE [Compute-dtype all-gather]: the parameters the model reads through
+// Param::value (fp32) rather than Param::compute under bf16/fp16.
+bool reads_fp32_value(const model::ParamSpec& spec) {
+  if (model::is_layernorm(spec)) return true;
+  using R = model::ParamRole;
+  return spec.role == R::RouterWeight || spec.role == R::RouterExpertBias || spec.role == R::SharedExpertGateWeight;
+}
+
+// [lo, hi) of a parameter (bucket-relative) within rank q's piece [q L, (q+1) L).
+std::pair<int64_t, int64_t> in_piece(int64_t lo, int64_t hi, int64_t q, int64_t L) {
+  return {std::max(lo, q * L), std::min(hi, (q + 1) * L)};
+}
 }  // namespace
 
 std::vector<BucketRange> split_buckets(const std::vector<int64_t>& offsets, const std::vector<int64_t>& numels,
@@ -82,6 +95,27 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
   gathered_.resize(n);
   gathered_compute_.resize(n);
   z3_work_.resize(n);
+  gather_compute_ = shard_params_ && params_.compute_dtype() != DType::F32;
+  fp32_params_.resize(n);
+  fp32_part_len_.assign(n, 0);
+  z3_send_.resize(n);
+  fp32_send_.resize(n);
+  fp32_out_.resize(n);
+  fp32_work_.resize(n);
+  for (size_t b = 0; gather_compute_ && b < n; ++b) {
+    const BucketRange& r = buckets_[b];
+    for (int i = r.first_param; i < r.end_param; ++i)
+      if (reads_fp32_value(ps[static_cast<size_t>(i)].spec)) fp32_params_[b].push_back(static_cast<size_t>(i));
+    for (int64_t q = 0; q < dp_size_; ++q) {
+      int64_t part = 0;
+      for (size_t i : fp32_params_[b]) {
+        const int64_t lo = ps[i].offset - r.begin;
+        const auto [a, e] = in_piece(lo, lo + shape_numel(ps[i].shape), q, piece_len_[b]);
+        part += std::max<int64_t>(e - a, 0);
+      }
+      fp32_part_len_[b] = std::max(fp32_part_len_[b], part);
+    }
+  }
   if (shard_params_) {  // the initialised (or loaded) values become the shard
     value_shard_ = be_.empty({shard_numel_}, DType::F32);
     be_.zero(value_shard_);
@@ -98,7 +132,7 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
 ParamAndGradBuffer::~ParamAndGradBuffer() {
   // Outstanding collectives write into buffers about to be freed: let them
   // end (an aborted group ends them with an error, ignored here).
-  for (auto* works : {&grad_work_, &gather_work_, &z3_work_})
+  for (auto* works : {&grad_work_, &gather_work_, &z3_work_, &fp32_work_})
     for (auto& w : *works)
       if (w) try { w->wait(); } catch (...) {}
 }
@@ -160,6 +194,7 @@ void ParamAndGradBuffer::gather_shards(Tensor& full, const Tensor& shard) {
 }
 
 void ParamAndGradBuffer::reset() {
+  inter_reduced_ = false;
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].end_param - buckets_[b].first_param;
   param_ready_.assign(params_.params().size(), false);
   if (!shard_grads_) return;
@@ -236,6 +271,13 @@ void ParamAndGradBuffer::finish_grad_sync() {
       grad_work_[b].reset();
     }
   }
+  // Each instance reduced its own ranks' gradients into the shard: the sum
+  // over the instances makes it the whole dp group's (the same shard
+  // position in every instance: inter_ holds exactly those ranks).
+  if (inter_ && inter_->size() > 1 && distributed_ && !inter_reduced_) {
+    inter_->all_reduce(grad_shard_)->wait();
+    inter_reduced_ = true;
+  }
 }
 
 // ---- sharded gradients ----
@@ -270,9 +312,57 @@ int64_t ParamAndGradBuffer::bound_grad_numel() const {
 
 void ParamAndGradBuffer::start_gather(size_t b) {
   if (gathered_[b].defined()) return;  // gathered or in flight
-  gathered_[b] = be_.empty({piece_len_[b] * dp_size_}, DType::F32);
-  z3_work_[b] = dp_.all_gather(gathered_[b], value_shard_.flat(shard_offset_[b], {piece_len_[b]}));
+  const int64_t L = piece_len_[b];
+  const Tensor mine = value_shard_.flat(shard_offset_[b], {L});
+  if (!gather_compute_) {
+    gathered_[b] = be_.empty({L * dp_size_}, DType::F32);
+    z3_work_[b] = dp_.all_gather(gathered_[b], mine);
+    if (on_gather) on_gather(static_cast<int>(b), 0);
+    return;
+  }
+  // NOTE [Compute-dtype all-gather]: this rank's piece cast, then gathered.
+  z3_send_[b] = be_.empty({L}, params_.compute_dtype());
+  be_.cast(z3_send_[b], mine);
+  gathered_compute_[b] = be_.empty({L * dp_size_}, params_.compute_dtype());
+  z3_work_[b] = dp_.all_gather(gathered_compute_[b], z3_send_[b]);
+  // The fp32 parameters: this rank's parts of them, packed in parameter order.
+  int64_t packed = 0;
+  for (size_t i : fp32_params_[b]) packed += shape_numel(params_.params()[i].shape);
+  gathered_[b] = be_.empty({std::max<int64_t>(packed, 1)}, DType::F32);
+  const int64_t S = fp32_part_len_[b];
+  if (S > 0) {
+    fp32_send_[b] = be_.empty({S}, DType::F32);
+    be_.zero(fp32_send_[b]);
+    int64_t pos = 0;
+    for (size_t i : fp32_params_[b]) {
+      const model::Param& p = params_.params()[i];
+      const int64_t lo = p.offset - buckets_[b].begin;
+      const auto [a, e] = in_piece(lo, lo + shape_numel(p.shape), dp_rank_, L);
+      if (e <= a) continue;
+      copy_to(be_, fp32_send_[b].flat(pos, {e - a}), mine.flat(a - dp_rank_ * L, {e - a}));
+      pos += e - a;
+    }
+    fp32_out_[b] = be_.empty({S * dp_size_}, DType::F32);
+    fp32_work_[b] = dp_.all_gather(fp32_out_[b], fp32_send_[b]);
+  }
   if (on_gather) on_gather(static_cast<int>(b), 0);
+}
+
+void ParamAndGradBuffer::unpack_fp32(size_t b) {
+  const int64_t L = piece_len_[b], S = fp32_part_len_[b];
+  for (int64_t q = 0; q < dp_size_; ++q) {
+    int64_t pos = 0, packed = 0;
+    for (size_t i : fp32_params_[b]) {
+      const model::Param& p = params_.params()[i];
+      const int64_t lo = p.offset - buckets_[b].begin, n = shape_numel(p.shape);
+      const auto [a, e] = in_piece(lo, lo + n, q, L);
+      if (e > a) {
+        copy_to(be_, gathered_[b].flat(packed + a - lo, {e - a}), fp32_out_[b].flat(q * S + pos, {e - a}));
+        pos += e - a;
+      }
+      packed += n;
+    }
+  }
 }
 
 void ParamAndGradBuffer::wait_gather_params(size_t b) {
@@ -281,6 +371,28 @@ void ParamAndGradBuffer::wait_gather_params(size_t b) {
   z3_work_[b]->wait();
   z3_work_[b].reset();
   const BucketRange& r = buckets_[b];
+  if (gather_compute_) {
+    z3_send_[b] = Tensor();
+    if (fp32_work_[b]) {
+      fp32_work_[b]->wait();
+      fp32_work_[b].reset();
+      unpack_fp32(b);
+      fp32_send_[b] = fp32_out_[b] = Tensor();
+    }
+    // Every view at the gathered compute copy, no fp32 value; then the fp32
+    // parameters one by one (bind_values keeps a LayerNorm's compute on its value).
+    const Tensor compute = gathered_compute_[b].flat(0, {r.numel()});
+    params_.bind_values(r.begin, r.numel(), Tensor(), compute);
+    int64_t packed = 0;
+    for (size_t i : fp32_params_[b]) {
+      const model::Param& p = params_.params()[i];
+      const int64_t n = shape_numel(p.shape);
+      params_.bind_values(p.offset, n, gathered_[b].flat(packed, {n}), compute.flat(p.offset - r.begin, {n}));
+      packed += n;
+    }
+    if (on_gather) on_gather(static_cast<int>(b), 1);
+    return;
+  }
   Tensor values = gathered_[b].flat(0, {r.numel()});
   Tensor compute;
   if (params_.compute_dtype() != DType::F32) {  // the bf16/fp16 copy the layers compute with
@@ -294,18 +406,22 @@ void ParamAndGradBuffer::wait_gather_params(size_t b) {
 
 void ParamAndGradBuffer::release_params(size_t b) {
   if (!gathered_[b].defined()) return;
-  if (z3_work_[b]) {  // prefetched, never used
-    z3_work_[b]->wait();
-    z3_work_[b].reset();
-  }
+  for (auto* w : {&z3_work_[b], &fp32_work_[b]})
+    if (*w) {  // prefetched, never used
+      (*w)->wait();
+      w->reset();
+    }
   params_.bind_values(buckets_[b].begin, buckets_[b].numel(), Tensor(), Tensor());
-  gathered_[b] = gathered_compute_[b] = Tensor();
+  gathered_[b] = gathered_compute_[b] = z3_send_[b] = fp32_send_[b] = fp32_out_[b] = Tensor();
   if (on_gather) on_gather(static_cast<int>(b), 2);
 }
 
 int64_t ParamAndGradBuffer::gathered_numel() const {
   int64_t n = 0;
-  for (const Tensor& t : gathered_) n += t.defined() ? t.numel() : 0;
+  for (size_t b = 0; b < gathered_.size(); ++b) {
+    const Tensor& t = gather_compute_ ? gathered_compute_[b] : gathered_[b];
+    n += t.defined() ? t.numel() : 0;
+  }
   return n;
 }
 

@@ -111,6 +111,11 @@ class ParamAndGradBuffer {
   void register_grad_ready(const std::vector<size_t>& params);
   void start_grad_sync();   // launches every bucket not launched yet, in bucket order
   void finish_grad_sync();  // waits for every launched bucket
+  // Hybrid sharding (NOTE [Distributed-optimizer instances] in
+  // parallel/groups.h): dp above is one instance; finish_grad_sync() then
+  // sums the reduced shard over the instances (one all-reduce per
+  // iteration, after the last bucket; ZeRO-2/3 after the accumulation).
+  void set_inter_instance_group(comm::Communicator* inter) { inter_ = inter; }
   bool all_grads_ready() const;
 
   // ---- sharded gradients (ZeRO-2 and -3) ----
@@ -138,7 +143,17 @@ class ParamAndGradBuffer {
   // all-gather of bucket b into a fresh full-size buffer (async: the
   // prefetch), wait_gather_params(b) waits for it, casts the compute copy
   // and binds the Param views; release_params(b) unbinds and frees it.
+  // NOTE [Compute-dtype all-gather]: under bf16/fp16 the gather moves the
+  // compute copy, not the fp32 values: each rank casts its piece and the
+  // all-gather fills the bucket's compute copy (half the bytes; the same
+  // bits as gathering fp32 and casting, the cast being per element). The
+  // parameters that compute with their fp32 value (reads_fp32_value: the
+  // LayerNorms, NOTE [fp32 LayerNorm params]; the MoE router) come in a
+  // second, small all-gather of fp32 (each rank's part of them, padded to
+  // the longest part); the other parameters' Param::value stays unbound
+  // while gathered (nothing reads it: they compute with Param::compute).
   bool shards_params() const { return shard_params_; }
+  bool gathers_compute_dtype() const { return gather_compute_; }
   Tensor& value_shard() { return value_shard_; }
   void start_gather(size_t b);
   void wait_gather_params(size_t b);
@@ -189,6 +204,8 @@ class ParamAndGradBuffer {
   std::vector<bool> deferred_;           // per bucket
   int64_t shard_numel_ = 0;
   Tensor grad_shard_;                    // (shard_numel) distributed only
+  comm::Communicator* inter_ = nullptr;  // the other instances' same shard (not owned)
+  bool inter_reduced_ = false;           // per iteration: grad_shard_ summed over inter_
   // per iteration
   std::vector<int> pending_;             // per bucket: parameters not final yet
   std::vector<bool> param_ready_;
@@ -201,6 +218,13 @@ class ParamAndGradBuffer {
   Tensor value_shard_;               // (shard_numel) ZeRO-3: the parameters at rest
   std::vector<Tensor> gathered_, gathered_compute_;  // per bucket: (padded) while gathered
   std::vector<std::shared_ptr<comm::Work>> z3_work_;
+  // NOTE [Compute-dtype all-gather]; per bucket:
+  bool gather_compute_ = false;
+  std::vector<std::vector<size_t>> fp32_params_;  // the parameters gathered in fp32 too
+  std::vector<int64_t> fp32_part_len_;            // the longest rank's part of them
+  std::vector<Tensor> z3_send_, fp32_send_, fp32_out_;  // in flight: this rank's cast piece, fp32 part, gathered parts
+  std::vector<std::shared_ptr<comm::Work>> fp32_work_;
+  void unpack_fp32(size_t b);  // fp32_out_ -> gathered_ (the fp32 parameters, packed)
 };
 
 }  // namespace tripod::distributed

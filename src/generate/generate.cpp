@@ -1,12 +1,16 @@
 // Implementation of generate/generate.h.
 #include "generate/generate.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
 #include "backend/philox.h"
 #include "base/error.h"
+#include "generate/inference_context.h"
 
 namespace tripod::generate {
 
@@ -44,33 +48,94 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingOptions& o, i
   return idx[keep - 1];
 }
 
-void generate(model::GptModel& m, std::vector<int32_t>& ids, const SamplingOptions& o) {
+namespace {
+
+// Rows [first, first + n) of the last forward's logits (T, Vp), host f32 (n, V).
+Tensor logits_rows(model::GptModel& m, int64_t first, int64_t n) {
   auto& be = m.backend();
+  const int64_t V = m.config().vocab_size, Vp = m.padded_vocab();
+  const Tensor rows = m.last_logits().flat(first * Vp, {n, Vp});
+  Tensor padded = Tensor::empty({n, Vp}, DType::F32);
+  if (rows.dtype() == DType::F32) {
+    be.copy(padded, rows);
+  } else {  // bf16 compute: cast on the device first
+    Tensor wide = be.empty({n, Vp}, DType::F32);
+    be.cast(wide, rows);
+    be.copy(padded, wide);
+  }
+  be.synchronize();
+  Tensor out = Tensor::empty({n, V}, DType::F32);
+  for (int64_t t = 0; t < n; ++t)
+    std::copy(padded.data<float>() + t * Vp, padded.data<float>() + t * Vp + V, out.data<float>() + t * V);
+  return out;
+}
+
+// The whole sequence through the model (no cache): the logits (V) of its last token.
+void recompute_last_logits(model::GptModel& m, const std::vector<int32_t>& ids, float* logits) {
+  auto& be = m.backend();
+  const int64_t T = static_cast<int64_t>(ids.size());
+  model::MicroBatchActs acts = m.make_acts(1, T);
+  Tensor tok = Tensor::empty({1, T}, DType::I32), zeros = Tensor::zeros({1, T}, DType::I32);
+  std::copy(ids.begin(), ids.end(), tok.data<int32_t>());
+  be.copy(acts.tokens, tok);
+  be.copy(acts.targets, zeros);
+  m.forward(acts, /*with_grad=*/false, 0.f, 0);
+  const Tensor last = logits_rows(m, T - 1, 1);
+  std::copy(last.data<float>(), last.data<float>() + m.config().vocab_size, logits);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+DecodeStats generate(model::GptModel& m, std::vector<int32_t>& ids, const SamplingOptions& o, const DecodeOptions& d) {
   const auto& cfg = m.config();
   TRIPOD_CHECK(!ids.empty(), "generate needs a non-empty prompt");
-  const int64_t V = cfg.vocab_size, Vp = m.padded_vocab();
+  const int64_t V = cfg.vocab_size, P = cfg.max_position_embeddings, n0 = static_cast<int64_t>(ids.size());
+  TRIPOD_CHECK_HINT(n0 + o.max_new_tokens <= P,
+                    n0 < P ? fmt::format("use --max-new-tokens {} or less, or a shorter prompt", P - n0)
+                           : fmt::format("shorten the prompt to at most {} tokens", P - 1),
+                    "the prompt ({} tokens) + --max-new-tokens {} = {} tokens exceed the model's {} positions "
+                    "(--max-position-embeddings of the checkpoint)",
+                    n0, o.max_new_tokens, n0 + o.max_new_tokens, P);
+  DecodeStats st;
+  st.prompt_tokens = n0;
+  if (o.max_new_tokens <= 0) return st;
+  std::unique_ptr<InferenceContext> ctx;
+  if (d.kv_cache) {
+    st.no_cache_reason = InferenceContext::unsupported(m);
+    if (st.no_cache_reason.empty()) ctx = std::make_unique<InferenceContext>(m, n0 + o.max_new_tokens);
+  }
+  st.kv_cache = ctx != nullptr;
+  std::vector<float> logits(static_cast<size_t>(V));
+  auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), cfg.max_position_embeddings);
-    model::MicroBatchActs acts = m.make_acts(1, T);
-    Tensor tok = Tensor::empty({1, T}, DType::I32), zeros = Tensor::zeros({1, T}, DType::I32);
-    std::copy(ids.end() - T, ids.end(), tok.data<int32_t>());
-    be.copy(acts.tokens, tok);
-    be.copy(acts.targets, zeros);
-    m.forward(acts, /*with_grad=*/false, 0.f, 0);
-    const Tensor& logits = m.last_logits();  // (T, Vp)
-    Tensor last = Tensor::empty({Vp}, DType::F32);
-    be.copy(last, logits.narrow(T - 1, 1).view({Vp}));
-    be.synchronize();
-    const int32_t next = sample_token(last.data<float>(), V, o, step);
+    if (!ctx)
+      recompute_last_logits(m, ids, logits.data());
+    else if (step == 0)
+      ctx->forward(ids.data(), n0, logits.data());
+    else
+      ctx->forward(&ids.back(), 1, logits.data());
+    if (d.step_logits) d.step_logits->insert(d.step_logits->end(), logits.begin(), logits.end());
+    const int32_t next = sample_token(logits.data(), V, o, step);
     ids.push_back(next);
+    ++st.new_tokens;
+    if (step == 0) {
+      st.prefill_seconds = seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+    }
     if (next == o.stop_token) break;
   }
+  if (st.new_tokens > 1) st.decode_seconds = seconds_since(t0);
+  return st;
 }
 
 Tensor sequence_logits(model::GptModel& m, const std::vector<int32_t>& ids) {
   auto& be = m.backend();
   const auto& cfg = m.config();
-  const int64_t T = static_cast<int64_t>(ids.size()), V = cfg.vocab_size, Vp = m.padded_vocab();
+  const int64_t T = static_cast<int64_t>(ids.size());
   TRIPOD_CHECK(T > 0 && T <= cfg.max_position_embeddings, "{} tokens: need 1 to {} (max positions)", T,
                cfg.max_position_embeddings);
   model::MicroBatchActs acts = m.make_acts(1, T);
@@ -79,13 +144,7 @@ Tensor sequence_logits(model::GptModel& m, const std::vector<int32_t>& ids) {
   be.copy(acts.tokens, tok);
   be.copy(acts.targets, zeros);
   m.forward(acts, /*with_grad=*/false, 0.f, 0);
-  Tensor padded = Tensor::empty({T, Vp}, DType::F32);
-  be.copy(padded, m.last_logits());
-  be.synchronize();
-  Tensor out = Tensor::empty({T, V}, DType::F32);
-  for (int64_t t = 0; t < T; ++t)
-    std::copy(padded.data<float>() + t * Vp, padded.data<float>() + t * Vp + V, out.data<float>() + t * V);
-  return out;
+  return logits_rows(m, 0, T);
 }
 
 }  // namespace tripod::generate

@@ -1,6 +1,8 @@
 // Implementation of parallel/groups.h.
 #include "parallel/groups.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace tripod::parallel {
@@ -33,6 +35,40 @@ ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout) 
   return pg;
 }
 
+DistributedOptimizerInstanceGroups distributed_optimizer_instance_groups(const Layout& layout, int instances) {
+  const int dp_cp = layout.dp * layout.cp;
+  TRIPOD_CHECK_HINT(instances >= 1 && dp_cp % instances == 0,
+                    "pass a --num-distributed-optimizer-instances that divides the data-parallel size",
+                    "--num-distributed-optimizer-instances {} does not divide data-parallel x context-parallel "
+                    "size {}", instances, dp_cp);
+  const int n = dp_cp / instances;  // ranks per instance
+  DistributedOptimizerInstanceGroups g;
+  g.intra_dist_opt.resize(static_cast<size_t>(instances));
+  for (const auto& ranks : layout.dp_cp_groups()) {
+    for (int i = 0; i < instances; ++i) {
+      const auto first = ranks.begin() + static_cast<std::ptrdiff_t>(i) * n;
+      g.intra_dp_cp.emplace_back(first, first + n);
+      auto& all = g.intra_dist_opt[static_cast<size_t>(i)];
+      all.insert(all.end(), first, first + n);
+    }
+    for (int k = 0; k < n; ++k) {
+      std::vector<int> same;
+      for (int i = 0; i < instances; ++i) same.push_back(ranks[static_cast<size_t>(i * n + k)]);
+      g.inter_dist_opt.push_back(std::move(same));
+    }
+  }
+  for (auto& all : g.intra_dist_opt) std::sort(all.begin(), all.end());
+  return g;
+}
+
+void make_distributed_optimizer_instance_groups(comm::DistContext& ctx, ProcessGroups& pg, int instances) {
+  const auto g = distributed_optimizer_instance_groups(pg.layout, instances);
+  if (instances == 1) return;
+  pg.intra_dp_cp = ctx.new_group(g.intra_dp_cp, "intra_dp_cp");
+  pg.inter_dist_opt = ctx.new_group(g.inter_dist_opt, "inter_dist_opt");
+  pg.intra_dist_opt = ctx.new_group(g.intra_dist_opt, "intra_dist_opt");
+}
+
 ProcessGroups data_parallel_view(const ProcessGroups& pg) {
   ProcessGroups v = pg;
   if (pg.dp_cp) v.dp = pg.dp_cp;
@@ -50,6 +86,8 @@ CommTimers time_communication(ProcessGroups& pg) {
   wrap(pg.dp, t.dp);
   if (same) pg.dp_cp = pg.dp;
   else wrap(pg.dp_cp, t.dp);
+  wrap(pg.intra_dp_cp, t.dp);
+  wrap(pg.inter_dist_opt, t.dp);
   return t;
 }
 

@@ -38,6 +38,11 @@ struct ProcessGroups {
   // Expert parallelism (config/layout.h, NOTE [Expert rank order]); null at ep 1.
   std::shared_ptr<comm::Communicator> ep;    // the ranks the experts are split over
   std::shared_ptr<comm::Communicator> edp;   // the replicas of one expert
+  // Hybrid sharding (--num-distributed-optimizer-instances N > 1, NOTE
+  // [Distributed-optimizer instances]); null at N = 1 (dp_cp is the shard group):
+  std::shared_ptr<comm::Communicator> intra_dp_cp;     // one instance: the ranks the shards split over
+  std::shared_ptr<comm::Communicator> inter_dist_opt;  // the same shard in every instance: grads all-reduced
+  std::shared_ptr<comm::Communicator> intra_dist_opt;  // mp x intra_dp_cp: the grad norm's sum
   int global_rank = 0;
   Layout layout;
 };
@@ -47,6 +52,30 @@ struct ProcessGroups {
 // dp_cp (only when cp > 1, so layouts without cp create what they did), then
 // ep and edp (at ep > 1).
 ProcessGroups make_process_groups(comm::DistContext& ctx, const Layout& layout);
+
+// NOTE [Distributed-optimizer instances]
+// Megatron's --num-distributed-optimizer-instances N (a "partial"
+// distributed optimizer; FSDP's hybrid sharding, HSDP): each dp_cp group is
+// cut into N runs of consecutive ranks, the instances. The optimizer state
+// (and under ZeRO-2/3 the gradients and parameters) is sharded over the
+// ranks of one instance (intra_dp_cp) and replicated across instances: the
+// gradients are reduce-scattered inside the instance, then the shard is
+// all-reduced over inter_dist_opt (the ranks holding the same shard in
+// every instance). With the dp ranks of one node consecutive (tp = 1, or
+// tp x dp_instance fitting a node) the shard traffic stays on the node and
+// only 1/instance-size of the gradients crosses nodes. Worked example, 8
+// ranks, tp=2 (dp = 4), N = 2:
+//   dp groups            : [0,2,4,6] [1,3,5,7]
+//   intra_dp_cp groups   : [0,2] [4,6] [1,3] [5,7]
+//   inter_dist_opt groups: [0,4] [2,6] [1,5] [3,7]
+//   intra_dist_opt groups: [0,1,2,3] [4,5,6,7]   (the ranks of one instance: the grad norm)
+struct DistributedOptimizerInstanceGroups {
+  RankGroups intra_dp_cp, inter_dist_opt, intra_dist_opt;
+};
+// Throws naming the flag when N does not divide dp x cp.
+DistributedOptimizerInstanceGroups distributed_optimizer_instance_groups(const Layout& layout, int instances);
+// Collective over the world: fills pg's three instance groups (nothing at N = 1).
+void make_distributed_optimizer_instance_groups(comm::DistContext& ctx, ProcessGroups& pg, int instances);
 
 // Host time blocked in communication, per kind, for the iteration time
 // split (cumulative; take differences). tp also counts the embedding

@@ -35,6 +35,8 @@ std::string Layout::str() const {
   if (sp()) s += " sp";
   if (zero_stage >= 2) s += zero_stage == 3 ? " zero3" : " zero2";
   else if (distributed_optimizer) s += " dist-opt";
+  if (dist_opt_instances > 1 && (zero_stage >= 2 || distributed_optimizer))
+    s += fmt::format(" x{}-instances", dist_opt_instances);
   if (recompute != Recompute::None) s += " recompute=" + to_string(recompute);
   return s;
 }
@@ -84,8 +86,8 @@ double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage) {
   const bool first = stage == 0, last = stage == l.pp - 1;
   const bool holds_embedding = first || (last && (l.pp > 1 || m.untie_embeddings_and_output_weights));
   const double in_use = double(holds_embedding ? Vp * C / l.tp : 0) + 2.0 * double(layer);
-  const double p = l.dtype == DType::F32 ? 0.0 : 2.0;
-  return in_use * 4.0 + (l.zero_stage == 3 ? in_use * (4.0 + p) : 0.0);
+  const double p = l.dtype == DType::F32 ? 4.0 : 2.0;
+  return in_use * 4.0 + (l.zero_stage == 3 ? in_use * p : 0.0);
 }
 
 // ---- activations ----
@@ -302,7 +304,7 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
     MemoryBreakdown mb;
     mb.stage = stage;
     mb.params_per_gpu = params_on_stage(m, l.tp, l.pp, stage);
-    mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.dp * l.cp,
+    mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.shard_ranks(),
                                                      o.model == MemoryModelKind::kTripod, l.zero_stage);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param + sharded_working_bytes(m, l, stage);
     if (o.model == MemoryModelKind::kTripod) {

@@ -16,6 +16,7 @@
 // docs/plan.md derives each formula and states the assumptions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ struct Layout : config::Layout {
   // optim_grads (ZeRO-2), 3 optim_grads_params (ZeRO-3); both imply
   // distributed_optimizer. 0: as distributed_optimizer says.
   int zero_stage = 0;
+  // --num-distributed-optimizer-instances (hybrid sharding): the sharded
+  // state splits over dp x cp / N ranks (one instance), not dp x cp.
+  int dist_opt_instances = 1;
+  int shard_ranks() const { return dp * cp / std::max(1, dist_opt_instances); }
   Recompute recompute = Recompute::None;
   // --cp-comm-type (cp > 1): the ring, the K/V all-gather or the head all-to-all.
   config::CpCommType cp_comm = config::CpCommType::P2p;
@@ -103,8 +108,11 @@ double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, 
 // step with pp > 1) and two layers' (the one computing and the one being
 // reduced, or prefetched):
 //   ZeRO-2: (E + 2 G) x 4         f32 gradients
-//   ZeRO-3: (E + 2 G) x (8 + p)   and the gathered f32 params + compute
-//                                 copy (p = 2 for bf16/fp16, 0 for fp32)
+//   ZeRO-3: (E + 2 G) x (4 + p)   and the gathered compute copy (p = 2 for
+//                                 bf16/fp16: NOTE [Compute-dtype all-gather]
+//                                 in distributed/param_and_grad_buffer.h; 4
+//                                 for fp32; the LayerNorms' few fp32 values
+//                                 not counted)
 // 0 for zero_stage < 2.
 double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage);
 // The model as one context-parallel rank runs it: seq_length / cp rows of

@@ -53,10 +53,16 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
                             l.zero_stage, l.zero_stage == 3 ? "optim_grads_params" : "optim_grads",
                             c.mem.bytes_per_param, model_state_bytes_per_param(l.dtype, false, l.dp),
                             sharded_working_bytes(m, l, c.mem.stage) / kGiB,
-                            l.zero_stage == 3 ? "; params all-gathered twice per micro-batch" : ""));
+                            l.zero_stage == 3 ? fmt::format("; params all-gathered twice per micro-batch, {:.1f} ms a step",
+                                                            1e3 * c.time.dp_param_gather)
+                                              : std::string()));
   else if (l.distributed_optimizer)
     r.push_back(fmt::format("distributed optimizer: {:.2f} instead of {:.0f} bytes/param", c.mem.bytes_per_param,
                             model_state_bytes_per_param(l.dtype, false, l.dp)));
+  if (l.dist_opt_instances > 1 && (l.zero_stage >= 2 || l.distributed_optimizer))
+    r.push_back(fmt::format("hybrid sharding: {} distributed-optimizer instances of {} ranks (shards / {}, not / {}); "
+                            "the gradient shards all-reduced across instances once a step",
+                            l.dist_opt_instances, l.shard_ranks(), l.shard_ranks(), l.dp * l.cp));
   if (l.recompute == Recompute::Selective) r.push_back("selective recompute: attention scores not stored (+ ~2LTC FLOPs)");
   if (l.recompute == Recompute::Full) r.push_back("full recompute: only layer inputs stored (+33% compute)");
   if (l.dp > 1 && c.time.dp_crosses_nodes) r.push_back("DP gradient sync crosses nodes");
@@ -122,6 +128,10 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
                 if (o.zero_stage >= 2 && dp > 1) {
                   if (!dopt) continue;  // the strategy implies the distributed optimizer
                   l.zero_stage = o.zero_stage;
+                }
+                if (o.dist_opt_instances > 1 && dopt) {
+                  if ((dp * cp) % o.dist_opt_instances != 0) continue;
+                  l.dist_opt_instances = o.dist_opt_instances;
                 }
                 out.push_back(l);
               }
@@ -285,6 +295,8 @@ std::string megatron_flags(const GptConfig& m, const Layout& l) {
     s += l.zero_stage == 3 ? " --data-parallel-sharding-strategy optim_grads_params"
                            : " --data-parallel-sharding-strategy optim_grads";
   else if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.dist_opt_instances > 1 && (l.zero_stage >= 2 || l.distributed_optimizer))
+    s += fmt::format(" --num-distributed-optimizer-instances {}", l.dist_opt_instances);
   if (l.recompute != Recompute::None) s += " --recompute-granularity " + to_string(l.recompute);
   return s;
 }

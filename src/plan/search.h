@@ -48,6 +48,9 @@ struct SearchOptions {
   // 2 / 3: every layout with dp > 1 uses ZeRO-2 / ZeRO-3
   // (--data-parallel-sharding-strategy given to plan); 0: not searched.
   int zero_stage = 0;
+  // --num-distributed-optimizer-instances N: sharded layouts shard within N
+  // instances (layouts whose dp x cp N does not divide are skipped).
+  int dist_opt_instances = 1;
   bool allow_tp_across_nodes = false;
   DType dtype = DType::BF16;  // --bf16 / --fp16 / --fp32, for every searched layout
   MemoryOptions memory;

@@ -18,6 +18,17 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
   return 2.0 * (n - 1) / n * bytes / (bw_gbs * 1e9) + latency_us * 1e-6;
 }
 
+double zero3_param_gather_seconds(const GptConfig& m, const Layout& l, const Machine& mc) {
+  if (l.zero_stage != 3 || l.shard_ranks() <= 1) return 0.0;
+  const double params = double(params_on_stage(m, l.tp, l.pp, 0)), n = l.shard_ranks();
+  const double p = l.dtype == DType::F32 ? 4.0 : 2.0;  // NOTE [Compute-dtype all-gather]
+  const bool crosses = group_crosses_nodes(l.tp * l.shard_ranks(), mc.gpus_per_node);
+  const double bw = crosses ? mc.inter_node_bw_gbs : mc.intra_node_bw_gbs;
+  const double lat = crosses ? mc.inter_node_latency_us : mc.intra_node_latency_us;
+  const double layers = double(m.num_layers) / l.pp, mb = double(l.num_microbatches());
+  return 2.0 * mb * ((n - 1) / n * params * p / (bw * 1e9) + layers * lat * 1e-6);
+}
+
 double matmul_efficiency(const GptConfig& m, const Layout& l) {
   const double rows = double(l.micro_batch * (m.seq_length / l.cp));  // M of every GEMM
   const double cols = double(m.hidden_size) / l.tp;              // the TP-sharded width
@@ -96,21 +107,31 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
   // updated params all-gathered (bf16) with the distributed optimizer ----
   if (l.dp * l.cp > 1) {  // gradients are reduced over dp x cp
     const double params = double(params_on_stage(m, l.tp, l.pp, 0));
-    const double n = l.dp * l.cp, frac = (n - 1) / n;
-    const double B = bw(t.dp_crosses_nodes) * 1e9;
+    // Sharded state splits over one distributed-optimizer instance (dp x cp
+    // / N consecutive dp ranks: tp x that many global ranks); the instances
+    // then all-reduce their gradient shards once per step, across nodes
+    // when the instances are nodes.
+    const bool sharded = l.zero_stage >= 2 || l.distributed_optimizer;
+    const int N = sharded ? std::max(1, l.dist_opt_instances) : 1;
+    const double n = sharded ? l.shard_ranks() : l.dp * l.cp, frac = (n - 1) / n;
+    const bool shard_crosses = N > 1 ? group_crosses_nodes(l.tp * l.shard_ranks(), mc.gpus_per_node)
+                                     : t.dp_crosses_nodes;
+    const double B = bw(shard_crosses) * 1e9;
+    t.dp_param_gather = zero3_param_gather_seconds(m, l, mc);
     if (l.zero_stage >= 2) {
       // ZeRO-2/-3 (docs/zero.md): a reduce-scatter of the fp32 gradients per
-      // micro-batch; ZeRO-2 all-gathers the updated params once (bf16), ZeRO-3
-      // gathers every layer's fp32 params before its forward and again
-      // before its backward, per micro-batch. Two latencies per layer and
-      // pass are charged as the calls.
+      // layer and micro-batch (a latency each); ZeRO-2 all-gathers the
+      // updated params once (bf16), ZeRO-3 every layer's compute copy before
+      // its forward and again before its backward (zero3_param_gather_seconds).
       const double layers = double(m.num_layers) / l.pp;
-      const double gathers = l.zero_stage == 3 ? 2.0 * mb * params * 4.0 : params * act_bytes;
-      t.dp_comm = frac * (mb * params * 4.0 + gathers) / B +
-                  (l.zero_stage == 3 ? 3.0 : 1.0) * mb * layers * lat(t.dp_crosses_nodes) * 1e-6;
+      const double gathers = l.zero_stage == 3 ? 0.0 : params * act_bytes;
+      t.dp_comm = frac * (mb * params * 4.0 + gathers) / B + t.dp_param_gather +
+                  mb * layers * lat(shard_crosses) * 1e-6;
     } else if (l.distributed_optimizer)
-      t.dp_comm = frac * params * (4.0 + act_bytes) / B + 2 * lat(t.dp_crosses_nodes) * 1e-6;
-    else
+      t.dp_comm = frac * params * (4.0 + act_bytes) / B + 2 * lat(shard_crosses) * 1e-6;
+    if (sharded && N > 1)
+      t.dp_comm += all_reduce_seconds(params * 4.0 / n, N, bw(t.dp_crosses_nodes), lat(t.dp_crosses_nodes));
+    if (!sharded)
       t.dp_comm = all_reduce_seconds(params * 4.0, l.dp * l.cp, bw(t.dp_crosses_nodes), lat(t.dp_crosses_nodes));
   }
   // ---- CP: per layer and micro-batch the forward passes cp-1 K/V blocks

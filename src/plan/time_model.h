@@ -51,6 +51,7 @@ struct TimeBreakdown {
   double bubble = 0;    // s: pipeline fill and drain
   double pp_comm = 0;   // s: activations sent between stages
   double dp_comm = 0;   // s: gradient all-reduce (or reduce-scatter + all-gather)
+  double dp_param_gather = 0;  // s: of dp_comm, ZeRO-3's parameter all-gathers (zero3_param_gather_seconds)
   double optimizer = 0; // s: AdamW over this rank's parameters (op times only; 0 under assumed MFU)
   double cp_comm = 0;   // s: the context-parallel K/V ring's transfers not hidden behind the attention
   bool compute_from_op_times = false;  // compute summed from Machine::ops
@@ -65,6 +66,17 @@ bool group_crosses_nodes(int span, int gpus_per_node);
 
 // Seconds to all-reduce `bytes` over n ranks at bus bandwidth `bw_gbs`.
 double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us);
+
+// ZeRO-3 (zero_stage 3): the parameter all-gathers of one step, before
+// every layer's forward and again before its backward, per micro-batch, in
+// the compute dtype (p = 2 bytes for bf16/fp16, 4 for fp32; NOTE
+// [Compute-dtype all-gather]), over one distributed-optimizer instance
+// (n = dp x cp / N ranks): with P the stage's parameters, L its layers,
+// m micro-batches,
+//   2 m ((n - 1)/n P p / bw + L latency)
+// bw and latency inside a node when tp x n ranks fit one, else across.
+// 0 for other strategies or n = 1.
+double zero3_param_gather_seconds(const GptConfig& m, const Layout& l, const Machine& machine);
 
 // Fraction of --assumed-mfu that a layout's GEMMs reach: smaller matmuls
 // run further from peak. A saturating guess, not a measurement:

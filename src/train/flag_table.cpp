@@ -211,6 +211,11 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--use-megatron-fsdp", MEMBER(parallel.use_megatron_fsdp),
                    "fully sharded data parallelism: --data-parallel-sharding-strategy defaults to "
                    "optim_grads_params, the distributed optimizer is on").agreed().plan());
+  t.push_back(flag("--num-distributed-optimizer-instances", MEMBER(parallel.ddp.num_distributed_optimizer_instances),
+                   "hybrid sharding (HSDP): the data-parallel ranks form N instances of consecutive ranks; each "
+                   "shards the optimizer state (gradients, parameters: --data-parallel-sharding-strategy) over its "
+                   "ranks, the instances replicate it and all-reduce the gradient shards (docs/zero.md)")
+                  .agreed().plan());
   t.push_back(flag("--ddp-bucket-size", MEMBER(parallel.ddp.bucket_size),
                    "elements per data-parallel gradient bucket (default max(4e7, 1e6 x dp); with "
                    "--overlap-grad-reduce only, else one bucket)").agreed());

@@ -100,7 +100,9 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
   const auto layout = parallel::Layout::make(ctx->world_size(), args.parallel.tp, args.parallel.pp,
                                              virtual_pipeline_size(args), args.parallel.cp)
                           .with_expert_parallel(args.parallel.ep);
-  const auto groups = parallel::make_process_groups(*ctx, layout);
+  auto groups = parallel::make_process_groups(*ctx, layout);
+  parallel::make_distributed_optimizer_instance_groups(*ctx, groups,
+                                                      args.parallel.ddp.num_distributed_optimizer_instances);
   try {
     Trainer trainer(args, be, &groups);
     trainer.run();

@@ -67,6 +67,15 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
   TRIPOD_CHECK_INTO(problems, !ddp.overlap_param_gather || ddp.overlap_grad_reduce,
                     "add --overlap-grad-reduce, or drop --overlap-param-gather",
                     "--overlap-param-gather needs --overlap-grad-reduce (as in Megatron)");
+  const int instances = ddp.num_distributed_optimizer_instances;
+  TRIPOD_CHECK_INTO(problems, instances == 1 || (instances > 1 && ddp.use_distributed_optimizer),
+                    "add --use-distributed-optimizer (or --data-parallel-sharding-strategy optim, optim_grads or "
+                    "optim_grads_params), or drop --num-distributed-optimizer-instances",
+                    "--num-distributed-optimizer-instances {} needs the distributed optimizer (N >= 1)", instances);
+  TRIPOD_CHECK_INTO(problems, !layout || instances < 1 || (layout->dp * layout->cp) % instances == 0,
+                    "pass a --num-distributed-optimizer-instances that divides the data-parallel size",
+                    "--num-distributed-optimizer-instances {} does not divide data-parallel x context-parallel "
+                    "size {}", instances, layout ? layout->dp * layout->cp : 1);
   problems.collect([&] {
     const std::vector<config::CpCommType> types = model::cp_comm_types_from_flag(p.cp_comm_type, a.model.num_layers);
     if (!layout || layout->cp <= 1) return;
@@ -119,6 +128,10 @@ int virtual_pipeline_size(const TrainArgs& a) {
 namespace {
 std::string sharding_note(const distributed::DistributedDataParallelConfig& ddp) {
   using S = distributed::ShardingStrategy;
+  const int n = ddp.num_distributed_optimizer_instances;
+  if (n > 1 && ddp.sharding != S::NoShard)  // NOTE [Distributed-optimizer instances] in parallel/groups.h
+    return fmt::format(", data-parallel sharding {} within each of {} distributed-optimizer instances (hybrid)",
+                       distributed::sharding_strategy_name(ddp.sharding), n);
   switch (ddp.sharding) {
     case S::NoShard: return "";
     case S::Optim: return ", distributed optimizer";

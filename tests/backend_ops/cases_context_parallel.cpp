@@ -1,7 +1,8 @@
 // backend_ops cases: context parallelism's ops (backend/ops.h) — the K/V
 // column copy both ways, the block attention of the K/V ring (diagonal and
 // off-diagonal blocks, written and merged by log-sum-exp, forward and
-// backward), the row gather of the all-to-all and RoPE at given positions.
+// backward; one query row against a KV cache, as decoding calls it), the row
+// gather of the all-to-all and RoPE at given positions.
 #include <string>
 #include <utility>
 
@@ -44,7 +45,11 @@ void add_context_parallel_cases(std::vector<OpCase>& v) {
                Bk{"_diag_merge_hs64", 1, 21, 21, 4, 2, 64, {5, 16, 3, 16, true}, true},
                Bk{"_off_hs64", 2, 17, 23, 2, 2, 64, {1, 15, 2, 19, false}, false},
                Bk{"_off_merge_hs128", 1, 12, 16, 2, 1, 128, {2, 9, 0, 16, false}, true},
-               Bk{"_off_merge_hs40", 2, 10, 11, 3, 3, 40, {0, 10, 1, 7, false}, true}}) {
+               Bk{"_off_merge_hs40", 2, 10, 11, 3, 3, 40, {0, 10, 1, 7, false}, true},
+               // Decoding with a KV cache (generate/inference_context.h): one query row
+               // against the first rows of a longer cache, grouped-query and multi-head.
+               Bk{"_decode_hs64", 1, 1, 40, 8, 2, 64, {0, 1, 0, 29, false}, false},
+               Bk{"_decode_hs128", 1, 1, 300, 4, 4, 128, {0, 1, 0, 300, false}, false}}) {
     const int64_t B = s.b, Tq = s.tq, Tk = s.tk, HS = s.hs;
     const int nh = s.nh, g = s.g;
     const int64_t W = (nh + 2 * g) * HS, KV = 2 * g * HS, C = nh * HS;

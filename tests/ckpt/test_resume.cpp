@@ -14,7 +14,8 @@
 //                      EP2; load at EP1, EP4 and PP2 x EP2
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
-//                      optimizer, ZeRO-3 resume, loads across strategies and layouts
+//                      optimizer, ZeRO-3 resume, loads across strategies, layouts
+//                      and distributed-optimizer instance counts
 // The first half runs with --train-iters 4 and --lr-decay-iters 8, so its
 // learning rates are those of the 8-iteration run.
 //
@@ -190,6 +191,20 @@ const std::string kZero3Pp2 = "--pipeline-model-parallel-size 2 " + kZero3;
 TEST(ZeroCheckpoint, SaveOptimLoadZero3) {
   reshard_case("reshard_to_zero3", 2, "--use-distributed-optimizer",
                {{"zero3_dp2", 2, kZero3.c_str()}, {"zero3_pp2_dp2", 4, kZero3Pp2.c_str()}});
+}
+
+// Hybrid sharding (--num-distributed-optimizer-instances): each instance's
+// shards are the dp layout's at a smaller dp, and the checkpoint is written
+// in full-parameter order all the same, so a save with 2 instances of 2
+// ranks loads with 4 instances of 1 rank, with one instance (plain ZeRO
+// over dp4) and with no sharding at dp2.
+const std::string kZero3Instances2 = kZero3 + " --num-distributed-optimizer-instances 2";
+const std::string kZero2Instances4 = kZero2 + " --num-distributed-optimizer-instances 4";
+TEST(ZeroCheckpoint, SaveInstances2LoadInstances4PlainDp) {
+  reshard_case("reshard_instances", 4, kZero3Instances2,
+               {{"zero2_instances4", 4, kZero2Instances4.c_str()},
+                {"optim_dp4", 4, "--use-distributed-optimizer"},
+                {"no_shard_dp2", 2, ""}});
 }
 
 // Grouped qkv rows (whole groups per tp rank), SwiGLU's gate and up halves,

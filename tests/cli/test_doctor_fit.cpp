@@ -66,7 +66,8 @@ TEST(DoctorFit, FailsWhenItDoesNotFitAndListsLayoutsThatDo) {
 // terms): 124,475,904 params; in use E + 2G = 52,809,216 elements.
 //   optim: 124,475,904 x (6 + 16/2) = 1,742,662,656 B = 1.62 GiB
 //   zero2: x (2 + 16/2) + 52,809,216 x 4 = 1,455,995,904 B = 1.36 GiB
-//   zero3: x 16/2 + 52,809,216 x 10 = 1,523,899,392 B = 1.42 GiB
+//   zero3: x 16/2 + 52,809,216 x 6 = 1,312,662,528 B = 1.22 GiB (bf16 gathered)
+//   zero3, 2 instances of 1 rank: x 16/1 + 52,809,216 x 6 = 2,308,469,760 B = 2.15 GiB
 const std::string kSmall = " --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 "
                            "--vocab-size 50257 --micro-batch-size 4 --bf16";
 
@@ -78,7 +79,9 @@ TEST(DoctorFit, ShardingStrategiesByHand) {
   };
   for (const Case& c : {Case{"--use-distributed-optimizer", "dist-opt", "model states 1.6,"},
                         Case{"--data-parallel-sharding-strategy optim_grads", "zero2", "model states 1.4,"},
-                        Case{"--use-megatron-fsdp", "zero3", "model states 1.4,"}}) {
+                        Case{"--use-megatron-fsdp", "zero3", "model states 1.2,"},
+                        Case{"--use-megatron-fsdp --num-distributed-optimizer-instances 2", "zero3 x2-instances",
+                             "model states 2.1,"}}) {
     const auto out =
         run_tripod(std::string("launch --nproc-per-node 2 doctor --gpu-memory-gb 80 --no-bandwidth --") + kSmall + " " + c.flags);
     const auto at = out.output.find("gpu-memory-fit");

@@ -2,8 +2,8 @@
 // backend), driven through the model's ParamGatherer seam as the trainer
 // does: a recorded trace of the calls and of the all-gathers shows that
 // with --overlap-param-gather the gather of layer l+1 is launched before
-// layer l's forward is done (and of layer l-1 before layer l's backward is
-// done), and not without it; the full-size gradients and parameters bound at
+// layer l's forward is done and waited for only after it (and that of
+// layer l-1 launched before layer l's backward is done), and not without it; the full-size gradients and parameters bound at
 // any time stay a few layers' worth, not the model's; the parameters at rest
 // are shards only; and a step gives the same weights as the distributed
 // optimizer (ZeRO-1) on the same micro-batches, within rounding (another
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -68,18 +69,21 @@ const config::GptConfig& cfg() {
 }
 
 struct RankResult {
-  std::vector<std::string> trace;  // gatherer calls and, as "S<bucket>", all-gather launches
+  std::vector<std::string> trace;  // gatherer calls; all-gather launches "S<bucket>", waits "W<bucket>"
   std::vector<float> values;       // the whole parameters after the step
+  double grad_norm = 0;
   int64_t max_grads = 0, max_params = 0, padded = 0;
   size_t peak_bytes = 0;  // the CPU allocator's bytes in use (both ranks) at its highest sample
   bool flat_values_at_rest = true, flat_grads_at_rest = true;
 };
 
-// One optimizer step over M micro-batches on dp rank `rank`.
-RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefetch) {
-  constexpr int kDp = 2, M = 3;
+// One optimizer step over M micro-batches on dp rank `rank` of kDp, the
+// shards within `instances` distributed-optimizer instances.
+RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefetch, int kDp = 2, int instances = 1) {
+  constexpr int M = 3;
   auto be = backend::make_cpu_backend();
-  const auto groups = parallel::make_process_groups(ctx, parallel::Layout::make(kDp, 1, 1, 1));
+  auto groups = parallel::make_process_groups(ctx, parallel::Layout::make(kDp, 1, 1, 1));
+  parallel::make_distributed_optimizer_instance_groups(ctx, groups, instances);
   model::StageConfig st;
   st.param_buffer_pad = kDp;
   model::GptModel m(cfg(), st, *be);
@@ -90,6 +94,7 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   dc.overlap_grad_reduce = true;
   dc.overlap_param_gather = prefetch;
   dc.bucket_size = s == ShardingStrategy::Optim ? 10000 : 0;
+  dc.num_distributed_optimizer_instances = instances;
   DistributedDataParallel ddp({&m}, groups, *be, dc);
   DistributedOptimizer opt(ddp, groups, *be, optim::AdamWConfig{});
   RankResult r;
@@ -102,6 +107,7 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   if (rec.inner) m.set_param_gatherer(&rec);
   buf.on_gather = [&](int b, int what) {
     if (what == 0) r.trace.push_back("S" + std::to_string(b));
+    if (what == 1) r.trace.push_back("W" + std::to_string(b));
   };
   r.flat_values_at_rest = m.params().has_flat_values();
   r.flat_grads_at_rest = m.params().has_flat_grads();
@@ -130,6 +136,7 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   }
   rec.note();
   opt.reduce_grads();
+  r.grad_norm = opt.get_grad_norm();
   opt.step(1e-3, 1.f);
   sample();
   r.max_grads = rec.max_grads;
@@ -140,6 +147,14 @@ RankResult run(int rank, comm::DistContext& ctx, ShardingStrategy s, bool prefet
   const Tensor& v = m.params().values();
   r.values.assign(v.data<float>(), v.data<float>() + v.numel());
   return r;
+}
+
+std::vector<RankResult> run_dp4(ShardingStrategy s, int instances) {
+  std::vector<RankResult> out(4);
+  testing::run_ranks(4, std::chrono::seconds(60), [&](int rank, comm::DistContext& ctx) {
+    out[static_cast<size_t>(rank)] = run(rank, ctx, s, true, 4, instances);
+  });
+  return out;
 }
 
 std::vector<RankResult> run_dp2(ShardingStrategy s, bool prefetch) {
@@ -168,9 +183,11 @@ TEST(ShardedDataParallel, Zero3PrefetchesTheNextLayerDuringThisOne) {
       const size_t begin = find(t, "F" + std::to_string(l)), end = find(t, "f" + std::to_string(l), begin);
       ASSERT_LT(end, t.size());
       const size_t start_next = find(t, bucket_of(l + 1), begin);
-      if (prefetch)
+      if (prefetch) {
         EXPECT_LT(start_next, end) << "forward: the gather of group " << l + 1 << " is not in flight during group " << l;
-      else
+        // ... and nobody waits for it before layer l's compute is done.
+        EXPECT_GT(find(t, "W" + std::to_string(5 - (l + 1)), begin), end) << "group " << l + 1 << " waited for early";
+      } else
         EXPECT_GT(start_next, end) << "forward without prefetch: group " << l + 1 << " gathered early";
       ++checked;
     }
@@ -232,6 +249,78 @@ TEST(ShardedDataParallel, OneStepMatchesTheDistributedOptimizer) {
         EXPECT_FALSE(res[static_cast<size_t>(rank)].flat_grads_at_rest) << "ZeRO-2 keeps no full gradient buffer";
         EXPECT_LT(res[static_cast<size_t>(rank)].max_grads, res[static_cast<size_t>(rank)].padded * 3 / 4);
       }
+    }
+  }
+}
+
+// NOTE [Compute-dtype all-gather]: under bf16 ZeRO-3 gathers each rank's
+// piece cast to bf16, so the bound compute copy must hold exactly the bits
+// of casting the whole fp32 parameters (a model built with the same seed
+// and no sharding: ParamStore::sync_compute), the fp32-reading parameters
+// (LayerNorms) their exact fp32 values, and every other parameter no fp32
+// value at all (it was never gathered). Pieces of the final norm's group
+// (64 elements at dp 2) cut it between its weight and bias, so the fp32
+// gather's parts come from both ranks.
+TEST(ShardedDataParallel, Zero3Bf16GathersTheCastPiecesBitForBit) {
+  testing::run_ranks(2, std::chrono::seconds(60), [&](int /*rank*/, comm::DistContext& ctx) {
+    auto be = backend::make_cpu_backend();
+    const auto groups = parallel::make_process_groups(ctx, parallel::Layout::make(2, 1, 1, 1));
+    model::StageConfig st;
+    st.param_buffer_pad = 2;
+    st.compute_dtype = DType::BF16;
+    model::GptModel ref(cfg(), st, *be), m(cfg(), st, *be);
+    ref.params().init(5, 0.02f, cfg().num_layers);
+    ref.params().sync_compute();
+    m.params().init(5, 0.02f, cfg().num_layers);
+    DistributedDataParallelConfig dc;
+    dc.sharding = ShardingStrategy::OptimGradsParams;
+    dc.use_distributed_optimizer = true;
+    DistributedDataParallel ddp({&m}, groups, *be, dc);
+    ASSERT_TRUE(ddp.buffer(0).gathers_compute_dtype());
+    model::ParamGatherer* g = ddp.param_gatherer(0);
+    const auto& pg = m.param_groups();
+    int fp32_checked = 0, compute_checked = 0;
+    for (size_t grp = 0; grp < pg.size(); ++grp) {
+      g->before(static_cast<int>(grp), Pass::Forward);
+      for (size_t i : pg[grp]) {
+        const model::Param& got = m.params().params()[i];
+        const model::Param& want = ref.params().params()[i];
+        const std::string& name = want.spec.name;
+        ASSERT_TRUE(got.compute.defined()) << name;
+        ASSERT_EQ(got.compute.nbytes(), want.compute.nbytes()) << name;
+        EXPECT_EQ(std::memcmp(got.compute.raw(), want.compute.raw(), want.compute.nbytes()), 0) << name;
+        if (model::is_layernorm(want.spec)) {
+          ASSERT_TRUE(got.value.defined()) << name;
+          EXPECT_EQ(std::memcmp(got.value.raw(), want.value.raw(), want.value.nbytes()), 0) << name;
+          ++fp32_checked;
+        } else {
+          EXPECT_FALSE(got.value.defined()) << name << ": its fp32 value was gathered too";
+          ++compute_checked;
+        }
+      }
+      g->after(static_cast<int>(grp), Pass::Forward);
+    }
+    EXPECT_EQ(fp32_checked, 4 * cfg().num_layers + 2);  // two LayerNorms a layer, the final one
+    EXPECT_GT(compute_checked, 0);
+  });
+}
+
+// Hybrid sharding (NOTE [Distributed-optimizer instances]): dp4 as 2
+// instances of 2 ranks, each strategy, one step of 3 micro-batches, against
+// the distributed optimizer over all 4 ranks: the same grad norm and
+// weights within rounding (the dp sum is cut in two: within the instance,
+// then across), on every rank.
+TEST(ShardedDataParallel, TwoInstancesMatchOneOverDp4) {
+  const auto ref = run_dp4(ShardingStrategy::Optim, 1);
+  for (auto s : {ShardingStrategy::Optim, ShardingStrategy::OptimGrads, ShardingStrategy::OptimGradsParams}) {
+    const auto res = run_dp4(s, 2);
+    for (int rank = 0; rank < 4; ++rank) {
+      const RankResult& got = res[static_cast<size_t>(rank)];
+      EXPECT_NEAR(got.grad_norm, ref[0].grad_norm, 1e-6 * ref[0].grad_norm) << distributed::sharding_strategy_name(s);
+      ASSERT_EQ(got.values.size(), ref[0].values.size());
+      for (size_t i = 0; i < got.values.size(); ++i)
+        ASSERT_NEAR(got.values[i], ref[0].values[i], 1e-6f + 1e-5f * std::fabs(ref[0].values[i]))
+            << distributed::sharding_strategy_name(s) << " rank " << rank << " element " << i;
     }
   }
 }

@@ -91,6 +91,26 @@ TEST(Layout, ContextParallel8RanksCp2Dp4) {
   EXPECT_EQ(l.dp_cp_groups(), (RankGroups{{0, 1, 2, 3, 4, 5, 6, 7}}));
 }
 
+// NOTE [Distributed-optimizer instances] in parallel/groups.h: its worked
+// example, and cp inside the instances (dp x cp = 8 ranks cut in 2 runs).
+TEST(Layout, DistributedOptimizerInstances) {
+  using tripod::parallel::distributed_optimizer_instance_groups;
+  const auto g = distributed_optimizer_instance_groups(Layout::make(8, 2, 1), 2);
+  EXPECT_EQ(g.intra_dp_cp, (RankGroups{{0, 2}, {4, 6}, {1, 3}, {5, 7}}));
+  EXPECT_EQ(g.inter_dist_opt, (RankGroups{{0, 4}, {2, 6}, {1, 5}, {3, 7}}));
+  EXPECT_EQ(g.intra_dist_opt, (RankGroups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  const auto c = distributed_optimizer_instance_groups(Layout::make(8, 1, 1, 1, 2), 2);  // cp 2, dp 4
+  EXPECT_EQ(c.intra_dp_cp, (RankGroups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(c.inter_dist_opt, (RankGroups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(distributed_optimizer_instance_groups(Layout::make(4, 1, 1), 1).intra_dp_cp, (RankGroups{{0, 1, 2, 3}}));
+  try {
+    distributed_optimizer_instance_groups(Layout::make(6, 1, 1), 4);
+    ADD_FAILURE() << "4 instances of dp 6 accepted";
+  } catch (const tripod::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--num-distributed-optimizer-instances 4"), std::string::npos) << e.what();
+  }
+}
+
 // At cp 1 every group is the "tp-dp-pp" one, and coordinates round-trip with cp.
 TEST(Layout, ContextParallelCoordinatesRoundTrip) {
   for (int world : {2, 4, 8, 16})

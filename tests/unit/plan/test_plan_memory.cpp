@@ -51,8 +51,9 @@ TEST(PlanMemory, ZeroStagesByHand) {
   // GPT-2 124M on 8 GPUs, plain dp 8, bf16, tripod model. In use at once:
   // the word embedding E = 50304 x 768 = 38,633,472 and two layers of
   // G = 7,087,872: E + 2G = 52,809,216 elements. ZeRO-2 holds their f32
-  // gradients, x 4 = 211,236,864 bytes; ZeRO-3 also the gathered f32 and
-  // bf16 params: x (4 + 4 + 2) = 528,092,160.
+  // gradients, x 4 = 211,236,864 bytes; ZeRO-3 also the gathered bf16
+  // params (gathered in bf16, NOTE [Compute-dtype all-gather]): x (4 + 2)
+  // = 316,855,296.
   const GptConfig m = gpt2_124m();
   Layout l = layout(8);
   l.dtype = DType::BF16;
@@ -64,13 +65,25 @@ TEST(PlanMemory, ZeroStagesByHand) {
   // model states: 124,475,904 x 4 + 211,236,864 = 709,140,480.
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 709140480.0);
   l.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 528092160.0);
-  // 124,475,904 x 2 + 528,092,160 = 777,043,968 (ZeRO-1: x 8 = 995,807,232).
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 777043968.0);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 316855296.0);
+  // 124,475,904 x 2 + 316,855,296 = 565,807,104 (ZeRO-1: x 8 = 995,807,232).
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 565807104.0);
   l.zero_stage = 0;
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
+  // Hybrid sharding, 2 instances of 4 ranks: every sharded term / 4, not / 8;
+  // the layers in use are the same.
+  //   ZeRO-1: x (6 + 16/4) = 1,244,759,040
+  //   ZeRO-2: x (2 + 16/4) + 211,236,864 = 746,855,424 + 211,236,864 = 958,092,288
+  //   ZeRO-3: x 16/4 + 316,855,296 = 497,903,616 + 316,855,296 = 814,758,912
+  l.dist_opt_instances = 2;
+  EXPECT_EQ(l.shard_ranks(), 4);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1244759040.0);
+  l.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 958092288.0);
+  l.zero_stage = 3;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 814758912.0);
   // pp 2 x dp 4: both ends hold the (tied) embedding, the middle of a
-  // deeper pipeline would not; fp32 ZeRO-3: x (4 + 4) per element.
+  // deeper pipeline would not; fp32 ZeRO-3: x (4 + 4) per element (f32 grads, f32 params gathered).
   Layout p = layout(8, 1, 2);
   p.dtype = DType::F32;
   p.global_batch = 8;
@@ -174,6 +187,40 @@ TEST(PlanTime, BubbleAndCommFormulas) {
   const double eff = 1024.0 / (1024 + 256) * 1600.0 / (1600 + 128);
   EXPECT_DOUBLE_EQ(matmul_efficiency(m, l), eff);
   EXPECT_NEAR(t.compute, flops / 8 / (989e12 * 0.45 * eff), 1e-9);
+}
+
+// ZeRO-3's parameter all-gathers by hand: GPT-2 124M (P = 124,475,904,
+// 12 layers) on 2 nodes of 8, dp 16, bf16 (2 bytes a parameter gathered),
+// one micro-batch a step: 2 m ((n-1)/n P p / bw + L latency).
+//   one instance, n = 16 (crosses nodes: 40 GB/s, 25 us):
+//     2 (15/16 x 248,951,808 / 40e9 + 12 x 25e-6) = 2 (5.835e-3 + 3e-4) = 12.270 ms
+//   2 instances of 8 (one node each: 300 GB/s, 10 us):
+//     2 (7/8 x 248,951,808 / 300e9 + 12 x 10e-6) = 2 (7.2611e-4 + 1.2e-4) = 1.692 ms
+// and the instances' gradient shards (4 P / 8 bytes) all-reduced across
+// the 2 nodes once: 2 x 1/2 x 62,237,952 / 40e9 + 25e-6 = 1.5809 ms.
+TEST(PlanTime, Zero3GatherAndInstancesByHand) {
+  const GptConfig m = gpt2_124m();
+  Machine mc;
+  mc.nnodes = 2;
+  Layout l = layout(16);
+  l.dtype = DType::BF16;
+  l.micro_batch = 1, l.global_batch = 16;
+  l.distributed_optimizer = true;
+  l.zero_stage = 3;
+  const double P = 124475904.0, bytes = 2.0 * P;
+  EXPECT_NEAR(zero3_param_gather_seconds(m, l, mc), 2 * (15.0 / 16 * bytes / 40e9 + 12 * 25e-6), 1e-12);
+  const TimeBreakdown one = estimate_time(m, l, mc);
+  EXPECT_DOUBLE_EQ(one.dp_param_gather, zero3_param_gather_seconds(m, l, mc));
+  // Reduce-scatter of the fp32 grads over the 16 ranks, a latency per layer, plus the gathers.
+  EXPECT_NEAR(one.dp_comm, 15.0 / 16 * 4 * P / 40e9 + 12 * 25e-6 + one.dp_param_gather, 1e-12);
+  l.dist_opt_instances = 2;
+  EXPECT_NEAR(zero3_param_gather_seconds(m, l, mc), 2 * (7.0 / 8 * bytes / 300e9 + 12 * 10e-6), 1e-12);
+  const TimeBreakdown two = estimate_time(m, l, mc);
+  EXPECT_NEAR(two.dp_comm, 7.0 / 8 * 4 * P / 300e9 + 12 * 10e-6 + two.dp_param_gather +
+                               (2.0 * 1 / 2 * 4 * P / 8 / 40e9 + 25e-6), 1e-12);
+  EXPECT_LT(two.dp_comm, one.dp_comm);
+  l.zero_stage = 2;  // no parameter gathers per layer
+  EXPECT_EQ(zero3_param_gather_seconds(m, l, mc), 0.0);
 }
 
 TEST(PlanTime, GroupsLeavingANode) {

@@ -1,4 +1,5 @@
-// --data-parallel-sharding-strategy and --use-megatron-fsdp through the real
+// --data-parallel-sharding-strategy, --use-megatron-fsdp and
+// --num-distributed-optimizer-instances through the real
 // executable ($TRIPOD_BIN): --help lists them, contradictions and unknown
 // values fail before any compute with an error naming the flags and the
 // fix, and the start-up log names the strategy in effect for each way of
@@ -21,7 +22,7 @@ const std::string kModel =
 TEST(ShardingFlags, HelpListsThem) {
   const Result r = run_tripod("train --help");
   ASSERT_EQ(r.code, 0) << r.output;
-  for (const char* f : {"--data-parallel-sharding-strategy", "--use-megatron-fsdp"})
+  for (const char* f : {"--data-parallel-sharding-strategy", "--use-megatron-fsdp", "--num-distributed-optimizer-instances"})
     EXPECT_NE(r.output.find(f), std::string::npos) << f << " missing from --help";
 }
 
@@ -38,6 +39,12 @@ TEST(ShardingFlags, ContradictionsNameTheFlagsAndTheFix) {
                 "contradicts --data-parallel-sharding-strategy no_shard", "drop --use-distributed-optimizer"},
            Case{"--data-parallel-sharding-strategy zero3", "--data-parallel-sharding-strategy zero3 is not one of",
                 "optim_grads_params (ZeRO-3)"},
+           // Hybrid sharding shards within instances: it needs a strategy that shards, and N | dp x cp.
+           Case{"--num-distributed-optimizer-instances 2", "--num-distributed-optimizer-instances 2 needs the distributed "
+                "optimizer", "add --use-distributed-optimizer"},
+           Case{"--use-megatron-fsdp --num-distributed-optimizer-instances 2",
+                "--num-distributed-optimizer-instances 2 does not divide data-parallel x context-parallel size 1",
+                "divides the data-parallel size"},
        }) {
     const Result r = run_tripod(kModel + c.flags);
     EXPECT_NE(r.code, 0) << c.flags;
