@@ -17,11 +17,12 @@
 #  fp32  30 iterations of TP2, TP2+SP, PP2, PP2+vpp, DP2, DP2+distributed
 #        optimizer+both overlaps, CP2, CP4, TP2xCP2+SP, CP2xDP2+distributed
 #        optimizer (context parallelism's ring attention on the GPU's block
-#        attention kernels), TP2xPP2xDP2+vpp+SP+distributed optimizer+
+#        attention kernels), CP2, CP4 and TP2xCP2+SP with --cp-comm-type a2a
+#        (head all-to-all), CP2 all_gather, TP2xPP2xDP2+vpp+SP+distributed optimizer+
 #        overlaps (8 ranks): lm loss and grad norm of iterations 1-20 within
 #        1e-5 of the single-GPU run (and the worst over 1-30, reported); and
 #        a Llama-style model (RoPE at the chunks' positions, grouped-query
-#        attention) at CP2 against its own single-GPU run
+#        attention) at CP2 (ring and a2a) against its own single-GPU run
 #  bf16  the same layouts, 50 iterations: lm loss within 1% of single-GPU bf16
 #  ckpt  the 8-rank layout saves at iteration 20; one GPU process loads it and
 #        runs 21-30: within 1e-5 of the 8-rank run's own 21-30
@@ -34,7 +35,7 @@ while [[ $# -gt 0 ]]; do
     --prebuilt) mode=prebuilt; dir="$2"; shift 2 ;;
     --tripod) mode=bin; BIN_TRIPOD="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "gpu_layouts_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -89,7 +90,8 @@ model=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
        --log-interval 1 --eval-interval 0 --device $DEVICE)
 dopt=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --ddp-bucket-size 30000)
 declare -A layout_n layout_flags
-names=(tp2 tp2_sp pp2 pp2_vpp dp2 dp2_dopt dp2_zero2 dp2_zero3 cp2 cp4 tp2cp2_sp cp2dp2_dopt tp2pp2_dopt tp2pp2dp2)
+names=(tp2 tp2_sp pp2 pp2_vpp dp2 dp2_dopt dp2_zero2 dp2_zero3 cp2 cp4 tp2cp2_sp cp2dp2_dopt cp2_a2a cp4_a2a tp2cp2_sp_a2a
+       cp2_allgather tp2pp2_dopt tp2pp2dp2)
 layout_n[tp2]=2;       layout_flags[tp2]="--tensor-model-parallel-size 2"
 layout_n[tp2_sp]=2;    layout_flags[tp2_sp]="--tensor-model-parallel-size 2 --sequence-parallel"
 layout_n[pp2]=2;       layout_flags[pp2]="--pipeline-model-parallel-size 2"
@@ -104,6 +106,11 @@ layout_n[cp2]=2;         layout_flags[cp2]="--context-parallel-size 2"
 layout_n[cp4]=4;         layout_flags[cp4]="--context-parallel-size 4"
 layout_n[tp2cp2_sp]=4;   layout_flags[tp2cp2_sp]="--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"
 layout_n[cp2dp2_dopt]=4; layout_flags[cp2dp2_dopt]="--context-parallel-size 2 ${dopt[*]}"
+# --cp-comm-type a2a (the head all-to-all: 4 heads over cp 4, 2 per tp rank over cp 2) and all_gather.
+layout_n[cp2_a2a]=2;       layout_flags[cp2_a2a]="--context-parallel-size 2 --cp-comm-type a2a"
+layout_n[cp4_a2a]=4;       layout_flags[cp4_a2a]="--context-parallel-size 4 --cp-comm-type a2a"
+layout_n[tp2cp2_sp_a2a]=4; layout_flags[tp2cp2_sp_a2a]="--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --cp-comm-type a2a"
+layout_n[cp2_allgather]=2; layout_flags[cp2_allgather]="--context-parallel-size 2 --cp-comm-type all_gather"
 # A Llama-style model for context parallelism's RoPE at chunk positions (head size 32, 2 K/V groups).
 llama=(--group-query-attention --num-query-groups 2 --position-embedding-type rope --normalization RMSNorm --swiglu
        --ffn-hidden-size 256 --untie-embeddings-and-output-weights --disable-bias-linear)
@@ -182,8 +189,8 @@ fp32_checks() {
       note "   (reported, not checked) $(compare "$OUT/fp32_single.jsonl" "$OUT/fp32_$name.jsonl" $k 1e-5 1 30)"
     done
   done
-  grep -m1 "share" "$OUT/fp32_tp2pp2dp2.log" | cut -c1-400 | tee -a "$summary"
-  grep -m1 "memory on rank" "$OUT/fp32_tp2pp2dp2.log" | cut -c1-400 | tee -a "$summary"
+  grep -m1 "share" "$OUT/fp32_tp2pp2dp2.log" 2>/dev/null | cut -c1-400 | tee -a "$summary"
+  grep -m1 "memory on rank" "$OUT/fp32_tp2pp2dp2.log" 2>/dev/null | cut -c1-400 | tee -a "$summary"
   if has fp32; then  # dropout: the masks must not depend on the layout either
     run fp32_single_dropout 1 --train-iters 20 --hidden-dropout 0.1
     run fp32_tp2_dropout 2 --tensor-model-parallel-size 2 --train-iters 20 --hidden-dropout 0.1
@@ -192,8 +199,10 @@ fp32_checks() {
     done
     run fp32_single_llama 1 --train-iters 20 "${llama[@]}"
     run fp32_cp2_llama 2 --context-parallel-size 2 --train-iters 20 "${llama[@]}"
+    run fp32_cp2_a2a_llama 2 --context-parallel-size 2 --cp-comm-type a2a --train-iters 20 "${llama[@]}"
     for k in lm_loss grad_norm; do
       verdict "fp32 llama cp2 vs single: $(compare "$OUT/fp32_single_llama.jsonl" "$OUT/fp32_cp2_llama.jsonl" $k 1e-5 1 20)"
+      verdict "fp32 llama cp2 a2a vs single: $(compare "$OUT/fp32_single_llama.jsonl" "$OUT/fp32_cp2_a2a_llama.jsonl" $k 1e-5 1 20)"
     done
   fi
 }

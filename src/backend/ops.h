@@ -225,6 +225,11 @@ class Backend {
   void attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
                                 const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
                                 int n_kv_head, const AttentionBlock& blk);
+  // out(R,C)[r] = inp(N,C)[index[r]], index i32 (R) on this device with
+  // entries in [0, N): a row gather (context parallelism's all-to-all packs
+  // and unpacks attention heads with it, rows of one head's HS elements).
+  // out and inp must not overlap.
+  void gather_rows(Tensor& out, const Tensor& inp, const Tensor& index);
 
   // ---- RMSNorm (Zhang & Sennrich 2019; Megatron --normalization RMSNorm) ----
   // out(N,C) = inp * rstd * weight; rstd(N) = 1/sqrt(mean_j inp^2 + eps)
@@ -440,6 +445,7 @@ class Backend {
   virtual void attention_block_backward_impl(Tensor& dqkv, Tensor& dkv, const Tensor& dout, const Tensor& qkv,
                                              const Tensor& kv, const Tensor& out, const Tensor& lse, int n_head,
                                              int n_kv_head, const AttentionBlock& blk);
+  virtual void gather_rows_impl(Tensor& out, const Tensor& inp, const Tensor& index);
   virtual void rmsnorm_forward_impl(Tensor& out, Tensor& rstd, const Tensor& inp, const Tensor& weight,
                                     float eps) = 0;
   virtual void rmsnorm_backward_impl(Tensor& dinp, Tensor& dweight, const Tensor& dout,

@@ -1,5 +1,6 @@
 // Validators of the context-parallel ops of backend/ops.h (the block
-// attention of the K/V ring, the K/V column copy) and the default _impls
+// attention of the K/V ring, the K/V column copy, the row gather of the
+// all-to-all) and the default _impls
 // that refuse on a backend without their kernels. RoPE at given positions
 // is validated with the other RoPE ops (ops_llama.cpp); its default _impl
 // is here.
@@ -83,7 +84,21 @@ void Backend::attention_block_backward(Tensor& dqkv, Tensor& dkv, const Tensor& 
   attention_block_backward_impl(dqkv, dkv, dout, qkv, kv, out, lse, n_head, static_cast<int>(h.G), blk);
 }
 
+void Backend::gather_rows(Tensor& out, const Tensor& inp, const Tensor& index) {
+  Checks k(*this, "gather_rows");
+  k.dim(inp, "inp", 2, "(N, C)");
+  k.dim(out, "out", 2, "(R, C)");
+  k.dtype(out, "out", inp.dtype(), "inp's dtype");
+  k.on_device(inp, "inp");
+  k.that(out.size(1) == inp.size(1), fmt::format("out {} and inp {} must have the same row width", out.str(), inp.str()));
+  k.dtype(index, "index", DType::I32, "row numbers");
+  k.numel(index, "index", out.size(0), "one row number per row of out");
+  k.that(!checks::overlaps(out, inp), fmt::format("out {} must not overlap inp {}", out.str(), inp.str()));
+  gather_rows_impl(out, inp, index);
+}
+
 void Backend::attention_kv_copy_impl(Tensor&, const Tensor&, int, int) { refuse(*this, "attention_kv_copy"); }
+void Backend::gather_rows_impl(Tensor&, const Tensor&, const Tensor&) { refuse(*this, "gather_rows"); }
 void Backend::attention_block_forward_impl(Tensor&, Tensor&, const Tensor&, const Tensor&, int, int,
                                            const AttentionBlock&, bool) {
   refuse(*this, "attention_block_forward");

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "base/error.h"
@@ -136,6 +137,7 @@ int run_plan(int argc, char** argv) {
   plan::SearchOptions o;
   bool bf16 = false, fp16 = false, fp32 = false, json = false, sp_flag = false, no_sp = false, dopt = false,
        no_dopt = false, recompute_activations = false;
+  std::string cp_comm_type = "p2p";
   std::string granularity, recompute_search = "none,selective,full", vpp_list = "1,2,4";
   int layers_per_virtual_stage = 0, top = 10;
   // The model flags, as tripod train takes them (train/flag_table.h), into
@@ -173,6 +175,9 @@ int run_plan(int argc, char** argv) {
   app.add_option("--pipeline-model-parallel-size", o.pp, "fix PP (default: search)");
   app.add_option("--context-parallel-size", o.cp,
                  "fix CP (default: 1, and CP 2, 4, ... searched when no layout fits without it)");
+  app.add_option("--cp-comm-type", cp_comm_type,
+                 "CP's attention exchange: p2p (K/V ring, overlapped), all_gather or a2a (head all-to-all)")
+      ->capture_default_str();
   app.add_option("--num-layers-per-virtual-pipeline-stage", layers_per_virtual_stage, "fix vpp (needs a fixed PP)");
   app.add_option("--virtual-pipeline-search", vpp_list, "vpp values to try when PP > 1")->capture_default_str();
   app.add_flag("--sequence-parallel", sp_flag, "force SP on (default: on whenever TP > 1)");
@@ -240,6 +245,10 @@ int run_plan(int argc, char** argv) {
     }
     o.dist_opt_instances = std::max(1, model_args.parallel.ddp.num_distributed_optimizer_instances);
   }
+  const std::optional<config::CpCommType> cp_comm = config::cp_comm_type_from_name(cp_comm_type);
+  TRIPOD_CHECK_HINT(cp_comm.has_value(), "use p2p, all_gather or a2a", "tripod plan: unknown --cp-comm-type '{}'",
+                    cp_comm_type);
+  o.cp_comm = *cp_comm;
   if (recompute_activations) granularity = granularity.empty() ? "selective" : granularity;
   o.recompute = granularity.empty() ? parse_recompute_list(recompute_search)
                                     : std::vector<plan::Recompute>{plan::recompute_from_string(granularity)};

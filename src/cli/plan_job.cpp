@@ -35,6 +35,9 @@ plan::Job plan_job(const train::TrainArgs& args, const config::Layout& ranks, in
                                                                               : 0;
   l.dist_opt_instances = a.parallel.ddp.num_distributed_optimizer_instances;
   l.recompute = a.parallel.recompute;
+  // --cp-comm-type: one for all layers (a per-layer list plans as the ring).
+  if (a.parallel.cp_comm_type.size() == 1)
+    l.cp_comm = config::cp_comm_type_from_name(a.parallel.cp_comm_type[0]).value_or(config::CpCommType::P2p);
   l.dtype = a.precision.compute_dtype;
   job.local_world_size = local_world_size;
   job.cpu_device = a.device == "cpu";

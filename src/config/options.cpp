@@ -20,6 +20,22 @@ std::string to_string(Recompute r) {
   return "?";
 }
 
+std::string to_string(CpCommType t) {
+  switch (t) {
+    case CpCommType::P2p: return "p2p";
+    case CpCommType::AllGather: return "all_gather";
+    case CpCommType::A2a: return "a2a";
+  }
+  return "?";
+}
+
+std::optional<CpCommType> cp_comm_type_from_name(const std::string& s) {
+  if (s == "p2p") return CpCommType::P2p;
+  if (s == "all_gather") return CpCommType::AllGather;
+  if (s == "a2a") return CpCommType::A2a;
+  return std::nullopt;
+}
+
 std::optional<Position> position_from_string(const std::string& s) {
   if (s == "learned_absolute") return Position::LearnedAbsolute;
   if (s == "rope") return Position::Rope;

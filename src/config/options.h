@@ -29,15 +29,24 @@ enum class AttentionKind { Local };
 //   Full       keep only each layer's input; backward reruns the layer
 enum class Recompute { None, Selective, Full };
 
+// Context parallelism's attention exchange (--cp-comm-type; model/context_parallel.h):
+//   P2p        K/V blocks around the cp ring, overlapped with the block attention
+//   AllGather  all-gather K/V, then the local queries' attention (not overlapped)
+//   A2a        all-to-all heads for sequence (DeepSpeed-Ulysses): each rank
+//              runs the whole sequence for 1/cp of the heads
+enum class CpCommType { P2p, AllGather, A2a };
+
 // Megatron's spellings: "learned_absolute", "LayerNorm", "selective", ...
 std::string to_string(Position p);
 std::string to_string(Norm n);
 std::string to_string(Recompute r);
+std::string to_string(CpCommType t);  // "p2p", "all_gather", "a2a"
 // nullopt for a name that is not one of the above (the caller names the
 // flag or the file in its error).
 std::optional<Position> position_from_string(const std::string& s);
 std::optional<Norm> norm_from_string(const std::string& s);
 std::optional<Recompute> recompute_from_name(const std::string& s);
+std::optional<CpCommType> cp_comm_type_from_name(const std::string& s);
 // Throws Error naming the accepted values.
 Recompute recompute_from_string(const std::string& s);
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
@@ -39,6 +40,9 @@ struct StageConfig {
   // 1/cp of every sequence (model/context_parallel.h); the micro-batch's T
   // is then the local T / cp rows, seq_length the whole sequence.
   comm::Communicator* cp = nullptr;
+  // --cp-comm-type: empty (p2p) or one for every layer, or one per layer of
+  // the whole model (Megatron's list form), indexed by the layer number.
+  std::vector<config::CpCommType> cp_comm_type;
   // The expert-parallel group (null: ep size 1): MoE layers run the experts
   // [ep_rank E/ep, (ep_rank + 1) E/ep) and exchange tokens over it.
   comm::Communicator* ep = nullptr;
@@ -55,6 +59,17 @@ struct StageConfig {
   int cp_size() const { return cp ? cp->size() : 1; }
   int cp_rank() const { return cp ? cp->rank() : 0; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
+  config::CpCommType cp_comm_type_of(int64_t layer_number) const {
+    if (cp_comm_type.empty()) return config::CpCommType::P2p;
+    return cp_comm_type.size() == 1 ? cp_comm_type[0] : cp_comm_type.at(static_cast<size_t>(layer_number));
+  }
+  // Whether any layer of the whole model uses t (the workspace holds its buffers).
+  bool uses_cp_comm_type(config::CpCommType t) const {
+    if (cp_comm_type.empty()) return t == config::CpCommType::P2p;
+    for (config::CpCommType c : cp_comm_type)
+      if (c == t) return true;
+    return false;
+  }
   int ep_size() const { return ep ? ep->size() : 1; }
   int ep_rank() const { return ep ? ep->rank() : 0; }
   // Sequence parallelism in effect (asked for, and tp size > 1).

@@ -43,10 +43,13 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
       num_heads_tp_(static_cast<int>(config.num_attention_heads / stage.tp_size())),
       // K/V heads: 0 (= NH_tp) unless grouped, as the GPT-2 path always called the op.
       kv_groups_tp_(config.group_query_attention ? static_cast<int>(config.query_groups() / stage.tp_size()) : 0),
+      cp_comm_(stage.cp_comm_type_of(layer_number)),
       linear_qkv_(params.linear_qkv_weight, params.linear_qkv_bias, tp),
       linear_proj_(params.linear_proj_weight, params.linear_proj_bias, tp),
       linear_fc1_(params.linear_fc1_weight, params.linear_fc1_bias, tp),
       linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {
+  if (stage.cp_size() > 1 && cp_comm_ == config::CpCommType::A2a)
+    check_context_parallel_heads(config.num_attention_heads, config.query_groups(), stage.tp_size(), stage.cp_size());
   if (config.layer_spec(layer_number).moe()) moe_ = std::make_unique<MoeLayer>(config, stage, layer_number, params.moe, be);
   if (fp8 && config.layer_spec(layer_number).fp8) {
     linear_qkv_.use_fp8(fp8->add_linear(*params.linear_qkv_weight));
@@ -161,7 +164,7 @@ void TransformerLayer::recompute(const Tensor& x, LayerActs& a, Workspace& ws, c
   if (stage_->recompute == Recompute::Full)
     forward(x, a, ws, d);
   else if (stage_->recompute == Recompute::Selective)
-    attention_core_forward(a, ws);
+    attention_core_forward(a, ws, false);
 }
 
 void TransformerLayer::backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
@@ -201,7 +204,7 @@ Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Works
                          P.input_layernorm_bias->compute, c.layernorm_epsilon);
   linear_qkv_.forward(be, a.qkv, a.ln1, ws.full_a);  // ln1 gathered to (N, C) under SP
   if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
-  attention_core_forward(a, ws);
+  attention_core_forward(a, ws, true);
   Tensor& attn_out = linear_proj_.forward(be, a.att, ws.full_b, ws.tmp);  // (N_sp, C)
   if (d.p > 0) apply_dropout(be, attn_out, attn_out, d, dropout_key(d.seed, 0), false);
   return attn_out;
@@ -212,11 +215,16 @@ const Tensor* TransformerLayer::rope_positions(const Workspace& ws) const {
   return stage_->cp_size() > 1 ? &ws.positions : nullptr;
 }
 
-void TransformerLayer::attention_core_forward(LayerActs& a, Workspace& ws) const {
-  if (stage_->cp_size() > 1)
-    RingAttention(*stage_->cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, ws.ring);
-  else
+void TransformerLayer::attention_core_forward(LayerActs& a, Workspace& ws, bool qkv_local) const {
+  comm::Communicator* cp = stage_->cp_size() > 1 ? stage_->cp : nullptr;
+  if (!cp)
     be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
+  else if (cp_comm_ == config::CpCommType::A2a)
+    UlyssesAttention(*cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, qkv_local, ws.a2a);
+  else if (cp_comm_ == config::CpCommType::AllGather)
+    AllGatherAttention(*cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, ws.all_gather);
+  else
+    RingAttention(*cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, ws.ring);
 }
 
 void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws,
@@ -230,10 +238,16 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
     datt_out = &ws.tmp;
   }
   linear_proj_.backward(be, ws.datt, *datt_out, a.att, ws.full_b);
-  if (stage_->cp_size() > 1)
-    RingAttention(*stage_->cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.ring);
-  else
+  comm::Communicator* cp = stage_->cp_size() > 1 ? stage_->cp : nullptr;
+  if (!cp)
     be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
+  else if (cp_comm_ == config::CpCommType::A2a)
+    UlyssesAttention(*cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.a2a);
+  else if (cp_comm_ == config::CpCommType::AllGather)
+    AllGatherAttention(*cp, be, num_heads_tp_, kv_groups_tp_)
+        .backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.all_gather);
+  else
+    RingAttention(*cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.ring);
   if (c.rope())
     be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
   const Tensor& dln1 = linear_qkv_.backward_input(be, ws.dqkv, ws.full_b, ws.dln);

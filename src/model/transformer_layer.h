@@ -118,7 +118,9 @@ class TransformerLayer {
   // the MLP half's forward writes a.out. Their backward passes take d out
   // (d res1) in dres and leave the norm's d input in it.
   Tensor& attention_forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const;
-  void attention_core_forward(LayerActs& a, Workspace& ws) const;
+  // qkv_local: a.qkv holds the local rows (false: recompute, where
+  // --cp-comm-type a2a left it in the head split, NOTE [Head all-to-all]).
+  void attention_core_forward(LayerActs& a, Workspace& ws, bool qkv_local) const;
   void attention_backward(const Tensor& x, LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const;
   void mlp_forward(const Tensor& x, const Tensor& attn_out, LayerActs& a, Workspace& ws,
                    const LayerDropout& d) const;
@@ -145,6 +147,7 @@ class TransformerLayer {
   backend::Backend* be_;
   int num_heads_tp_;   // NH / tp
   int kv_groups_tp_;   // G / tp under grouped-query attention; 0 (= NH_tp) otherwise
+  config::CpCommType cp_comm_;  // this layer's --cp-comm-type (cp > 1)
   const Tensor* rope_positions(const Workspace& ws) const;
   ColumnParallelLinear linear_qkv_;
   RowParallelLinear linear_proj_;

@@ -47,6 +47,8 @@ struct Workspace {
   // the positions of the local rows (i32 (T): RoPE), and the learned position
   // embedding's local rows and their gradient ((T, C), GPT-2).
   RingBuffers ring;
+  A2aBuffers a2a;               // --cp-comm-type a2a (NOTE [Head all-to-all])
+  AllGatherBuffers all_gather;  // --cp-comm-type all_gather
   Tensor positions;
   Tensor cp_wpe, cp_dwpe;
 
@@ -124,9 +126,26 @@ struct Workspace {
     }
     if (s.cp_size() > 1) {
       const int64_t KV_tp = 2 * (c.query_groups() / tp) * c.head_size();
-      for (Tensor* k : {&ring.kv[0], &ring.kv[1], &ring.dkv[0], &ring.dkv[1], &ring.dkv_block})
-        *k = act({b, t, KV_tp});
+      using config::CpCommType;
       const CpChunks chunks{s.cp_size(), s.cp_rank(), t * s.cp_size()};
+      if (s.uses_cp_comm_type(CpCommType::P2p))
+        for (Tensor* k : {&ring.kv[0], &ring.kv[1], &ring.dkv[0], &ring.dkv[1], &ring.dkv_block})
+          *k = act({b, t, KV_tp});
+      if (s.uses_cp_comm_type(CpCommType::AllGather)) {
+        all_gather.kv = act({b, t, KV_tp});
+        all_gather.dkv = act({b, t, KV_tp});
+        all_gather.kv_all = act({s.cp_size() * b * t * KV_tp});
+        all_gather.dkv_all = act({s.cp_size() * b * t * KV_tp});
+      }
+      if (s.uses_cp_comm_type(CpCommType::A2a)) {
+        const int64_t P = s.cp_size(), G_tp = c.query_groups() / tp, O_h = NH_tp / P * c.head_size();
+        a2a.send = act({b * t * QKV_tp});
+        a2a.recv = act({b * t * QKV_tp});
+        a2a.att_h = act({b, t * P, O_h});
+        a2a.datt_h = act({b, t * P, O_h});
+        a2a.qkv = HeadExchange::make(be, chunks, b, {NH_tp, G_tp, G_tp});
+        a2a.out = HeadExchange::make(be, chunks, b, {NH_tp});
+      }
       Tensor host = Tensor::empty({t}, DType::I32);
       for (int64_t i = 0; i < t; ++i) host.data<int32_t>()[i] = static_cast<int32_t>(chunks.position(i));
       positions = be.empty({t}, DType::I32);

@@ -320,11 +320,21 @@ GptConfig local_sequence(const GptConfig& m, int cp) {
 // two K/V blocks in flight, two dK/dV accumulators and one block's dK/dV,
 // each (b, s/cp, 2 G/t HS); the first stage also gathers the learned
 // position embedding's local rows and their f32 gradient. m: local_sequence's.
+// --cp-comm-type all_gather: one block and its dK/dV, cp blocks gathered and
+// cp dK/dV slots. a2a (NOTE [Head all-to-all]): send and recv of qkv's
+// size, the head split's out and d out, and the i32 row maps (4 of qkv's
+// and 4 of out's head rows).
 static double cp_ring_workspace_bytes(const GptConfig& m, const Layout& l, int stage) {
   if (l.cp <= 1) return 0.0;
   const double act = l.dtype == DType::F32 ? 4.0 : 2.0, rows = double(l.micro_batch * m.seq_length);
   const double kv = rows * 2.0 * double(m.query_groups() / l.tp) * double(m.head_size());
-  double n = double(l.vpp) * 5.0 * act * kv;
+  double per_chunk = 5.0 * act * kv;
+  if (l.cp_comm == config::CpCommType::AllGather) per_chunk = (2.0 + 2.0 * l.cp) * act * kv;
+  if (l.cp_comm == config::CpCommType::A2a) {
+    const double qkv = rows * double(m.qkv_width() / l.tp), out = rows * double(m.hidden_size / l.tp);
+    per_chunk = act * (2.0 * qkv + 2.0 * out) + 4.0 * 4.0 * (qkv + out) / double(m.head_size());
+  }
+  double n = double(l.vpp) * per_chunk;
   if (stage == 0 && m.learned_positions()) n += double(m.seq_length) * double(m.hidden_size) * (act + 4.0);
   return n;
 }

@@ -56,6 +56,8 @@ struct Layout : config::Layout {
   int dist_opt_instances = 1;
   int shard_ranks() const { return dp * cp / std::max(1, dist_opt_instances); }
   Recompute recompute = Recompute::None;
+  // --cp-comm-type (cp > 1): the ring, the K/V all-gather or the head all-to-all.
+  config::CpCommType cp_comm = config::CpCommType::P2p;
   // Parameters' and activations' dtype: BF16 (--bf16, the default), F16
   // (--fp16) or F32; gradients and optimizer state are f32 in every case.
   DType dtype = DType::BF16;

@@ -38,6 +38,7 @@ std::string fitting_layouts(const Job& job, double capacity_bytes) {
   o.global_batch = job.layout.global_batch;
   o.dtype = job.layout.dtype;
   o.memory = memory_options(job);
+  o.cp_comm = job.layout.cp_comm;  // the run's --cp-comm-type for the CP layouts searched
   const std::string model =
       !job.model_flags.empty()
           ? job.model_flags
@@ -47,6 +48,7 @@ std::string fitting_layouts(const Job& job, double capacity_bytes) {
                                 "--gpu-memory-gb {:.1f}", model, o.global_batch, precision_flag(o.dtype), mc.nnodes,
                                 mc.gpus_per_node, mc.gpu_memory_gb);
   if (job.cpu_device) cmd += " --device cpu";
+  if (o.cp_comm != config::CpCommType::P2p) cmd += " --cp-comm-type " + config::to_string(o.cp_comm);
   PlanResult r;
   try {
     r = plan_layouts(m, mc, o);

@@ -41,9 +41,12 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
                             100.0 * (l.pp - 1) / (double(l.vpp) * double(l.num_microbatches()))));
   if (l.sp()) r.push_back(fmt::format("sequence parallel: LayerNorm/dropout activations / {}", l.tp));
   if (l.cp > 1)
-    r.push_back(fmt::format("CP{}: every sequence split {} ways (activations / {}); K/V ring {} ({:.1f} ms exposed)",
-                            l.cp, l.cp, l.cp, c.time.cp_crosses_nodes ? "crosses nodes" : "inside a node",
-                            1e3 * c.time.cp_comm));
+    r.push_back(fmt::format("CP{}: every sequence split {} ways (activations / {}); {} {} ({:.1f} ms exposed)",
+                            l.cp, l.cp, l.cp,
+                            l.cp_comm == config::CpCommType::A2a         ? "head all-to-all"
+                            : l.cp_comm == config::CpCommType::AllGather ? "K/V all-gather"
+                                                                         : "K/V ring",
+                            c.time.cp_crosses_nodes ? "crosses nodes" : "inside a node", 1e3 * c.time.cp_comm));
   if (l.zero_stage >= 2)
     r.push_back(fmt::format("ZeRO-{} (--data-parallel-sharding-strategy {}): {:.2f} instead of {:.0f} bytes/param, "
                             "+{:.2f} GiB of layers in use{}",
@@ -121,7 +124,7 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
                 Layout l{config::Layout::make(world, tp, pp, 1, cp)};
                 l.vpp = vpp, l.micro_batch = mb, l.dtype = o.dtype;
                 l.global_batch = o.global_batch, l.sequence_parallel = sp;
-                l.distributed_optimizer = dopt, l.recompute = rc;
+                l.distributed_optimizer = dopt, l.recompute = rc, l.cp_comm = o.cp_comm;
                 if (o.zero_stage >= 2 && dp > 1) {
                   if (!dopt) continue;  // the strategy implies the distributed optimizer
                   l.zero_stage = o.zero_stage;
@@ -148,6 +151,10 @@ std::string layout_rule_violation(const GptConfig& m, const Machine& mc, const L
                     : fmt::format("TP x PP x DP = {} x {} x {} != {} GPUs", l.tp, l.pp, l.dp, world);
   if (l.cp > 1 && m.seq_length % (2 * l.cp) != 0)
     return fmt::format("context parallel: seq {} % (2 x CP {}) != 0", m.seq_length, l.cp);
+  if (l.cp > 1 && l.cp_comm == config::CpCommType::A2a &&
+      ((m.num_attention_heads / l.tp) % l.cp != 0 || (m.query_groups() / l.tp) % l.cp != 0))
+    return fmt::format("--cp-comm-type a2a: heads {} and K/V groups {} per TP rank not both divisible by CP {}",
+                       m.num_attention_heads / l.tp, m.query_groups() / l.tp, l.cp);
   if (l.cp > 1 && l.sp() && (m.seq_length / l.cp) % l.tp != 0)
     return fmt::format("sequence parallel: seq {} / CP {} % TP {} != 0", m.seq_length, l.cp, l.tp);
   if (!allow_tp_across_nodes && group_crosses_nodes(l.tp, mc.gpus_per_node))
@@ -280,6 +287,7 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
 std::string megatron_flags(const GptConfig& m, const Layout& l) {
   std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
   if (l.cp > 1) s += fmt::format(" --context-parallel-size {}", l.cp);
+  if (l.cp > 1 && l.cp_comm != config::CpCommType::P2p) s += " --cp-comm-type " + config::to_string(l.cp_comm);
   if (l.vpp > 1) s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
   s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
   if (l.sp()) s += " --sequence-parallel";

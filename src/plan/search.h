@@ -40,6 +40,7 @@ struct SearchOptions {
   // --context-parallel-size: > 0 pinned; 0: 1, and when no layout fits,
   // the search again over CP 2, 4, ... (long sequences).
   int cp = 0;
+  config::CpCommType cp_comm = config::CpCommType::P2p;  // --cp-comm-type of the CP layouts
   std::vector<int> vpp = {1, 2, 4};
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)

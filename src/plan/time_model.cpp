@@ -141,7 +141,29 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
   // beyond one block's attention (1/cp of the layer's, 4bs^2h/t forward
   // and twice that backward over the whole sequence, causal) is exposed;
   // the last dK/dV hop follows the last block and is not hidden. ----
-  if (l.cp > 1) {
+  // --cp-comm-type a2a (NOTE [Head all-to-all]): per layer and micro-batch
+  // the all-to-alls move qkv and out forward, out, d out and d qkv
+  // backward (selective recompute: out once more; full: qkv and out), each
+  // (b, s/cp) rows of which (cp-1)/cp leave the rank, nothing overlapped.
+  // all_gather: cp-1 K/V blocks in forward, again in backward, and cp-1
+  // dK/dV blocks reduce-scattered, not overlapped either.
+  if (l.cp > 1 && l.cp_comm != config::CpCommType::P2p) {
+    const double cp = l.cp, lat_s = lat(t.cp_crosses_nodes) * 1e-6, B = bw(t.cp_crosses_nodes) * 1e9;
+    double per_layer = 0;
+    if (l.cp_comm == config::CpCommType::A2a) {
+      const double qkv = b * s * double(m.qkv_width() / l.tp) * act_bytes;
+      const double out = b * s * double(m.hidden_size / l.tp) * act_bytes;
+      double n_qkv = 2, n_out = 3, calls = 5;
+      if (l.recompute == Recompute::Selective) n_out += 1, calls += 1;
+      if (l.recompute == Recompute::Full) n_qkv += 1, n_out += 1, calls += 2;
+      per_layer = (n_qkv * qkv + n_out * out) * (cp - 1) / cp / B + calls * (cp - 1) * lat_s;
+    } else {
+      const double kv = b * s * 2.0 * double(m.query_groups() / l.tp) * double(m.head_size()) * act_bytes;
+      const double calls = l.recompute == Recompute::None ? 3 : 4;  // recompute gathers once more
+      per_layer = calls * ((cp - 1) * kv / B + lat_s);
+    }
+    t.cp_comm = mb * (L / l.pp) * per_layer;
+  } else if (l.cp > 1) {
     const double S = double(full.seq_length), cp = l.cp;
     const double kv = b * s * 2.0 * double(m.query_groups() / l.tp) * double(m.head_size()) * act_bytes;
     const double hop = kv / (bw(t.cp_crosses_nodes) * 1e9) + lat(t.cp_crosses_nodes) * 1e-6;

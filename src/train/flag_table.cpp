@@ -196,7 +196,9 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "chunks), attention passes K/V around the group's ring; --seq-length a multiple of 2*CP")
                   .agreed().defaulted());
   t.push_back(flag("--cp-comm-type", MEMBER(parallel.cp_comm_type),
-                   "context parallelism's communication: p2p (the K/V ring; all_gather, a2a and a2a+p2p not yet)")
+                   "context parallelism's attention exchange, one for all layers or one per layer: p2p (the K/V ring, "
+                   "overlapped), all_gather (K/V all-gathered), a2a (all-to-all heads for sequence; heads and K/V "
+                   "groups per tp rank divisible by CP); a2a+p2p not yet")
                   .agreed().shows("p2p"));
   t.push_back(flag("--use-distributed-optimizer", MEMBER(parallel.ddp.use_distributed_optimizer),
                    "shard the optimizer state over the data-parallel group (ZeRO-1; = "

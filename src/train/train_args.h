@@ -48,7 +48,7 @@ struct ParallelArgs {
   int virtual_pipeline_size = 0;             // --virtual-pipeline-model-parallel-size (0: from the above)
   bool sequence_parallel = false;            // --sequence-parallel
   int cp = 1;                                // --context-parallel-size
-  std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (p2p: the K/V ring; one, or one per layer)
+  std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (p2p, all_gather, a2a; one, or one per layer)
   int ep = 1;                                // --expert-model-parallel-size (experts over dp ranks)
   int etp = 0;                               // --expert-tensor-parallel-size (0: not given; 1 only for now)
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size

@@ -76,10 +76,14 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
                     "pass a --num-distributed-optimizer-instances that divides the data-parallel size",
                     "--num-distributed-optimizer-instances {} does not divide data-parallel x context-parallel "
                     "size {}", instances, layout ? layout->dp * layout->cp : 1);
-  for (const std::string& t : p.cp_comm_type)
-    TRIPOD_CHECK_INTO(problems, t == "p2p",
-                      "use --cp-comm-type p2p (the K/V ring); all_gather, a2a and a2a+p2p are not yet in tripod",
-                      "--cp-comm-type {} is not yet implemented", t);
+  problems.collect([&] {
+    const std::vector<config::CpCommType> types = model::cp_comm_types_from_flag(p.cp_comm_type, a.model.num_layers);
+    if (!layout || layout->cp <= 1) return;
+    for (config::CpCommType t : types)
+      if (t == config::CpCommType::A2a)
+        return model::check_context_parallel_heads(a.model.num_attention_heads, a.model.query_groups(), layout->tp,
+                                                   layout->cp);
+  });
   if (layout && layout->cp > 1)
     problems.collect([&] { model::check_context_parallel_seq_length(a.model.seq_length, layout->cp); });
 }
@@ -217,6 +221,7 @@ void Trainer::build_chunks() {
     st.tp = groups_.tp.get();  // the tp size and rank come from the group
     st.sequence_parallel = p.sequence_parallel;
     st.cp = L.cp > 1 ? groups_.cp.get() : nullptr;
+    st.cp_comm_type = model::cp_comm_types_from_flag(p.cp_comm_type, args_.model.num_layers);
     st.ep = groups_.ep.get();  // null at --expert-model-parallel-size 1
     st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp * L.cp : 1;
     st.compute_dtype = args_.precision.compute_dtype;

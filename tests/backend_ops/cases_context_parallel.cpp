@@ -1,8 +1,9 @@
 // backend_ops cases: context parallelism's ops (backend/ops.h) — the K/V
 // column copy both ways, the block attention of the K/V ring (diagonal and
 // off-diagonal blocks, written and merged by log-sum-exp, forward and
-// backward; one query row against a KV cache, as decoding calls it) and RoPE
-// at given positions.
+// backward; one query row against a KV cache, as decoding calls it), the row
+// gather of the all-to-all and RoPE at given positions.
+#include <string>
 #include <utility>
 
 #include "cases.h"
@@ -23,6 +24,15 @@ void add_context_parallel_cases(std::vector<OpCase>& v) {
                  [=](Backend& be, Args& t) { be.attention_kv_copy(t[0], t[1], nh, g); }});
     v.push_back({"attention_kv_copy_to_qkv", {acc("qkv", {B, T, W}), in("kv", {B, T, KV})},
                  [=](Backend& be, Args& t) { be.attention_kv_copy(t[0], t[1], nh, g); }});
+  }
+
+  // The row gather of the a2a exchange: head rows of 24 (whole 4-byte
+  // words in every dtype) and 7 (2-byte words under bf16/f16), rows read
+  // more than once and some not at all.
+  for (int64_t hs : {24, 7}) {
+    const int64_t N = 37, R = 53;
+    v.push_back({"gather_rows_hs" + std::to_string(hs), {out("out", {R, hs}), in("inp", {N, hs}), ids("index", {R}, 0, N)},
+                 [=](Backend& be, Args& t) { be.gather_rows(t[0], t[1], t[2]); }});
   }
 
   // Block attention. qkv (B, Tq, ...) against kv (B, Tk, ...) with Tk != Tq

@@ -129,6 +129,10 @@ std::vector<Bad> bad_calls() {
   // Context parallelism's block attention: 4 query heads, 2 K/V heads of 2 (qkv width 16, kv width 8).
   v.push_back({"attention_kv_copy", "dst", [=](Backend& be) {
     Tensor kv = e(be, {2, 3, 7}), qkv = e(be, {2, 3, 16}); be.attention_kv_copy(kv, qkv, 4, 2); }});
+  v.push_back({"gather_rows", "index", [=](Backend& be) {
+    Tensor o = e(be, {4, 8}), x = e(be, {6, 8}), idx = e(be, {3}, DType::I32); be.gather_rows(o, x, idx); }});
+  v.push_back({"gather_rows", "out", [=](Backend& be) {
+    Tensor o = e(be, {4, 6}), x = e(be, {6, 8}), idx = e(be, {4}, DType::I32); be.gather_rows(o, x, idx); }});
   v.push_back({"attention_block_forward", "blk", [=](Backend& be) {
     Tensor o = e(be, {2, 3, 8}), lse = e(be, {2, 4, 3}), qkv = e(be, {2, 3, 16}), kv = e(be, {2, 3, 8});
     be.attention_block_forward(o, lse, qkv, kv, 4, 2, {2, 3, 0, 3, false}, false); }});

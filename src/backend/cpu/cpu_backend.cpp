@@ -178,6 +178,17 @@ class CpuBackend final : public Backend {
     TRIPOD_CPU_DISPATCH(qkv.dtype(), cpu::rope<T>(qkv.data<T>(), B, Tn, n_head, n_kv_head, HS, rot_dim, base,
                                                   backward, positions.data<int32_t>()));
   }
+  void gather_rows_impl(Tensor& out, const Tensor& inp, const Tensor& index) override {
+    const size_t row = static_cast<size_t>(inp.size(1)) * dtype_size(inp.dtype());
+    const int32_t* idx = index.data<int32_t>();
+    const char* src = static_cast<const char*>(inp.raw());
+    char* dst = static_cast<char*>(out.raw());
+    for (int64_t r = 0; r < out.size(0); ++r) {
+      TRIPOD_CHECK(idx[r] >= 0 && idx[r] < inp.size(0), "gather_rows: index[{}] = {} must lie in [0, {})", r,
+                   idx[r], inp.size(0));
+      std::memcpy(dst + static_cast<size_t>(r) * row, src + static_cast<size_t>(idx[r]) * row, row);
+    }
+  }
   void attention_kv_copy_impl(Tensor& dst, const Tensor& src, int n_head, int n_kv_head) override {
     if (cpu::is_half(src.dtype())) { cpu::Widened w; return attention_kv_copy_impl(w.out(dst), w.in(src), n_head, n_kv_head); }
     const bool from_qkv = src.size(2) > dst.size(2);

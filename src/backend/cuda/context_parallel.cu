@@ -1,6 +1,6 @@
 // Context parallelism's kernels: the K/V column copy, the block attention of
-// the K/V ring (forward with the log-sum-exp merge, backward), and the RoPE
-// table at given positions. CUDA versions of backend/cpu's
+// the K/V ring (forward with the log-sum-exp merge, backward), the row
+// gather of the all-to-all, and the RoPE table at given positions. CUDA versions of backend/cpu's
 // attention_block.cpp; contracts in backend/ops.h.
 //
 // NOTE [Block attention kernels]
@@ -65,6 +65,17 @@ __global__ void kv_copy_kernel(T* dst, const T* src, int64_t rows, int KV, int W
     const int64_t r = x / KV, e = x % KV;
     if (from_qkv) dst[x] = src[r * W + off + e];
     else dst[r * W + off + e] = src[x];
+  }
+}
+
+// out row r = inp row index[r]; a thread per 4-byte word (head rows are
+// whole words unless f16/bf16 with an odd HS, then 2-byte words).
+template <typename W>
+__global__ void gather_rows_kernel(W* out, const W* inp, const int32_t* index, int64_t rows, int64_t words) {
+  const int64_t n = rows * words;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = x / words, e = x % words;
+    out[x] = inp[int64_t(index[r]) * words + e];
   }
 }
 
@@ -240,6 +251,23 @@ void attention_kv_copy(void* dst, const void* src, int64_t B, int64_t T, int NH,
     kv_copy_kernel<A><<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
         static_cast<A*>(dst), static_cast<const A*>(src), B * T, 2 * G * HS, (NH + 2 * G) * HS, NH * HS, from_qkv);
   });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void gather_rows(void* out, const void* inp, const int32_t* index, int64_t rows, int64_t row_bytes,
+                 cudaStream_t stream) {
+  if (rows == 0 || row_bytes == 0) return;
+  constexpr int kBlock = 256;
+  const bool aligned = reinterpret_cast<uintptr_t>(out) % 4 == 0 && reinterpret_cast<uintptr_t>(inp) % 4 == 0;
+  if (row_bytes % 4 == 0 && aligned) {
+    const int64_t words = row_bytes / 4;
+    gather_rows_kernel<uint32_t><<<elementwise_grid(rows * words, kBlock), kBlock, 0, stream>>>(
+        static_cast<uint32_t*>(out), static_cast<const uint32_t*>(inp), index, rows, words);
+  } else {
+    const int64_t words = row_bytes / 2;  // activation rows are whole 2-byte elements
+    gather_rows_kernel<uint16_t><<<elementwise_grid(rows * words, kBlock), kBlock, 0, stream>>>(
+        static_cast<uint16_t*>(out), static_cast<const uint16_t*>(inp), index, rows, words);
+  }
   TRIPOD_LAUNCH_CHECK();
 }
 

@@ -29,6 +29,11 @@ constexpr int kBlockMaxHS = 256;
 void attention_kv_copy(void* dst, const void* src, int64_t B, int64_t T, int NH, int G, int HS, bool from_qkv,
                        DType dt, cudaStream_t stream);
 
+// out row r = inp row index[r] (i32 on the device), rows of row_bytes bytes
+// (a multiple of 2).
+void gather_rows(void* out, const void* inp, const int32_t* index, int64_t rows, int64_t row_bytes,
+                 cudaStream_t stream);
+
 // out (B, Tq, NH * HS), lse (B, NH, Tq): the window's query rows written, or
 // merged by log-sum-exp with what they hold (accumulate).
 void attention_block_forward(void* out, float* lse, const void* qkv, const void* kv, int64_t B, int64_t Tq,

@@ -228,6 +228,12 @@ class CudaBackend final : public Backend {
     cuda::attention_kv_copy(dst.raw(), src.raw(), B, T, n_head, n_kv_head, static_cast<int>(HS), from_qkv,
                             src.dtype(), stream_);
   }
+  void gather_rows_impl(Tensor& out, const Tensor& inp, const Tensor& index) override {
+    const int64_t row_bytes = inp.size(1) * static_cast<int64_t>(dtype_size(inp.dtype()));
+    TRIPOD_CHECK(row_bytes % 2 == 0, "gather_rows: rows of {} bytes (inp {}) are not whole 2-byte words", row_bytes,
+                 inp.str());
+    cuda::gather_rows(out.raw(), inp.raw(), index.data<int32_t>(), out.size(0), row_bytes, stream_);
+  }
   void attention_block_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Tensor& kv, int n_head,
                                     int n_kv_head, const AttentionBlock& blk, bool accumulate) override {
     const int64_t B = qkv.size(0), Tq = qkv.size(1), HS = block_head_size(qkv, n_head, n_kv_head);

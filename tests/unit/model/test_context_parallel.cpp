@@ -1,7 +1,8 @@
 // Context parallelism's pieces (model/context_parallel.h): the load-balanced
 // chunk positions, the ring's block table, the ring attention against
 // attention on the whole sequence (threads as ranks over Gloo, f64, MHA and
-// GQA, cp 2 and 4), and the ring's schedule: the next block's send and
+// GQA, cp 2 and 4), the head all-to-all's maps, the all-to-all and the K/V
+// all-gather against the same, and the ring's schedule: the next block's send and
 // receive are posted before the block in hand is computed.
 #include <gtest/gtest.h>
 
@@ -153,6 +154,87 @@ void check_ring(int cp, int NH, int G) {
           ASSERT_NEAR(l.data<double>()[(b * NH + h) * Tl + t], lse.data<double>()[(b * NH + h) * T + pos[size_t(t)]],
                       1e-12);
   });
+}
+
+// --cp-comm-type a2a and all_gather: out and dqkv of the local rows are the
+// whole sequence's (a2a leaves qkv in the head split; its lse is the head
+// split's, checked through the backward).
+void check_exchange(config::CpCommType type, int cp, int NH, int G) {
+  const int64_t B = 2, T = 8 * cp, HS = 4, W = (NH + 2 * G) * HS;
+  auto be = backend::make_cpu_backend();
+  std::mt19937 g(12);
+  const Tensor qkv = random({B, T, W}, g), dout = random({B, T, NH * HS}, g);
+  Tensor out = Tensor::empty({B, T, NH * HS}, DType::F64), lse = Tensor::empty({B, NH, T}, DType::F64);
+  Tensor dqkv = Tensor::empty({B, T, W}, DType::F64);
+  be->attention_forward(out, lse, qkv, NH, G);
+  be->attention_backward(dqkv, dout, qkv, out, lse, NH, G);
+  testing::run_ranks(cp, 30s, [&](int r, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(cp, 1, 1, 1, cp));
+    auto rbe = backend::make_cpu_backend();
+    const std::vector<int64_t> pos = positions(cp, r, T);
+    const int64_t Tl = T / cp;
+    Tensor q = rows_at(qkv, pos);
+    const Tensor dl = rows_at(dout, pos);
+    Tensor o = Tensor::empty({B, Tl, NH * HS}, DType::F64), l = Tensor::empty({B, NH, Tl}, DType::F64);
+    Tensor dq = Tensor::empty({B, Tl, W}, DType::F64);
+    if (type == config::CpCommType::A2a) {
+      model::A2aBuffers buf;
+      buf.send = Tensor::empty({B * Tl * W}, DType::F64);
+      buf.recv = Tensor::empty({B * Tl * W}, DType::F64);
+      buf.att_h = Tensor::empty({B, T, NH / cp * HS}, DType::F64);
+      buf.datt_h = Tensor::empty({B, T, NH / cp * HS}, DType::F64);
+      const CpChunks ch{cp, r, T};
+      buf.qkv = model::HeadExchange::make(*rbe, ch, B, {NH, G, G});
+      buf.out = model::HeadExchange::make(*rbe, ch, B, {NH});
+      const model::UlyssesAttention a2a(*pg.cp, *rbe, NH, G);
+      a2a.forward(o, l, q, true, buf);
+      expect_rows("out", o, rows_at(out, pos));
+      a2a.backward(dq, dl, q, o, l, buf);
+      expect_rows("dqkv", dq, rows_at(dqkv, pos));
+      a2a.forward(o, l, q, false, buf);  // selective recompute: from the head split
+      expect_rows("recomputed out", o, rows_at(out, pos));
+    } else {
+      model::AllGatherBuffers buf;
+      buf.kv = Tensor::empty({B, Tl, 2 * G * HS}, DType::F64);
+      buf.dkv = Tensor::empty({B, Tl, 2 * G * HS}, DType::F64);
+      buf.kv_all = Tensor::empty({cp * B * Tl * 2 * G * HS}, DType::F64);
+      buf.dkv_all = Tensor::empty({cp * B * Tl * 2 * G * HS}, DType::F64);
+      const model::AllGatherAttention ag(*pg.cp, *rbe, NH, G);
+      ag.forward(o, l, q, buf);
+      ag.backward(dq, dl, q, o, l, buf);
+      expect_rows("out", o, rows_at(out, pos));
+      expect_rows("dqkv", dq, rows_at(dqkv, pos));
+    }
+  });
+}
+
+// The head split of rank d holds each section's heads [d n/cp, (d+1) n/cp):
+// at cp 2, B 1, T 4 (rank 0 holds positions 0 and 3), heads {2, 2}.
+TEST(ContextParallel, HeadExchangeMaps) {
+  const auto m = model::HeadExchange::host_maps(CpChunks{2, 0, 4}, 1, {2, 2});
+  // to heads, pack: (dest d, local row t, slot j) <- local row t's head (0, 2 | 1, 3)
+  EXPECT_EQ(m[0], (std::vector<int32_t>{0, 2, 4, 6, 1, 3, 5, 7}));
+  // to heads, unpack: positions 0..3 from (rank 0 row 0, rank 1 row 0, rank 1 row 1, rank 0 row 1)
+  EXPECT_EQ(m[1], (std::vector<int32_t>{0, 1, 4, 5, 6, 7, 2, 3}));
+  // to the sequence, pack: rank d's rows (d 0: positions 0, 3; d 1: 1, 2) of the head split
+  EXPECT_EQ(m[2], (std::vector<int32_t>{0, 1, 6, 7, 2, 3, 4, 5}));
+  // to the sequence, unpack: local row t's heads 0, 1 (section 0) from ranks 0, 1 at slot 0, heads 2, 3
+  // (section 1) from ranks 0, 1 at slot 1
+  EXPECT_EQ(m[3], (std::vector<int32_t>{0, 4, 1, 5, 2, 6, 3, 7}));
+}
+
+TEST(ContextParallel, AllToAllMatchesWholeSequenceCp2) { check_exchange(config::CpCommType::A2a, 2, 4, 4); }
+TEST(ContextParallel, AllToAllMatchesWholeSequenceCp4Gqa) { check_exchange(config::CpCommType::A2a, 4, 8, 4); }
+TEST(ContextParallel, AllGatherMatchesWholeSequenceCp4Gqa) { check_exchange(config::CpCommType::AllGather, 4, 6, 2); }
+
+TEST(ContextParallel, AllToAllRefusesHeadsCpDoesNotDivide) {
+  EXPECT_NO_THROW(model::check_context_parallel_heads(8, 4, 2, 2));
+  try {
+    model::check_context_parallel_heads(8, 2, 2, 2);  // 1 K/V head per tp rank
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--cp-comm-type p2p"), std::string::npos) << e.what();
+  }
 }
 
 // RoPE at a cp rank's positions rotates its rows as RoPE on the whole sequence does, and back.

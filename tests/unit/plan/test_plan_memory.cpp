@@ -322,6 +322,38 @@ TEST(PlanTime, ContextParallelRing) {
   EXPECT_FALSE(t2.cp_crosses_nodes);
 }
 
+// --cp-comm-type a2a: send and recv of qkv's size and the head split's out
+// and d out instead of the ring's 5 K/V blocks, plus the i32 row maps.
+TEST(PlanMemory, ContextParallelAllToAllBuffers) {
+  const GptConfig m = gpt2_124m();  // seq 1024: 512 rows per cp rank
+  Layout ring{config::Layout::make(8, 1, 1, 1, 2)};
+  ring.micro_batch = 1, ring.global_batch = 4;
+  Layout a2a = ring;
+  a2a.cp_comm = config::CpCommType::A2a;
+  // qkv 512 x 2304, out 512 x 768: 2 bytes x 2 x (1,179,648 + 393,216) = 6,291,456, and the maps
+  // 4 x 4 bytes x (1,179,648 + 393,216) / 64 head rows = 393,216; the ring's 5 x 2 x 512 x 2 x 768 =
+  // 7,864,320.
+  EXPECT_DOUBLE_EQ(estimate_memory(m, a2a).workspace - estimate_memory(m, ring).workspace,
+                   6291456.0 + 393216.0 - 7864320.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, a2a).activations, estimate_memory(m, ring).activations);
+}
+
+// --cp-comm-type a2a: nothing overlaps; per layer and micro-batch qkv and
+// out forward, out, d out and d qkv backward, half of each leaving the
+// rank at cp 2, and one latency per all-to-all (5).
+TEST(PlanTime, ContextParallelAllToAll) {
+  const GptConfig m = gpt_model(12, 768, 12, 8192);
+  Machine mc;
+  mc.gpus_per_node = 2;
+  Layout two{config::Layout::make(2, 1, 1, 1, 2)};
+  two.micro_batch = 1, two.global_batch = 2, two.cp_comm = config::CpCommType::A2a;
+  const double qkv = 4096.0 * 2304 * 2, out = 4096.0 * 768 * 2;
+  const double per_layer = (2 * qkv + 3 * out) / 2 / 300e9 + 5 * 10e-6;
+  EXPECT_NEAR(estimate_time(m, two, mc).cp_comm, 2 * 12 * per_layer, 1e-12);
+  two.recompute = Recompute::Selective;  // the recomputed out goes back once more
+  EXPECT_NEAR(estimate_time(m, two, mc).cp_comm, 2 * 12 * (per_layer + out / 2 / 300e9 + 10e-6), 1e-12);
+}
+
 TEST(PlanMemory, ChunkSlotsFollowTheSchedule) {
   // 1F1B: rank r keeps min(P - r, m) micro-batches (Megatron's warm-up + 1).
   EXPECT_EQ(chunk_slot_peaks(4, 1, 8, 0), std::vector<int>{4});

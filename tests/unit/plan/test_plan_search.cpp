@@ -166,6 +166,32 @@ TEST(PlanSearch, LongSequenceFallsBackToContextParallel) {
   EXPECT_TRUE(plan_layouts(m, mc, o).fits.empty());
 }
 
+// --cp-comm-type a2a: only layouts whose heads per TP rank CP divides, and
+// the printed flags name the exchange.
+TEST(PlanSearch, AllToAllKeepsLayoutsWhoseHeadsCpDivides) {
+  const GptConfig m = gpt_model(16, 2048, 8, 524288);  // 8 heads
+  Machine mc;
+  mc.nnodes = 2, mc.gpus_per_node = 8, mc.gpu_memory_gb = 80;
+  SearchOptions o;
+  o.global_batch = 8;
+  o.recompute = {Recompute::None};
+  o.cp = 4, o.cp_comm = config::CpCommType::A2a;
+  const PlanResult r = plan_layouts(m, mc, o);
+  ASSERT_FALSE(r.fits.empty());
+  for (const auto& c : r.fits) {
+    EXPECT_EQ(c.layout.cp_comm, config::CpCommType::A2a);
+    EXPECT_LE(c.layout.tp, 2) << c.layout.str();  // 8 heads / TP over CP 4
+  }
+  EXPECT_NE(megatron_flags(m, r.fits.front().layout).find("--context-parallel-size 4 --cp-comm-type a2a"),
+            std::string::npos);
+  Layout tp4{config::Layout::make(16, 4, 1, 1, 4)};  // 2 heads per TP rank
+  tp4.cp_comm = config::CpCommType::A2a, tp4.global_batch = 8;
+  EXPECT_NE(layout_rule_violation(m, mc, tp4, false).find("--cp-comm-type a2a"), std::string::npos)
+      << layout_rule_violation(m, mc, tp4, false);
+  tp4.cp_comm = config::CpCommType::P2p;  // the ring takes any head count
+  EXPECT_EQ(layout_rule_violation(m, mc, tp4, false).find("--cp-comm-type"), std::string::npos);
+}
+
 TEST(PlanSearch, TpPinnedAboveANodeNamesTheRule) {
   // 345M-class, 16 heads: only the node rule stands in the way of TP 16
   const GptConfig m = gpt_model(24, 1024, 16);
