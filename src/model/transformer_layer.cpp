@@ -140,20 +140,6 @@ const Tensor& TransformerLayer::wgrad_input(const ColumnParallelLinear& linear, 
   return stage_->sequence_parallel_active() ? ws.full_a : ln;
 }
 
-// NOTE [FP8 SwiGLU cast]: under FP8 with delayed scaling the scales of
-// fc2's input and fc1's output gradient are known before those tensors
-// exist, so the SwiGLU kernel writes their FP8 codes (and transposes)
-// directly (backend/ops.h fp8_swiglu_cast_transpose and its backward): the
-// compute-dtype activation and d fc1 are neither written nor read back, and
-// the codes are the unfused path's bit for bit. It needs fc2's input kept
-// per micro-batch (its wgrad reads the codes, not the activation) and no
-// fc1 bias (whose gradient would need d fc1).
-bool TransformerLayer::fp8_swiglu_cast() const {
-  return config_->swiglu && linear_fc1_.fp8() && linear_fc2_.fp8() && !linear_fc1_.has_bias() &&
-         linear_fc2_.fp8_linear()->keeps_input() && linear_fc2_.fp8_linear()->fuses_swiglu() &&
-         linear_fc1_.fp8_linear()->fuses_swiglu();
-}
-
 void TransformerLayer::forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const {
   bind_fp8(a);
   const Tensor& attn_out = attention_forward(x, a, ws, d);
@@ -279,21 +265,15 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     be.add(a.out, a.res1, moe_out);
     return;
   }
-  Tensor* mlp_out = nullptr;
   if (c.swiglu) {
     linear_fc1_.forward(be, a.fc1, a.ln2, ws.full_a);  // [gate | up]
-    if (fp8_swiglu_cast()) {  // the activation goes straight to FP8; a.gelu is not written
-      mlp_out = &linear_fc2_.forward_swiglu(be, a.fc1, ws.full_b, ws.tmp);
-    } else {
-      be.swiglu_forward(a.gelu, a.fc1);
-    }
+    be.swiglu_forward(a.gelu, a.fc1);
   } else {
     linear_fc1_.forward_gelu(be, a.gelu, a.fc1, a.ln2, ws.full_a);  // fc1 keeps the pre-GELU values
   }
-  if (!mlp_out) mlp_out = &linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
-  Tensor& mlp_out_ref = *mlp_out;
-  if (d.p > 0) apply_dropout(be, mlp_out_ref, mlp_out_ref, d, dropout_key(d.seed, 1), false);
-  be.add(a.out, a.res1, mlp_out_ref);
+  Tensor& mlp_out = linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
+  if (d.p > 0) apply_dropout(be, mlp_out, mlp_out, d, dropout_key(d.seed, 1), false);
+  be.add(a.out, a.res1, mlp_out);
 }
 
 void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const {
@@ -310,17 +290,13 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
                   a.ln2_rstd, &a.ln2);
     return;
   }
-  const bool swiglu_cast = fp8_swiglu_cast();
   if (config_->swiglu) {
-    linear_fc2_.backward(be, ws.dact, *dmlp, a.gelu, ws.full_b);  // a.gelu: only its shape under the SwiGLU cast
-    if (!swiglu_cast) be.swiglu_backward(ws.dfc1, a.fc1, ws.dact);
+    linear_fc2_.backward(be, ws.dact, *dmlp, a.gelu, ws.full_b);
+    be.swiglu_backward(ws.dfc1, a.fc1, ws.dact);
   } else {
     linear_fc2_.backward_dgelu(be, ws.dfc1, *dmlp, a.gelu, a.fc1, ws.full_b);  // GELU backward folded in
   }
-  // Under the SwiGLU cast d fc1 goes straight to FP8 (ws.dfc1 is not written;
-  // the weight gradient takes dy's codes, and fc1 has no bias).
-  const Tensor& dln2 = swiglu_cast ? linear_fc1_.backward_input_swiglu(be, a.fc1, ws.dact, ws.full_b, ws.dln)
-                                   : linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
+  const Tensor& dln2 = linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
   const bool kept = linear_fc1_.fp8() && linear_fc1_.fp8_linear()->keeps_input();
   norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd,
                 kept ? nullptr : &a.ln2);

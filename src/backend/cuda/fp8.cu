@@ -15,7 +15,6 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
-#include "backend/cuda/swiglu_math.cuh"
 
 namespace tripod::backend::cuda {
 namespace {
@@ -139,104 +138,6 @@ __global__ void __launch_bounds__(kTx * kTy)
     __syncthreads();  // tile_t is reused by the next row tile
   }
   commit_amax(m, amax);
-}
-
-// NOTE [FP8 SwiGLU casts]
-// The MLP's SwiGLU computed inside the cast + transpose (delayed scaling
-// knows the scale before the tensor exists): the tile loop of
-// cast_transpose_kernel with the 8 values of a row chunk computed from
-// fc1's output (forward: silu(gate) * up; backward: d gate or d up from
-// gate, up and d act) instead of loaded. Each value is rounded to the
-// compute dtype T first, as swiglu_forward / swiglu_backward store it, so
-// the codes equal fp8_cast_transpose of the unfused SwiGLU bit for bit;
-// the (R, F) activation (forward) and the (R, 2F) gradient (backward) are
-// neither written nor read again. Needs R and F multiples of 8 and 16-byte
-// aligned rows; other shapes take the unfused default.
-template <typename T>
-struct SwigluSource {  // out (R, F) from inp (R, 2F)
-  const T* inp;
-  int64_t F;
-  __device__ __forceinline__ void load8(int64_t r, int64_t c, float f[8]) const {
-    struct alignas(16) In8 { T v[8]; };
-    const In8 g = *reinterpret_cast<const In8*>(inp + r * 2 * F + c);
-    const In8 u = *reinterpret_cast<const In8*>(inp + r * 2 * F + F + c);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = to_f(from_f<T>(swiglu_value(to_f(g.v[j]), to_f(u.v[j]))));
-  }
-};
-template <typename T>
-struct SwigluGradSource {  // out (R, 2F) = [d gate | d up] from inp (R, 2F) and dout (R, F)
-  const T* inp;
-  const T* dout;
-  int64_t F;
-  __device__ __forceinline__ void load8(int64_t r, int64_t c, float f[8]) const {
-    struct alignas(16) In8 { T v[8]; };
-    const bool up_half = c >= F;
-    const int64_t k = up_half ? c - F : c;
-    const In8 g = *reinterpret_cast<const In8*>(inp + r * 2 * F + k);
-    const In8 d = *reinterpret_cast<const In8*>(dout + r * F + k);
-    if (up_half) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[j] = to_f(from_f<T>(swiglu_dup(to_f(g.v[j]), to_f(d.v[j]))));
-    } else {
-      const In8 u = *reinterpret_cast<const In8*>(inp + r * 2 * F + F + k);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[j] = to_f(from_f<T>(swiglu_dgate(to_f(g.v[j]), to_f(u.v[j]), to_f(d.v[j]))));
-    }
-  }
-};
-
-template <typename Src, bool kE5M2, int kTx, int kTy>
-__global__ void __launch_bounds__(kTx * kTy)
-    cast_transpose_src_kernel(uint8_t* out, uint8_t* out_t, float* amax, Src src, const float* scale, int64_t R,
-                              int64_t C) {
-  static_assert((kTy & (kTy - 1)) == 0, "the swizzle needs a power-of-two kTy");
-  constexpr int kRows = 8 * kTy, kCols = 8 * kTx;
-  __shared__ uint2 tile_t[kCols][kTy];
-  const float s = *scale;
-  const int tx = threadIdx.x % kTx, ty = threadIdx.x / kTx;
-  const int64_t c0 = int64_t(blockIdx.x) * kCols, row_tiles = (R + kRows - 1) / kRows;
-  float m = 0.f;
-  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
-    const int64_t r0 = tr * kRows, r = r0 + 8 * ty, c = c0 + 8 * tx;
-    if (r < R && c < C) {
-      uint32_t t[8][2] = {};
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        float f[8];
-        src.load8(r + i, c, f);
-        uint32_t q[2] = {0u, 0u};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          m = fmaxf(m, fabsf(f[j]));
-          const uint32_t b = to_fp8<kE5M2>(f[j] * s);
-          q[j / 4] |= b << (8 * (j % 4));
-          t[j][i / 4] |= b << (8 * (i % 4));
-        }
-        *reinterpret_cast<uint2*>(out + (r + i) * C + c) = make_uint2(q[0], q[1]);
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) tile_t[8 * tx + j][ty ^ (tx % kTy)] = make_uint2(t[j][0], t[j][1]);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < kCols * kTy; i += kTx * kTy) {
-      const int cc = i / kTy, k = i % kTy;
-      const int64_t ct = c0 + cc, rt = r0 + 8 * k;
-      if (ct < C && rt < R) *reinterpret_cast<uint2*>(out_t + ct * R + rt) = tile_t[cc][k ^ ((cc / 8) % kTy)];
-    }
-    __syncthreads();
-  }
-  commit_amax(m, amax);
-}
-
-template <typename Src>
-void launch_src(const Src& src, uint8_t* out, uint8_t* out_t, bool e5m2, float* amax, const float* scale,
-                int64_t R, int64_t C, cudaStream_t stream) {
-  constexpr int kTx = 16, kTy = 16;
-  const dim3 grid(static_cast<unsigned>(ceil_div(C, 8 * kTx)),
-                  static_cast<unsigned>(std::min<int64_t>(ceil_div(R, 8 * kTy), 65535)));
-  if (e5m2) cast_transpose_src_kernel<Src, true, kTx, kTy><<<grid, kTx * kTy, 0, stream>>>(out, out_t, amax, src, scale, R, C);
-  else cast_transpose_src_kernel<Src, false, kTx, kTy><<<grid, kTx * kTy, 0, stream>>>(out, out_t, amax, src, scale, R, C);
 }
 
 // Any shape and alignment: 32 x 32 tiles, blocks of 32 x 8 threads, one
@@ -368,26 +269,6 @@ void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const vo
     }
   });
   TRIPOD_LAUNCH_CHECK();
-}
-
-bool fp8_swiglu_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* inp, const void* dout,
-                               DType dt, const float* scale, int64_t R, int64_t F, cudaStream_t stream) {
-  if (R % 8 != 0 || F % 8 != 0 || !aligned(inp, 16) || (dout && !aligned(dout, 16)) || !aligned(out, 8) ||
-      !aligned(out_t, 8))
-    return false;
-  if (R * F == 0) return true;
-  auto* o = static_cast<uint8_t*>(out);
-  auto* ot = static_cast<uint8_t*>(out_t);
-  const bool e5m2 = fp8 == DType::E5M2;
-  TRIPOD_DISPATCH_ACT(dt, T, {
-    if (dout)
-      launch_src(SwigluGradSource<T>{static_cast<const T*>(inp), static_cast<const T*>(dout), F}, o, ot, e5m2, amax,
-                 scale, R, 2 * F, stream);
-    else
-      launch_src(SwigluSource<T>{static_cast<const T*>(inp), F}, o, ot, e5m2, amax, scale, R, F, stream);
-  });
-  TRIPOD_LAUNCH_CHECK();
-  return true;
 }
 
 void fp8_dequantize(void* out, DType dt, const void* in, DType fp8, const float* scale_inv, int64_t n,

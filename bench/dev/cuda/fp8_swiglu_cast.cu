@@ -1,0 +1,273 @@
+// The MLP's SwiGLU computed inside the FP8 cast + transpose ("fused"), a dev
+// variant in the llm.c dev/cuda manner: the kernels, and a main that checks
+// them against the product's unfused sequence (swiglu_forward /
+// swiglu_backward, then fp8_cast_transpose: every code, transposed code and
+// amax bit for bit) and times both. Not part of the product: built only by
+// the bench_dev target.
+//
+// Why it is not in the product: on one H200 at the Llama 3 8B MLP shape
+// (R 8192, F 14336, bf16; bench/RESULTS.md, 2026-12-04) the fused forward
+// took 0.37 ms against 0.18 + 0.12 ms unfused, and the fused backward 0.88 ms
+// against 0.29 + 0.26 ms, although it moves about half the bytes: each
+// thread computes an 8 x 8 sub-tile row by row (a load, SwiGLU with expf, the
+// codes), so the loads are not in flight together as in the plain
+// cast-transpose, which loads its 8 rows first. A version that keeps the
+// bytes saving needs the loads of several rows in flight (or fewer rows per
+// thread) before it can win.
+//
+//   cmake --build build --target bench_dev
+//   build/bench/dev/fp8_swiglu_cast [R F]   (default 8192 14336, bf16; E4M3 forward, E5M2 backward)
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.h"
+
+namespace tripod::backend::cuda {
+namespace {
+
+template <bool kE5M2>
+__device__ __forceinline__ uint8_t to_fp8(float x) {
+  if (isnan(x)) return 0x7f;
+  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+__device__ __forceinline__ void commit_amax(float m, float* amax) {
+  __shared__ float part[32];
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warps = blockDim.x * blockDim.y / 32;
+  m = warp_max(m);
+  if (lane == 0) part[warp] = m;
+  __syncthreads();
+  if (warp == 0) {
+    m = warp_max(lane < warps ? part[lane] : 0.f);
+    if (lane == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
+  }
+}
+
+// The product's SwiGLU math (src/backend/cuda/swiglu.cu), expression for expression.
+__device__ __forceinline__ float swiglu_value(float x, float u) { return x / (1.f + expf(-x)) * u; }
+__device__ __forceinline__ float swiglu_dgate(float x, float up, float dy) {
+  const float sig = 1.f / (1.f + expf(-x));
+  return dy * up * sig * (1.f + x * (1.f - sig));
+}
+__device__ __forceinline__ float swiglu_dup(float x, float dy) {
+  const float sig = 1.f / (1.f + expf(-x));
+  return dy * x * sig;
+}
+
+// The MLP's SwiGLU computed inside the cast + transpose (delayed scaling
+// knows the scale before the tensor exists): the tile loop of
+// cast_transpose_kernel with the 8 values of a row chunk computed from
+// fc1's output (forward: silu(gate) * up; backward: d gate or d up from
+// gate, up and d act) instead of loaded. Each value is rounded to the
+// compute dtype T first, as swiglu_forward / swiglu_backward store it, so
+// the codes equal fp8_cast_transpose of the unfused SwiGLU bit for bit;
+// the (R, F) activation (forward) and the (R, 2F) gradient (backward) are
+// neither written nor read again. Needs R and F multiples of 8 and 16-byte
+// aligned rows.
+template <typename T>
+struct SwigluSource {  // out (R, F) from inp (R, 2F)
+  const T* inp;
+  int64_t F;
+  __device__ __forceinline__ void load8(int64_t r, int64_t c, float f[8]) const {
+    struct alignas(16) In8 { T v[8]; };
+    const In8 g = *reinterpret_cast<const In8*>(inp + r * 2 * F + c);
+    const In8 u = *reinterpret_cast<const In8*>(inp + r * 2 * F + F + c);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = to_f(from_f<T>(swiglu_value(to_f(g.v[j]), to_f(u.v[j]))));
+  }
+};
+template <typename T>
+struct SwigluGradSource {  // out (R, 2F) = [d gate | d up] from inp (R, 2F) and dout (R, F)
+  const T* inp;
+  const T* dout;
+  int64_t F;
+  __device__ __forceinline__ void load8(int64_t r, int64_t c, float f[8]) const {
+    struct alignas(16) In8 { T v[8]; };
+    const bool up_half = c >= F;
+    const int64_t k = up_half ? c - F : c;
+    const In8 g = *reinterpret_cast<const In8*>(inp + r * 2 * F + k);
+    const In8 d = *reinterpret_cast<const In8*>(dout + r * F + k);
+    if (up_half) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = to_f(from_f<T>(swiglu_dup(to_f(g.v[j]), to_f(d.v[j]))));
+    } else {
+      const In8 u = *reinterpret_cast<const In8*>(inp + r * 2 * F + F + k);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = to_f(from_f<T>(swiglu_dgate(to_f(g.v[j]), to_f(u.v[j]), to_f(d.v[j]))));
+    }
+  }
+};
+
+template <typename Src, bool kE5M2, int kTx, int kTy>
+__global__ void __launch_bounds__(kTx * kTy)
+    cast_transpose_src_kernel(uint8_t* out, uint8_t* out_t, float* amax, Src src, const float* scale, int64_t R,
+                              int64_t C) {
+  static_assert((kTy & (kTy - 1)) == 0, "the swizzle needs a power-of-two kTy");
+  constexpr int kRows = 8 * kTy, kCols = 8 * kTx;
+  __shared__ uint2 tile_t[kCols][kTy];
+  const float s = *scale;
+  const int tx = threadIdx.x % kTx, ty = threadIdx.x / kTx;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols, row_tiles = (R + kRows - 1) / kRows;
+  float m = 0.f;
+  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
+    const int64_t r0 = tr * kRows, r = r0 + 8 * ty, c = c0 + 8 * tx;
+    if (r < R && c < C) {
+      uint32_t t[8][2] = {};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        float f[8];
+        src.load8(r + i, c, f);
+        uint32_t q[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          m = fmaxf(m, fabsf(f[j]));
+          const uint32_t b = to_fp8<kE5M2>(f[j] * s);
+          q[j / 4] |= b << (8 * (j % 4));
+          t[j][i / 4] |= b << (8 * (i % 4));
+        }
+        *reinterpret_cast<uint2*>(out + (r + i) * C + c) = make_uint2(q[0], q[1]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile_t[8 * tx + j][ty ^ (tx % kTy)] = make_uint2(t[j][0], t[j][1]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kCols * kTy; i += kTx * kTy) {
+      const int cc = i / kTy, k = i % kTy;
+      const int64_t ct = c0 + cc, rt = r0 + 8 * k;
+      if (ct < C && rt < R) *reinterpret_cast<uint2*>(out_t + ct * R + rt) = tile_t[cc][k ^ ((cc / 8) % kTy)];
+    }
+    __syncthreads();
+  }
+  commit_amax(m, amax);
+}
+
+template <typename Src>
+void launch_src(const Src& src, uint8_t* out, uint8_t* out_t, bool e5m2, float* amax, const float* scale,
+                int64_t R, int64_t C, cudaStream_t stream) {
+  constexpr int kTx = 16, kTy = 16;
+  const dim3 grid(static_cast<unsigned>(ceil_div(C, 8 * kTx)),
+                  static_cast<unsigned>(std::min<int64_t>(ceil_div(R, 8 * kTy), 65535)));
+  if (e5m2) cast_transpose_src_kernel<Src, true, kTx, kTy><<<grid, kTx * kTy, 0, stream>>>(out, out_t, amax, src, scale, R, C);
+  else cast_transpose_src_kernel<Src, false, kTx, kTy><<<grid, kTx * kTy, 0, stream>>>(out, out_t, amax, src, scale, R, C);
+}
+
+}  // namespace
+
+// dout null: out (R, F), out_t (F, R) = the cast of swiglu(inp (R, 2F));
+// else out (R, 2F), out_t (2F, R) = the cast of its backward. R and F
+// multiples of 8, 16-byte aligned rows.
+void fp8_swiglu_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* inp, const void* dout,
+                               DType dt, const float* scale, int64_t R, int64_t F, cudaStream_t stream) {
+  auto* o = static_cast<uint8_t*>(out);
+  auto* ot = static_cast<uint8_t*>(out_t);
+  const bool e5m2 = fp8 == DType::E5M2;
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    if (dout)
+      launch_src(SwigluGradSource<T>{static_cast<const T*>(inp), static_cast<const T*>(dout), F}, o, ot, e5m2, amax,
+                 scale, R, 2 * F, stream);
+    else
+      launch_src(SwigluSource<T>{static_cast<const T*>(inp), F}, o, ot, e5m2, amax, scale, R, F, stream);
+  });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+}  // namespace tripod::backend::cuda
+
+using namespace tripod;
+
+namespace {
+
+std::vector<uint8_t> bytes(backend::Backend& be, const Tensor& t) {
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  be.copy(h, t);
+  be.synchronize();
+  const auto* p = static_cast<const uint8_t*>(h.raw());
+  return {p, p + h.numel() * dtype_size(h.dtype())};
+}
+
+template <typename F>
+double time_us(backend::Backend& be, F&& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  be.synchronize();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  auto stream = static_cast<cudaStream_t>(be.native_stream());
+  const int iters = 20;
+  cudaEventRecord(a, stream);
+  for (int i = 0; i < iters; ++i) fn();
+  cudaEventRecord(b, stream);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms * 1e3 / iters;
+}
+
+Tensor random(backend::Backend& gpu, backend::Backend& cpu, int64_t n, float sd, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, sd);
+  Tensor h = Tensor::empty({n}, DType::F32), hb = Tensor::empty({n}, DType::BF16);
+  for (int64_t i = 0; i < n; ++i) h.data<float>()[i] = d(rng);
+  cpu.cast(hb, h);
+  Tensor x = gpu.empty({n}, DType::BF16);
+  gpu.copy(x, hb);
+  return x;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (backend::cuda_device_count() == 0) {
+    std::printf("no CUDA device visible\n");
+    return 0;
+  }
+  const int64_t R = argc > 2 ? std::atoll(argv[1]) : 8192, F = argc > 2 ? std::atoll(argv[2]) : 14336;
+  auto gpu = backend::make_cuda_backend(0);
+  auto cpu = backend::make_cpu_backend();
+  auto stream = static_cast<cudaStream_t>(gpu->native_stream());
+  const Tensor fc1 = random(*gpu, *cpu, R * 2 * F, 3.f, 1).view({R, 2 * F});
+  const Tensor dact = random(*gpu, *cpu, R * F, 1.f, 2).view({R, F});
+  Tensor scale = gpu->empty({1}, DType::F32), hs = Tensor::empty({1}, DType::F32);
+  bool ok = true;
+  for (bool backward : {false, true}) {
+    const int64_t W = backward ? 2 * F : F;
+    const DType fp8 = backward ? DType::E5M2 : DType::E4M3;
+    hs.data<float>()[0] = backward ? 9000.f : 150.f;
+    gpu->copy(scale, hs);
+    Tensor tmp = gpu->empty({R, W}, DType::BF16), amax[2];
+    Tensor out[2], out_t[2];
+    for (int k = 0; k < 2; ++k)
+      out[k] = gpu->empty({R, W}, fp8), out_t[k] = gpu->empty({W, R}, fp8), amax[k] = gpu->empty({1}, DType::F32);
+    auto product = [&] {
+      if (backward) gpu->swiglu_backward(tmp, fc1, dact);
+      else gpu->swiglu_forward(tmp, fc1);
+      gpu->fp8_cast_transpose(out[0], out_t[0], amax[0], tmp, scale);
+    };
+    auto fused = [&] {
+      backend::cuda::fp8_swiglu_cast_transpose(out[1].raw(), out_t[1].raw(), fp8, amax[1].data<float>(), fc1.raw(),
+                                               backward ? dact.raw() : nullptr, DType::BF16, scale.data<float>(), R,
+                                               F, stream);
+    };
+    for (int k = 0; k < 2; ++k) gpu->zero(amax[k]);
+    product();
+    fused();
+    const bool same = bytes(*gpu, out[0]) == bytes(*gpu, out[1]) && bytes(*gpu, out_t[0]) == bytes(*gpu, out_t[1]) &&
+                      bytes(*gpu, amax[0]) == bytes(*gpu, amax[1]);
+    const double tp = time_us(*gpu, product), tf = time_us(*gpu, fused);
+    std::printf("%s (%lld, %lld): product %.1f us, fused %.1f us, %s\n", backward ? "backward" : "forward",
+                (long long)R, (long long)F, tp, tf, same ? "bit-exact" : "MISMATCH");
+    ok = ok && same;
+  }
+  return ok ? 0 : 1;
+}
