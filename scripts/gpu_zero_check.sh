@@ -47,26 +47,6 @@ source scripts/stage_env.sh
 DEVICE=${ZERO_DEVICE:-cuda}
 export NCCL_NVLS_ENABLE=0  # shared GPU hosts: NVLink multicast off
 
-# compare A.jsonl B.jsonl KEY REL_TOL FROM TO (tolerance 0: bit for bit)
-compare() {
-  python3 - "$@" <<'PY'
-import json, math, sys
-a, b, key, tol, lo, hi = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-def rows(p):
-    try: return {r["iteration"]: r for r in map(json.loads, open(p)) if key in r}
-    except OSError: return {}
-ra, rb = rows(a), rows(b)
-its = sorted(i for i in set(ra) & set(rb) if lo <= i <= hi)
-worst, at = 0.0, None
-for i in its:
-    x, y = ra[i][key], rb[i][key]
-    fin = lambda v: v is not None and math.isfinite(v)
-    d = abs(x - y) / max(abs(x), 1e-30) if (fin(x) and fin(y)) else math.inf
-    if d > worst: worst, at = d, i
-ok = len(its) == hi - lo + 1 and worst <= tol
-print(f"{key} {lo}-{hi}: {len(its)} compared, max rel diff {worst:.2e} (at {at}), tol {tol:g} -> {'PASS' if ok else 'FAIL'}")
-PY
-}
 
 # The layout check's model (scripts/gpu_layouts_check.sh), 8 micro-batches a step.
 model=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --mock-data --vocab-size 1024

@@ -70,8 +70,8 @@ Tensor logits_rows(model::GptModel& m, int64_t first, int64_t n) {
   return out;
 }
 
-// The whole sequence through the model (no cache): the logits (V) of its last token.
-void recompute_last_logits(model::GptModel& m, const std::vector<int32_t>& ids, float* logits) {
+// The whole sequence (one micro-batch of one row) through the model's forward.
+void forward_ids(model::GptModel& m, const std::vector<int32_t>& ids) {
   auto& be = m.backend();
   const int64_t T = static_cast<int64_t>(ids.size());
   model::MicroBatchActs acts = m.make_acts(1, T);
@@ -80,7 +80,12 @@ void recompute_last_logits(model::GptModel& m, const std::vector<int32_t>& ids, 
   be.copy(acts.tokens, tok);
   be.copy(acts.targets, zeros);
   m.forward(acts, /*with_grad=*/false, 0.f, 0);
-  const Tensor last = logits_rows(m, T - 1, 1);
+}
+
+// The whole sequence through the model (no cache): the logits (V) of its last token.
+void recompute_last_logits(model::GptModel& m, const std::vector<int32_t>& ids, float* logits) {
+  forward_ids(m, ids);
+  const Tensor last = logits_rows(m, static_cast<int64_t>(ids.size()) - 1, 1);
   std::copy(last.data<float>(), last.data<float>() + m.config().vocab_size, logits);
 }
 
@@ -133,17 +138,11 @@ DecodeStats generate(model::GptModel& m, std::vector<int32_t>& ids, const Sampli
 }
 
 Tensor sequence_logits(model::GptModel& m, const std::vector<int32_t>& ids) {
-  auto& be = m.backend();
   const auto& cfg = m.config();
   const int64_t T = static_cast<int64_t>(ids.size());
   TRIPOD_CHECK(T > 0 && T <= cfg.max_position_embeddings, "{} tokens: need 1 to {} (max positions)", T,
                cfg.max_position_embeddings);
-  model::MicroBatchActs acts = m.make_acts(1, T);
-  Tensor tok = Tensor::empty({1, T}, DType::I32), zeros = Tensor::zeros({1, T}, DType::I32);
-  std::copy(ids.begin(), ids.end(), tok.data<int32_t>());
-  be.copy(acts.tokens, tok);
-  be.copy(acts.targets, zeros);
-  m.forward(acts, /*with_grad=*/false, 0.f, 0);
+  forward_ids(m, ids);
   return logits_rows(m, 0, T);
 }
 

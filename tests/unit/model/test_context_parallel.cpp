@@ -123,15 +123,26 @@ void expect_rows(const char* what, const Tensor& got, const Tensor& want) {
 }
 
 // The ring's out, lse and dqkv are attention_forward/backward's on the whole sequence, row for row.
+// Random qkv and d out of B = 2 sequences of T = 8 cp tokens (head size 4),
+// and attention_forward/backward's out, lse and dqkv over them, in f64.
+struct WholeSequence {
+  int64_t B = 2, T, HS = 4, W;
+  Tensor qkv, dout, out, lse, dqkv;
+  WholeSequence(int cp, int NH, int G, unsigned seed) : T(8 * cp), W((NH + 2 * G) * 4) {
+    auto be = backend::make_cpu_backend();
+    std::mt19937 g(seed);
+    qkv = random({B, T, W}, g), dout = random({B, T, NH * HS}, g);
+    out = Tensor::empty({B, T, NH * HS}, DType::F64), lse = Tensor::empty({B, NH, T}, DType::F64);
+    dqkv = Tensor::empty({B, T, W}, DType::F64);
+    be->attention_forward(out, lse, qkv, NH, G);
+    be->attention_backward(dqkv, dout, qkv, out, lse, NH, G);
+  }
+};
+
 void check_ring(int cp, int NH, int G) {
-  const int64_t B = 2, T = 8 * cp, HS = 4, W = (NH + 2 * G) * HS;
-  auto be = backend::make_cpu_backend();
-  std::mt19937 g(11);
-  const Tensor qkv = random({B, T, W}, g), dout = random({B, T, NH * HS}, g);
-  Tensor out = Tensor::empty({B, T, NH * HS}, DType::F64), lse = Tensor::empty({B, NH, T}, DType::F64);
-  Tensor dqkv = Tensor::empty({B, T, W}, DType::F64);
-  be->attention_forward(out, lse, qkv, NH, G);
-  be->attention_backward(dqkv, dout, qkv, out, lse, NH, G);
+  const WholeSequence w(cp, NH, G, 11);
+  const int64_t B = w.B, T = w.T, HS = w.HS, W = w.W;
+  const Tensor &qkv = w.qkv, &dout = w.dout, &out = w.out, &lse = w.lse, &dqkv = w.dqkv;
   testing::run_ranks(cp, 30s, [&](int r, comm::DistContext& ctx) {
     auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(cp, 1, 1, 1, cp));
     auto rbe = backend::make_cpu_backend();
@@ -160,14 +171,9 @@ void check_ring(int cp, int NH, int G) {
 // whole sequence's (a2a leaves qkv in the head split; its lse is the head
 // split's, checked through the backward).
 void check_exchange(config::CpCommType type, int cp, int NH, int G) {
-  const int64_t B = 2, T = 8 * cp, HS = 4, W = (NH + 2 * G) * HS;
-  auto be = backend::make_cpu_backend();
-  std::mt19937 g(12);
-  const Tensor qkv = random({B, T, W}, g), dout = random({B, T, NH * HS}, g);
-  Tensor out = Tensor::empty({B, T, NH * HS}, DType::F64), lse = Tensor::empty({B, NH, T}, DType::F64);
-  Tensor dqkv = Tensor::empty({B, T, W}, DType::F64);
-  be->attention_forward(out, lse, qkv, NH, G);
-  be->attention_backward(dqkv, dout, qkv, out, lse, NH, G);
+  const WholeSequence w(cp, NH, G, 12);
+  const int64_t B = w.B, T = w.T, HS = w.HS, W = w.W;
+  const Tensor &qkv = w.qkv, &dout = w.dout, &out = w.out, &dqkv = w.dqkv;
   testing::run_ranks(cp, 30s, [&](int r, comm::DistContext& ctx) {
     auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(cp, 1, 1, 1, cp));
     auto rbe = backend::make_cpu_backend();
