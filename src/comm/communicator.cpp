@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "base/error.h"
 
 namespace tripod::comm {
@@ -18,10 +20,10 @@ class DoneWork final : public Work {
 
 }  // namespace
 
-std::shared_ptr<Work> Communicator::all_to_all_v(Tensor& out, const Tensor& in,
-                                                 const std::vector<int64_t>& send_counts,
-                                                 const std::vector<int64_t>& recv_counts, const AllToAllOptions& o) {
-  const int n = size(), me = rank();
+void Communicator::all_to_all_offsets(const Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
+                                      const std::vector<int64_t>& recv_counts, std::vector<int64_t>* send_at_out,
+                                      std::vector<int64_t>* recv_at_out) const {
+  const int n = size();
   TRIPOD_CHECK(static_cast<int>(send_counts.size()) == n && static_cast<int>(recv_counts.size()) == n,
                "all_to_all_v on group {}: {} send and {} receive counts for {} ranks", name(), send_counts.size(),
                recv_counts.size(), n);
@@ -34,6 +36,16 @@ std::shared_ptr<Work> Communicator::all_to_all_v(Tensor& out, const Tensor& in,
   TRIPOD_CHECK(send_at[n] <= in.numel() && recv_at[n] <= out.numel(),
                "all_to_all_v on group {}: counts ({} to send, {} to receive) exceed in {} / out {}", name(), send_at[n],
                recv_at[n], in.str(), out.str());
+  *send_at_out = std::move(send_at);
+  *recv_at_out = std::move(recv_at);
+}
+
+std::shared_ptr<Work> Communicator::all_to_all_v(Tensor& out, const Tensor& in,
+                                                 const std::vector<int64_t>& send_counts,
+                                                 const std::vector<int64_t>& recv_counts, const AllToAllOptions& o) {
+  const int n = size(), me = rank();
+  std::vector<int64_t> send_at, recv_at;
+  all_to_all_offsets(out, in, send_counts, recv_counts, &send_at, &recv_at);
   SendOptions so;
   so.tag = o.tag;
   so.timeout = o.timeout;

@@ -87,6 +87,14 @@ class Communicator {
                                              const AllToAllOptions& o = {});
   // Ends all outstanding and future work with an error (used when a peer died).
   virtual void abort() noexcept = 0;
+
+ protected:
+  // all_to_all_v's counts checked against the group and the tensors; each
+  // peer's chunk starts at (*send_at)[r] of `in` and (*recv_at)[r] of `out`
+  // (elements; n + 1 offsets each).
+  void all_to_all_offsets(const Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
+                          const std::vector<int64_t>& recv_counts, std::vector<int64_t>* send_at,
+                          std::vector<int64_t>* recv_at) const;
 };
 
 }  // namespace tripod::comm

@@ -262,6 +262,42 @@ class NcclCommunicator : public Communicator {
       return ncclRecv(t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), src, comm_->get(), stream_);
     });
   }
+  // One NCCL group of a send and a receive per peer with a non-empty chunk:
+  // all in flight at once. (The default's sends and receives, enqueued one
+  // by one on this stream, would wait for each other across ranks once the
+  // messages outgrow NCCL's buffering.) The chunk at this rank is the
+  // caller's, as in the default.
+  std::shared_ptr<Work> all_to_all_v(Tensor& out, const Tensor& in, const std::vector<int64_t>& send_counts,
+                                     const std::vector<int64_t>& recv_counts, const AllToAllOptions& o) override {
+    check_device(in, "all_to_all_v");
+    check_device(out, "all_to_all_v");
+    TRIPOD_CHECK(out.dtype() == in.dtype(), "all_to_all_v on group {}: out {} and in {} must have one dtype", name(),
+                 out.str(), in.str());
+    std::vector<int64_t> send_at, recv_at;
+    all_to_all_offsets(out, in, send_counts, recv_counts, &send_at, &recv_at);
+    const int n = size(), me = rank();
+    const size_t es = dtype_size(in.dtype());
+    const auto dt = nccl_dtype(in.dtype());
+    const auto* src = static_cast<const char*>(in.raw());
+    auto* dst = static_cast<char*>(out.raw());
+    size_t bytes = 0;
+    for (int p = 0; p < n; ++p)
+      if (p != me) bytes += size_t(send_counts[size_t(p)] + recv_counts[size_t(p)]) * es;
+    return launch("all_to_all_v", bytes, o.timeout, [&]() -> ncclResult_t {
+      ncclResult_t r = ncclGroupStart();
+      if (r != ncclSuccess && r != ncclInProgress) return r;
+      for (int p = 0; p < n && (r == ncclSuccess || r == ncclInProgress); ++p) {
+        if (p == me) continue;
+        const size_t up = size_t(p);
+        if (send_counts[up] > 0)
+          r = ncclSend(src + size_t(send_at[up]) * es, size_t(send_counts[up]), dt, p, comm_->get(), stream_);
+        if ((r == ncclSuccess || r == ncclInProgress) && recv_counts[up] > 0)
+          r = ncclRecv(dst + size_t(recv_at[up]) * es, size_t(recv_counts[up]), dt, p, comm_->get(), stream_);
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return r == ncclSuccess || r == ncclInProgress ? end : r;
+    });
+  }
   void barrier(const BarrierOptions& o) override {
     launch("barrier", 0, o.timeout, [&] {
       return ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_->get(), stream_);

@@ -1,5 +1,5 @@
 // NCCL communicator on real GPUs (label gpu; skipped with fewer than 2):
-// threads as ranks, one GPU each, every collective with analytic values,
+// threads as ranks, one GPU each, every collective (and all_to_all_v) with analytic values,
 // then a timeout that must end (abort) instead of hanging.
 #include <gtest/gtest.h>
 
@@ -64,6 +64,27 @@ TEST(Nccl, CollectivesAndTimeout) {
         sw->wait();
         rw->wait();
         if (to_host(q)[0] != float((r + n - 1) % n)) throw Error("send/recv value");
+        // all_to_all_v (one NCCL group): rank r sends peer p a chunk of
+        // (r + p + 1) * 40000 floats (large enough to need both sides in
+        // flight), valued 1000 r + p; none to itself (the caller's chunk).
+        {
+          std::vector<int64_t> sc(static_cast<size_t>(n)), rc(static_cast<size_t>(n));
+          int64_t nr = 0;
+          for (int p = 0; p < n; ++p) {
+            sc[size_t(p)] = p == r ? 0 : int64_t(r + p + 1) * 40000;
+            rc[size_t(p)] = p == r ? 0 : int64_t(p + r + 1) * 40000;
+            nr += rc[size_t(p)];
+          }
+          std::vector<float> hin;
+          for (int p = 0; p < n; ++p) hin.insert(hin.end(), size_t(sc[size_t(p)]), float(1000 * r + p));
+          Tensor ain = on_gpu(r, hin), aout = on_gpu(r, std::vector<float>(size_t(nr), -1));
+          w->all_to_all_v(aout, ain, sc, rc)->wait();
+          const std::vector<float> got = to_host(aout);
+          size_t at = 0;
+          for (int p = 0; p < n; ++p)
+            for (int64_t i = 0; i < rc[size_t(p)]; ++i, ++at)
+              if (got[at] != float(1000 * p + r)) throw Error("all_to_all_v value");
+        }
         w->barrier();
         // Rank 0 waits for a message nobody sends: must time out, not hang.
         if (r == 0) {
