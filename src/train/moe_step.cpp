@@ -4,26 +4,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "train/scalar_reduce.h"
+
 namespace tripod::train {
-namespace {
-
-// In place over a group, through a tensor on the backend's device.
-template <typename T>
-void all_reduce(comm::Communicator* group, backend::Backend& be, std::vector<T>& v, comm::ReduceOp op) {
-  if (!group || group->size() == 1 || v.empty()) return;
-  Tensor h = Tensor::empty({static_cast<int64_t>(v.size())}, dtype_of<T>());
-  std::copy(v.begin(), v.end(), h.data<T>());
-  Tensor d = be.empty(h.shape(), h.dtype());
-  be.copy(d, h);
-  comm::AllReduceOptions o;
-  o.op = op;
-  group->all_reduce(d, o)->wait();
-  be.copy(h, d);
-  be.synchronize();
-  std::copy(h.data<T>(), h.data<T>() + h.numel(), v.begin());
-}
-
-}  // namespace
 
 MoeStepMetrics moe_end_iteration(const std::vector<model::GptModel*>& chunks, const parallel::ProcessGroups& g,
                                  backend::Backend& be) {
@@ -39,7 +22,7 @@ MoeStepMetrics moe_end_iteration(const std::vector<model::GptModel*>& chunks, co
   // (every dp peer holds the same layers, so the sizes agree).
   std::vector<int64_t> counts;
   for (const model::MoeStats& s : stats) counts.insert(counts.end(), s.tokens_per_expert.begin(), s.tokens_per_expert.end());
-  all_reduce(g.dp.get(), be, counts, comm::ReduceOp::Sum);
+  all_reduce_values(g.dp.get(), be, counts, comm::ReduceOp::Sum);
   int64_t at = 0, lo = std::numeric_limits<int64_t>::max(), hi = 0;
   for (const model::MoeLayer* l : layers) {
     const int64_t E = l->num_experts();
@@ -50,14 +33,14 @@ MoeStepMetrics moe_end_iteration(const std::vector<model::GptModel*>& chunks, co
   }
   // Over the pipeline stages (the world: tp and dp copies agree already).
   std::vector<int64_t> extremes = {hi, layers.empty() ? std::numeric_limits<int64_t>::min() : -lo};
-  all_reduce(g.world.get(), be, extremes, comm::ReduceOp::Max);
+  all_reduce_values(g.world.get(), be, extremes, comm::ReduceOp::Max);
   std::vector<double> sums = {0, 0, 0};  // aux, z, (layer, micro-batch) pairs
   for (const model::MoeStats& s : stats) {
     sums[0] += s.aux_loss;
     sums[1] += s.z_loss;
     sums[2] += static_cast<double>(s.micro_batches);
   }
-  all_reduce(g.world.get(), be, sums, comm::ReduceOp::Sum);
+  all_reduce_values(g.world.get(), be, sums, comm::ReduceOp::Sum);
   MoeStepMetrics r;
   r.max_tokens_per_expert = extremes[0];
   r.min_tokens_per_expert = -extremes[1];
