@@ -358,15 +358,20 @@ void MoeLayer::exchange(Tensor& out, const Tensor& in, const std::vector<int64_t
   }
 }
 
+namespace {
+
+// dst's first `rows` rows = src's (ep 1: the rows stay on this rank).
+void copy_rows(backend::Backend& be, Tensor& dst, const Tensor& src, int64_t rows) {
+  if (rows == 0) return;
+  Tensor d = dst.narrow(0, rows);
+  be.copy(d, src.narrow(0, rows));
+}
+
+}  // namespace
+
 void MoeLayer::dispatch(Tensor& dst, const Tensor& src, const MoeActs& a) const {
   backend::Backend& be = *be_;
-  if (stage_->ep_size() == 1) {
-    if (a.rows > 0) {
-      Tensor d = dst.narrow(0, a.rows);
-      be.copy(d, src.narrow(0, a.rows));
-    }
-    return;
-  }
+  if (stage_->ep_size() == 1) return copy_rows(be, dst, src, a.rows);
   const int64_t Re = a.expert_rows_total;
   Tensor received = be.empty({std::max<int64_t>(Re, 1), spec_.hidden_size}, src.dtype());
   exchange(received, src, a.send_rows, a.recv_rows);
@@ -378,13 +383,7 @@ void MoeLayer::dispatch(Tensor& dst, const Tensor& src, const MoeActs& a) const 
 
 void MoeLayer::combine(Tensor& dst, const Tensor& src, const MoeActs& a) const {
   backend::Backend& be = *be_;
-  if (stage_->ep_size() == 1) {
-    if (a.rows > 0) {
-      Tensor d = dst.narrow(0, a.rows);
-      be.copy(d, src.narrow(0, a.rows));
-    }
-    return;
-  }
+  if (stage_->ep_size() == 1) return copy_rows(be, dst, src, a.rows);
   const int64_t Re = a.expert_rows_total;
   Tensor unsorted = be.empty({std::max<int64_t>(Re, 1), spec_.hidden_size}, src.dtype());
   if (Re > 0) {
