@@ -44,6 +44,7 @@ DebugConfig read_debug_config() {
                       "TRIPOD_CUDA_ATTENTION='{}' is not a kernel choice", attn);
   c.cuda_ln_bwd_blocks = non_negative("TRIPOD_CUDA_LN_BWD_BLOCKS");
   c.step_timing = env::get_int_or("TRIPOD_STEP_TIMING", 0) != 0;
+  c.ipc_collectives = env::get_int_or("TRIPOD_IPC_COLLECTIVES", 0) != 0;
   c.ln_params_in_compute_dtype = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
   c.unfused_adamw_cast = env::get_int_or("TRIPOD_UNFUSED_ADAMW_CAST", 0) != 0;
   c.cpu_memory_limit_mb = non_negative("TRIPOD_CPU_MEMORY_LIMIT_MB");

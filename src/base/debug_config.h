@@ -36,6 +36,13 @@ struct DebugConfig {
   // then casts the whole bf16/fp16 compute copy in a second pass, instead of
   // writing the copy in the update's pass (the same bits; for A/B timings).
   bool unfused_adamw_cast = false;
+  // TRIPOD_IPC_COLLECTIVES=1: groups whose ranks share one memory (CPU
+  // ranks on one host; GPU ranks sharing one GPU under
+  // --distributed-backend gloo) run all-reduce, all-gather, reduce-scatter,
+  // broadcast and barrier through buffers they map from each other
+  // (comm/ipc/) instead of Gloo. Sums over more than 2 ranks may round
+  // differently from Gloo's ring.
+  bool ipc_collectives = false;
   // TRIPOD_CPU_MEMORY_LIMIT_MB=n: the CPU run behaves as a device of n MiB
   // (allocations past it raise OutOfMemoryError), 0: no limit.
   int64_t cpu_memory_limit_mb = 0;

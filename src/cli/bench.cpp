@@ -26,6 +26,7 @@
 #include "cli/command.h"
 #include "cli/device.h"
 #include "comm/context.h"
+#include "comm/ipc/ipc_communicator.h"
 #include "comm/rendezvous.h"
 #include "doctor/comm_bench.h"
 #include "parallel/groups.h"
@@ -62,8 +63,9 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_w
   if (root) {
     const std::string via = comm::comm_backend_name(a.device == "cpu" ? DeviceType::CPU : DeviceType::CUDA,
                                                     comm_backend_for(a.device, a.backend));
-    std::printf("# tripod bench comm: %s, group %s (size %d), f32 on %s via %s, %d iters after %d warm-up\n",
-                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.device.c_str(), via.c_str(), a.iters,
+    const std::string ipc = comm::is_ipc_communicator(c) ? " (collectives through shared memory: IPC)" : "";
+    std::printf("# tripod bench comm: %s, group %s (size %d), f32 on %s via %s%s, %d iters after %d warm-up\n",
+                pg.layout.str().c_str(), a.group.c_str(), c.size(), a.device.c_str(), via.c_str(), ipc.c_str(), a.iters,
                 a.warmup);
     std::printf("# %12s %12s %-15s %12s %12s %12s %8s\n", "size(B)", "count", "op", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "#wrong");

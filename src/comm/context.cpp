@@ -13,11 +13,13 @@
 #include <set>
 #include <thread>
 
+#include "base/debug_config.h"
 #include "base/env.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "comm/gloo/gloo_communicator.h"
 #include "comm/local_communicator.h"
+#include "comm/ipc/ipc_communicator.h"
 #include "comm/staged/staged_communicator.h"
 #include "comm/tcp_store.h"
 #include "comm/torch_store.h"
@@ -297,10 +299,20 @@ void DistContext::join_world() {
 std::shared_ptr<Communicator> make_device_communicator(DeviceType device, const GroupSpec& spec,
                                                        std::shared_ptr<Store> store,
                                                        const CommConfig& config) {
-  if (device == DeviceType::CPU) return make_gloo_communicator(spec, std::move(store), config);
-  if (config.backend == CommBackend::Gloo)  // NOTE [Host-staged collectives]
-    return make_staged_communicator(make_gloo_communicator(spec, std::move(store), config),
-                                    make_staging_device(device, config));
+  // NOTE [IPC collectives]: ranks that share one memory skip the transport.
+  const bool ipc = debug_config().ipc_collectives;
+  if (device == DeviceType::CPU) {
+    auto gloo = make_gloo_communicator(spec, store, config);
+    return ipc ? make_ipc_communicator(spec, std::move(store), config, std::move(gloo), make_ipc_device(device, config))
+               : gloo;
+  }
+  if (config.backend == CommBackend::Gloo) {  // NOTE [Host-staged collectives]
+    auto staged = make_staged_communicator(make_gloo_communicator(spec, store, config),
+                                           make_staging_device(device, config));
+    return ipc ? make_ipc_communicator(spec, std::move(store), config, std::move(staged),
+                                       make_ipc_device(device, config))
+               : staged;
+  }
   CommFactory f;
   {
     std::lock_guard<std::mutex> lock(registry().mu);

@@ -15,7 +15,7 @@ const char* const kVars[] = {"TRIPOD_CUDA_ATTENTION",         "TRIPOD_CUDA_LN_BW
                              "TRIPOD_STEP_TIMING",            "TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE",
                              "TRIPOD_CPU_MEMORY_LIMIT_MB",    "TRIPOD_CKPT_FAIL_AT",
                              "TRIPOD_CKPT_FAIL_ENOSPC",       "TRIPOD_TESTING_DATA_SLEEP_MS",
-                             "TRIPOD_UNFUSED_ADAMW_CAST"};
+                             "TRIPOD_UNFUSED_ADAMW_CAST",     "TRIPOD_IPC_COLLECTIVES"};
 
 class DebugConfigTest : public ::testing::Test {
  protected:
@@ -36,6 +36,7 @@ TEST_F(DebugConfigTest, DefaultsWhenUnset) {
   EXPECT_FALSE(c.step_timing);
   EXPECT_FALSE(c.ln_params_in_compute_dtype);
   EXPECT_FALSE(c.unfused_adamw_cast);
+  EXPECT_FALSE(c.ipc_collectives);
   EXPECT_EQ(c.cpu_memory_limit_mb, 0);
   EXPECT_EQ(c.ckpt_fail_at, 0);
   EXPECT_EQ(c.testing_data_sleep_ms, 0);
@@ -47,6 +48,7 @@ TEST_F(DebugConfigTest, EachVariableSetsItsField) {
   ::setenv("TRIPOD_STEP_TIMING", "1", 1);
   ::setenv("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", "1", 1);
   ::setenv("TRIPOD_UNFUSED_ADAMW_CAST", "1", 1);
+  ::setenv("TRIPOD_IPC_COLLECTIVES", "1", 1);
   ::setenv("TRIPOD_CPU_MEMORY_LIMIT_MB", "150", 1);
   ::setenv("TRIPOD_CKPT_FAIL_AT", "7", 1);
   ::setenv("TRIPOD_TESTING_DATA_SLEEP_MS", "15", 1);
@@ -56,6 +58,7 @@ TEST_F(DebugConfigTest, EachVariableSetsItsField) {
   EXPECT_TRUE(c.step_timing);
   EXPECT_TRUE(c.ln_params_in_compute_dtype);
   EXPECT_TRUE(c.unfused_adamw_cast);
+  EXPECT_TRUE(c.ipc_collectives);
   EXPECT_EQ(c.cpu_memory_limit_mb, 150);
   EXPECT_EQ(c.ckpt_fail_at, 7);
   EXPECT_EQ(c.testing_data_sleep_ms, 15);
