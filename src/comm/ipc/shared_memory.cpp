@@ -41,11 +41,13 @@ SharedMemory SharedMemory::create(size_t bytes) {
   TRIPOD_CHECK_HINT(fd >= 0, "check that /dev/shm is mounted and writable", "shm_open {} failed: {}", m.name_,
                     std::strerror(errno));
   m.owner_ = true;
-  if (::ftruncate(fd, off_t(bytes)) != 0) {
-    const int err = errno;
+  // posix_fallocate, not ftruncate: a full /dev/shm (64 MiB in a default
+  // Docker container) is an error here, not a SIGBUS at the first write.
+  if (const int err = ::posix_fallocate(fd, 0, off_t(bytes)); err != 0) {
     ::close(fd);
     ::shm_unlink(m.name_.c_str());
-    TRIPOD_CHECK_HINT(false, "ranks that share a host exchange buffers through /dev/shm: check its size (df /dev/shm)",
+    TRIPOD_CHECK_HINT(false, "ranks that share a host exchange buffers through /dev/shm: check its size (df /dev/shm; "
+                      "docker run --shm-size), or unset TRIPOD_IPC_COLLECTIVES",
                       "sizing shared memory {} to {} bytes failed: {}", m.name_, bytes, std::strerror(err));
   }
   m.data_ = map(fd, bytes, m.name_);
