@@ -278,9 +278,33 @@ TEST(IpcCommunicator, TimeoutNamesTheMissingRank) {
       c->all_reduce(t)->wait();
       FAIL() << "expected a timeout";
     } catch (const TimeoutError& e) {
-      EXPECT_NE(std::string(e.what()).find("rank(s) [1] never reached it"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("global rank(s) [1] of group ipc never reached all_reduce #2"),
+                std::string::npos)
+          << e.what();
     }
   });
+}
+
+TEST(IpcCommunicator, MembersThatDisagreeOnTheSizeFailNamingBoth) {
+  for (bool grows : {false, true}) {  // a size past the mailbox makes one member grow it alone
+    run_ranks(2, 30s, [&](int rank, comm::DistContext& ctx) {
+      auto c = make(ctx, rank, grows ? "size_grow" : "size", comm::make_ipc_device(DeviceType::CPU, comm::CommConfig{}));
+      Tensor t = Tensor::zeros({1024}, DType::F32);
+      c->all_reduce(t)->wait();
+      Tensor u = Tensor::zeros({rank == 1 ? (grows ? int64_t(1) << 20 : 512) : 1024}, DType::F32);
+      try {
+        c->all_reduce(u)->wait();
+        FAIL() << "expected a size mismatch";
+      } catch (const Error& e) {
+        const std::string other = rank == 0 ? (grows ? "4194304" : "2048") : "4096";
+        EXPECT_NE(std::string(e.what()).find("global rank " + std::to_string(1 - rank) + " called all_reduce #2 with " +
+                                             other + " bytes"),
+                  std::string::npos)
+            << e.what();
+        EXPECT_NE(e.hint().find("start every rank with the same flags"), std::string::npos) << e.what();
+      }
+    });
+  }
 }
 
 TEST(IpcCommunicator, AbortEndsAPeersWait) {
