@@ -44,7 +44,14 @@ DebugConfig read_debug_config() {
                       "TRIPOD_CUDA_ATTENTION='{}' is not a kernel choice", attn);
   c.cuda_ln_bwd_blocks = non_negative("TRIPOD_CUDA_LN_BWD_BLOCKS");
   c.step_timing = env::get_int_or("TRIPOD_STEP_TIMING", 0) != 0;
-  c.ipc_collectives = env::get_int_or("TRIPOD_IPC_COLLECTIVES", 0) != 0;
+  const std::string ipc = env::get_or("TRIPOD_IPC_COLLECTIVES", "auto");
+  using I = DebugConfig::IpcCollectives;
+  if (ipc == "auto" || ipc.empty()) c.ipc_collectives = I::kAuto;
+  else if (ipc == "0") c.ipc_collectives = I::kOff;
+  else if (ipc == "1") c.ipc_collectives = I::kOn;
+  else
+    TRIPOD_CHECK_HINT(false, "set TRIPOD_IPC_COLLECTIVES to auto, 0 or 1",
+                      "TRIPOD_IPC_COLLECTIVES='{}' is not auto, 0 or 1", ipc);
   c.ln_params_in_compute_dtype = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
   c.unfused_adamw_cast = env::get_int_or("TRIPOD_UNFUSED_ADAMW_CAST", 0) != 0;
   c.cpu_memory_limit_mb = non_negative("TRIPOD_CPU_MEMORY_LIMIT_MB");

@@ -36,13 +36,14 @@ struct DebugConfig {
   // then casts the whole bf16/fp16 compute copy in a second pass, instead of
   // writing the copy in the update's pass (the same bits; for A/B timings).
   bool unfused_adamw_cast = false;
-  // TRIPOD_IPC_COLLECTIVES=1: groups whose ranks share one memory (CPU
-  // ranks on one host; GPU ranks sharing one GPU under
-  // --distributed-backend gloo) run all-reduce, all-gather, reduce-scatter,
-  // broadcast and barrier through buffers they map from each other
-  // (comm/ipc/) instead of Gloo. Sums over more than 2 ranks may round
-  // differently from Gloo's ring.
-  bool ipc_collectives = false;
+  // TRIPOD_IPC_COLLECTIVES=auto|0|1: groups whose ranks share one memory
+  // run all-reduce, all-gather, reduce-scatter, broadcast and barrier
+  // through buffers they map from each other (comm/ipc/) instead of Gloo.
+  // auto (default): CPU ranks on one host do; GPU ranks sharing one GPU
+  // (--distributed-backend gloo) do not yet. 1: both; 0: neither. Sums over
+  // more than 2 ranks round differently from Gloo's ring.
+  enum class IpcCollectives { kAuto, kOff, kOn };
+  IpcCollectives ipc_collectives = IpcCollectives::kAuto;
   // TRIPOD_CPU_MEMORY_LIMIT_MB=n: the CPU run behaves as a device of n MiB
   // (allocations past it raise OutOfMemoryError), 0: no limit.
   int64_t cpu_memory_limit_mb = 0;

@@ -300,16 +300,17 @@ std::shared_ptr<Communicator> make_device_communicator(DeviceType device, const 
                                                        std::shared_ptr<Store> store,
                                                        const CommConfig& config) {
   // NOTE [IPC collectives]: ranks that share one memory skip the transport.
-  const bool ipc = debug_config().ipc_collectives;
+  using Ipc = DebugConfig::IpcCollectives;
+  const Ipc ipc_mode = debug_config().ipc_collectives;
   if (device == DeviceType::CPU) {
     auto gloo = make_gloo_communicator(spec, store, config);
-    return ipc ? make_ipc_communicator(spec, std::move(store), config, std::move(gloo), make_ipc_device(device, config))
+    return ipc_mode != Ipc::kOff ? make_ipc_communicator(spec, std::move(store), config, std::move(gloo), make_ipc_device(device, config))
                : gloo;
   }
   if (config.backend == CommBackend::Gloo) {  // NOTE [Host-staged collectives]
     auto staged = make_staged_communicator(make_gloo_communicator(spec, store, config),
                                            make_staging_device(device, config));
-    return ipc ? make_ipc_communicator(spec, std::move(store), config, std::move(staged),
+    return ipc_mode == Ipc::kOn ? make_ipc_communicator(spec, std::move(store), config, std::move(staged),
                                        make_ipc_device(device, config))
                : staged;
   }

@@ -1,6 +1,6 @@
-// TRIPOD_IPC_COLLECTIVES=1 through the real executable ($TRIPOD_BIN): ranks
-// on one host run their collectives through shared memory (NOTE [IPC
-// collectives]) instead of Gloo.
+// IPC collectives through the real executable ($TRIPOD_BIN): CPU ranks on one
+// host run their collectives through shared memory (NOTE [IPC collectives])
+// by default; TRIPOD_IPC_COLLECTIVES=0 keeps them on Gloo.
 //  - `bench comm --check` verifies every collective on every group of a
 //    TP2 x PP2 world against analytic values, and says it used IPC;
 //  - a TP2 training run (every group has 2 ranks, so the sums are the same
@@ -41,17 +41,31 @@ std::vector<nlohmann::json> train_rows(const fs::path& path) {
 
 TEST(IpcCollectives, BenchCommCheckPassesOverSharedMemory) {
   auto r = run_tripod("launch --nproc-per-node 4 -- bench comm --check --tensor-model-parallel-size 2 "
-                      "--pipeline-model-parallel-size 2",
-                      "TRIPOD_IPC_COLLECTIVES=1");
+                      "--pipeline-model-parallel-size 2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("comm check passed"), std::string::npos) << r.output;
-  auto bench = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --max-bytes 4096 --iters 2",
-                          "TRIPOD_IPC_COLLECTIVES=1");
+  auto bench = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --max-bytes 4096 --iters 2");
   ASSERT_EQ(bench.code, 0) << bench.output;
   EXPECT_NE(bench.output.find("(collectives through shared memory: IPC)"), std::string::npos) << bench.output;
-  auto plain = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --max-bytes 4096 --iters 2");
+  auto plain = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --max-bytes 4096 --iters 2",
+                          "TRIPOD_IPC_COLLECTIVES=0");
   ASSERT_EQ(plain.code, 0) << plain.output;
   EXPECT_EQ(plain.output.find("IPC"), std::string::npos) << plain.output;
+}
+
+// Ranks that disagree on a collective's size fail at once, both naming the
+// collective, the group and both sizes (as the Gloo path's
+// Faults.SizeMismatchInACollectiveIsATripodErrorNotAnAbort).
+TEST(IpcCollectives, SizeMismatchNamesBothSides) {
+  auto r = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --min-bytes 4096 --max-bytes 4096 "
+                      "--iters 1 --warmup-iters 0 --fault-size-mismatch-rank 1 --distributed-timeout-minutes 0.5");
+  EXPECT_NE(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("terminate called"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("global rank 0: all_reduce #1 on group world [0, 1] (4096 bytes): global rank 1 called "
+                          "all_reduce #1 with 8192 bytes where this rank called all_reduce with 4096 bytes"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("start every rank with the same flags"), std::string::npos) << r.output;
 }
 
 void compare_training(const std::string& name, int ranks, const std::string& flags, double rel_tol) {
@@ -62,9 +76,9 @@ void compare_training(const std::string& name, int ranks, const std::string& fla
       "--vocab-size 128 --mock-data --micro-batch-size 2 --global-batch-size 8 --lr 1e-3 --train-iters 4 "
       "--log-interval 1 --eval-iters 0 --device cpu --tensor-model-parallel-size 2 --sequence-parallel "
       "--metrics-file ";
-  auto gloo = run_tripod(base + (dir / "gloo.jsonl").string());
+  auto gloo = run_tripod(base + (dir / "gloo.jsonl").string(), "TRIPOD_IPC_COLLECTIVES=0");
   ASSERT_EQ(gloo.code, 0) << gloo.output;
-  auto ipc = run_tripod(base + (dir / "ipc.jsonl").string(), "TRIPOD_IPC_COLLECTIVES=1");
+  auto ipc = run_tripod(base + (dir / "ipc.jsonl").string());
   ASSERT_EQ(ipc.code, 0) << ipc.output;
   const auto g = train_rows(dir / "gloo.jsonl"), i = train_rows(dir / "ipc.jsonl");
   ASSERT_EQ(g.size(), 4u);

@@ -53,6 +53,9 @@ class CudaIpcDevice : public IpcDevice {
     return "cuda " + uuid;
   }
   bool serves(const Tensor& t) const override { return t.device().type == DeviceType::CUDA; }
+  // Mailboxes are device memory outside the caching allocator's cap: 256 MiB
+  // per group at most (a larger op takes the staged path).
+  size_t mailbox_limit() override { return size_t(256) << 20; }
 
   void* alloc(size_t bytes, std::string* handle) override {
     void* p = nullptr;

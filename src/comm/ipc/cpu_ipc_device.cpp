@@ -1,7 +1,11 @@
 // The CPU IpcDevice (comm/ipc/ipc_device.h): buffers in POSIX shared memory,
 // copies and reductions done at once on the calling thread, so events are
 // no-ops. The handle of a buffer is "<shm name>:<bytes>".
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstring>
 #include <fstream>
@@ -20,14 +24,29 @@ namespace {
 
 class CpuIpcDevice : public IpcDevice {
  public:
+  // The host and its boot, the /dev/shm mount the segments live in, and the
+  // pid namespace (a dead peer is found by its pid): ranks in containers
+  // that share a host name but not these keep Gloo.
   std::string location() override {
     char host[256] = {0};
     ::gethostname(host, sizeof host - 1);
     std::string boot;
     std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-    return fmt::format("cpu {} {}", host, boot);
+    struct stat shm {};
+    if (::stat("/dev/shm", &shm) != 0) return "";  // no /dev/shm: no IPC
+    char pidns[128] = {0};
+    if (::readlink("/proc/self/ns/pid", pidns, sizeof pidns - 1) < 0) pidns[0] = '?';
+    return fmt::format("cpu {} {} shm {}:{} {}", host, boot, uint64_t(shm.st_dev), uint64_t(shm.st_ino), pidns);
   }
   bool serves(const Tensor& t) const override { return t.is_cpu(); }
+  // A 64th of the free space of /dev/shm (64 MiB in a default container), at
+  // most 256 MiB: every group of every rank on the host has mailboxes there.
+  size_t mailbox_limit() override {
+    struct statvfs st {};
+    if (::statvfs("/dev/shm", &st) != 0) return 0;
+    const size_t free_bytes = size_t(st.f_bavail) * size_t(st.f_frsize);
+    return std::min(free_bytes / 64, size_t(256) << 20);
+  }
 
   void* alloc(size_t bytes, std::string* handle) override {
     SharedMemory m = SharedMemory::create(bytes ? bytes : 1);

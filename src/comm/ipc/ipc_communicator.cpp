@@ -59,8 +59,8 @@ using WordPtr = std::atomic<int64_t> MemberWords::*;
 class IpcCommunicator : public Communicator {
  public:
   IpcCommunicator(const GroupSpec& spec, std::shared_ptr<Store> store, const CommConfig& config,
-                  std::shared_ptr<Communicator> fallback, std::shared_ptr<IpcDevice> dev)
-      : spec_(spec), store_(std::move(store)), fallback_(std::move(fallback)), dev_(std::move(dev)),
+                  std::shared_ptr<Communicator> fallback, std::shared_ptr<IpcDevice> dev, size_t limit)
+      : limit_(limit), spec_(spec), store_(std::move(store)), fallback_(std::move(fallback)), dev_(std::move(dev)),
         timeout_(config.timeout), recorder_(config.recorder), n_(int(spec.global_ranks.size())), me_(spec.group_rank),
         mailboxes_(size_t(n_), nullptr) {
     // The control block: member 0 creates it, the others map it by name.
@@ -118,8 +118,8 @@ class IpcCommunicator : public Communicator {
   const std::string& name() const override { return spec_.name; }
 
   std::shared_ptr<Work> all_reduce(Tensor& t, const AllReduceOptions& o) override {
-    if (!dev_->serves(t)) return fallback_->all_reduce(t, o);
     const size_t bytes = t.nbytes();
+    if (!dev_->serves(t) || bytes > limit_) return fallback_->all_reduce(t, o);
     if (bytes == 0) return done();
     run(kAllReduce, bytes, o.timeout, [&] { dev_->copy(mailboxes_[me_], t.raw(), bytes); },
         [&] { dev_->reduce(t.raw(), inputs(0), size_t(t.numel()), t.dtype(), o.op); });
@@ -127,7 +127,7 @@ class IpcCommunicator : public Communicator {
   }
 
   std::shared_ptr<Work> all_gather(Tensor& out, const Tensor& in, const AllGatherOptions& o) override {
-    if (!dev_->serves(out) || !dev_->serves(in)) return fallback_->all_gather(out, in, o);
+    if (!dev_->serves(out) || !dev_->serves(in) || in.nbytes() > limit_) return fallback_->all_gather(out, in, o);
     TRIPOD_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * n_,
                  "all_gather on group {}: output {} is not {} x input {}", spec_.describe(), out.str(), n_, in.str());
     const size_t bytes = in.nbytes();
@@ -140,7 +140,7 @@ class IpcCommunicator : public Communicator {
   }
 
   std::shared_ptr<Work> reduce_scatter(Tensor& out, const Tensor& in, const ReduceScatterOptions& o) override {
-    if (!dev_->serves(out) || !dev_->serves(in)) return fallback_->reduce_scatter(out, in, o);
+    if (!dev_->serves(out) || !dev_->serves(in) || in.nbytes() > limit_) return fallback_->reduce_scatter(out, in, o);
     TRIPOD_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * n_,
                  "reduce_scatter on group {}: input {} is not {} x output {}", spec_.describe(), in.str(), n_,
                  out.str());
@@ -152,7 +152,7 @@ class IpcCommunicator : public Communicator {
   }
 
   std::shared_ptr<Work> broadcast(Tensor& t, const BroadcastOptions& o) override {
-    if (!dev_->serves(t)) return fallback_->broadcast(t, o);
+    if (!dev_->serves(t) || t.nbytes() > limit_) return fallback_->broadcast(t, o);
     TRIPOD_CHECK(o.root >= 0 && o.root < n_, "broadcast on group {}: root {} is not a member", spec_.describe(), o.root);
     const size_t bytes = t.nbytes();
     if (bytes == 0) return done();
@@ -309,8 +309,8 @@ class IpcCommunicator : public Communicator {
                       "look at the other ranks' output for the first error");
         if (Clock::now() >= deadline) throw TimeoutError(cur.what);
         if (const int32_t pid = w.pid.load(std::memory_order_acquire); pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH)
-          throw Error(fmt::format("{}: global rank {} (pid {}) has exited", cur.what, spec_.global_ranks[size_t(p)],
-                                  pid),
+          throw Error(fmt::format("{}: global rank(s) [{}] of group {} exited (pid {})", cur.what,
+                                  spec_.global_ranks[size_t(p)], spec_.name, pid),
                       "a peer process exited or was killed; look for the first failing rank");
         futex_wait(&w.bell, bell, std::chrono::milliseconds(50));
       }
@@ -349,6 +349,7 @@ class IpcCommunicator : public Communicator {
     store_->wait({name + "/go"}, timeout_);
   }
 
+  size_t limit_;  // ops larger than this go to the fallback (member 0's mailbox_limit())
   GroupSpec spec_;
   std::shared_ptr<Store> store_;
   std::shared_ptr<Communicator> fallback_;
@@ -376,11 +377,13 @@ std::shared_ptr<Communicator> make_ipc_communicator(const GroupSpec& spec, std::
   auto ps = std::make_shared<PrefixStore>("ipc/", std::move(store));
   const std::string mine = device->location();
   ps->set_str(fmt::format("location{}", spec.group_rank), mine);
+  if (spec.group_rank == 0) ps->set_str("limit", std::to_string(device->mailbox_limit()));
   bool shared = true;
   for (size_t r = 0; r < spec.global_ranks.size(); ++r)
     if (ps->get_str(fmt::format("location{}", r), config.timeout) != mine) shared = false;
-  if (!shared) return fallback;
-  return std::make_shared<IpcCommunicator>(spec, std::move(ps), config, std::move(fallback), std::move(device));
+  const size_t limit = std::stoull(ps->get_str("limit", config.timeout));
+  if (!shared || mine.empty() || limit == 0) return fallback;
+  return std::make_shared<IpcCommunicator>(spec, std::move(ps), config, std::move(fallback), std::move(device), limit);
 }
 
 bool is_ipc_communicator(const Communicator& comm) { return dynamic_cast<const IpcCommunicator*>(&comm) != nullptr; }

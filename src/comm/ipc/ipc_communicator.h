@@ -1,9 +1,10 @@
 // IpcCommunicator: collectives for the ranks of a group that share one
 // memory (CPU ranks on one host; GPU ranks that share one GPU, as when a
 // cluster layout is rehearsed on one GPU), through buffers the ranks map
-// from each other instead of a transport. Enabled with
-// TRIPOD_IPC_COLLECTIVES=1 (docs/debugging.md); the group falls back to its
-// usual communicator when its members do not share one memory.
+// from each other instead of a transport. CPU groups use it by default, GPU
+// groups with TRIPOD_IPC_COLLECTIVES=1 (docs/debugging.md); a group whose
+// members do not share one memory keeps its usual communicator, and every
+// group sends ops above the mailbox limit (IpcDevice::mailbox_limit) there.
 //
 // NOTE [IPC collectives]
 // Each member owns a mailbox (a buffer the others map) and, per slot s % 2,
@@ -24,7 +25,10 @@
 // member has passed the step that waits for it. A mailbox grows (all
 // members at the same op, as sizes agree) after a device synchronisation.
 // The host waits are bounded by the communicator's timeout and end when a
-// member aborts. send/recv and all_to_all_v go to the fallback communicator.
+// member aborts, a peer's process has exited, or a peer posted another op or
+// size for the same sequence number (each member posts what it calls before
+// it waits, so both sides see a mismatch). send/recv and all_to_all_v go to
+// the fallback communicator.
 //
 // Relates to: comm/ipc/ipc_device.h (CPU / CUDA memory and events),
 // comm/ipc/shared_memory.h, comm/context.cpp (make_device_communicator).

@@ -38,6 +38,10 @@ class IpcDevice {
   virtual std::string location() = 0;
   // Whether `t` lives where this device's copies and reductions run.
   virtual bool serves(const Tensor& t) const = 0;
+  // The largest mailbox this member would allocate now (what the memory
+  // holding mailboxes can spare); the group uses member 0's figure, and ops
+  // larger than it go to the fallback communicator.
+  virtual size_t mailbox_limit() = 0;
 
   // Memory the peers can map: alloc returns it and its handle.
   virtual void* alloc(size_t bytes, std::string* handle) = 0;

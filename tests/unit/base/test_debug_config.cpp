@@ -36,7 +36,7 @@ TEST_F(DebugConfigTest, DefaultsWhenUnset) {
   EXPECT_FALSE(c.step_timing);
   EXPECT_FALSE(c.ln_params_in_compute_dtype);
   EXPECT_FALSE(c.unfused_adamw_cast);
-  EXPECT_FALSE(c.ipc_collectives);
+  EXPECT_EQ(c.ipc_collectives, DebugConfig::IpcCollectives::kAuto);
   EXPECT_EQ(c.cpu_memory_limit_mb, 0);
   EXPECT_EQ(c.ckpt_fail_at, 0);
   EXPECT_EQ(c.testing_data_sleep_ms, 0);
@@ -58,7 +58,7 @@ TEST_F(DebugConfigTest, EachVariableSetsItsField) {
   EXPECT_TRUE(c.step_timing);
   EXPECT_TRUE(c.ln_params_in_compute_dtype);
   EXPECT_TRUE(c.unfused_adamw_cast);
-  EXPECT_TRUE(c.ipc_collectives);
+  EXPECT_EQ(c.ipc_collectives, DebugConfig::IpcCollectives::kOn);
   EXPECT_EQ(c.cpu_memory_limit_mb, 150);
   EXPECT_EQ(c.ckpt_fail_at, 7);
   EXPECT_EQ(c.testing_data_sleep_ms, 15);
@@ -77,6 +77,16 @@ TEST_F(DebugConfigTest, BadValuesNameTheVariable) {
   EXPECT_THROW(read_debug_config(), Error);
   ::setenv("TRIPOD_CKPT_FAIL_AT", "-1", 1);
   EXPECT_THROW(read_debug_config(), Error);
+  ::unsetenv("TRIPOD_CKPT_FAIL_AT");
+  ::setenv("TRIPOD_IPC_COLLECTIVES", "yes", 1);
+  try {
+    read_debug_config();
+    ADD_FAILURE() << "TRIPOD_IPC_COLLECTIVES=yes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("TRIPOD_IPC_COLLECTIVES"), std::string::npos) << e.message();
+  }
+  ::setenv("TRIPOD_IPC_COLLECTIVES", "0", 1);
+  EXPECT_EQ(read_debug_config().ipc_collectives, DebugConfig::IpcCollectives::kOff);
 }
 
 TEST_F(DebugConfigTest, ReadOnceUntilReload) {
