@@ -7,6 +7,7 @@
 //   tripod convert --import-megatron IN --save DIR Megatron --ckpt-format torch -> tripod (its iteration)
 // Flags only; the conversion lives in interop/.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -25,9 +26,10 @@ namespace {
 
 int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel, LlamaForCausalLM, "
-               "MixtralForCausalLM or Qwen2MoeForCausalLM (model.safetensors + config.json; MoE experts "
-               "per-expert or fused, docs/moe.md).\n"
-               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace]\n"
+               "MixtralForCausalLM or Qwen2MoeForCausalLM (config.json + model.safetensors, or shards with "
+               "model.safetensors.index.json as save_pretrained writes above 5GB; MoE experts per-expert or fused, "
+               "docs/moe.md).\n"
+               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace] [--max-shard-size 5GB]\n"
                "Import: tripod convert --import-hf IN --save CKPT\n"
                "        [--vocab-file F --merge-file F | --tokenizer-model F]\n"
                "        tripod convert --import-megatron MEGATRON_SAVE_DIR --save CKPT [--vocab-file F ...]\n"
@@ -46,6 +48,11 @@ int run_convert(int argc, char** argv) {
                  "any TP/PP; model weights)");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf / --import-megatron)");
   bool replace = false, save_into_existing = false;
+  std::string max_shard_size = "5GB";
+  app.add_option("--max-shard-size", max_shard_size,
+                 "with --export-hf: weights above this size are written as shards model-0000i-of-0000N.safetensors "
+                 "plus model.safetensors.index.json, as save_pretrained (transformers' syntax: 5GB, 500MB, 2GiB or "
+                 "bytes; default 5GB)");
   app.add_flag("--replace", replace, "with --export-hf: replace a non-empty output folder (refused without it)");
   app.add_flag("--save-into-existing", save_into_existing,
                "with --save: write into a folder that holds other checkpoints (refused without it)");
@@ -61,6 +68,8 @@ int run_convert(int argc, char** argv) {
     return app.exit(e);
   }
   const bool exporting = !export_dir.empty(), importing = !import_dir.empty(), megatron = !megatron_dir.empty();
+  TRIPOD_CHECK_HINT(exporting || app.count("--max-shard-size") == 0, "pass --max-shard-size with --export-hf only",
+                    "--max-shard-size sets the size of exported shards; an import reads whatever shards it finds");
   TRIPOD_CHECK_HINT(int(exporting) + int(importing) + int(megatron) == 1,
                     "pass --load DIR --export-hf OUT, --import-hf IN --save DIR, or --import-megatron IN --save DIR",
                     "tripod convert needs exactly one of --export-hf, --import-hf and --import-megatron");
@@ -89,9 +98,11 @@ int run_convert(int argc, char** argv) {
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
-    interop::export_hf(reader, export_dir, replace);
-    log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
-              export_dir);
+    interop::export_hf(reader, export_dir, replace, interop::parse_shard_size(max_shard_size, "--max-shard-size"));
+    log::info("exported {} (iteration {}) to {} (config.json + {})", reader.path(), reader.iteration(), export_dir,
+              std::filesystem::exists(std::filesystem::path(export_dir) / "model.safetensors")
+                  ? "model.safetensors"
+                  : "shards of model.safetensors.index.json");
   } else {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
     if (!tok_model.empty() && app.count("--tokenizer-type") == 0) tok_type = data::default_tokenizer_type(tok_model);

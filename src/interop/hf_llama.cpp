@@ -13,13 +13,11 @@
 namespace tripod::interop {
 namespace fs = std::filesystem;
 using ckpt::CheckpointReader;
-using ckpt::SafetensorsFile;
 using ckpt::ShardTensor;
 using ckpt::config_to_json;
 using ckpt::fit_rows;
 using ckpt::read_text;
 using ckpt::save_unsharded;
-using ckpt::write_safetensors;
 using ckpt::write_text_atomic;
 using json = nlohmann::json;
 
@@ -186,7 +184,7 @@ std::string hf_architecture(const std::string& in_dir) {
   return j.value("model_type", "");
 }
 
-void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir) {
+void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir, uint64_t max_shard_size) {
   config::GptConfig c = reader.config();
   c.finalize();
   std::string why;
@@ -228,8 +226,7 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
   if (c.untie_embeddings_and_output_weights)
     out.emplace_back("lm_head.weight", fit_rows(read("output_layer.weight"), vocab_rows, nullptr, "output_layer"));
   fs::create_directories(out_dir);
-  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), out, {{"format", "pt"}},
-                    /*with_checksums=*/false);
+  write_hf_weights(out_dir, out, max_shard_size);
   json cfg = {{"architectures", {"LlamaForCausalLM"}},
               {"model_type", "llama"},
               {"vocab_size", c.vocab_size},
@@ -258,12 +255,8 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
 config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir, const json& extra) {
   const std::string arch = hf_architecture(in_dir);
   const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string(), arch);
-  const std::string st_path = (fs::path(in_dir) / "model.safetensors").string();
-  TRIPOD_CHECK_HINT(fs::exists(st_path),
-                    "save the model with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\") "
-                    "so that it is one model.safetensors",
-                    "{} does not exist (sharded or .bin checkpoints are not read)", st_path);
-  const auto st = SafetensorsFile::open(st_path);
+  const HfWeights st = HfWeights::open(in_dir);
+  const std::string& st_path = st.describe();
   auto get = [&](const std::string& name) {
     TRIPOD_CHECK(st.contains(name), "{}: no tensor {} (is it a {} checkpoint?)", st_path, name, arch);
     return st.read_f32(name);

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "ckpt/sharded_checkpoint.h"
+#include "interop/hf_weights.h"
 
 namespace tripod::interop {
 
@@ -42,10 +43,14 @@ namespace tripod::interop {
 // `why` gets the first difference.
 bool is_hf_llama(const config::GptConfig& c, std::string* why);
 
-// Writes OUT/model.safetensors and OUT/config.json from a tripod checkpoint.
-void export_hf_llama(const ckpt::CheckpointReader& reader, const std::string& out_dir);
+// Writes OUT/config.json and the weights from a tripod checkpoint: one
+// model.safetensors, or shards and their index above max_shard_size bytes
+// (interop/hf_weights.h).
+void export_hf_llama(const ckpt::CheckpointReader& reader, const std::string& out_dir,
+                     uint64_t max_shard_size = kDefaultMaxShardSize);
 
-// Reads IN/config.json + IN/model.safetensors (one file) and writes a tripod
+// Reads IN/config.json + IN's weights (model.safetensors, or the shards of
+// model.safetensors.index.json: interop/hf_weights.h) and writes a tripod
 // checkpoint (iteration 0, tp 1, weights only) into save_dir. `extra` is
 // merged into the metadata. Returns the model arguments.
 config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir,

@@ -195,7 +195,7 @@ Tensor HfMoeTensors::fused(const std::string& name) {
 }
 
 Tensor HfMoeTensors::read(int64_t layer, const std::string& suffix) {
-  const std::string& path = st_.path();
+  const std::string& path = st_.describe();
   const std::string base = fmt::format("model.layers.{}.", layer);
   // Mixtral's hub files say block_sparse_moe., recent transformers mlp.
   const bool hub_mixtral = st_.contains(fmt::format("{}block_sparse_moe.gate.weight", base));
@@ -250,7 +250,7 @@ void HfMoeTensors::check_zero_qkv_bias(int64_t layer) const {
       TRIPOD_CHECK_HINT(b.data<float>()[i] == 0.f,
                         "tripod's attention has no q/k/v biases without the output projection's (no --add-qkv-bias); "
                         "only a model whose q/k/v biases are zero imports",
-                        "{}: {} is not zero ({} at {})", st_.path(), n, b.data<float>()[i], i);
+                        "{}: {} is not zero ({} at {})", st_.path_of(n), n, b.data<float>()[i], i);
   }
 }
 

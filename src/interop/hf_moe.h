@@ -47,8 +47,8 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/safetensors.h"
 #include "config/gpt_config.h"
+#include "interop/hf_weights.h"
 
 namespace tripod::interop {
 
@@ -76,10 +76,10 @@ void moe_layer_to_hf(const config::GptConfig& c, int64_t layer, const std::funct
 
 // Reads one tripod MoE tensor of layer `layer` (suffix after
 // "decoder.layers.<l>.", e.g. "mlp.experts.local_experts.3.linear_fc1.weight")
-// from an HF file in either layout.
+// from an HF folder (one file or shards) in either layout.
 class HfMoeTensors {
  public:
-  HfMoeTensors(const ckpt::SafetensorsFile& st, const config::GptConfig& c) : st_(st), c_(c) {}
+  HfMoeTensors(const HfWeights& st, const config::GptConfig& c) : st_(st), c_(c) {}
   static bool is_moe_tensor(const std::string& suffix);
   Tensor read(int64_t layer, const std::string& suffix);
   // Qwen2-MoE's attention biases: refused unless zero.
@@ -87,7 +87,7 @@ class HfMoeTensors {
 
  private:
   Tensor fused(const std::string& name);  // one 3-D tensor, kept while its layer's experts are read
-  const ckpt::SafetensorsFile& st_;
+  const HfWeights& st_;
   const config::GptConfig& c_;
   std::string cached_name_;
   Tensor cached_;
