@@ -20,6 +20,8 @@ namespace fs = std::filesystem;
 void write_model(const ckpt::CheckpointReader& reader, const std::string& dir, uint64_t max_shard_size) {
   const config::GptConfig c = reader.config();
   if (c.is_gpt2()) return export_hf_gpt2(reader, dir, max_shard_size);
+  TRIPOD_CHECK_HINT(!c.qk_layernorm || c.rmsnorm(), "export GPT-2 models without --qk-layernorm",
+                    "{}: --qk-layernorm with LayerNorm has no Hugging Face class here", reader.path());
   std::string why;
   TRIPOD_CHECK_HINT(is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
                     "{} is neither GPT-2 nor a Llama-family model: {}", reader.path(), why);

@@ -170,6 +170,7 @@ bool is_hf_llama(const config::GptConfig& c, std::string* why) {
   if (!c.rope()) return no("the model has no RoPE (Llama: --position-embedding-type rope)");
   if (c.rotary_dim() != c.head_size()) return no("--rotary-percent is below 1 (LlamaForCausalLM rotates whole heads)");
   if (!c.swiglu) return no("the MLP is not SwiGLU (Llama: --swiglu)");
+  if (c.qk_layernorm) return no("--qk-layernorm (LlamaForCausalLM has no query/key norms)");
   return true;
 }
 
