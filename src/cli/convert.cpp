@@ -26,7 +26,7 @@ namespace {
 
 int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel, LlamaForCausalLM, "
-               "MixtralForCausalLM or Qwen2MoeForCausalLM (config.json + model.safetensors, or shards with "
+               "Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM (config.json + model.safetensors, or shards with "
                "model.safetensors.index.json as save_pretrained writes above 5GB; MoE experts per-expert or fused, "
                "docs/moe.md).\n"
                "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace] [--max-shard-size 5GB]\n"
@@ -41,8 +41,8 @@ int run_convert(int argc, char** argv) {
   std::string vocab, merges, tok_model, tok_type = "GPT2BPETokenizer";
   app.add_option("--load", load, "tripod checkpoint directory to export");
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
-  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2, Llama, Mixtral or Qwen2-MoE, by the model)");
-  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2, Llama, Mixtral or Qwen2-MoE folder (save_pretrained) to import");
+  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE, by the model)");
+  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE folder (save_pretrained; one file or shards) to import");
   app.add_option("--import-megatron", megatron_dir,
                  "Megatron-LM checkpoint to import (--ckpt-format torch: DIR/iter_N/mp_rank_*/model_optim_rng.pt; "
                  "any TP/PP; model weights)");
@@ -111,9 +111,10 @@ int run_convert(int argc, char** argv) {
     tok["vocab_file"] = vocab;
     tok["merge_file"] = merges;
     const std::string arch = interop::hf_architecture(import_dir);
-    const bool llama = arch == "LlamaForCausalLM" || arch == "llama" || interop::is_hf_moe_architecture(arch);
+    const bool llama = interop::is_hf_llama_architecture(arch);
     TRIPOD_CHECK_HINT(llama || arch == "GPT2LMHeadModel" || arch == "GPT2Model" || arch == "gpt2" || arch.empty(),
-                      "import GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or Qwen2MoeForCausalLM checkpoints",
+                      "import GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                      "Qwen2MoeForCausalLM or Qwen3MoeForCausalLM checkpoints",
                       "{}/config.json: architecture {} is not supported", import_dir, arch);
     const auto cfg = llama ? interop::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
                            : interop::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});

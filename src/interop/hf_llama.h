@@ -24,8 +24,13 @@
 // permutation (the permutation in HF's convert_llama_weights_to_hf.py
 // turns Meta's interleaved-pair weights into this convention).
 //
-// With --num-experts the same functions write and read MixtralForCausalLM
-// and Qwen2MoeForCausalLM: interop/hf_moe.h maps the MoE layers and config.
+// With --qk-layernorm (RMSNorm, no biases) they write and read
+// Qwen3ForCausalLM: self_attention.{q,k}_layernorm.weight (HS) ->
+// self_attn.{q,k}_norm.weight, config.json model_type qwen3 with head_dim;
+// a head_dim other than hidden_size / num_attention_heads is refused.
+// With --num-experts the same functions write and read MixtralForCausalLM,
+// Qwen2MoeForCausalLM and Qwen3MoeForCausalLM: interop/hf_moe.h maps the
+// MoE layers and config.
 //
 // Relates to: cli/convert.cpp, interop/hf_gpt2.h, interop/hf_moe.h, scripts/gpu_llama_hf_check.py.
 #pragma once
@@ -55,6 +60,12 @@ void export_hf_llama(const ckpt::CheckpointReader& reader, const std::string& ou
 // merged into the metadata. Returns the model arguments.
 config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir,
                                  const nlohmann::json& extra);
+
+// Qwen3ForCausalLM and Qwen3MoeForCausalLM (or their model_type): the
+// Llama layout plus q_norm / k_norm per head (--qk-layernorm).
+bool is_hf_qwen3_architecture(const std::string& arch);
+// Every class these functions read: Llama, Qwen3, and the MoE classes.
+bool is_hf_llama_architecture(const std::string& arch);
 
 // The "architectures" entry of IN/config.json ("" when absent).
 std::string hf_architecture(const std::string& in_dir);
