@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from hf_gpt2_forward import load_safetensors  # same folder: the safetensors parser
+from hf_gpt2_forward import load_folder  # same folder: the safetensors parser (one file or shards)
 
 
 def rms_norm(x, w, eps):
@@ -27,7 +27,7 @@ def main():
     hf_dir, tokens_txt, out_bin = sys.argv[1:4]
     cfg = json.load(open(f"{hf_dir}/config.json"))
     assert cfg["architectures"] in (["LlamaForCausalLM"], ["Qwen3ForCausalLM"]), cfg["architectures"]
-    w = load_safetensors(f"{hf_dir}/model.safetensors")
+    w = load_folder(hf_dir)
     C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
     HS = C // NH

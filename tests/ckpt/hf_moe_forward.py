@@ -23,7 +23,7 @@ import sys
 
 import torch
 
-from hf_gpt2_forward import load_safetensors  # same folder: the safetensors parser
+from hf_gpt2_forward import load_folder  # same folder: the safetensors parser (one file or shards)
 
 
 def rms_norm(x, w, eps):
@@ -40,7 +40,7 @@ def main():
     K = cfg["num_experts_per_tok"]
     renorm = mixtral or cfg.get("norm_topk_prob", False)
     step, dense_layers = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers", [])
-    w = load_safetensors(f"{hf_dir}/model.safetensors")
+    w = load_folder(hf_dir)
     C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
     HS = C // NH
