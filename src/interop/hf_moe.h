@@ -1,6 +1,8 @@
 // The mixture-of-experts part of the Hugging Face Llama-family interop
 // (interop/hf_llama.h does the rest: embeddings, attention, norms, dense
-// MLPs): MixtralForCausalLM and Qwen2MoeForCausalLM, both ways.
+// MLPs): MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM
+// (Qwen2-MoE's names without the shared expert, plus --qk-layernorm's
+// q_norm / k_norm), both ways.
 //
 // Tensor names (tripod's, under decoder.layers.l.mlp. -> HF's, under model.layers.l.):
 //   router.weight (E, C)                          -> Mixtral block_sparse_moe.gate.weight,
