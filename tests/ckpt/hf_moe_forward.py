@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A plain mixture-of-experts forward in PyTorch (float64) on a Hugging Face
-MixtralForCausalLM or Qwen2MoeForCausalLM folder, written from the two
-architectures with HF's tensor names (the per-expert hub layout), no
+MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM folder (one
+file or shards), written from the three architectures with HF's tensor names (the per-expert hub layout), no
 transformers import; the attention is hf_llama_forward.py's (plus
 Qwen2-MoE's q/k/v biases). Per token, MoE layer:
   Mixtral:   p = softmax(x Wg^T); the top k of p, renormalised to sum 1;

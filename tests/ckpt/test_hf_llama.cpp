@@ -8,7 +8,8 @@
 //    and the rotary convention are right;
 //  - import the export, export again: model.safetensors and config.json are
 //    byte-identical, and every imported weight equals the original bit for bit;
-//  - `tripod train --load IMPORTED --finetune` starts at iteration 0 and trains.
+//  - `tripod train --load IMPORTED --finetune` starts at iteration 0 and trains;
+//  - the same model with --qk-layernorm as Qwen3ForCausalLM (below).
 #include <gtest/gtest.h>
 
 #include <cmath>

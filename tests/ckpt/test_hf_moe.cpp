@@ -1,5 +1,7 @@
-// Hugging Face MixtralForCausalLM and Qwen2MoeForCausalLM export/import
-// (`tripod convert`, interop/hf_moe.h), through the real `tripod` executable:
+// Hugging Face MixtralForCausalLM, Qwen2MoeForCausalLM and
+// Qwen3MoeForCausalLM export/import (`tripod convert`, interop/hf_moe.h),
+// through the real `tripod` executable (Qwen3-MoE: --qk-layernorm, no shared
+// expert, a dense first layer; its config.json fields checked):
 //  - Mixtral (every layer MoE, top-2 of 4, GQA, untied) and Qwen2-MoE
 //    (pre-softmax routing, a gated shared expert, a dense first layer):
 //    export a briefly trained checkpoint; a float64 PyTorch forward written
