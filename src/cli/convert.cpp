@@ -1,6 +1,7 @@
-// `tripod convert`: Hugging Face GPT-2, Llama, Mixtral and Qwen2-MoE export
-// and import (interop/hf_gpt2.h, interop/hf_llama.h, interop/hf_moe.h; the
-// model's options pick the format),
+// `tripod convert`: Hugging Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE and
+// Qwen3-MoE export and import, one model.safetensors or shards
+// (interop/hf_gpt2.h, interop/hf_llama.h, interop/hf_moe.h,
+// interop/hf_weights.h; the model's options pick the format),
 // Megatron-LM legacy checkpoint import (interop/megatron_import.h).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
