@@ -49,7 +49,7 @@ struct GptConfig {
   int64_t num_query_groups = 0;  // --num-query-groups G (0 -> NH)
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;   // --disable-bias-linear sets false
-  // --qk-layernorm (Megatron, Qwen3, OLMoE): a norm of --normalization's
+  // --qk-layernorm (Megatron-core, Qwen3): a norm of --normalization's
   // kind over each query and key head, HS wide, its weight (and bias)
   // shared by the heads; after qkv, before RoPE.
   bool qk_layernorm = false;

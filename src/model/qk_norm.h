@@ -1,5 +1,5 @@
 // --qk-layernorm (Megatron-core's q_layernorm / k_layernorm, Qwen3's
-// q_norm / k_norm, OLMoE's): after the qkv projection and before RoPE, each
+// q_norm / k_norm): after the qkv projection and before RoPE, each
 // query head and each key head of each token is normalised over its HS
 // elements by a norm of --normalization's kind, whose weight (and bias) of
 // HS elements the heads share; value heads are untouched.
