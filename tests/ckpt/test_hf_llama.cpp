@@ -9,7 +9,8 @@
 //  - import the export, export again: model.safetensors and config.json are
 //    byte-identical, and every imported weight equals the original bit for bit;
 //  - `tripod train --load IMPORTED --finetune` starts at iteration 0 and trains;
-//  - the same model with --qk-layernorm as Qwen3ForCausalLM (below).
+//  - the same model with --qk-layernorm as Qwen3ForCausalLM (below), whose
+//    import fine-tunes with the flag and is refused without it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -103,6 +104,12 @@ TEST(HfLlama, Qwen3ExportMatchesPyTorchAndImportRoundTrips) {
     EXPECT_EQ(st.find(n)->shape, (Shape{8})) << n;
   }
   EXPECT_TRUE(ckpt::CheckpointReader::open((s / "ck2").string()).config().qk_layernorm);
+  // The import fine-tunes with the flag; without it the load names the flag.
+  finetune_from_import(s, r, flags);
+  EXPECT_NE(sh(r.bin + " train " + kModel + " --train-iters 2 --finetune --load " + (s / "ck2").string() + " > " +
+               r.log + " 2>&1"), 0);
+  EXPECT_NE(slurp(r.log).find("no --qk-layernorm: the checkpoint has query/key norms"), std::string::npos)
+      << slurp(r.log);
   // head_dim 16 with hidden 64 and 8 heads: refused, naming the field.
   auto bad = cfg;
   bad["head_dim"] = 16;
