@@ -1,18 +1,22 @@
 #!/usr/bin/env python3
-"""tripod's Mixtral and Qwen2-MoE interop against Hugging Face transformers
+"""tripod's Mixtral, Qwen2-MoE and Qwen3-MoE interop against Hugging Face transformers
 (run on a machine with torch and transformers; tripod's own steps run on the
 CPU, fp32: the CUDA backend has no MoE ops yet).
 
 1. Import: a random MixtralForCausalLM (every layer MoE, top-2 of 4, GQA,
    untied) and a random Qwen2MoeForCausalLM (top-2 of 4 without
    renormalising, a gated shared expert, layer 0 dense by mlp_only_layers,
-   tied embeddings) saved with save_pretrained -> `tripod convert
+   tied embeddings), and a random Qwen3MoeForCausalLM (q_norm / k_norm,
+   top-2 of 4 renormalised, layer 0 dense) saved with save_pretrained in
+   shards (max_shard_size SHARD) -> `tripod convert
    --import-hf` -> `tripod generate --prompt-ids --greedy --logits-out`: the
    prompt's logits match transformers' within LOGIT_TOL (relative to the
    largest logit) and the greedy continuation is model.generate's.
 2. Export: `tripod train` a few iterations of the same two kinds of model
-   (mock data) -> `tripod convert --export-hf` -> from_pretrained: the same
-   two comparisons against `tripod generate` on the trained checkpoint.
+   and of a Qwen3-MoE (--qk-layernorm; exported in shards with
+   --max-shard-size SHARD) -> `tripod convert --export-hf` ->
+   from_pretrained: the same two comparisons against `tripod generate` on
+   the trained checkpoint.
 3. The float64 oracle (tests/ckpt/hf_moe_forward.py, HF's definitions with
    no transformers import) on the exported folders agrees with transformers.
 
@@ -28,8 +32,14 @@ import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
 
+try:  # transformers >= 4.51
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+except ImportError:
+    Qwen3MoeConfig = Qwen3MoeForCausalLM = None
+
 LOGIT_TOL = 1e-4  # fp32 both sides; differences are summation order only
 NEW_TOKENS = 16
+SHARD = "300KB"  # these 2-layer models of 2-4 MB in several shards
 failures = []
 
 
@@ -71,10 +81,13 @@ def compare(tag, tripod, ckpt, hf_model, prompt):
 
 
 def save(m, path):
-    try:  # one model.safetensors (tripod reads no sharded or .bin checkpoints)
-        m.save_pretrained(path, safe_serialization=True, max_shard_size="100GB")
+    try:  # in shards, as hub checkpoints above 5GB are
+        m.save_pretrained(path, safe_serialization=True, max_shard_size=SHARD)
     except TypeError:  # a transformers without safe_serialization (always safetensors)
-        m.save_pretrained(path, max_shard_size="100GB")
+        m.save_pretrained(path, max_shard_size=SHARD)
+    shards = [f for f in os.listdir(path) if f.startswith("model-") and f.endswith(".safetensors")]
+    check(f"{os.path.basename(path)} saved in shards", len(shards) > 1 and
+          os.path.exists(os.path.join(path, "model.safetensors.index.json")), f"{len(shards)} shards")
 
 
 def rope_kw(cls, theta):  # transformers 5 takes rope_parameters; 4 takes rope_theta
@@ -83,12 +96,18 @@ def rope_kw(cls, theta):  # transformers 5 takes rope_parameters; 4 takes rope_t
     return {"rope_theta": theta}
 
 
-def random_moe(path, seed, qwen):
+def random_moe(path, seed, kind):
     torch.manual_seed(seed)
     common = dict(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=8,
                   num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-6, hidden_act="silu",
                   initializer_range=0.05, num_experts_per_tok=2)
-    if qwen:
+    if kind == "qwen3":
+        cfg = Qwen3MoeConfig(num_experts=4, moe_intermediate_size=96, intermediate_size=192, norm_topk_prob=True,
+                             decoder_sparse_step=1, mlp_only_layers=[0], use_sliding_window=False,
+                             tie_word_embeddings=False, head_dim=16, attention_bias=False,
+                             **rope_kw(Qwen3MoeConfig, 1000000.0), **common)
+        m = Qwen3MoeForCausalLM(cfg)
+    elif kind == "qwen2":
         cfg = Qwen2MoeConfig(num_experts=4, moe_intermediate_size=96, intermediate_size=192,
                              shared_expert_intermediate_size=64, norm_topk_prob=False, decoder_sparse_step=1,
                              mlp_only_layers=[0], use_sliding_window=False, tie_word_embeddings=True,
@@ -102,7 +121,7 @@ def random_moe(path, seed, qwen):
     m = m.float().eval()
     with torch.no_grad():
         for name, p in m.named_parameters():
-            if "norm" in name:  # norm gains away from 1 so that a mixed-up norm shows
+            if "norm" in name:  # norm gains away from 1 so that a mixed-up norm shows (q_norm / k_norm too)
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             elif name.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
                 p.zero_()  # tripod has no q/k/v biases (a non-zero one is refused on import)
@@ -132,9 +151,14 @@ def main():
     prompt = [3, 17, 256, 999, 42, 7, 500, 123, 64, 1]
 
     # 1. Import.
-    for i, (tag, qwen) in enumerate([("import_mixtral", False), ("import_qwen2_moe", True)]):
+    kinds = [("import_mixtral", "mixtral"), ("import_qwen2_moe", "qwen2")]
+    if Qwen3MoeForCausalLM is not None:
+        kinds.append(("import_qwen3_moe", "qwen3"))
+    else:
+        check("Qwen3MoeForCausalLM in transformers", False, "this transformers has no Qwen3-MoE (>= 4.51 needed)")
+    for i, (tag, kind) in enumerate(kinds):
         hf_dir, ckpt = os.path.join(work, tag + "_hf"), os.path.join(work, tag + "_ckpt")
-        m = random_moe(hf_dir, 100 + i, qwen)
+        m = random_moe(hf_dir, 100 + i, kind)
         run([tripod, "convert", "--import-hf", hf_dir, "--save", ckpt])
         compare(tag, tripod, ckpt, m, prompt)
 
@@ -149,12 +173,18 @@ def main():
              ("export_qwen2_moe", ["--ffn-hidden-size", "192", "--moe-ffn-hidden-size", "96",
                                    "--moe-router-pre-softmax", "--moe-shared-expert-intermediate-size", "64",
                                    "--moe-shared-expert-gate", "--moe-layer-freq", "[0,1]"])]
+    if Qwen3MoeForCausalLM is not None:
+        kinds.append(("export_qwen3_moe", ["--qk-layernorm", "--ffn-hidden-size", "192", "--moe-ffn-hidden-size", "96",
+                                           "--moe-layer-freq", "[0,1]"]))
+    want = {"export_mixtral": "MixtralForCausalLM", "export_qwen2_moe": "Qwen2MoeForCausalLM",
+            "export_qwen3_moe": "Qwen3MoeForCausalLM"}
     for tag, extra in kinds:
         ckpt, hf_dir = os.path.join(work, tag + "_ckpt"), os.path.join(work, tag + "_hf")
         run([tripod, "train", *base, *extra, "--save", ckpt])
-        run([tripod, "convert", "--load", ckpt, "--export-hf", hf_dir])
+        shard = ["--max-shard-size", SHARD] if tag == "export_qwen3_moe" else []
+        run([tripod, "convert", "--load", ckpt, "--export-hf", hf_dir, *shard])
         m = AutoModelForCausalLM.from_pretrained(hf_dir).float().eval()
-        check(f"{tag} class", type(m).__name__ in ("MixtralForCausalLM", "Qwen2MoeForCausalLM"), type(m).__name__)
+        check(f"{tag} class", type(m).__name__ == want[tag], type(m).__name__)
         compare(tag, tripod, ckpt, m, prompt)
         oracle(tag, hf_dir, m, prompt)
 

@@ -71,6 +71,8 @@ json config_to_json(const config::GptConfig& c) {
   config::visit_fields(c, [&](const char* name, const auto& value, config::FieldKind kind) {
     if (kind == config::FieldKind::kOption && !options) return;
     if (kind == config::FieldKind::kMoe && !c.moe.enabled()) return;  // dense checkpoints keep their bytes
+    if constexpr (std::is_same_v<std::decay_t<decltype(value)>, bool>)
+      if (kind == config::FieldKind::kFlag && !value) return;  // so do checkpoints without the flag
     if constexpr (std::is_enum_v<std::decay_t<decltype(value)>>) j[name] = config::to_string(value);
     else j[name] = value;
   });

@@ -1,12 +1,14 @@
-// `tripod convert`: Hugging Face GPT-2, Llama, Mixtral and Qwen2-MoE export
-// and import (interop/hf_gpt2.h, interop/hf_llama.h, interop/hf_moe.h; the
-// model's options pick the format),
+// `tripod convert`: Hugging Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE and
+// Qwen3-MoE export and import, one model.safetensors or shards
+// (interop/hf_gpt2.h, interop/hf_llama.h, interop/hf_moe.h,
+// interop/hf_weights.h; the model's options pick the format),
 // Megatron-LM legacy checkpoint import (interop/megatron_import.h).
 //   tripod convert --load DIR --export-hf OUT      tripod checkpoint -> HF folder
 //   tripod convert --import-hf IN --save DIR       HF folder -> tripod checkpoint (iteration 0)
 //   tripod convert --import-megatron IN --save DIR Megatron --ckpt-format torch -> tripod (its iteration)
 // Flags only; the conversion lives in interop/.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 
 #include "base/error.h"
 #include "base/log.h"
@@ -25,9 +27,10 @@ namespace {
 
 int run_convert(int argc, char** argv) {
   CLI::App app{"Convert checkpoints to and from Hugging Face GPT2LMHeadModel, LlamaForCausalLM, "
-               "MixtralForCausalLM or Qwen2MoeForCausalLM (model.safetensors + config.json; MoE experts "
-               "per-expert or fused, docs/moe.md).\n"
-               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace]\n"
+               "Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM (config.json + model.safetensors, or shards with "
+               "model.safetensors.index.json as save_pretrained writes above 5GB; MoE experts per-expert or fused, "
+               "docs/moe.md).\n"
+               "Export: tripod convert --load CKPT --export-hf OUT [--iteration N] [--replace] [--max-shard-size 5GB]\n"
                "Import: tripod convert --import-hf IN --save CKPT\n"
                "        [--vocab-file F --merge-file F | --tokenizer-model F]\n"
                "        tripod convert --import-megatron MEGATRON_SAVE_DIR --save CKPT [--vocab-file F ...]\n"
@@ -39,13 +42,18 @@ int run_convert(int argc, char** argv) {
   std::string vocab, merges, tok_model, tok_type = "GPT2BPETokenizer";
   app.add_option("--load", load, "tripod checkpoint directory to export");
   app.add_option("--iteration", iteration, "iteration to export (default: the latest)");
-  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2, Llama, Mixtral or Qwen2-MoE, by the model)");
-  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2, Llama, Mixtral or Qwen2-MoE folder (save_pretrained) to import");
+  app.add_option("--export-hf", export_dir, "output folder for the Hugging Face files (GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE, by the model)");
+  app.add_option("--import-hf", import_dir, "Hugging Face GPT-2, Llama, Qwen3, Mixtral, Qwen2-MoE or Qwen3-MoE folder (save_pretrained; one file or shards) to import");
   app.add_option("--import-megatron", megatron_dir,
                  "Megatron-LM checkpoint to import (--ckpt-format torch: DIR/iter_N/mp_rank_*/model_optim_rng.pt; "
                  "any TP/PP; model weights)");
   app.add_option("--save", save, "tripod checkpoint directory to write (with --import-hf / --import-megatron)");
   bool replace = false, save_into_existing = false;
+  std::string max_shard_size = "5GB";
+  app.add_option("--max-shard-size", max_shard_size,
+                 "with --export-hf: weights above this size are written as shards model-0000i-of-0000N.safetensors "
+                 "plus model.safetensors.index.json, as save_pretrained (transformers' syntax: 5GB, 500MB, 2GiB or "
+                 "bytes; default 5GB)");
   app.add_flag("--replace", replace, "with --export-hf: replace a non-empty output folder (refused without it)");
   app.add_flag("--save-into-existing", save_into_existing,
                "with --save: write into a folder that holds other checkpoints (refused without it)");
@@ -61,6 +69,8 @@ int run_convert(int argc, char** argv) {
     return app.exit(e);
   }
   const bool exporting = !export_dir.empty(), importing = !import_dir.empty(), megatron = !megatron_dir.empty();
+  TRIPOD_CHECK_HINT(exporting || app.count("--max-shard-size") == 0, "pass --max-shard-size with --export-hf only",
+                    "--max-shard-size sets the size of exported shards; an import reads whatever shards it finds");
   TRIPOD_CHECK_HINT(int(exporting) + int(importing) + int(megatron) == 1,
                     "pass --load DIR --export-hf OUT, --import-hf IN --save DIR, or --import-megatron IN --save DIR",
                     "tripod convert needs exactly one of --export-hf, --import-hf and --import-megatron");
@@ -89,9 +99,11 @@ int run_convert(int argc, char** argv) {
   if (exporting) {
     TRIPOD_CHECK_HINT(!load.empty(), "pass --load DIR (a tripod checkpoint directory)", "--export-hf needs --load");
     const auto reader = ckpt::CheckpointReader::open(load, iteration);
-    interop::export_hf(reader, export_dir, replace);
-    log::info("exported {} (iteration {}) to {}/model.safetensors + config.json", reader.path(), reader.iteration(),
-              export_dir);
+    interop::export_hf(reader, export_dir, replace, interop::parse_shard_size(max_shard_size, "--max-shard-size"));
+    log::info("exported {} (iteration {}) to {} (config.json + {})", reader.path(), reader.iteration(), export_dir,
+              std::filesystem::exists(std::filesystem::path(export_dir) / "model.safetensors")
+                  ? "model.safetensors"
+                  : "shards of model.safetensors.index.json");
   } else {
     TRIPOD_CHECK_HINT(!save.empty(), "pass --save DIR for the tripod checkpoint", "--import-hf needs --save");
     if (!tok_model.empty() && app.count("--tokenizer-type") == 0) tok_type = data::default_tokenizer_type(tok_model);
@@ -100,9 +112,10 @@ int run_convert(int argc, char** argv) {
     tok["vocab_file"] = vocab;
     tok["merge_file"] = merges;
     const std::string arch = interop::hf_architecture(import_dir);
-    const bool llama = arch == "LlamaForCausalLM" || arch == "llama" || interop::is_hf_moe_architecture(arch);
+    const bool llama = interop::is_hf_llama_architecture(arch);
     TRIPOD_CHECK_HINT(llama || arch == "GPT2LMHeadModel" || arch == "GPT2Model" || arch == "gpt2" || arch.empty(),
-                      "import GPT2LMHeadModel, LlamaForCausalLM, MixtralForCausalLM or Qwen2MoeForCausalLM checkpoints",
+                      "import GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, "
+                      "Qwen2MoeForCausalLM or Qwen3MoeForCausalLM checkpoints",
                       "{}/config.json: architecture {} is not supported", import_dir, arch);
     const auto cfg = llama ? interop::import_hf_llama(import_dir, save, {{"tokenizer", tok}})
                            : interop::import_hf_gpt2(import_dir, save, {{"tokenizer", tok}});

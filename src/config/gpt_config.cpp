@@ -77,7 +77,7 @@ int64_t GptConfig::rotary_dim() const {
 
 bool GptConfig::is_gpt2() const {
   return position_embedding_type == Position::LearnedAbsolute && normalization == Norm::LayerNorm && !swiglu &&
-         !group_query_attention && !untie_embeddings_and_output_weights && add_bias_linear;
+         !group_query_attention && !untie_embeddings_and_output_weights && add_bias_linear && !qk_layernorm;
 }
 
 LayerSpec GptConfig::layer_spec(int64_t layer) const {
@@ -91,6 +91,7 @@ LayerSpec GptConfig::layer_spec(int64_t layer) const {
   s.swiglu = swiglu;
   s.ffn_hidden_size = ffn_hidden_size;
   s.bias = add_bias_linear;
+  s.qk_layernorm = qk_layernorm;
   s.fp8 = fp8.uses_fp8(layer, num_layers);
   if (moe.is_moe_layer(layer, num_layers)) {
     s.mlp = MlpKind::Moe;
@@ -122,7 +123,8 @@ int64_t LayerSpec::tp_sharded_parameters() const {
 
 int64_t LayerSpec::tp_replicated_parameters() const {
   const int64_t C = hidden_size, b = bias ? 1 : 0;
-  const int64_t dense = 2 * norm_parameters() + b * 2 * C;  // input, pre-MLP norms; proj, fc2 biases
+  const int64_t qk = qk_layernorm ? 2 * (norm == Norm::RMSNorm ? 1 : 2) * head_size() : 0;  // q, k norms
+  const int64_t dense = 2 * norm_parameters() + b * 2 * C + qk;  // input, pre-MLP norms; proj, fc2 biases
   if (!moe()) return dense;
   const int64_t experts_fc2_bias = b * C * (num_experts - 1 + (shared_expert_size > 0 ? 1 : 0));
   return dense + experts_fc2_bias + num_experts * C  // the router

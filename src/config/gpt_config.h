@@ -49,6 +49,10 @@ struct GptConfig {
   int64_t num_query_groups = 0;  // --num-query-groups G (0 -> NH)
   bool untie_embeddings_and_output_weights = false;
   bool add_bias_linear = true;   // --disable-bias-linear sets false
+  // --qk-layernorm (Megatron-core, Qwen3): a norm of --normalization's
+  // kind over each query and key head, HS wide, its weight (and bias)
+  // shared by the heads; after qkv, before RoPE.
+  bool qk_layernorm = false;
   int64_t kv_channels = 0;       // --kv-channels: 0 or C / NH (other head sizes are rejected)
   // --fp8-format and its recipe (config/fp8_config.h): which layers' linears
   // quantize is layer_spec(i).fp8. Not recorded in checkpoints (not in
@@ -101,8 +105,10 @@ struct GptConfig {
 // fields are always written and must be present; kOption fields are written
 // only when the model is not GPT-2 (GPT-2 checkpoints keep their metadata
 // bytes) and read with the member's default when absent (older
-// checkpoints). kv_channels is not recorded: only C / NH is accepted.
-enum class FieldKind { kCore, kOption, kMoe };
+// checkpoints). kFlag fields (bools) are written only when true, so the
+// checkpoints of models without them keep their bytes. kv_channels is not
+// recorded: only C / NH is accepted.
+enum class FieldKind { kCore, kOption, kMoe, kFlag };
 template <class Config, class Visitor>  // Config: GptConfig or const GptConfig
 void visit_fields(Config& c, Visitor&& v) {
   v("num_layers", c.num_layers, FieldKind::kCore);
@@ -126,6 +132,7 @@ void visit_fields(Config& c, Visitor&& v) {
   v("num_query_groups", c.num_query_groups, FieldKind::kOption);
   v("untie_embeddings_and_output_weights", c.untie_embeddings_and_output_weights, FieldKind::kOption);
   v("add_bias_linear", c.add_bias_linear, FieldKind::kOption);
+  v("qk_layernorm", c.qk_layernorm, FieldKind::kFlag);
   v("num_experts", c.moe.num_experts, FieldKind::kMoe);
   v("moe_ffn_hidden_size", c.moe.ffn_hidden_size, FieldKind::kMoe);
   v("moe_router_topk", c.moe.router_topk, FieldKind::kMoe);

@@ -22,6 +22,7 @@ struct LayerSpec {
   bool swiglu = false;              // fc1 is [gate | up], 2F rows
   int64_t ffn_hidden_size = 0;      // F
   bool bias = true;                 // --add-bias-linear
+  bool qk_layernorm = false;        // --qk-layernorm: a norm of `norm`'s kind over each q and k head (HS wide)
   // The four linears' GEMM precision: FP8 (--fp8-format) or the compute
   // dtype (also under --fp8-format for the layers --first-last-layers-bf16 keeps).
   bool fp8 = false;
@@ -55,8 +56,8 @@ struct LayerSpec {
   // What tensor parallelism splits: the column-parallel qkv and fc1 (weights
   // and biases) and the row-parallel proj and fc2 weights ...
   int64_t tp_sharded_parameters() const;
-  // ... and what every tp rank keeps whole: the norms and the row-parallel
-  // biases.
+  // ... and what every tp rank keeps whole: the norms (q/k norms included)
+  // and the row-parallel biases.
   int64_t tp_replicated_parameters() const;
 };
 

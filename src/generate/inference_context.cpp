@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "model/qk_norm.h"
 
 namespace tripod::generate {
 
@@ -17,6 +18,9 @@ struct InferenceContext::Rows {
   Tensor ln, mean, rstd;               // (n, C), (n), (n)
   Tensor qkv, att, lse;                // (1, n, QKV), (1, n, NH*HS), (1, NH, n)
   Tensor attn_out, fc1, act, mlp_out;  // (n, C), (n, F1), (n, F), (n, C)
+  model::QkNormRows qk_rows;           // --qk-layernorm (model/qk_norm.h): row maps, kept
+  model::QkNormActs qk_acts;           // heads before the norm, statistics
+  Tensor qk_scratch;                   // (n QKV)
 };
 
 std::string InferenceContext::unsupported(model::GptModel& m) {
@@ -77,6 +81,11 @@ InferenceContext::Rows& InferenceContext::rows(int64_t n) {
   r->rstd = be_.empty({n}, DType::F32);
   if (!c.rmsnorm()) r->mean = be_.empty({n}, DType::F32);
   r->qkv = act({1, n, c.qkv_width()});
+  if (c.qk_layernorm) {
+    r->qk_rows = model::QkNormRows::make(be_, n, NH, c.query_groups());
+    r->qk_acts = model::QkNormActs::make(be_, c, n, NH, c.query_groups(), dt);
+    r->qk_scratch = act({n * c.qkv_width()});
+  }
   r->att = act({1, n, NH * c.head_size()});
   r->lse = be_.empty({1, NH, n}, DType::F32);
   r->attn_out = act({n, C});
@@ -145,6 +154,9 @@ void InferenceContext::layer_forward(size_t l, Rows& r, int64_t n) {
     be_.layernorm_forward(r.ln, r.mean, r.rstd, r.x, P.input_layernorm_weight->compute,
                           P.input_layernorm_bias->compute, c.layernorm_epsilon);
   be_.matmul_forward(r.qkv, r.ln, P.linear_qkv_weight->compute, bias(P.linear_qkv_bias));
+  if (c.qk_layernorm)
+    model::qk_norm_forward(be_, c, {P.q_layernorm_weight, P.q_layernorm_bias, P.k_layernorm_weight, P.k_layernorm_bias},
+                           r.qk_rows, r.qkv, r.qk_acts, r.qk_scratch);
   if (c.rope())
     be_.rope_forward(r.qkv, NH, G, c.rotary_dim(), c.rotary_base, p > 0 ? &r.positions : nullptr);
   Tensor cached = kv_[l].narrow(p, n).view({1, n, KV});

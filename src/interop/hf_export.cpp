@@ -17,13 +17,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void write_model(const ckpt::CheckpointReader& reader, const std::string& dir) {
+void write_model(const ckpt::CheckpointReader& reader, const std::string& dir, uint64_t max_shard_size) {
   const config::GptConfig c = reader.config();
-  if (c.is_gpt2()) return export_hf_gpt2(reader, dir);
+  if (c.is_gpt2()) return export_hf_gpt2(reader, dir, max_shard_size);
+  TRIPOD_CHECK_HINT(!c.qk_layernorm || c.rmsnorm(), "export GPT-2 models without --qk-layernorm",
+                    "{}: --qk-layernorm with LayerNorm has no Hugging Face class here", reader.path());
   std::string why;
   TRIPOD_CHECK_HINT(is_hf_llama(c, &why), "export GPT-2 or Llama-family checkpoints",
                     "{} is neither GPT-2 nor a Llama-family model: {}", reader.path(), why);
-  export_hf_llama(reader, dir);
+  export_hf_llama(reader, dir, max_shard_size);
 }
 
 // Temporaries of earlier exports into `parent` whose process is gone.
@@ -45,7 +47,8 @@ void remove_dead_temporaries(const fs::path& parent, const std::string& name) {
 
 }  // namespace
 
-void export_hf(const ckpt::CheckpointReader& reader, const std::string& out_dir, bool replace) {
+void export_hf(const ckpt::CheckpointReader& reader, const std::string& out_dir, bool replace,
+               uint64_t max_shard_size) {
   std::error_code ec;
   const fs::path out = fs::path(out_dir).lexically_normal();
   const std::string name = out.filename().string();
@@ -73,7 +76,7 @@ void export_hf(const ckpt::CheckpointReader& reader, const std::string& out_dir,
   fs::remove_all(tmp, ec);
   try {
     fs::create_directories(tmp);
-    write_model(reader, tmp.string());
+    write_model(reader, tmp.string(), max_shard_size);
     ckpt::fsync_dir(tmp.string());
   } catch (...) {
     fs::remove_all(tmp, ec);

@@ -14,9 +14,13 @@
 #include <string>
 
 #include "ckpt/sharded_checkpoint.h"
+#include "interop/hf_weights.h"
 
 namespace tripod::interop {
 
-void export_hf(const ckpt::CheckpointReader& reader, const std::string& out_dir, bool replace);
+// max_shard_size: the weights are one model.safetensors up to this many
+// bytes, shards with model.safetensors.index.json above (--max-shard-size).
+void export_hf(const ckpt::CheckpointReader& reader, const std::string& out_dir, bool replace,
+               uint64_t max_shard_size = kDefaultMaxShardSize);
 
 }  // namespace tripod::interop

@@ -12,13 +12,11 @@
 namespace tripod::interop {
 namespace fs = std::filesystem;
 using ckpt::CheckpointReader;
-using ckpt::SafetensorsFile;
 using ckpt::ShardTensor;
 using ckpt::config_to_json;
 using ckpt::fit_rows;
 using ckpt::read_text;
 using ckpt::save_unsharded;
-using ckpt::write_safetensors;
 using ckpt::write_text_atomic;
 using json = nlohmann::json;
 
@@ -69,7 +67,7 @@ std::string hf_name(const std::string& n, bool* transposed) {
   return "";
 }
 
-void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir) {
+void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir, uint64_t max_shard_size) {
   config::GptConfig c = reader.config();
   c.finalize();
   const int64_t saved_vp = reader.info("model.embedding.word_embeddings.weight").global_shape.at(0);
@@ -83,8 +81,7 @@ void export_hf_gpt2(const CheckpointReader& reader, const std::string& out_dir) 
     out.emplace_back(name, tr ? transpose2d(full) : full);
   }
   fs::create_directories(out_dir);
-  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), out, {{"format", "pt"}},
-                    /*with_checksums=*/false);
+  write_hf_weights(out_dir, out, max_shard_size);
   json cfg = {{"architectures", {"GPT2LMHeadModel"}},
               {"model_type", "gpt2"},
               {"vocab_size", c.vocab_size},
@@ -131,12 +128,12 @@ static config::GptConfig config_from_hf(const std::string& path) {
 
 config::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& save_dir, const json& extra) {
   const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string());
-  const auto st = SafetensorsFile::open((fs::path(in_dir) / "model.safetensors").string());
+  const HfWeights st = HfWeights::open(in_dir);
   // Checkpoints from transformers' GPT2LMHeadModel prefix the names with "transformer.".
   auto lookup = [&](const std::string& name) -> std::string {
     if (st.contains(name)) return name;
     if (st.contains("transformer." + name)) return "transformer." + name;
-    TRIPOD_FAIL("{}/model.safetensors: no tensor {} (is it a GPT-2 checkpoint?)", in_dir, name);
+    TRIPOD_FAIL("{}: no tensor {} (is it a GPT-2 checkpoint?)", st.describe(), name);
   };
   const int64_t vp = c.padded_vocab_size(1);
   std::vector<ShardTensor> tensors;

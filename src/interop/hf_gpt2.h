@@ -23,13 +23,17 @@
 #include <string>
 
 #include "ckpt/sharded_checkpoint.h"
+#include "interop/hf_weights.h"
 
 namespace tripod::interop {
 
-// Writes OUT/model.safetensors and OUT/config.json from a tripod checkpoint.
-void export_hf_gpt2(const ckpt::CheckpointReader& reader, const std::string& out_dir);
+// Writes OUT/config.json and the weights from a tripod checkpoint: one
+// model.safetensors, or shards and their index above max_shard_size bytes
+// (interop/hf_weights.h).
+void export_hf_gpt2(const ckpt::CheckpointReader& reader, const std::string& out_dir,
+                    uint64_t max_shard_size = kDefaultMaxShardSize);
 
-// Reads IN/config.json + IN/model.safetensors and writes a tripod checkpoint
+// Reads IN/config.json + IN's weights (model.safetensors or shards) and writes a tripod checkpoint
 // (iteration 0, tp 1, weights only) into save_dir. `extra` is merged into
 // the metadata (tokenizer files, seed). Returns the model arguments.
 config::GptConfig import_hf_gpt2(const std::string& in_dir, const std::string& save_dir,

@@ -13,13 +13,11 @@
 namespace tripod::interop {
 namespace fs = std::filesystem;
 using ckpt::CheckpointReader;
-using ckpt::SafetensorsFile;
 using ckpt::ShardTensor;
 using ckpt::config_to_json;
 using ckpt::fit_rows;
 using ckpt::read_text;
 using ckpt::save_unsharded;
-using ckpt::write_safetensors;
 using ckpt::write_text_atomic;
 using json = nlohmann::json;
 
@@ -101,6 +99,8 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"input_layernorm.weight", "input_layernorm.weight"},
     {"self_attention.linear_proj.weight", "self_attn.o_proj.weight"},
     {"self_attention.linear_proj.bias", "self_attn.o_proj.bias"},
+    {"self_attention.q_layernorm.weight", "self_attn.q_norm.weight"},  // Qwen3 (--qk-layernorm)
+    {"self_attention.k_layernorm.weight", "self_attn.k_norm.weight"},
     {"pre_mlp_layernorm.weight", "post_attention_layernorm.weight"},
     {"mlp.linear_fc2.weight", "mlp.down_proj.weight"},
     {"mlp.linear_fc2.bias", "mlp.down_proj.bias"},
@@ -128,9 +128,11 @@ config::GptConfig config_from_hf(const std::string& path, const std::string& arc
     c.num_attention_heads = j.at("num_attention_heads").get<int64_t>();
     const int64_t kv = j.value("num_key_value_heads", c.num_attention_heads);
     if (j.contains("head_dim") && !j["head_dim"].is_null())
-      TRIPOD_CHECK(j["head_dim"].get<int64_t>() == c.hidden_size / c.num_attention_heads,
-                   "{}: head_dim {} differs from hidden_size / num_attention_heads; not supported", path,
-                   j["head_dim"].get<int64_t>());
+      TRIPOD_CHECK_HINT(j["head_dim"].get<int64_t>() == c.hidden_size / c.num_attention_heads,
+                        "tripod's head size is --hidden-size / --num-attention-heads (no --kv-channels of another "
+                        "value); only such models import",
+                        "{}: head_dim {} differs from hidden_size / num_attention_heads = {} / {}; not supported", path,
+                        j["head_dim"].get<int64_t>(), c.hidden_size, c.num_attention_heads);
     c.group_query_attention = kv != c.num_attention_heads;
     c.num_query_groups = c.group_query_attention ? kv : 0;
     c.ffn_hidden_size = j.at("intermediate_size").get<int64_t>();
@@ -149,6 +151,13 @@ config::GptConfig config_from_hf(const std::string& path, const std::string& arc
                  "{}: attention_bias {} and mlp_bias {} differ; tripod's biases are all on or all off "
                  "(--disable-bias-linear)", path, attn_bias, mlp_bias);
     c.add_bias_linear = attn_bias;
+    c.qk_layernorm = is_hf_qwen3_architecture(arch);
+    if (c.qk_layernorm) {
+      TRIPOD_CHECK_HINT(!j.value("use_sliding_window", false), "set use_sliding_window false in config.json",
+                        "{}: sliding-window attention is not supported", path);
+      TRIPOD_CHECK(!attn_bias, "{}: attention_bias true is not supported for {} (tripod's biases are all on or all "
+                   "off, and its MLP has none)", path, arch);
+    }
     if (is_hf_moe_architecture(arch)) moe_config_from_hf(j, arch, path, c);
   } catch (const json::exception& e) {
     TRIPOD_FAIL("{}: missing or malformed {} field: {}", path, arch, e.what());
@@ -162,6 +171,15 @@ config::GptConfig config_from_hf(const std::string& path, const std::string& arc
 }
 
 }  // namespace
+
+bool is_hf_qwen3_architecture(const std::string& arch) {
+  return arch == "Qwen3ForCausalLM" || arch == "qwen3" || arch == "Qwen3MoeForCausalLM" || arch == "qwen3_moe";
+}
+
+bool is_hf_llama_architecture(const std::string& arch) {
+  return arch == "LlamaForCausalLM" || arch == "llama" || is_hf_qwen3_architecture(arch) ||
+         is_hf_moe_architecture(arch);
+}
 
 bool is_hf_llama(const config::GptConfig& c, std::string* why) {
   auto no = [&](const char* w) {
@@ -186,13 +204,17 @@ std::string hf_architecture(const std::string& in_dir) {
   return j.value("model_type", "");
 }
 
-void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir) {
+void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir, uint64_t max_shard_size) {
   config::GptConfig c = reader.config();
   c.finalize();
   std::string why;
   TRIPOD_CHECK_HINT(is_hf_llama(c, &why), "export GPT-2 models with the same command: it picks GPT2LMHeadModel",
                     "{} cannot be written as LlamaForCausalLM: {}", reader.path(), why);
-  const std::string arch = c.moe.enabled() ? hf_moe_architecture(c, reader.path()) : "LlamaForCausalLM";
+  const std::string arch = c.moe.enabled() ? hf_moe_architecture(c, reader.path())
+                           : c.qk_layernorm  ? "Qwen3ForCausalLM"
+                                             : "LlamaForCausalLM";
+  TRIPOD_CHECK_HINT(!c.qk_layernorm || !c.add_bias_linear, "train the model with --disable-bias-linear",
+                    "{} cannot be written as {}: its linears have biases (Qwen3's have none)", reader.path(), arch);
   const Shape vocab_rows{c.vocab_size, c.hidden_size};
   std::vector<std::pair<std::string, Tensor>> out;
   auto read = [&](const std::string& n) { return reader.read_full("model." + n); };
@@ -228,8 +250,7 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
   if (c.untie_embeddings_and_output_weights)
     out.emplace_back("lm_head.weight", fit_rows(read("output_layer.weight"), vocab_rows, nullptr, "output_layer"));
   fs::create_directories(out_dir);
-  write_safetensors((fs::path(out_dir) / "model.safetensors").string(), out, {{"format", "pt"}},
-                    /*with_checksums=*/false);
+  write_hf_weights(out_dir, out, max_shard_size);
   json cfg = {{"architectures", {"LlamaForCausalLM"}},
               {"model_type", "llama"},
               {"vocab_size", c.vocab_size},
@@ -251,19 +272,24 @@ void export_hf_llama(const CheckpointReader& reader, const std::string& out_dir)
               {"initializer_range", json_float(c.init_method_std)},
               {"tie_word_embeddings", !c.untie_embeddings_and_output_weights},
               {"torch_dtype", "float32"}};
-  if (c.moe.enabled()) moe_config_to_hf(c, cfg);
+  if (c.moe.enabled()) {
+    moe_config_to_hf(c, cfg);
+  } else if (c.qk_layernorm) {  // Qwen3: q_norm / k_norm, no biases, head_dim written
+    cfg["architectures"] = {"Qwen3ForCausalLM"};
+    cfg["model_type"] = "qwen3";
+    cfg.erase("mlp_bias");
+    cfg["use_sliding_window"] = false;
+    cfg["sliding_window"] = nullptr;
+    cfg["max_window_layers"] = c.num_layers;
+  }
   write_text_atomic((fs::path(out_dir) / "config.json").string(), cfg.dump(2) + "\n");
 }
 
 config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir, const json& extra) {
   const std::string arch = hf_architecture(in_dir);
   const config::GptConfig c = config_from_hf((fs::path(in_dir) / "config.json").string(), arch);
-  const std::string st_path = (fs::path(in_dir) / "model.safetensors").string();
-  TRIPOD_CHECK_HINT(fs::exists(st_path),
-                    "save the model with save_pretrained(..., safe_serialization=True, max_shard_size=\"100GB\") "
-                    "so that it is one model.safetensors",
-                    "{} does not exist (sharded or .bin checkpoints are not read)", st_path);
-  const auto st = SafetensorsFile::open(st_path);
+  const HfWeights st = HfWeights::open(in_dir);
+  const std::string& st_path = st.describe();
   auto get = [&](const std::string& name) {
     TRIPOD_CHECK(st.contains(name), "{}: no tensor {} (is it a {} checkpoint?)", st_path, name, arch);
     return st.read_f32(name);

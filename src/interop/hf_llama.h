@@ -24,8 +24,13 @@
 // permutation (the permutation in HF's convert_llama_weights_to_hf.py
 // turns Meta's interleaved-pair weights into this convention).
 //
-// With --num-experts the same functions write and read MixtralForCausalLM
-// and Qwen2MoeForCausalLM: interop/hf_moe.h maps the MoE layers and config.
+// With --qk-layernorm (RMSNorm, no biases) they write and read
+// Qwen3ForCausalLM: self_attention.{q,k}_layernorm.weight (HS) ->
+// self_attn.{q,k}_norm.weight, config.json model_type qwen3 with head_dim;
+// a head_dim other than hidden_size / num_attention_heads is refused.
+// With --num-experts the same functions write and read MixtralForCausalLM,
+// Qwen2MoeForCausalLM and Qwen3MoeForCausalLM: interop/hf_moe.h maps the
+// MoE layers and config.
 //
 // Relates to: cli/convert.cpp, interop/hf_gpt2.h, interop/hf_moe.h, scripts/gpu_llama_hf_check.py.
 #pragma once
@@ -34,6 +39,7 @@
 #include <string>
 
 #include "ckpt/sharded_checkpoint.h"
+#include "interop/hf_weights.h"
 
 namespace tripod::interop {
 
@@ -42,14 +48,24 @@ namespace tripod::interop {
 // `why` gets the first difference.
 bool is_hf_llama(const config::GptConfig& c, std::string* why);
 
-// Writes OUT/model.safetensors and OUT/config.json from a tripod checkpoint.
-void export_hf_llama(const ckpt::CheckpointReader& reader, const std::string& out_dir);
+// Writes OUT/config.json and the weights from a tripod checkpoint: one
+// model.safetensors, or shards and their index above max_shard_size bytes
+// (interop/hf_weights.h).
+void export_hf_llama(const ckpt::CheckpointReader& reader, const std::string& out_dir,
+                     uint64_t max_shard_size = kDefaultMaxShardSize);
 
-// Reads IN/config.json + IN/model.safetensors (one file) and writes a tripod
+// Reads IN/config.json + IN's weights (model.safetensors, or the shards of
+// model.safetensors.index.json: interop/hf_weights.h) and writes a tripod
 // checkpoint (iteration 0, tp 1, weights only) into save_dir. `extra` is
 // merged into the metadata. Returns the model arguments.
 config::GptConfig import_hf_llama(const std::string& in_dir, const std::string& save_dir,
                                  const nlohmann::json& extra);
+
+// Qwen3ForCausalLM and Qwen3MoeForCausalLM (or their model_type): the
+// Llama layout plus q_norm / k_norm per head (--qk-layernorm).
+bool is_hf_qwen3_architecture(const std::string& arch);
+// Every class these functions read: Llama, Qwen3, and the MoE classes.
+bool is_hf_llama_architecture(const std::string& arch);
 
 // The "architectures" entry of IN/config.json ("" when absent).
 std::string hf_architecture(const std::string& in_dir);

@@ -13,6 +13,7 @@ namespace {
 
 bool is_mixtral(const std::string& a) { return a == "MixtralForCausalLM" || a == "mixtral"; }
 bool is_qwen2_moe(const std::string& a) { return a == "Qwen2MoeForCausalLM" || a == "qwen2_moe"; }
+bool is_qwen3_moe(const std::string& a) { return a == "Qwen3MoeForCausalLM" || a == "qwen3_moe"; }
 
 double json_float(float x) { return std::stod(fmt::format("{}", x)); }
 
@@ -49,7 +50,9 @@ Tensor expert_matrix(const Tensor& t, int64_t e, int64_t rows, int64_t cols, boo
 
 }  // namespace
 
-bool is_hf_moe_architecture(const std::string& arch) { return is_mixtral(arch) || is_qwen2_moe(arch); }
+bool is_hf_moe_architecture(const std::string& arch) {
+  return is_mixtral(arch) || is_qwen2_moe(arch) || is_qwen3_moe(arch);
+}
 
 void moe_config_from_hf(const json& j, const std::string& arch, const std::string& path, config::GptConfig& c) {
   auto& m = c.moe;
@@ -89,7 +92,7 @@ void moe_config_from_hf(const json& j, const std::string& arch, const std::strin
     m.layer_freq = all ? std::string("1") : fmt::format("[{}]", list);
   }
   if (j.contains("sliding_window") && !j["sliding_window"].is_null() &&
-      (!is_qwen2_moe(arch) || j.value("use_sliding_window", false)))
+      (is_mixtral(arch) || j.value("use_sliding_window", false)))
     TRIPOD_CHECK_HINT(j["sliding_window"].get<int64_t>() >= c.max_position_embeddings,
                       "set sliding_window null in config.json (tripod's attention is full causal)",
                       "{}: sliding_window {} is shorter than max_position_embeddings {}; not supported", path,
@@ -99,7 +102,8 @@ void moe_config_from_hf(const json& j, const std::string& arch, const std::strin
 std::string hf_moe_architecture(const config::GptConfig& c, const std::string& source) {
   const auto& m = c.moe;
   auto refuse = [&](const std::string& why) {
-    TRIPOD_FAIL("{} cannot be written as MixtralForCausalLM or Qwen2MoeForCausalLM: {}", source, why);
+    TRIPOD_FAIL("{} cannot be written as MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM: {}", source,
+                why);
   };
   if (m.sigmoid()) refuse("--moe-router-score-function sigmoid (both use softmax routing)");
   if (m.router_enable_expert_bias) refuse("--moe-router-enable-expert-bias (no expert bias in either)");
@@ -109,6 +113,10 @@ std::string hf_moe_architecture(const config::GptConfig& c, const std::string& s
   if (!c.swiglu) refuse("the experts are not SwiGLU (--swiglu)");
   if (m.shared_expert_intermediate_size > 0 && !m.shared_expert_gate)
     refuse("a shared expert without --moe-shared-expert-gate (Qwen2-MoE's shared expert is gated)");
+  if (c.qk_layernorm) {  // Qwen3-MoE: q_norm / k_norm, no shared expert, dense layers by mlp_only_layers
+    if (m.shared_expert_intermediate_size > 0) refuse("a shared expert with --qk-layernorm (Qwen3-MoE has none)");
+    return "Qwen3MoeForCausalLM";
+  }
   bool all_moe = true;
   for (int64_t l = 0; l < c.num_layers; ++l) all_moe = all_moe && c.layer_spec(l).moe();
   if (m.shared_expert_intermediate_size > 0) return "Qwen2MoeForCausalLM";
@@ -126,7 +134,11 @@ void moe_config_to_hf(const config::GptConfig& c, json& cfg) {
   // output_router_logits false and transformers' default coefficient.
   cfg["output_router_logits"] = m.balancing_coeff() > 0.f;
   if (m.balancing_coeff() > 0.f) cfg["router_aux_loss_coef"] = json_float(m.balancing_coeff());
-  for (const char* k : {"head_dim", "attention_bias", "mlp_bias"}) cfg.erase(k);
+  if (arch == "Qwen3MoeForCausalLM") {
+    cfg.erase("mlp_bias");  // Qwen3-MoE keeps head_dim and attention_bias (false)
+  } else {
+    for (const char* k : {"head_dim", "attention_bias", "mlp_bias"}) cfg.erase(k);
+  }
   if (arch == "MixtralForCausalLM") {
     cfg["model_type"] = "mixtral";
     cfg["num_local_experts"] = m.num_experts;
@@ -135,11 +147,12 @@ void moe_config_to_hf(const config::GptConfig& c, json& cfg) {
     cfg["sliding_window"] = nullptr;
     return;
   }
-  cfg["model_type"] = "qwen2_moe";
+  const bool qwen3 = arch == "Qwen3MoeForCausalLM";
+  cfg["model_type"] = qwen3 ? "qwen3_moe" : "qwen2_moe";
   cfg["num_experts"] = m.num_experts;
   cfg["moe_intermediate_size"] = m.ffn_hidden_size;
   cfg["intermediate_size"] = c.ffn_hidden_size;
-  cfg["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
+  if (!qwen3) cfg["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size;
   cfg["norm_topk_prob"] = !m.router_pre_softmax;
   cfg["decoder_sparse_step"] = 1;
   std::vector<int64_t> dense;
@@ -195,7 +208,7 @@ Tensor HfMoeTensors::fused(const std::string& name) {
 }
 
 Tensor HfMoeTensors::read(int64_t layer, const std::string& suffix) {
-  const std::string& path = st_.path();
+  const std::string& path = st_.describe();
   const std::string base = fmt::format("model.layers.{}.", layer);
   // Mixtral's hub files say block_sparse_moe., recent transformers mlp.
   const bool hub_mixtral = st_.contains(fmt::format("{}block_sparse_moe.gate.weight", base));
@@ -250,7 +263,7 @@ void HfMoeTensors::check_zero_qkv_bias(int64_t layer) const {
       TRIPOD_CHECK_HINT(b.data<float>()[i] == 0.f,
                         "tripod's attention has no q/k/v biases without the output projection's (no --add-qkv-bias); "
                         "only a model whose q/k/v biases are zero imports",
-                        "{}: {} is not zero ({} at {})", st_.path(), n, b.data<float>()[i], i);
+                        "{}: {} is not zero ({} at {})", st_.path_of(n), n, b.data<float>()[i], i);
   }
 }
 

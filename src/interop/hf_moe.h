@@ -1,6 +1,8 @@
 // The mixture-of-experts part of the Hugging Face Llama-family interop
 // (interop/hf_llama.h does the rest: embeddings, attention, norms, dense
-// MLPs): MixtralForCausalLM and Qwen2MoeForCausalLM, both ways.
+// MLPs): MixtralForCausalLM, Qwen2MoeForCausalLM and Qwen3MoeForCausalLM
+// (Qwen2-MoE's names without the shared expert, plus --qk-layernorm's
+// q_norm / k_norm), both ways.
 //
 // Tensor names (tripod's, under decoder.layers.l.mlp. -> HF's, under model.layers.l.):
 //   router.weight (E, C)                          -> Mixtral block_sparse_moe.gate.weight,
@@ -47,8 +49,8 @@
 #include <utility>
 #include <vector>
 
-#include "ckpt/safetensors.h"
 #include "config/gpt_config.h"
+#include "interop/hf_weights.h"
 
 namespace tripod::interop {
 
@@ -76,10 +78,10 @@ void moe_layer_to_hf(const config::GptConfig& c, int64_t layer, const std::funct
 
 // Reads one tripod MoE tensor of layer `layer` (suffix after
 // "decoder.layers.<l>.", e.g. "mlp.experts.local_experts.3.linear_fc1.weight")
-// from an HF file in either layout.
+// from an HF folder (one file or shards) in either layout.
 class HfMoeTensors {
  public:
-  HfMoeTensors(const ckpt::SafetensorsFile& st, const config::GptConfig& c) : st_(st), c_(c) {}
+  HfMoeTensors(const HfWeights& st, const config::GptConfig& c) : st_(st), c_(c) {}
   static bool is_moe_tensor(const std::string& suffix);
   Tensor read(int64_t layer, const std::string& suffix);
   // Qwen2-MoE's attention biases: refused unless zero.
@@ -87,7 +89,7 @@ class HfMoeTensors {
 
  private:
   Tensor fused(const std::string& name);  // one 3-D tensor, kept while its layer's experts are read
-  const ckpt::SafetensorsFile& st_;
+  const HfWeights& st_;
   const config::GptConfig& c_;
   std::string cached_name_;
   Tensor cached_;

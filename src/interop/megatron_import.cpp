@@ -196,6 +196,7 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
          "--kv-channels other than hidden / heads");
   refuse(arg_true(*args, "apply_residual_connection_post_layernorm"), "--apply-residual-connection-post-layernorm");
   refuse(arg_true(*args, "num_experts"), "--num-experts");
+  refuse(arg_true(*args, "qk_layernorm"), "--qk-layernorm");
   refuse(arg_true(*args, "decoder_first_pipeline_num_layers") || arg_true(*args, "decoder_last_pipeline_num_layers") ||
              arg_true(*args, "account_for_embedding_in_pipeline_split") ||
              arg_true(*args, "account_for_loss_in_pipeline_split"),

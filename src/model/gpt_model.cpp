@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "base/error.h"
 #include "backend/philox.h"
@@ -46,6 +47,12 @@ std::vector<ParamSpec> GptModel::all_param_specs(const GptConfig& c, int64_t Vp)
     add(p + "self_attention.linear_qkv.weight", qkv_w, qkv_shard, InitKind::Normal, true, li, R::LinearQkvWeight);
     if (bias)
       add(p + "self_attention.linear_qkv.bias", qkv_b, qkv_shard, InitKind::Zeros, false, li, R::LinearQkvBias);
+    if (c.qk_layernorm)  // replicated over tp (heads are split, HS is not); not decayed, as Megatron's default
+      for (const auto& [name, w, b] : {std::tuple{"q_layernorm", R::QLayernormWeight, R::QLayernormBias},
+                                       std::tuple{"k_layernorm", R::KLayernormWeight, R::KLayernormBias}}) {
+        add(p + "self_attention." + name + ".weight", {c.head_size()}, kReplicated, InitKind::Ones, false, li, w);
+        if (ln_bias) add(p + "self_attention." + name + ".bias", {c.head_size()}, kReplicated, InitKind::Zeros, false, li, b);
+      }
     add(p + "self_attention.linear_proj.weight", {C, C}, Row::kWeightShard, InitKind::ScaledNormal, true, li,
         R::LinearProjWeight);
     if (bias)

@@ -112,8 +112,11 @@ class GptModel {
   // Not owned.
   void set_param_gatherer(ParamGatherer* gatherer) { gatherer_ = gatherer; }
   // Sequence parallelism leaves this parameter's gradient partial per tp
-  // rank (the LayerNorms, by role).
-  bool has_partial_sp_grad(const Param& p) const { return tp_.sequence_parallel && is_layernorm(p.spec); }
+  // rank (the LayerNorms, by role); --qk-layernorm's norms are partial at
+  // any tp > 1 (each rank normalises its own heads).
+  bool has_partial_sp_grad(const Param& p) const {
+    return (tp_.sequence_parallel && is_layernorm(p.spec)) || (stage_.tp_size() > 1 && is_qk_layernorm(p.spec));
+  }
   // Last stage: the logits (N, V_tp) of the last forward without grad
   // (training overwrites them with their gradient). Only when the head ran
   // in one chunk (N rows within StageConfig::loss_chunk_bytes).

@@ -56,6 +56,10 @@ StageParams resolve_params(ParamStore& store, const GptConfig& c, int64_t first_
         case ParamRole::LinearQkvBias: set(l.linear_qkv_bias, p); break;
         case ParamRole::LinearProjWeight: set(l.linear_proj_weight, p); break;
         case ParamRole::LinearProjBias: set(l.linear_proj_bias, p); break;
+        case ParamRole::QLayernormWeight: set(l.q_layernorm_weight, p); break;
+        case ParamRole::QLayernormBias: set(l.q_layernorm_bias, p); break;
+        case ParamRole::KLayernormWeight: set(l.k_layernorm_weight, p); break;
+        case ParamRole::KLayernormBias: set(l.k_layernorm_bias, p); break;
         case ParamRole::PreMlpLayernormWeight: set(l.pre_mlp_layernorm_weight, p); break;
         case ParamRole::PreMlpLayernormBias: set(l.pre_mlp_layernorm_bias, p); break;
         case ParamRole::LinearFc1Weight: set(l.linear_fc1_weight, p); break;

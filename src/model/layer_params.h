@@ -46,6 +46,10 @@ struct LayerParams {
   Param* linear_qkv_weight = nullptr;         // [3C/tp, C] qkv weight, column-parallel ([Q_tp | K_tp | V_tp])
   Param* linear_qkv_bias = nullptr;           // [3C/tp]    qkv bias, column-parallel
   Param* linear_proj_weight = nullptr;        // [C, C/tp]  attention output weight, row-parallel
+  Param* q_layernorm_weight = nullptr;        // [HS]       --qk-layernorm, replicated, f32
+  Param* q_layernorm_bias = nullptr;          // [HS]       (LayerNorm only)
+  Param* k_layernorm_weight = nullptr;        // [HS]
+  Param* k_layernorm_bias = nullptr;          // [HS]
   Param* linear_proj_bias = nullptr;          // [C]        replicated, added after the tp reduction
   Param* pre_mlp_layernorm_weight = nullptr;  // [C]        pre_mlp_layernorm.weight, f32
   Param* pre_mlp_layernorm_bias = nullptr;    // [C]        pre_mlp_layernorm.bias, f32

@@ -218,6 +218,16 @@ bool is_layernorm(const ParamSpec& spec) {
     case ParamRole::FinalLayernormWeight: case ParamRole::FinalLayernormBias:
       return true;
     default:
+      return is_qk_layernorm(spec);
+  }
+}
+
+bool is_qk_layernorm(const ParamSpec& spec) {
+  switch (spec.role) {
+    case ParamRole::QLayernormWeight: case ParamRole::QLayernormBias:
+    case ParamRole::KLayernormWeight: case ParamRole::KLayernormBias:
+      return true;
+    default:
       return false;
   }
 }

@@ -47,6 +47,8 @@ enum class ParamRole : uint8_t {
   WordEmbeddings, PositionEmbeddings,
   InputLayernormWeight, InputLayernormBias,
   LinearQkvWeight, LinearQkvBias, LinearProjWeight, LinearProjBias,
+  // --qk-layernorm: self_attention.{q,k}_layernorm.{weight,bias} (HS), shared by the heads
+  QLayernormWeight, QLayernormBias, KLayernormWeight, KLayernormBias,
   PreMlpLayernormWeight, PreMlpLayernormBias,
   LinearFc1Weight, LinearFc1Bias, LinearFc2Weight, LinearFc2Bias,
   FinalLayernormWeight, FinalLayernormBias,
@@ -73,6 +75,10 @@ Shape local_shape(const ParamSpec& spec, int tp_size);
 // LayerNorm weights and biases (by role): computed with in f32 even under
 // bf16/fp16 (NOTE [fp32 LayerNorm params] in param_table.cpp).
 bool is_layernorm(const ParamSpec& spec);
+// The query/key norms of --qk-layernorm (a subset of is_layernorm): every tp
+// rank holds them whole but normalises only its own heads, so their
+// gradients are partial per tp rank at any tp > 1.
+bool is_qk_layernorm(const ParamSpec& spec);
 // Host tensors: the shard of `full` owned by tp_rank, and the inverse.
 Tensor take_shard(const Tensor& full, ShardDim shard, int tp_size, int tp_rank);
 void place_shard(Tensor& full, const Tensor& shard_values, ShardDim shard, int tp_size, int tp_rank);

@@ -44,6 +44,8 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
       // K/V heads: 0 (= NH_tp) unless grouped, as the GPT-2 path always called the op.
       kv_groups_tp_(config.group_query_attention ? static_cast<int>(config.query_groups() / stage.tp_size()) : 0),
       cp_comm_(stage.cp_comm_type_of(layer_number)),
+      qk_norm_{params.q_layernorm_weight, params.q_layernorm_bias, params.k_layernorm_weight,
+               params.k_layernorm_bias},
       linear_qkv_(params.linear_qkv_weight, params.linear_qkv_bias, tp),
       linear_proj_(params.linear_proj_weight, params.linear_proj_bias, tp),
       linear_fc1_(params.linear_fc1_weight, params.linear_fc1_bias, tp),
@@ -73,6 +75,7 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   a.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
   if (!c.rmsnorm()) a.ln1_mean = f32({Ns});
   a.qkv = act({B, T, QKV_tp});
+  if (c.qk_layernorm) a.qk_norm = QkNormActs::make(*be_, c, N, NH_tp, c.query_groups() / tp, s.compute_dtype);
   if (s.recompute == Recompute::None) {
     a.att = act({B, T, C_tp});
     a.lse = f32({B, NH_tp, T});
@@ -97,8 +100,8 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
 
 size_t LayerActs::bytes() const {
   size_t n = 0;
-  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &lse, &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1,
-                          &gelu, &out})
+  for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &qk_norm.in, &qk_norm.mean, &qk_norm.rstd, &att, &lse,
+                          &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1, &gelu, &out})
     if (t->defined()) n += t->nbytes();
   for (const Fp8Linear::KeptInput& k : fp8_in)
     if (k.x_t.defined()) n += k.x_t.nbytes();
@@ -176,7 +179,8 @@ void TransformerLayer::norm_backward(Tensor& dres, Param* weight, Param* bias, c
   }
 }
 
-// ---- self-attention: res1 = x + drop(proj(attn(rope(qkv(ln1(x)))))) ----
+// ---- self-attention: res1 = x + drop(proj(attn(rope(qk_norm(qkv(ln1(x))))))) ----
+// (qk_norm: --qk-layernorm only, model/qk_norm.h)
 
 Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Workspace& ws,
                                             const LayerDropout& d) const {
@@ -189,6 +193,7 @@ Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Works
     be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P.input_layernorm_weight->compute,
                          P.input_layernorm_bias->compute, c.layernorm_epsilon);
   linear_qkv_.forward(be, a.qkv, a.ln1, ws.full_a);  // ln1 gathered to (N, C) under SP
+  if (c.qk_layernorm) qk_norm_forward(be, c, qk_norm_, ws.qk_rows, a.qkv, a.qk_norm, ws.qk_scratch);
   if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
   attention_core_forward(a, ws, true);
   Tensor& attn_out = linear_proj_.forward(be, a.att, ws.full_b, ws.tmp);  // (N_sp, C)
@@ -236,6 +241,7 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
     RingAttention(*cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.ring);
   if (c.rope())
     be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
+  if (c.qk_layernorm) qk_norm_backward(be, c, qk_norm_, ws.qk_rows, ws.dqkv, a.qk_norm, ws.qk_dout, ws.qk_scratch);
   const Tensor& dln1 = linear_qkv_.backward_input(be, ws.dqkv, ws.full_b, ws.dln);
   const bool kept = linear_qkv_.fp8() && linear_qkv_.fp8_linear()->keeps_input();
   norm_backward(dres, P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd,

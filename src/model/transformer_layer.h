@@ -26,6 +26,7 @@
 #include "model/context_parallel.h"
 #include "model/layer_params.h"
 #include "model/moe_layer.h"
+#include "model/qk_norm.h"
 #include "model/stage_config.h"
 #include "model/tensor_parallel.h"
 
@@ -42,6 +43,7 @@ struct Workspace;
 struct LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // (N_sp,C), (N_sp), (N_sp); ln1 and ln2 are workspace (NOTE [LayerNorm outputs])
   Tensor qkv;                      // (N, 3*C_tp)
+  QkNormActs qk_norm;              // --qk-layernorm: q and k heads before their norm, statistics
   Tensor att, lse;                 // (N, C_tp), (B, NH_tp, T)
   Tensor res1;                     // (N_sp,C) residual after attention
   Tensor ln2, ln2_mean, ln2_rstd;  // (N_sp,C), (N_sp), (N_sp)
@@ -147,6 +149,7 @@ class TransformerLayer {
   int kv_groups_tp_;   // G / tp under grouped-query attention; 0 (= NH_tp) otherwise
   config::CpCommType cp_comm_;  // this layer's --cp-comm-type (cp > 1)
   const Tensor* rope_positions(const Workspace& ws) const;
+  QkNormWeights qk_norm_;  // --qk-layernorm's weights (null without)
   ColumnParallelLinear linear_qkv_;
   RowParallelLinear linear_proj_;
   ColumnParallelLinear linear_fc1_;

@@ -51,6 +51,10 @@ struct Workspace {
   AllGatherBuffers all_gather;  // --cp-comm-type all_gather
   Tensor positions;
   Tensor cp_wpe, cp_dwpe;
+  // --qk-layernorm (model/qk_norm.h): the row maps of qkv's heads, and
+  // scratch of qkv's size (N * QKV_tp) and of the q and k heads'.
+  QkNormRows qk_rows;
+  Tensor qk_scratch, qk_dout;
 
   // The buffers a layer's forward/backward work on: the stored ones, with
   // the workspace standing in for what recompute does not keep (handles
@@ -156,8 +160,16 @@ struct Workspace {
         cp_dwpe = be.empty({t, C}, s.compute_dtype == DType::F64 ? DType::F64 : DType::F32);
       }
     }
+    if (c.qk_layernorm) {  // model/qk_norm.h
+      const int64_t G_tp = c.query_groups() / tp;
+      qk_rows = QkNormRows::make(be, N, NH_tp, G_tp);
+      qk_scratch = act({N * QKV_tp});
+      qk_dout = act({N * (NH_tp + G_tp) * c.head_size()});
+    }
     if (s.recompute == Recompute::Full) {
       LayerActs& r = recomputed;
+      if (c.qk_layernorm)
+        r.qk_norm = QkNormActs::make(be, c, N, NH_tp, c.query_groups() / tp, s.compute_dtype);
       r.ln1 = act({N_sp, C}); r.ln1_mean = f32({N_sp}); r.ln1_rstd = f32({N_sp});
       r.qkv = act({b, t, QKV_tp});
       r.res1 = act({N_sp, C});

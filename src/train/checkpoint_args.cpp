@@ -46,6 +46,8 @@ void check_model_args(const config::GptConfig& now, const config::GptConfig& sav
                              to_string(saved.normalization)),
                  fmt::format("--normalization {}", to_string(saved.normalization))});
   flag_set(&d, "--swiglu", now.swiglu, saved.swiglu, "has a GELU MLP", "has a SwiGLU MLP");
+  flag_set(&d, "--qk-layernorm", now.qk_layernorm, saved.qk_layernorm, "has no query/key norms",
+           "has query/key norms");
   if (now.position_embedding_type != saved.position_embedding_type)
     d.push_back({fmt::format("--position-embedding-type {}: the checkpoint uses {}",
                              to_string(now.position_embedding_type), to_string(saved.position_embedding_type)),

@@ -75,6 +75,9 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "grouped-query attention (--num-query-groups)").agreed().plan());
   t.push_back(flag("--num-query-groups", MEMBER(model.num_query_groups), "K/V heads with --group-query-attention")
                   .agreed().plan());
+  t.push_back(flag("--qk-layernorm", MEMBER(model.qk_layernorm),
+                   "a norm (--normalization's kind) over each query and key head after qkv, before RoPE (Megatron-core, Qwen3)")
+                  .agreed().plan());
   t.push_back(flag("--untie-embeddings-and-output-weights", MEMBER(model.untie_embeddings_and_output_weights),
                    "an output layer of its own instead of the word embedding").agreed().plan());
   t.push_back(flag("--disable-bias-linear", MEMBER(model_flags.disable_bias_linear),

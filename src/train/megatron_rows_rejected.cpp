@@ -413,7 +413,6 @@ const MegatronRow kRows[] = {
     {"--qk-clip-threshold", V, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--qk-head-dim", V, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--qk-l2-norm", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
-    {"--qk-layernorm", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--qk-pos-emb-head-dim", V, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--query-in-block-prob", V, R, "not a GPT pretraining flag (vision, retrieval, RL, distillation or fine-tuning scripts); drop it"},
     {"--quick-geglu", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},

@@ -112,6 +112,19 @@ void add_layer_cases(std::vector<OpCase>& v) {
   // and f16) with fp32 params, narrow and wide.
   v.push_back(layernorm_backward_case("layernorm_backward_packed", 67, 96, Kind::F32));
   v.push_back(layernorm_backward_case("layernorm_backward_packed_wide_f32_params", 21, 1600, Kind::F32));
+  // --qk-layernorm (model/qk_norm.h) with LayerNorm: many rows of one head
+  // (HS 64 and 128, fp32 params), the weight gradient summed over all of them.
+  for (int64_t hs : {int64_t(64), int64_t(128)}) {
+    const int64_t rows = 3 * 4096 / hs;
+    v.push_back({"layernorm_forward_qk_head" + std::to_string(hs),
+                 {out("out", {rows, hs}), out("mean", {rows}, Kind::F32), out("rstd", {rows}, Kind::F32),
+                  in("inp", {rows, hs}, Kind::Act, 2.0, 0.5), in("weight", {hs}, Kind::F32, 0.5, 1.0),
+                  in("bias", {hs}, Kind::F32, 0.2)},
+                 [](Backend& be, Args& t) {
+                   be.layernorm_forward(t[0], t[1], t[2], t[3], t[4], t[5], 1e-5f);
+                 }});
+    v.push_back(layernorm_backward_case("layernorm_backward_qk_head" + std::to_string(hs), rows, hs, Kind::F32));
+  }
   // With the forward's output recomputed in the same pass (the model's path):
   // odd width (element kernel) and packed widths.
   v.push_back(layernorm_backward_case("layernorm_backward_recompute", N, C, Kind::F32, true));

@@ -30,7 +30,9 @@ void add_llama_cases(std::vector<OpCase>& v) {
   // ---- RMSNorm: odd width (element loops), packable widths, Llama-1B width ----
   struct Rn { const char* tag; int64_t n, c; Kind wk; };
   for (Rn s : {Rn{"", 67, 100, Kind::Act}, Rn{"_f32_params", 67, 100, Kind::F32}, Rn{"_packed", 64, 96, Kind::F32},
-               Rn{"_wide", 21, 2048, Kind::F32}}) {
+               Rn{"_wide", 21, 2048, Kind::F32},
+               // --qk-layernorm (model/qk_norm.h): many rows of one head, HS 128 and 64
+               Rn{"_qk_head128", 96, 128, Kind::F32}, Rn{"_qk_head64", 192, 64, Kind::F32}}) {
     const int64_t N = s.n, C = s.c;
     v.push_back({std::string("rmsnorm_forward") + s.tag,
                  {out("out", {N, C}), out("rstd", {N}, Kind::F32), in("inp", {N, C}, Kind::Act, 2.0, 0.5),

@@ -33,6 +33,19 @@ def load_safetensors(path):
     return out
 
 
+def load_folder(hf_dir):
+    """model.safetensors, or the shards model.safetensors.index.json names."""
+    import os
+    if os.path.exists(f"{hf_dir}/model.safetensors"):
+        return load_safetensors(f"{hf_dir}/model.safetensors")
+    weight_map = json.load(open(f"{hf_dir}/model.safetensors.index.json"))["weight_map"]
+    out = {}
+    for shard in sorted(set(weight_map.values())):
+        out.update(load_safetensors(f"{hf_dir}/{shard}"))
+    assert set(out) == set(weight_map), "the shards do not hold the index's tensors"
+    return out
+
+
 def layer_norm(x, w, b, eps):
     mu = x.mean(-1, keepdim=True)
     var = ((x - mu) ** 2).mean(-1, keepdim=True)
@@ -46,7 +59,7 @@ def gelu_new(x):
 def main():
     hf_dir, tokens_txt, out_bin = sys.argv[1:4]
     cfg = json.load(open(f"{hf_dir}/config.json"))
-    w = load_safetensors(f"{hf_dir}/model.safetensors")
+    w = load_folder(hf_dir)
     C, L, NH = cfg["n_embd"], cfg["n_layer"], cfg["n_head"]
     eps = cfg["layer_norm_epsilon"]
     HS = C // NH

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A plain Llama forward in PyTorch (float64) on a Hugging Face
-LlamaForCausalLM folder, written from the Llama architecture with HF's
+LlamaForCausalLM or Qwen3ForCausalLM folder (Qwen3: q_norm / k_norm, an
+RMSNorm over each query and key head before RoPE), written from the Llama architecture with HF's
 tensor names and conventions (y = x W^T; RoPE by rotate_half with
 rope_theta; K/V head j serving query heads j*k .. j*k + k - 1; lm_head, or
 embed_tokens when tied); no transformers import. Reads model.safetensors
@@ -15,7 +16,7 @@ import sys
 
 import torch
 
-from hf_gpt2_forward import load_safetensors  # same folder: the safetensors parser
+from hf_gpt2_forward import load_folder  # same folder: the safetensors parser (one file or shards)
 
 
 def rms_norm(x, w, eps):
@@ -25,8 +26,8 @@ def rms_norm(x, w, eps):
 def main():
     hf_dir, tokens_txt, out_bin = sys.argv[1:4]
     cfg = json.load(open(f"{hf_dir}/config.json"))
-    assert cfg["architectures"] == ["LlamaForCausalLM"], cfg["architectures"]
-    w = load_safetensors(f"{hf_dir}/model.safetensors")
+    assert cfg["architectures"] in (["LlamaForCausalLM"], ["Qwen3ForCausalLM"]), cfg["architectures"]
+    w = load_folder(hf_dir)
     C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
     HS = C // NH
@@ -51,6 +52,9 @@ def main():
         q = lin(h, p + "self_attn.q_proj").reshape(T, NH, HS).transpose(0, 1)
         k = lin(h, p + "self_attn.k_proj").reshape(T, KV, HS).transpose(0, 1)
         v = lin(h, p + "self_attn.v_proj").reshape(T, KV, HS).transpose(0, 1)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: RMSNorm over each head's HS values, before RoPE
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(NH // KV, dim=0), v.repeat_interleave(NH // KV, dim=0)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(HS)

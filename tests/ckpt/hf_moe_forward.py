@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A plain mixture-of-experts forward in PyTorch (float64) on a Hugging Face
-MixtralForCausalLM or Qwen2MoeForCausalLM folder, written from the two
-architectures with HF's tensor names (the per-expert hub layout), no
+MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM folder (one
+file or shards), written from the three architectures with HF's tensor names (the per-expert hub layout), no
 transformers import; the attention is hf_llama_forward.py's (plus
 Qwen2-MoE's q/k/v biases). Per token, MoE layer:
   Mixtral:   p = softmax(x Wg^T); the top k of p, renormalised to sum 1;
@@ -10,6 +10,8 @@ Qwen2-MoE's q/k/v biases). Per token, MoE layer:
              norm_topk_prob; y = sum_j p_j expert_j(x)
              + sigmoid(x g^T) shared_expert(x); the layers in mlp_only_layers
              or not a multiple of decoder_sparse_step are dense (mlp.*_proj).
+  Qwen3-MoE: Qwen2-MoE's routing without a shared expert; q_norm / k_norm
+             (RMSNorm over each query and key head) before RoPE.
 Ties in the top k go to the lower expert index (torch.topk on CPU).
 
 usage: hf_moe_forward.py HF_DIR TOKENS_TXT OUT_BIN
@@ -21,7 +23,7 @@ import sys
 
 import torch
 
-from hf_gpt2_forward import load_safetensors  # same folder: the safetensors parser
+from hf_gpt2_forward import load_folder  # same folder: the safetensors parser (one file or shards)
 
 
 def rms_norm(x, w, eps):
@@ -32,13 +34,13 @@ def main():
     hf_dir, tokens_txt, out_bin = sys.argv[1:4]
     cfg = json.load(open(f"{hf_dir}/config.json"))
     arch = cfg["architectures"][0]
-    assert arch in ("MixtralForCausalLM", "Qwen2MoeForCausalLM"), arch
+    assert arch in ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"), arch
     mixtral = arch == "MixtralForCausalLM"
     E = cfg["num_local_experts"] if mixtral else cfg["num_experts"]
     K = cfg["num_experts_per_tok"]
     renorm = mixtral or cfg.get("norm_topk_prob", False)
     step, dense_layers = cfg.get("decoder_sparse_step", 1), cfg.get("mlp_only_layers", [])
-    w = load_safetensors(f"{hf_dir}/model.safetensors")
+    w = load_folder(hf_dir)
     C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     KV, eps, theta = cfg["num_key_value_heads"], cfg["rms_norm_eps"], cfg["rope_theta"]
     HS = C // NH
@@ -88,6 +90,9 @@ def main():
         q = lin(h, p + "self_attn.q_proj").reshape(T, NH, HS).transpose(0, 1)
         k = lin(h, p + "self_attn.k_proj").reshape(T, KV, HS).transpose(0, 1)
         v = lin(h, p + "self_attn.v_proj").reshape(T, KV, HS).transpose(0, 1)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: RMSNorm over each head's HS values, before RoPE
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
         q, k = rope(q), rope(k)
         k, v = k.repeat_interleave(NH // KV, dim=0), v.repeat_interleave(NH // KV, dim=0)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(HS)

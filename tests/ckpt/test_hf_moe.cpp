@@ -1,5 +1,7 @@
-// Hugging Face MixtralForCausalLM and Qwen2MoeForCausalLM export/import
-// (`tripod convert`, interop/hf_moe.h), through the real `tripod` executable:
+// Hugging Face MixtralForCausalLM, Qwen2MoeForCausalLM and
+// Qwen3MoeForCausalLM export/import (`tripod convert`, interop/hf_moe.h),
+// through the real `tripod` executable (Qwen3-MoE: --qk-layernorm, no shared
+// expert, a dense first layer; its config.json fields checked):
 //  - Mixtral (every layer MoE, top-2 of 4, GQA, untied) and Qwen2-MoE
 //    (pre-softmax routing, a gated shared expert, a dense first layer):
 //    export a briefly trained checkpoint; a float64 PyTorch forward written
@@ -64,6 +66,41 @@ TEST(HfMoe, MixtralExportMatchesPyTorchAndImportRoundTrips) {
 }
 
 TEST(HfMoe, Qwen2MoeExportMatchesPyTorchAndImportRoundTrips) { export_round_trip("hf_qwen2_moe", kQwen2Moe); }
+
+// Qwen3-MoE: --qk-layernorm, no shared expert, renormalised top-k
+// (norm_topk_prob true: Qwen3MoeConfig's default is false, so it is
+// written), a dense first layer (mlp_only_layers).
+TEST(HfMoe, Qwen3MoeExportMatchesPyTorchAndImportRoundTrips) {
+  const std::string flags = kLlama + "--qk-layernorm --ffn-hidden-size 96 --num-experts 4 --moe-router-topk 2 "
+                                     "--moe-ffn-hidden-size 48 --moe-layer-freq [0,1]";
+  Scratch s("hf_qwen3_moe");
+  const HfExportRun r = export_and_compare(s, flags, "hf_moe_forward.py", 500);
+  if (HasFailure()) return;
+  if (r.no_torch) std::printf("python3-torch not installed: the PyTorch forward was not compared\n");
+  import_round_trip(s, r, 64);
+  if (HasFatalFailure()) return;
+  const json cfg = json::parse(slurp(s / "hf" / "config.json"));
+  EXPECT_EQ(cfg["architectures"], json::array({"Qwen3MoeForCausalLM"}));
+  EXPECT_EQ(cfg["model_type"], "qwen3_moe");
+  EXPECT_EQ(cfg["head_dim"], 8);
+  EXPECT_EQ(cfg["num_experts"], 4);
+  EXPECT_EQ(cfg["num_experts_per_tok"], 2);
+  EXPECT_EQ(cfg["moe_intermediate_size"], 48);
+  EXPECT_EQ(cfg["intermediate_size"], 96);
+  EXPECT_EQ(cfg["norm_topk_prob"], true);
+  EXPECT_EQ(cfg["decoder_sparse_step"], 1);
+  EXPECT_EQ(cfg["mlp_only_layers"], json::array({0}));
+  EXPECT_EQ(cfg["attention_bias"], false);
+  EXPECT_FALSE(cfg.contains("shared_expert_intermediate_size"));
+  const auto st = ckpt::SafetensorsFile::open((s / "hf" / "model.safetensors").string());
+  for (const char* n : {"model.layers.1.self_attn.q_norm.weight", "model.layers.1.mlp.gate.weight",
+                        "model.layers.1.mlp.experts.3.down_proj.weight", "model.layers.0.mlp.gate_proj.weight"})
+    EXPECT_TRUE(st.contains(n)) << n;
+  const auto ck = ckpt::CheckpointReader::open((s / "ck2").string()).config();
+  EXPECT_TRUE(ck.qk_layernorm);
+  EXPECT_FALSE(ck.moe.router_pre_softmax);
+  if (!HasFailure()) fs::remove_all(s.dir);
+}
 
 // ---- Hand-built folders in the hub's names ----
 

@@ -12,7 +12,10 @@
 // sqrt(v) + eps, turning that noise into updates of lr * noise / eps. With
 // eps = 1e-8 that alone moves those biases by ~1e-6 between layouts; the
 // parity runs use --adam-eps 1e-6 so the comparison measures the layouts'
-// arithmetic, not Adam's amplification of noise.
+// arithmetic, not Adam's amplification of noise. --qk-layernorm's key-norm
+// bias (LayerNorm) is such a parameter as a whole: it starts at zero and
+// stays rounding noise (~5e-8 after 20 iterations) in every run, so no
+// relative gate applies; it is compared absolutely, within 1e-6.
 //
 // NOTE [FP8 parity gates]
 // With --fp8-format the amaxes are reduced so that every layout quantizes
@@ -47,7 +50,9 @@
 // MODEL FLAGS are added to both runs, e.g. the Llama-family options)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -203,6 +208,13 @@ TEST(Parity, LayoutMatchesSingleProcess) {
   for (const auto& [name, w] : want) {
     auto it = got.find(name);
     ASSERT_NE(it, got.end()) << name;
+    if (name.find("k_layernorm.bias") != std::string::npos) {  // NOTE [Zero-gradient parameters and Adam]
+      double worst = 0;
+      for (int64_t i = 0; i < w.numel(); ++i)
+        worst = std::max(worst, double(std::fabs(it->second.data<float>()[i] - w.data<float>()[i])));
+      EXPECT_LT(worst, 1e-6) << name;
+      continue;
+    }
     tripod::testing::expect_close(name, it->second.data<float>(), w.data<float>(), static_cast<size_t>(w.numel()),
                                   g_weight_tol);
   }

@@ -69,14 +69,16 @@ TEST(Options, NamesRoundTrip) {
 TEST(GptConfig, FieldListNamesEachFieldOnce) {
   GptConfig c;
   std::set<std::string> names;
-  int core = 0, options = 0, moe = 0;
+  int core = 0, options = 0, moe = 0, flags = 0;
   visit_fields(c, [&](const char* name, auto&, FieldKind kind) {
     EXPECT_TRUE(names.insert(name).second) << name;
-    (kind == FieldKind::kCore ? core : kind == FieldKind::kOption ? options : moe)++;
+    (kind == FieldKind::kCore ? core : kind == FieldKind::kOption ? options : kind == FieldKind::kMoe ? moe : flags)++;
   });
   EXPECT_EQ(core, 12);
   EXPECT_EQ(options, 9);
   EXPECT_EQ(moe, 10);
+  EXPECT_EQ(flags, 1);  // qk_layernorm
+  EXPECT_TRUE(names.count("qk_layernorm"));
   EXPECT_TRUE(names.count("untie_embeddings_and_output_weights"));
 }
 
