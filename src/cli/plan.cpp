@@ -184,6 +184,10 @@ int run_plan(int argc, char** argv) {
   app.add_flag("--no-sequence-parallel", no_sp, "never use SP");
   app.add_flag("--use-distributed-optimizer", dopt, "force the distributed optimizer (default: try both)");
   app.add_flag("--no-distributed-optimizer", no_dopt, "never use it");
+  bool overlap_param_gather = false;
+  app.add_flag("--overlap-param-gather", overlap_param_gather,
+               "with --data-parallel-sharding-strategy optim_grads_params: the next layer's all-gather prefetched "
+               "during this one (two layers' parameters held)");
   app.add_flag("--recompute-activations", recompute_activations, "force selective recompute");
   app.add_option("--recompute-granularity", granularity, "force: none, selective or full");
   app.add_option("--recompute-search", recompute_search, "granularities to try")->capture_default_str();
@@ -244,6 +248,7 @@ int run_plan(int argc, char** argv) {
       o.zero_stage = s == S::OptimGrads ? 2 : 3;
     }
     o.dist_opt_instances = std::max(1, model_args.parallel.ddp.num_distributed_optimizer_instances);
+    o.overlap_param_gather = overlap_param_gather;
   }
   const std::optional<config::CpCommType> cp_comm = config::cp_comm_type_from_name(cp_comm_type);
   TRIPOD_CHECK_HINT(cp_comm.has_value(), "use p2p, all_gather or a2a", "tripod plan: unknown --cp-comm-type '{}'",

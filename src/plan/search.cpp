@@ -128,6 +128,7 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
                 if (o.zero_stage >= 2 && dp > 1) {
                   if (!dopt) continue;  // the strategy implies the distributed optimizer
                   l.zero_stage = o.zero_stage;
+                  l.overlap_param_gather = o.overlap_param_gather && o.zero_stage == 3;
                 }
                 if (o.dist_opt_instances > 1 && dopt) {
                   if ((dp * cp) % o.dist_opt_instances != 0) continue;
@@ -295,6 +296,7 @@ std::string megatron_flags(const GptConfig& m, const Layout& l) {
     s += l.zero_stage == 3 ? " --data-parallel-sharding-strategy optim_grads_params"
                            : " --data-parallel-sharding-strategy optim_grads";
   else if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.zero_stage == 3 && l.overlap_param_gather) s += " --overlap-grad-reduce --overlap-param-gather";
   if (l.dist_opt_instances > 1 && (l.zero_stage >= 2 || l.distributed_optimizer))
     s += fmt::format(" --num-distributed-optimizer-instances {}", l.dist_opt_instances);
   if (l.recompute != Recompute::None) s += " --recompute-granularity " + to_string(l.recompute);

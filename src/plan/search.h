@@ -51,6 +51,7 @@ struct SearchOptions {
   // --num-distributed-optimizer-instances N: sharded layouts shard within N
   // instances (layouts whose dp x cp N does not divide are skipped).
   int dist_opt_instances = 1;
+  bool overlap_param_gather = false;  // ZeRO-3's prefetch (Layout::overlap_param_gather)
   bool allow_tp_across_nodes = false;
   DType dtype = DType::BF16;  // --bf16 / --fp16 / --fp32, for every searched layout
   MemoryOptions memory;
