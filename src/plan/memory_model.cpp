@@ -30,6 +30,7 @@ void check_finalized(const GptConfig& m) {
 std::string Layout::str() const {
   std::string s = fmt::format("tp{} pp{} dp{}", tp, pp, dp);
   if (cp > 1) s += fmt::format(" cp{}", cp);
+  if (ep > 1) s += fmt::format(" ep{}", ep);
   if (vpp > 1) s += fmt::format(" vpp{}", vpp);
   s += fmt::format(" mbs{}", micro_batch);
   if (sp()) s += " sp";
