@@ -286,7 +286,8 @@ int run_plan(int argc, char** argv) {
   if (app.get_option("--gpu-peak-tflops")->count() == 0) mc.peak_tflops = spec->bf16_tflops;
   TRIPOD_CHECK(mc.gpu_memory_gb > 0 && mc.peak_tflops > 0 && mc.assumed_mfu > 0 && mc.assumed_mfu <= 1,
                "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
-  const std::string comm_note = plan::apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs);
+  const std::string comm_note = plan::apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs,
+                                                       &mc.intra_node_a2a_gbs, &mc.inter_node_a2a_gbs);
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
   o.memory.model = plan::memory_model_from_string(memory_model);

@@ -46,7 +46,8 @@ double moe_all_to_all_seconds(const GptConfig& m, const Layout& l, const Machine
   const double p = l.dtype == DType::F32 ? 4.0 : 2.0, ep = l.ep;
   const double rows = double(l.micro_batch) * double(m.seq_length / l.cp) * double(k);
   const bool crosses = group_crosses_nodes(l.tp * l.ep, mc.gpus_per_node);
-  const double bw = (crosses ? mc.inter_node_bw_gbs : mc.intra_node_bw_gbs) * 1e9;
+  const double a2a = crosses ? mc.inter_node_a2a_gbs : mc.intra_node_a2a_gbs;
+  const double bw = (a2a > 0 ? a2a : crosses ? mc.inter_node_bw_gbs : mc.intra_node_bw_gbs) * 1e9;
   const double lat = (crosses ? mc.inter_node_latency_us : mc.intra_node_latency_us) * 1e-6;
   const double exchanges = l.recompute == Recompute::Full ? 6.0 : 4.0;
   return double(l.num_microbatches()) * double(moe_layers) * exchanges *

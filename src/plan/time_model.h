@@ -31,6 +31,10 @@ struct Machine {
   double peak_tflops = 989;         // dense bf16/fp16 TFLOP/s per GPU (H100 SXM)
   double intra_node_bw_gbs = 300;   // bus bandwidth inside a node (NVLink), GB/s
   double inter_node_bw_gbs = 40;    // bus bandwidth per GPU across nodes (IB/RoCE), GB/s
+  // The all-to-all's bus bandwidth (MoE token exchange) inside / across
+  // nodes, measured by `tripod bench comm --ops all_to_all --links-out`;
+  // 0: the bus bandwidths above.
+  double intra_node_a2a_gbs = 0, inter_node_a2a_gbs = 0;
   double intra_node_latency_us = 10;  // per collective
   double inter_node_latency_us = 25;
   double assumed_mfu = 0.45;        // fraction of peak large matmuls reach (see matmul_efficiency)
@@ -89,10 +93,10 @@ double zero3_param_gather_seconds(const GptConfig& m, const Layout& l, const Mac
 // m micro-batches:
 //   m L_moe x exchanges x ((ep-1)/ep N k C p / bw + latency)
 // bw and latency inside a node when the tp x ep ranks of an ep group fit
-// one (ep peers are consecutive data-parallel ranks), else across; the
-// link figures are the bus bandwidths (nccl-tests' all-to-all bus
-// bandwidth is (n-1)/n of the bytes per rank over the time, the same
-// definition). 0 at ep 1.
+// one (ep peers are consecutive data-parallel ranks), else across; bw is
+// the measured all-to-all bus bandwidth (Machine::*_a2a_gbs; nccl-tests'
+// all-to-all bus bandwidth is (n-1)/n of the bytes per rank over the time)
+// where a link file gave one, else the link's bus bandwidth. 0 at ep 1.
 double moe_all_to_all_seconds(const GptConfig& m, const Layout& l, const Machine& machine);
 
 // Parameters of pipeline stage `stage` on one rank with expert parallelism:
