@@ -89,7 +89,7 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_w
   doctor::bench_collectives(o, c, *pg.world, pg.global_rank, be, print_row, local_world_size,
                             a.links_out.empty() ? nullptr : &links);
   if (a.links_out.empty() || !root) return;
-  const nlohmann::json j = {{"format", 1},
+  nlohmann::json j = {{"format", 1},
                             {"what", "tripod bench comm: bus bandwidth of the largest all_reduce"},
                             {"group", a.group},
                             {"group_size", c.size()},
@@ -97,6 +97,8 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_w
                             {"device", a.device},
                             {"bytes", links.bytes},
                             {"busbw_gbs", links.busbw_gbs}};
+  if (links.all_to_all_bytes > 0)  // --ops with all_to_all: the MoE exchange's figure too
+    j["all_to_all"] = {{"bytes", links.all_to_all_bytes}, {"busbw_gbs", links.all_to_all_busbw_gbs}};
   ckpt::write_text_atomic(a.links_out, j.dump(1) + "\n");
   std::printf("# wrote %s: all_reduce %lld B over %d ranks (%s), bus bandwidth %.2f GB/s; use it with "
               "`tripod plan --links %s`\n",
@@ -161,7 +163,7 @@ int run_bench_cmd(int argc, char** argv) {
   comm->add_option("--step-factor", a.step_factor)->capture_default_str();
   comm->add_option("--iters", a.iters)->capture_default_str();
   comm->add_option("--warmup-iters", a.warmup)->capture_default_str();
-  comm->add_option("--ops", a.ops, "comma-separated")->capture_default_str();
+  comm->add_option("--ops", a.ops, "comma-separated; also all_to_all (not run by default)")->capture_default_str();
   comm->add_option("--group", a.group, "world | tp | dp | pp | mp")->capture_default_str();
   comm->add_option("--device", a.device, "cpu (Gloo) or cuda (NCCL, one GPU per rank)")->capture_default_str();
   comm->add_option("--distributed-backend", a.backend,
@@ -169,8 +171,9 @@ int run_bench_cmd(int argc, char** argv) {
   comm->add_option("--distributed-timeout-minutes", a.timeout_minutes, "every wait's timeout (fractions allowed)")
       ->capture_default_str();
   comm->add_option("--links-out", a.links_out,
-                   "write the largest all_reduce's bus bandwidth over --group (and whether the group spans nodes) "
-                   "to this JSON file, for `tripod plan --links FILE`");
+                   "write the largest all_reduce's bus bandwidth over --group (and whether the group spans nodes; "
+                   "with all_to_all in --ops the largest all_to_all's too) to this JSON file, for `tripod plan "
+                   "--links FILE`");
   // Fault injection for the launcher tests; not shown in --help.
   comm->add_option("--fault-hang-rank", a.fault_hang_rank)->group("");
   comm->add_option("--fault-kill-rank", a.fault_kill_rank)->group("");

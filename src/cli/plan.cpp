@@ -33,6 +33,7 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
           {"pipeline_model_parallel_size", l.pp},
           {"data_parallel_size", l.dp},
           {"context_parallel_size", l.cp},
+          {"expert_model_parallel_size", l.ep},
           {"virtual_pipeline_size", l.vpp},
           {"micro_batch_size", l.micro_batch},
           {"global_batch_size", l.global_batch},
@@ -59,6 +60,7 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
             {"dp_comm", c.time.dp_comm},
             {"optimizer", c.time.optimizer},
             {"cp_comm", c.time.cp_comm},
+            {"ep_comm", c.time.ep_comm},
             {"compute_from_op_times", c.time.compute_from_op_times}}},
           {"tokens_per_second", c.tokens_per_second},
           {"mfu", c.mfu},
@@ -93,18 +95,20 @@ void print_table(const config::GptConfig& m, const plan::Machine& mc, const plan
   if (r.fits.empty()) return;
   // A CP column only when the search went to context parallelism.
   const bool cp = std::any_of(r.fits.begin(), r.fits.end(), [](const plan::Candidate& c) { return c.layout.cp > 1; });
-  std::printf("\n%3s %3s %3s %4s %3s %4s %4s %2s %2s %-9s %8s %8s %8s %9s %11s %5s%s\n", "#", "TP", "PP", "DP", "VPP",
+  // An EP column when a listed layout splits the experts.
+  const bool ep = std::any_of(r.fits.begin(), r.fits.end(), [](const plan::Candidate& c) { return c.layout.ep > 1; });
+  std::printf("\n%3s %3s %3s %4s %3s %4s %4s %2s %2s %-9s %8s %8s %8s %9s %11s %5s%s%s\n", "#", "TP", "PP", "DP", "VPP",
               "MBS", "GA", "SP", "DO", "recompute", "mem GiB", "states", "acts", "step s", "tokens/s", "MFU",
-              cp ? "  CP" : "");
+              cp ? "  CP" : "", ep ? "  EP" : "");
   const int n = std::min<int>(top, int(r.fits.size()));
   for (int i = 0; i < n; ++i) {
     const auto& c = r.fits[i];
     const auto& l = c.layout;
-    std::printf("%3d %3d %3d %4d %3d %4lld %4lld %2s %2s %-9s %8.1f %8.1f %8.1f %9.3f %11.0f %5.2f%s\n", i + 1, l.tp,
+    std::printf("%3d %3d %3d %4d %3d %4lld %4lld %2s %2s %-9s %8.1f %8.1f %8.1f %9.3f %11.0f %5.2f%s%s\n", i + 1, l.tp,
                 l.pp, l.dp, l.vpp, (long long)l.micro_batch, (long long)l.num_microbatches(), l.sp() ? "y" : "-",
                 l.distributed_optimizer ? "y" : "-", plan::to_string(l.recompute).c_str(), c.mem.total() / kGiB,
                 c.mem.model_states / kGiB, c.mem.activations / kGiB, c.time.total(), c.tokens_per_second, c.mfu,
-                cp ? fmt::format(" {:3d}", l.cp).c_str() : "");
+                cp ? fmt::format(" {:3d}", l.cp).c_str() : "", ep ? fmt::format(" {:3d}", l.ep).c_str() : "");
   }
   std::printf("\nwhy (top %d):\n", std::min(n, 3));
   for (int i = 0; i < std::min(n, 3); ++i) {
@@ -113,7 +117,9 @@ void print_table(const config::GptConfig& m, const plan::Machine& mc, const plan
     for (const auto& why : c.reasons) std::printf("     - %s\n", why.c_str());
     std::printf("     - step %.3f s = compute %.3f + optimizer %.3f + TP %.3f + bubble %.3f + PP p2p %.3f + DP %.3f%s\n",
                 c.time.total(), c.time.compute, c.time.optimizer, c.time.tp_comm, c.time.bubble, c.time.pp_comm,
-                c.time.dp_comm, c.layout.cp > 1 ? fmt::format(" + CP ring {:.3f}", c.time.cp_comm).c_str() : "");
+                c.time.dp_comm, (std::string(c.layout.cp > 1 ? fmt::format(" + CP ring {:.3f}", c.time.cp_comm) : "") +
+                                 (c.layout.ep > 1 ? fmt::format(" + EP all-to-all {:.3f}", c.time.ep_comm) : ""))
+                                    .c_str());
   }
 }
 
@@ -184,6 +190,10 @@ int run_plan(int argc, char** argv) {
   app.add_flag("--no-sequence-parallel", no_sp, "never use SP");
   app.add_flag("--use-distributed-optimizer", dopt, "force the distributed optimizer (default: try both)");
   app.add_flag("--no-distributed-optimizer", no_dopt, "never use it");
+  bool overlap_param_gather = false;
+  app.add_flag("--overlap-param-gather", overlap_param_gather,
+               "with --data-parallel-sharding-strategy optim_grads_params: the next layer's all-gather prefetched "
+               "during this one (two layers' parameters held)");
   app.add_flag("--recompute-activations", recompute_activations, "force selective recompute");
   app.add_option("--recompute-granularity", granularity, "force: none, selective or full");
   app.add_option("--recompute-search", recompute_search, "granularities to try")->capture_default_str();
@@ -244,6 +254,9 @@ int run_plan(int argc, char** argv) {
       o.zero_stage = s == S::OptimGrads ? 2 : 3;
     }
     o.dist_opt_instances = std::max(1, model_args.parallel.ddp.num_distributed_optimizer_instances);
+    o.overlap_param_gather = overlap_param_gather;
+    // --expert-model-parallel-size given: pinned; else searched for MoE models.
+    if (app.get_option("--expert-model-parallel-size")->count() > 0) o.ep = model_args.parallel.ep;
   }
   const std::optional<config::CpCommType> cp_comm = config::cp_comm_type_from_name(cp_comm_type);
   TRIPOD_CHECK_HINT(cp_comm.has_value(), "use p2p, all_gather or a2a", "tripod plan: unknown --cp-comm-type '{}'",
@@ -273,7 +286,8 @@ int run_plan(int argc, char** argv) {
   if (app.get_option("--gpu-peak-tflops")->count() == 0) mc.peak_tflops = spec->bf16_tflops;
   TRIPOD_CHECK(mc.gpu_memory_gb > 0 && mc.peak_tflops > 0 && mc.assumed_mfu > 0 && mc.assumed_mfu <= 1,
                "--gpu-memory-gb, --gpu-peak-tflops must be > 0 and --assumed-mfu in (0, 1]");
-  const std::string comm_note = plan::apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs);
+  const std::string comm_note = plan::apply_link_files(links, mc.intra_node_bw_gbs, mc.inter_node_bw_gbs,
+                                                       &mc.intra_node_a2a_gbs, &mc.inter_node_a2a_gbs);
   TRIPOD_CHECK(mc.intra_node_bw_gbs > 0 && mc.inter_node_bw_gbs > 0, "link bandwidths must be > 0");
 
   o.memory.model = plan::memory_model_from_string(memory_model);

@@ -34,6 +34,7 @@ plan::Job plan_job(const train::TrainArgs& args, const config::Layout& ranks, in
                  : sharding == distributed::ShardingStrategy::OptimGrads     ? 2
                                                                               : 0;
   l.dist_opt_instances = a.parallel.ddp.num_distributed_optimizer_instances;
+  l.overlap_param_gather = l.zero_stage == 3 && a.parallel.ddp.overlap_param_gather;
   l.recompute = a.parallel.recompute;
   // --cp-comm-type: one for all layers (a per-layer list plans as the ring).
   if (a.parallel.cp_comm_type.size() == 1)

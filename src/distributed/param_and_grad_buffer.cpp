@@ -85,6 +85,10 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
     staging_.push_back(staging);
     deferred_.push_back(r.end_param - r.first_param == 1 && deferred[static_cast<size_t>(r.first_param)]);
   }
+  // ZeRO-2/-3: the whole gradient buffer goes before the shards are
+  // allocated, so that start-up never holds it next to them (a model that
+  // fits only sharded must also start sharded).
+  if (shard_grads_) params_.release_flat(false, true);
   if (distributed_) grad_shard_ = be_.empty({shard_numel_}, DType::F32);
   pending_.assign(buckets_.size(), 0);
   grad_work_.resize(buckets_.size());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -13,7 +14,7 @@ using comm::Communicator;
 
 double bus_factor(const std::string& op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "all_gather" || op == "reduce_scatter") return double(n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return double(n - 1) / n;
   return 1.0;
 }
 
@@ -39,6 +40,11 @@ class Buffers {
   }
   void down(Buf& b) {
     if (be_) be_->copy(b.host, b.dev), be_->synchronize();
+  }
+  // dst <- src, both communicator-side buffers (device or host).
+  void copy(Tensor dst, const Tensor& src) {
+    if (be_) be_->copy(dst, src);
+    else std::copy_n(src.data<float>(), src.numel(), dst.data<float>());
   }
 
  private:
@@ -115,8 +121,24 @@ OpCase make_case(const std::string& op, Communicator& c, int64_t bytes, Buffers&
       b->wait();
     };
     oc.wrong = [=] { return count_wrong(*B, r, [&](int64_t) { return float((gr + n - 1) % n); }); };
+  } else if (op == "all_to_all") {
+    // Rank gr sends block j (value gr n + j) to rank j, so it receives
+    // block r of value r n + gr from every rank r (as the MoE dispatch's
+    // all_to_all_v with even counts).
+    Buf in = bufs.make(per * n), out = bufs.make(per * n);
+    fill(bufs, in, [&](int64_t i) { return float(gr * n + i / per); });
+    const std::vector<int64_t> counts(size_t(n), per);
+    // all_to_all_v moves the chunks between distinct ranks; the kept one
+    // is the caller's copy (as the dispatcher's).
+    oc.run = [&c, in, out, counts, B, gr, per]() mutable {
+      auto w = c.all_to_all_v(out.dev, in.dev, counts, counts);
+      B->copy(out.dev.flat(gr * per, {per}), in.dev.flat(gr * per, {per}));
+      w->wait();
+    };
+    oc.wrong = [=] { return count_wrong(*B, out, [&](int64_t i) { return float((i / per) * n + gr); }); };
   } else {
-    TRIPOD_FAIL("--ops: unknown op '{}' (all_reduce, all_gather, reduce_scatter, broadcast, sendrecv)", op);
+    TRIPOD_FAIL("--ops: unknown op '{}' (all_reduce, all_gather, reduce_scatter, broadcast, sendrecv, all_to_all)",
+                op);
   }
   return oc;
 }
@@ -137,8 +159,8 @@ void bench_collectives(const CommBenchOptions& o, Communicator& c, Communicator&
                        int local_world_size, CommBenchLinks* links) {
   Buffers bufs(be);
   int64_t total_wrong = 0;
-  int64_t links_bytes = 0;
-  double links_busbw = 0;
+  int64_t links_bytes = 0, a2a_bytes = 0;
+  double links_busbw = 0, a2a_busbw = 0;
   for (const std::string& op : o.ops) {
     if (op == "sendrecv" && c.size() == 1) continue;
     for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
@@ -153,12 +175,13 @@ void bench_collectives(const CommBenchOptions& o, Communicator& c, Communicator&
       for (int i = 0; i < o.iters; ++i) oc.run();
       const double t = world_reduce(world, bufs, timer.seconds() / o.iters, comm::ReduceOp::Max);
       const int64_t count = std::max<int64_t>(1, bytes / 4);
-      const int64_t sized = op == "all_gather" || op == "reduce_scatter"
+      const int64_t sized = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all"
                                 ? std::max<int64_t>(1, count / c.size()) * c.size() * 4
                                 : count * 4;
       const double algbw = double(sized) / t / 1e9;
       if (op == "all_reduce" && sized >= links_bytes)
         links_bytes = sized, links_busbw = algbw * bus_factor(op, c.size());
+      if (op == "all_to_all" && sized >= a2a_bytes) a2a_bytes = sized, a2a_busbw = algbw * bus_factor(op, c.size());
       if (on_row) on_row({op, sized, t, algbw, algbw * bus_factor(op, c.size()), wrong});
     }
   }
@@ -168,7 +191,7 @@ void bench_collectives(const CommBenchOptions& o, Communicator& c, Communicator&
   const double node = double(global_rank / std::max(1, local_world_size));
   const double hi = world_reduce(c, bufs, node, comm::ReduceOp::Max);
   const double lo = -world_reduce(c, bufs, -node, comm::ReduceOp::Max);
-  *links = {links_bytes, links_busbw, hi != lo};
+  *links = {links_bytes, links_busbw, hi != lo, a2a_bytes, a2a_busbw};
 }
 
 }  // namespace tripod::doctor

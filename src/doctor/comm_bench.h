@@ -46,6 +46,10 @@ struct CommBenchLinks {
   int64_t bytes = 0;
   double busbw_gbs = 0;
   bool spans_nodes = false;  // the group holds ranks of more than one node
+  // The largest all_to_all's (0: not in --ops): the MoE token exchange's
+  // link figure for `tripod plan`.
+  int64_t all_to_all_bytes = 0;
+  double all_to_all_busbw_gbs = 0;
 };
 
 // nccl-tests' bus bandwidth factor of `op` over n ranks.

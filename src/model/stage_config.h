@@ -47,6 +47,9 @@ struct StageConfig {
   // [ep_rank E/ep, (ep_rank + 1) E/ep) and exchange tokens over it.
   comm::Communicator* ep = nullptr;
   int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
+  // false: no flat gradient buffer is allocated (ZeRO-2/-3 bind the
+  // gradients per layer, distributed/param_and_grad_buffer.h).
+  bool flat_grads = true;
   // Dtype of the weights used for compute and of the activations (--bf16,
   // --fp16). Master weights, gradients and statistics stay f32.
   DType compute_dtype = DType::F32;

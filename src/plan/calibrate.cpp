@@ -228,7 +228,8 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
   return c;
 }
 
-std::string apply_link_files(const std::vector<std::string>& files, double& intra_node_gbs, double& inter_node_gbs) {
+std::string apply_link_files(const std::vector<std::string>& files, double& intra_node_gbs, double& inter_node_gbs,
+                             double* intra_a2a_gbs, double* inter_a2a_gbs) {
   std::string intra = fmt::format("{:.0f} GB/s intra-node assumed", intra_node_gbs);
   std::string inter = fmt::format("{:.0f} GB/s inter-node assumed", inter_node_gbs);
   for (const std::string& f : files) {
@@ -247,12 +248,20 @@ std::string apply_link_files(const std::vector<std::string>& files, double& intr
     const std::string what = fmt::format("{:.1f} GB/s {} measured ({}: all_reduce of {} B over {} ranks)", bw,
                                          j["spans_nodes"].get<bool>() ? "inter-node" : "intra-node", f,
                                          j.value("bytes", int64_t(0)), n);
+    // The all_to_all's figure, when the bench ran it.
+    double a2a = 0;
+    if (j.contains("all_to_all") && j["all_to_all"].is_object() && j["all_to_all"].contains("busbw_gbs") &&
+        j["all_to_all"]["busbw_gbs"].is_number())
+      a2a = j["all_to_all"]["busbw_gbs"].get<double>();
+    const std::string a2a_note = a2a > 0 ? fmt::format(", all_to_all {:.1f} GB/s", a2a) : "";
     if (j["spans_nodes"].get<bool>()) {
       inter_node_gbs = bw;
-      inter = what;
+      inter = what + a2a_note;
+      if (a2a > 0 && inter_a2a_gbs) *inter_a2a_gbs = a2a;
     } else {
       intra_node_gbs = bw;
-      intra = what;
+      intra = what + a2a_note;
+      if (a2a > 0 && intra_a2a_gbs) *intra_a2a_gbs = a2a;
     }
   }
   return fmt::format("communication: bus bandwidths {}; {}{}", intra, inter,

@@ -53,6 +53,9 @@ OpTimesChoice resolve_op_times(const std::string& op_times, bool calibrate, cons
 // intra-node bus bandwidth, one across nodes the inter-node one. Returns the
 // output's communication note (which bandwidths were measured, which
 // assumed). A missing or malformed file stops with its name.
-std::string apply_link_files(const std::vector<std::string>& files, double& intra_node_gbs, double& inter_node_gbs);
+// A file that also holds an all_to_all figure (`--ops ...,all_to_all`) sets
+// *intra_a2a_gbs / *inter_a2a_gbs (the MoE token exchange's link) the same way.
+std::string apply_link_files(const std::vector<std::string>& files, double& intra_node_gbs, double& inter_node_gbs,
+                             double* intra_a2a_gbs = nullptr, double* inter_a2a_gbs = nullptr);
 
 }  // namespace tripod::plan

@@ -30,6 +30,7 @@ void check_finalized(const GptConfig& m) {
 std::string Layout::str() const {
   std::string s = fmt::format("tp{} pp{} dp{}", tp, pp, dp);
   if (cp > 1) s += fmt::format(" cp{}", cp);
+  if (ep > 1) s += fmt::format(" ep{}", ep);
   if (vpp > 1) s += fmt::format(" vpp{}", vpp);
   s += fmt::format(" mbs{}", micro_batch);
   if (sp()) s += " sp";
@@ -97,9 +98,22 @@ double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage) {
   }
   const bool first = stage == 0, last = stage == l.pp - 1;
   const bool holds_embedding = first || (last && (l.pp > 1 || m.untie_embeddings_and_output_weights));
-  const double in_use = double(holds_embedding ? Vp * C / l.tp : 0) + 2.0 * double(layer);
+  const double pos = first && m.learned_positions() ? double(m.max_position_embeddings * C) : 0.0;
+  const double E = holds_embedding ? double(Vp * C / l.tp) + pos : 0.0, G = double(layer);
+  const double grads = (E + 2.0 * G) * 4.0;
+  if (l.zero_stage == 2) return grads;
   const double p = l.dtype == DType::F32 ? 4.0 : 2.0;
-  return in_use * 4.0 + (l.zero_stage == 3 ? in_use * p : 0.0);
+  const double in_layer = grads + (l.overlap_param_gather ? 2.0 : 1.0) * G * p;
+  // The embedding gathered (its backward on stage 0, the loss head's on the
+  // last stage) next to its gradients and the last layer's being reduced.
+  const double in_embedding = E > 0 ? (E + G) * 4.0 + E * p : 0.0;
+  return std::max(in_layer, in_embedding);
+}
+
+double zero3_startup_bytes(const GptConfig& m, const Layout& l, int stage) {
+  if (l.zero_stage != 3) return 0.0;
+  const double P = double(params_on_stage(m, l.tp, l.pp, stage)), c = l.dtype == DType::F32 ? 0.0 : 2.0;
+  return P * (4.0 + c) + 8.0 * P / std::max(1, l.shard_ranks());
 }
 
 // ---- activations ----
@@ -365,6 +379,7 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
       mb.model_states += double(kept) * expert_bpp - double(experts) * mb.bytes_per_param;
     }
     if (o.model == MemoryModelKind::kTripod) {
+      mb.model_states = std::max(mb.model_states, zero3_startup_bytes(m, l, stage));
       tripod_stage(m, l, stage, o, mb);
       mb.workspace += cp_ring_workspace_bytes(m, l, stage);
     } else {

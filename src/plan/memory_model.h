@@ -51,6 +51,9 @@ struct Layout : config::Layout {
   // optim_grads (ZeRO-2), 3 optim_grads_params (ZeRO-3); both imply
   // distributed_optimizer. 0: as distributed_optimizer says.
   int zero_stage = 0;
+  // --overlap-param-gather under ZeRO-3: the next layer's all-gather runs
+  // during this layer (the prefetch), so two layers' parameters are held.
+  bool overlap_param_gather = false;
   // --num-distributed-optimizer-instances (hybrid sharding): the sharded
   // state splits over dp x cp / N ranks (one instance), not dp x cp.
   int dist_opt_instances = 1;
@@ -102,19 +105,32 @@ double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, 
 // ZeRO-2/-3: the full-size buffers live at once on pipeline stage `stage`
 // (distributed/param_and_grad_buffer.h, NOTE [Sharded gradients] and
 // [Sharded parameters]), with E = the word embedding's (or the untied
-// output layer's) parameters per tp rank where the stage holds them, else
-// 0, and G = the largest layer's: E + 2 G elements in use, the embedding's
-// (bound from the loss head to the end of the backward, or kept for the
-// step with pp > 1) and two layers' (the one computing and the one being
-// reduced, or prefetched):
-//   ZeRO-2: (E + 2 G) x 4         f32 gradients
-//   ZeRO-3: (E + 2 G) x (4 + p)   and the gathered compute copy (p = 2 for
-//                                 bf16/fp16: NOTE [Compute-dtype all-gather]
-//                                 in distributed/param_and_grad_buffer.h; 4
-//                                 for fp32; the LayerNorms' few fp32 values
-//                                 not counted)
-// 0 for zero_stage < 2.
+// output layer's) parameters per tp rank where the stage holds them (and,
+// on stage 0, the learned position embedding of the same group), else 0,
+// and G = the largest layer's. The gradients of E + 2 G elements are bound
+// at once (the embedding's from the loss head to the end of the backward,
+// or for the step with pp > 1; the layer computing and the one being
+// reduced):
+//   ZeRO-2: (E + 2 G) x 4
+//   ZeRO-3: the larger of
+//     a layer's backward     (E + 2 G) x 4 + G x p  (2 G x p with the
+//                            prefetch: the next layer's gather in flight)
+//     the embedding's        (E + G) x 4 + E x p    (its backward on stage
+//                            0, the loss head on the last stage)
+//   with p the gathered compute copy's bytes (2 for bf16/fp16: NOTE
+//   [Compute-dtype all-gather] in distributed/param_and_grad_buffer.h; 4 for
+//   fp32; the LayerNorms' few fp32 values not counted).
+// 0 for zero_stage < 2. Measured on the CPU within 3% of the allocator peak
+// (tests/cli/test_plan_cpu_memory.cpp, docs/plan.md).
 double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage);
+// ZeRO-3's start-up (tripod model): each rank initialises (or loads) the
+// whole parameters of its stage before it keeps its shards, so for a moment
+// it holds the whole f32 values (and the bf16/fp16 compute copy, c = 2, else
+// 0) next to the f32 gradient and value shards: P (4 + c) + 8 P / D, with
+// D = shard_ranks(). estimate_memory takes the larger of this and the
+// step's model state, so at large D the start-up is what limits ZeRO-3.
+// 0 for zero_stage < 3.
+double zero3_startup_bytes(const GptConfig& m, const Layout& l, int stage);
 // The model as one context-parallel rank runs it: seq_length / cp rows of
 // every sequence (cp 1: m itself). The memory and time models read it.
 GptConfig local_sequence(const GptConfig& m, int cp);

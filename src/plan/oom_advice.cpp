@@ -70,6 +70,38 @@ std::string fitting_layouts(const Job& job, double capacity_bytes) {
   return s + "\nmore: " + cmd;
 }
 
+const char* strategy_name(int stage) {
+  return stage == 3 ? "optim_grads_params" : stage == 2 ? "optim_grads" : stage == 1 ? "optim" : "no_shard";
+}
+
+std::string amount(double bytes) {
+  return bytes < double(1ull << 30) ? fmt::format("{:.1f} MiB", bytes / double(1ull << 20))
+                                    : fmt::format("{:.1f} GiB", gib(bytes));
+}
+
+// The run's own layout with more data-parallel sharding (docs/zero.md):
+// the weakest --data-parallel-sharding-strategy above the run's that is
+// predicted to fit, or empty when there is none (or nothing to shard over).
+std::string sharding_that_fits(const Job& job, double capacity_bytes) {
+  const Layout& l = job.layout;
+  if (l.dp < 1 || l.shard_ranks() <= 1) return "";
+  const int now = l.zero_stage >= 2 ? l.zero_stage : l.distributed_optimizer ? 1 : 0;
+  const Machine mc = job_machine(job, capacity_bytes);
+  const double had = evaluate(job.model, mc, l, memory_options(job)).mem.total();
+  for (int stage = now + 1; stage <= 3; ++stage) {
+    Layout s = l;
+    s.distributed_optimizer = true;
+    s.zero_stage = stage >= 2 ? stage : 0;
+    s.overlap_param_gather = false;
+    const Candidate c = evaluate(job.model, mc, s, memory_options(job));
+    if (c.mem.total() > capacity_bytes) continue;
+    return fmt::format("this layout fits with --data-parallel-sharding-strategy {}: {} per GPU predicted, against "
+                       "{} with {} (docs/zero.md)",
+                       strategy_name(stage), amount(c.mem.total()), amount(had), strategy_name(now));
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string oom_advice(const OutOfMemoryError& e, const Job& job, const JobShape& where) {
@@ -81,6 +113,7 @@ std::string oom_advice(const OutOfMemoryError& e, const Job& job, const JobShape
                               gib(double(e.requested)), gib(double(e.in_use)),
                               e.capacity ? fmt::format(", device memory {:.2f} GiB", gib(double(e.capacity))) : "");
   if (e.capacity == 0) return s;  // no capacity: nothing to plan against
+  if (std::string z = sharding_that_fits(job, double(e.capacity)); !z.empty()) s += "\n" + z;
   return s + "\n" + fitting_layouts(job, double(e.capacity));
 }
 
@@ -102,7 +135,10 @@ MemoryFit memory_fit_check(const Job& job, double capacity_bytes) {
                           "workspace {:.1f}, reserved {:.1f}; busiest stage {}) of {:.1f} GiB",
                           l.str(), gib(f.predicted_bytes), gib(c.mem.model_states), gib(c.mem.activations),
                           gib(c.mem.workspace), gib(c.mem.reserved), c.mem.stage, gib(capacity_bytes));
-  if (!f.fits) f.fix = fitting_layouts(job, capacity_bytes);
+  if (!f.fits) {
+    f.fix = fitting_layouts(job, capacity_bytes);
+    if (std::string z = sharding_that_fits(job, capacity_bytes); !z.empty()) f.fix = z + "\n" + f.fix;
+  }
   return f;
 }
 

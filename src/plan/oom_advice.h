@@ -32,7 +32,9 @@ struct JobShape {
   int tp_rank = 0, pp_rank = 0, dp_rank = 0;
 };
 
-// The full message: the allocation, the rank, then up to three layouts that
+// The full message: the allocation, the rank, the weakest stronger
+// --data-parallel-sharding-strategy with which the run's own layout is
+// predicted to fit (when one does), then up to three layouts that
 // fit (best first, with their flags) or, when none does, the smallest one
 // and how much memory it needs, plus the `tripod plan` command to see more.
 std::string oom_advice(const OutOfMemoryError& e, const Job& job, const JobShape& where);
@@ -40,7 +42,7 @@ std::string oom_advice(const OutOfMemoryError& e, const Job& job, const JobShape
 // Before a run: the plan's predicted peak per GPU for the job's layout on
 // GPUs of `capacity_bytes` each. Fits: pass with the breakdown; does not fit
 // (or the layout breaks a rule): fail with the layouts predicted to fit, as
-// the OOM advice lists them.
+// the OOM advice lists them (the sharding strategy that fits first).
 struct MemoryFit {
   bool fits = false;
   double predicted_bytes = 0;  // plan's total per GPU (CUDA context included on GPUs)

@@ -63,6 +63,10 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
     r.push_back(fmt::format("hybrid sharding: {} distributed-optimizer instances of {} ranks (shards / {}, not / {}); "
                             "the gradient shards all-reduced across instances once a step",
                             l.dist_opt_instances, l.shard_ranks(), l.shard_ranks(), l.dp * l.cp));
+  if (l.ep > 1)
+    r.push_back(fmt::format("EP{}: {} of {} experts per rank; token all-to-alls {:.1f} ms a step{}", l.ep,
+                            m.moe.num_experts / l.ep, m.moe.num_experts, 1e3 * c.time.ep_comm,
+                            c.time.ep_crosses_nodes ? " (across nodes)" : ""));
   if (l.recompute == Recompute::Selective) r.push_back("selective recompute: attention scores not stored (+ ~2LTC FLOPs)");
   if (l.recompute == Recompute::Full) r.push_back("full recompute: only layer inputs stored (+33% compute)");
   if (l.dp > 1 && c.time.dp_crosses_nodes) r.push_back("DP gradient sync crosses nodes");
@@ -116,6 +120,12 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
       std::vector<bool> dos = {o.distributed_optimizer == Choice::kOn};
       if (dp > 1 && o.distributed_optimizer == Choice::kSearch) dos = {false, true};
       std::vector<int> vpps = pp > 1 ? o.vpp : std::vector<int>{1};
+      std::vector<int> eps = {1};
+      if (o.ep > 0) eps = {o.ep};
+      else if (m.moe.num_experts > 0 && tp == 1)
+        for (int e : divisors(dp))
+          if (e > 1 && m.moe.num_experts % e == 0) eps.push_back(e);
+      for (int ep : eps)
       for (int vpp : vpps)
         for (int64_t mb : mbs)
           for (bool sp : sps)
@@ -125,9 +135,11 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
                 l.vpp = vpp, l.micro_batch = mb, l.dtype = o.dtype;
                 l.global_batch = o.global_batch, l.sequence_parallel = sp;
                 l.distributed_optimizer = dopt, l.recompute = rc, l.cp_comm = o.cp_comm;
+                l.ep = ep;
                 if (o.zero_stage >= 2 && dp > 1) {
                   if (!dopt) continue;  // the strategy implies the distributed optimizer
                   l.zero_stage = o.zero_stage;
+                  l.overlap_param_gather = o.overlap_param_gather && o.zero_stage == 3;
                 }
                 if (o.dist_opt_instances > 1 && dopt) {
                   if ((dp * cp) % o.dist_opt_instances != 0) continue;
@@ -171,6 +183,10 @@ std::string layout_rule_violation(const GptConfig& m, const Machine& mc, const L
   if (l.global_batch % (l.micro_batch * l.dp) != 0)
     return fmt::format("global batch {} % (micro {} x DP {}) != 0", l.global_batch, l.micro_batch, l.dp);
   if (l.vpp > 1 && l.pp < 2) return "virtual pipeline needs PP >= 2";
+  if (l.ep > 1 && m.moe.num_experts % l.ep != 0)
+    return fmt::format("experts {} % EP {} != 0", m.moe.num_experts, l.ep);
+  if (l.ep > 1 && l.dp % l.ep != 0) return fmt::format("EP {} does not divide DP {}", l.ep, l.dp);
+  if (l.ep > 1 && l.tp > 1) return "expert parallelism needs TP 1 in this version";
   if (l.vpp > 1 && l.num_microbatches() % l.pp != 0)
     return fmt::format("interleaved schedule: micro-batches {} % PP {} != 0", l.num_microbatches(), l.pp);
   return "";
@@ -287,6 +303,7 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
 std::string megatron_flags(const GptConfig& m, const Layout& l) {
   std::string s = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", l.tp, l.pp);
   if (l.cp > 1) s += fmt::format(" --context-parallel-size {}", l.cp);
+  if (l.ep > 1) s += fmt::format(" --expert-model-parallel-size {}", l.ep);
   if (l.cp > 1 && l.cp_comm != config::CpCommType::P2p) s += " --cp-comm-type " + config::to_string(l.cp_comm);
   if (l.vpp > 1) s += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (l.pp * l.vpp));
   s += fmt::format(" --micro-batch-size {} --global-batch-size {}", l.micro_batch, l.global_batch);
@@ -295,6 +312,7 @@ std::string megatron_flags(const GptConfig& m, const Layout& l) {
     s += l.zero_stage == 3 ? " --data-parallel-sharding-strategy optim_grads_params"
                            : " --data-parallel-sharding-strategy optim_grads";
   else if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.zero_stage == 3 && l.overlap_param_gather) s += " --overlap-grad-reduce --overlap-param-gather";
   if (l.dist_opt_instances > 1 && (l.zero_stage >= 2 || l.distributed_optimizer))
     s += fmt::format(" --num-distributed-optimizer-instances {}", l.dist_opt_instances);
   if (l.recompute != Recompute::None) s += " --recompute-granularity " + to_string(l.recompute);

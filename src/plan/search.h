@@ -9,7 +9,8 @@
 //   unless allow_tp_across_nodes; heads % TP == 0; ffn % TP == 0;
 //   seq % TP == 0 with SP; layers % (PP x vpp) == 0; vpp > 1 needs PP >= 2
 //   and micro-batches % PP == 0 (tripod's and Megatron's interleaved
-//   schedule); global % (micro x DP) == 0.
+//   schedule); global % (micro x DP) == 0; EP (MoE) divides the experts
+//   and DP, with TP 1.
 // Order: by predicted step time (times within 1% count as equal), then plain
 // DP (TP = PP = 1: no TP all-reduces, no bubble) before model parallelism,
 // then fewer moving parts (no vpp, less recompute), then less memory. The
@@ -41,6 +42,11 @@ struct SearchOptions {
   // the search again over CP 2, 4, ... (long sequences).
   int cp = 0;
   config::CpCommType cp_comm = config::CpCommType::P2p;  // --cp-comm-type of the CP layouts
+  // --expert-model-parallel-size: > 0 pinned; 0: for an MoE model every ep
+  // that divides both the experts and DP (TP 1: tripod carves ep out of
+  // the data-parallel ranks, Megatron's folding onto tp x dp is not
+  // searched), 1 for a dense one.
+  int ep = 0;
   std::vector<int> vpp = {1, 2, 4};
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)
@@ -51,6 +57,7 @@ struct SearchOptions {
   // --num-distributed-optimizer-instances N: sharded layouts shard within N
   // instances (layouts whose dp x cp N does not divide are skipped).
   int dist_opt_instances = 1;
+  bool overlap_param_gather = false;  // ZeRO-3's prefetch (Layout::overlap_param_gather)
   bool allow_tp_across_nodes = false;
   DType dtype = DType::BF16;  // --bf16 / --fp16 / --fp32, for every searched layout
   MemoryOptions memory;

@@ -29,6 +29,38 @@ double zero3_param_gather_seconds(const GptConfig& m, const Layout& l, const Mac
   return 2.0 * mb * ((n - 1) / n * params * p / (bw * 1e9) + layers * lat * 1e-6);
 }
 
+double moe_all_to_all_seconds(const GptConfig& m, const Layout& l, const Machine& mc) {
+  if (l.ep <= 1) return 0.0;
+  // The stage with the most MoE layers (ceil(L / pp) layers a stage).
+  const int64_t layers = (m.num_layers + l.pp - 1) / l.pp, C = m.hidden_size;
+  int64_t moe_layers = 0, k = 0;
+  for (int s = 0; s < l.pp; ++s) {
+    int64_t n = 0;
+    for (int64_t i = int64_t(s) * layers; i < std::min(int64_t(s + 1) * layers, m.num_layers); ++i) {
+      const config::LayerSpec ls = m.layer_spec(i);
+      if (ls.moe()) ++n, k = ls.router_topk;
+    }
+    moe_layers = std::max(moe_layers, n);
+  }
+  if (moe_layers == 0) return 0.0;
+  const double p = l.dtype == DType::F32 ? 4.0 : 2.0, ep = l.ep;
+  const double rows = double(l.micro_batch) * double(m.seq_length / l.cp) * double(k);
+  const bool crosses = group_crosses_nodes(l.tp * l.ep, mc.gpus_per_node);
+  const double a2a = crosses ? mc.inter_node_a2a_gbs : mc.intra_node_a2a_gbs;
+  const double bw = (a2a > 0 ? a2a : crosses ? mc.inter_node_bw_gbs : mc.intra_node_bw_gbs) * 1e9;
+  const double lat = (crosses ? mc.inter_node_latency_us : mc.intra_node_latency_us) * 1e-6;
+  const double exchanges = l.recompute == Recompute::Full ? 6.0 : 4.0;
+  return double(l.num_microbatches()) * double(moe_layers) * exchanges *
+         ((ep - 1.0) / ep * rows * double(C) * p / bw + lat);
+}
+
+int64_t rank_params_on_stage(const GptConfig& m, const Layout& l, int stage) {
+  const int64_t n = params_on_stage(m, l.tp, l.pp, stage);
+  if (l.ep <= 1) return n;
+  const int64_t experts = expert_params_on_stage(m, l.tp, l.pp, stage);
+  return n - experts + experts / l.ep;
+}
+
 double matmul_efficiency(const GptConfig& m, const Layout& l) {
   const double rows = double(l.micro_batch * (m.seq_length / l.cp));  // M of every GEMM
   const double cols = double(m.hidden_size) / l.tp;              // the TP-sharded width
@@ -106,7 +138,9 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
   // ---- DP: fp32 gradients all-reduced, or reduce-scattered (fp32) and the
   // updated params all-gathered (bf16) with the distributed optimizer ----
   if (l.dp * l.cp > 1) {  // gradients are reduced over dp x cp
-    const double params = double(params_on_stage(m, l.tp, l.pp, 0));
+    // With expert parallelism a rank reduces its E/ep experts' gradients
+    // (over the expert-data-parallel ranks) and the dense ones.
+    const double params = double(rank_params_on_stage(m, l, 0));
     // Sharded state splits over one distributed-optimizer instance (dp x cp
     // / N consecutive dp ranks: tp x that many global ranks); the instances
     // then all-reduce their gradient shards once per step, across nodes
@@ -173,6 +207,8 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
                              (cp - 1) * std::max(0.0, 2.0 * hop - att_bwd / cp) + hop;
     t.cp_comm = mb * (L / l.pp) * per_layer;
   }
+  t.ep_crosses_nodes = l.ep > 1 && group_crosses_nodes(l.tp * l.ep, mc.gpus_per_node);
+  t.ep_comm = moe_all_to_all_seconds(full, l, mc);
   return t;
 }
 

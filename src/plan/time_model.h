@@ -31,6 +31,10 @@ struct Machine {
   double peak_tflops = 989;         // dense bf16/fp16 TFLOP/s per GPU (H100 SXM)
   double intra_node_bw_gbs = 300;   // bus bandwidth inside a node (NVLink), GB/s
   double inter_node_bw_gbs = 40;    // bus bandwidth per GPU across nodes (IB/RoCE), GB/s
+  // The all-to-all's bus bandwidth (MoE token exchange) inside / across
+  // nodes, measured by `tripod bench comm --ops all_to_all --links-out`;
+  // 0: the bus bandwidths above.
+  double intra_node_a2a_gbs = 0, inter_node_a2a_gbs = 0;
   double intra_node_latency_us = 10;  // per collective
   double inter_node_latency_us = 25;
   double assumed_mfu = 0.45;        // fraction of peak large matmuls reach (see matmul_efficiency)
@@ -54,9 +58,11 @@ struct TimeBreakdown {
   double dp_param_gather = 0;  // s: of dp_comm, ZeRO-3's parameter all-gathers (zero3_param_gather_seconds)
   double optimizer = 0; // s: AdamW over this rank's parameters (op times only; 0 under assumed MFU)
   double cp_comm = 0;   // s: the context-parallel K/V ring's transfers not hidden behind the attention
+  double ep_comm = 0;   // s: the MoE token dispatch and combine all-to-alls (moe_all_to_all_seconds)
   bool compute_from_op_times = false;  // compute summed from Machine::ops
   bool tp_crosses_nodes = false, dp_crosses_nodes = false, pp_crosses_nodes = false, cp_crosses_nodes = false;
-  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer + cp_comm; }
+  bool ep_crosses_nodes = false;
+  double total() const { return compute + tp_comm + bubble + pp_comm + dp_comm + optimizer + cp_comm + ep_comm; }
 };
 
 // Which groups leave a node, with Megatron's rank order (tp fastest, then
@@ -77,6 +83,26 @@ double all_reduce_seconds(double bytes, int n, double bw_gbs, double latency_us)
 // bw and latency inside a node when tp x n ranks fit one, else across.
 // 0 for other strategies or n = 1.
 double zero3_param_gather_seconds(const GptConfig& m, const Layout& l, const Machine& machine);
+
+// Expert parallelism (l.ep > 1; docs/moe.md): the all-to-alls of one step
+// on the busiest stage. Each MoE layer exchanges, per micro-batch, its
+// N k permuted rows of C in the compute dtype (N = b s/cp tokens, top-k)
+// four times: dispatch and combine in forward, their gradients in backward
+// (six under full recompute, which dispatches and combines again); of each
+// exchange (ep-1)/ep leaves the rank. With L_moe the stage's MoE layers and
+// m micro-batches:
+//   m L_moe x exchanges x ((ep-1)/ep N k C p / bw + latency)
+// bw and latency inside a node when the tp x ep ranks of an ep group fit
+// one (ep peers are consecutive data-parallel ranks), else across; bw is
+// the measured all-to-all bus bandwidth (Machine::*_a2a_gbs; nccl-tests'
+// all-to-all bus bandwidth is (n-1)/n of the bytes per rank over the time)
+// where a link file gave one, else the link's bus bandwidth. 0 at ep 1.
+double moe_all_to_all_seconds(const GptConfig& m, const Layout& l, const Machine& machine);
+
+// Parameters of pipeline stage `stage` on one rank with expert parallelism:
+// params_on_stage less the (ep-1)/ep of the routed experts other ep ranks
+// hold (expert_params_on_stage). Equal to params_on_stage at ep 1.
+int64_t rank_params_on_stage(const GptConfig& m, const Layout& l, int stage);
 
 // Fraction of --assumed-mfu that a layout's GEMMs reach: smaller matmuls
 // run further from peak. A saturating guess, not a measurement:

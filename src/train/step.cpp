@@ -130,7 +130,9 @@ void Trainer::log_memory(const StepResult& first) {
   const double mib = 1.0 / (1 << 20);
   const size_t act = stage_->activation_bytes_per_microbatch();
   const DType dt = args_.precision.compute_dtype;
-  const double copy = dt == DType::F32 ? 0.0 : double(n) * double(dtype_size(dt));
+  // ZeRO-3 keeps no whole compute copy: each layer's is gathered when used
+  // (with the allocator peak's "other").
+  const double copy = dt == DType::F32 || ddp.shards_params() ? 0.0 : double(n) * double(dtype_size(dt));
   double logits = 0;
   if (model().config().num_layers > 0 && pp_rank_ == groups_.layout.pp - 1) {
     const int64_t N = args_.batch.micro_batch_size * model().config().seq_length;

@@ -225,6 +225,9 @@ void Trainer::build_chunks() {
     st.ep = groups_.ep.get();  // null at --expert-model-parallel-size 1
     st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp * L.cp : 1;
     st.compute_dtype = args_.precision.compute_dtype;
+    // ZeRO-2/-3 keep no whole gradient buffer (NOTE [Sharded gradients]):
+    // start-up holds no more than the whole values next to the shards.
+    st.flat_grads = !p.ddp.shards_grads();
     st.recompute = p.recompute;
     auto m = std::make_unique<model::GptModel>(args_.model, st, be_);
     m->params().init(args_.seed, m->config().init_method_std, m->config().num_layers);

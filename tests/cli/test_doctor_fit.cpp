@@ -63,11 +63,12 @@ TEST(DoctorFit, FailsWhenItDoesNotFitAndListsLayoutsThatDo) {
 
 // ZeRO-2/-3 (docs/zero.md) in doctor and plan, GPT-2 124M at dp 2, bf16.
 // Model states by hand (tests/unit/plan/test_plan_memory.cpp has the
-// terms): 124,475,904 params; in use E + 2G = 52,809,216 elements.
+// terms): 124,475,904 params; in use: ZeRO-2 214,382,592 B of gradients,
+// ZeRO-3 264,870,912 B (the embedding's backward).
 //   optim: 124,475,904 x (6 + 16/2) = 1,742,662,656 B = 1.62 GiB
-//   zero2: x (2 + 16/2) + 52,809,216 x 4 = 1,455,995,904 B = 1.36 GiB
-//   zero3: x 16/2 + 52,809,216 x 6 = 1,312,662,528 B = 1.22 GiB (bf16 gathered)
-//   zero3, 2 instances of 1 rank: x 16/1 + 52,809,216 x 6 = 2,308,469,760 B = 2.15 GiB
+//   zero2: x (2 + 16/2) + 214,382,592 = 1,459,141,632 B = 1.36 GiB
+//   zero3: x 16/2 + 264,870,912 = 1,260,678,144 B = 1.17 GiB (bf16 gathered)
+//   zero3, 2 instances of 1 rank: x 16/1 + 264,870,912 = 2,256,485,376 B = 2.10 GiB
 const std::string kSmall = " --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 "
                            "--vocab-size 50257 --micro-batch-size 4 --bf16";
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "testing/run_tripod.h"
 
@@ -24,6 +25,7 @@ struct Case {
   int nproc;
   const char* layout;     // train and plan flags
   const char* plan_only;  // pins the plan's search to the same layout
+  const char* train_only = "";
 };
 
 const Case kCases[] = {
@@ -46,7 +48,7 @@ void check_case(const Case& c) {
     SCOPED_TRACE(c.name);
     const std::string np = std::to_string(c.nproc);
     const auto run = tripod::testing::run_tripod("launch --nproc-per-node " + np + " train --device cpu " + kModel +
-                                                     " " + c.layout +
+                                                     " " + c.layout + " " + c.train_only +
                                                      " --mock-data --train-iters 2 --log-interval 1 --eval-interval 0",
                                                  "OMP_NUM_THREADS=1");
     ASSERT_EQ(run.code, 0) << run.output;
@@ -96,6 +98,28 @@ TEST(PlanCpuMemory, MoeWithin10Percent) {
        "--no-distributed-optimizer"},
   };
   for (const Case& c : cases) check_case(c);
+}
+
+// Every --data-parallel-sharding-strategy (docs/zero.md) at dp 2, dp 4 and
+// tp 2 x dp 2: ZeRO-2's gradients and ZeRO-3's gathered layers in use
+// (plan::sharded_working_bytes), one layer gathered or two with the
+// prefetch. The measured peaks are in docs/plan.md.
+TEST(PlanCpuMemory, ShardingStrategiesWithin10Percent) {
+  const char* strategies[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+  std::vector<std::string> layouts;
+  for (const char* s : strategies) layouts.push_back(std::string("--data-parallel-sharding-strategy ") + s);
+  for (const std::string& layout : layouts) {
+    const Case dp2{"dp2", 2, layout.c_str(), "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"};
+    const Case dp4{"dp4", 4, layout.c_str(), "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"};
+    const std::string tp = "--tensor-model-parallel-size 2 --sequence-parallel " + layout;
+    const Case tp2dp2{"tp2 dp2 sp", 4, tp.c_str(), "--pipeline-model-parallel-size 1"};
+    for (const Case& c : {dp2, dp4, tp2dp2}) {
+      SCOPED_TRACE(layout);
+      check_case(c);
+    }
+  }
+  check_case({"dp4 zero3 prefetch", 4, "--data-parallel-sharding-strategy optim_grads_params --overlap-param-gather",
+              "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1", "--overlap-grad-reduce"});
 }
 
 }  // namespace

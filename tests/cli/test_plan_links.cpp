@@ -24,8 +24,8 @@ using tripod::testing::tripod_bin;
 
 const std::string kBench = " bench comm --ops all_reduce --min-bytes 1024 --max-bytes 1048576 --iters 3";
 
-// The busbw column of the last all_reduce row the bench printed.
-double last_printed_busbw(const std::string& out) {
+// The busbw column of the last `op` row the bench printed.
+double last_printed_busbw(const std::string& out, const std::string& want = "all_reduce") {
   std::istringstream in(out);
   std::string line;
   double busbw = -1;
@@ -33,7 +33,7 @@ double last_printed_busbw(const std::string& out) {
     const auto tag = line.find("] ");  // "[rank 0] " under tripod launch
     std::istringstream row(tag == std::string::npos ? line : line.substr(tag + 2));
     std::string bytes, count, op, us, algbw, bus;
-    if (!(row >> bytes >> count >> op >> us >> algbw >> bus) || op != "all_reduce") continue;
+    if (!(row >> bytes >> count >> op >> us >> algbw >> bus) || op != want) continue;
     busbw = std::stod(bus);
   }
   return busbw;
@@ -99,6 +99,40 @@ TEST(PlanLinks, BenchCommWritesWhatItPrintedAndPlanUsesIt) {
   EXPECT_GT(tp_measured, 0);
   EXPECT_NEAR(tp_measured, flags["layouts"][0]["time_s"]["tp_comm"].get<double>(), 1e-5 * tp_measured);
   EXPECT_NE(flags["notes"].dump().find("intra-node assumed"), std::string::npos) << flags["notes"].dump();
+}
+
+// `--ops all_reduce,all_to_all`: the file also holds the largest
+// all_to_all's bus bandwidth (the data check passed, or the bench stops),
+// and plan times the MoE token exchange with it. By hand, 2 MoE layers,
+// ep 2 of dp 2, micro-batch 1 of seq 256, top-2, C 256, bf16, global batch
+// 8 (4 micro-batches): 4 x 2 layers x 4 exchanges x (1/2 x 256 x 2 x 256 x
+// 2 B / bw + 10 us).
+TEST(PlanLinks, AllToAllBandwidthTimesTheMoeExchange) {
+  const std::string dir = temp_dir("planlinks_a2a");
+  const std::string file = dir + "/a2a.json";
+  auto r = run_shell(tripod_bin() + " launch --nproc-per-node 2 bench comm --ops all_reduce,all_to_all "
+                                    "--min-bytes 1024 --max-bytes 1048576 --iters 3 --links-out " + file,
+                     240);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(read_file(file));
+  ASSERT_TRUE(j.contains("all_to_all")) << j.dump();
+  EXPECT_EQ(j["all_to_all"]["bytes"], 1048576);
+  const double bw = j["all_to_all"]["busbw_gbs"].get<double>();
+  EXPECT_GT(bw, 0);
+  EXPECT_NEAR(bw, last_printed_busbw(r.output, "all_to_all"), 1e-4 + 1e-3 * bw) << r.output;
+  const auto p = run_shell(tripod_bin() + " plan --num-layers 2 --hidden-size 256 --num-attention-heads 8 "
+                                          "--seq-length 256 --num-experts 4 --moe-router-topk 2 --global-batch-size 8 "
+                                          "--micro-batch-size 1 --gpus-per-node 2 --tensor-model-parallel-size 1 "
+                                          "--pipeline-model-parallel-size 1 --expert-model-parallel-size 2 --bf16 "
+                                          "--op-times assumed --json --links " + file,
+                           120);
+  ASSERT_EQ(p.code, 0) << p.output;
+  const nlohmann::json plan = nlohmann::json::parse(p.output.substr(p.output.find('{')));
+  ASSERT_FALSE(plan["layouts"].empty()) << p.output;
+  EXPECT_EQ(plan["layouts"][0]["expert_model_parallel_size"], 2);
+  const double want = 4 * 2 * 4 * (0.5 * 256 * 2 * 256 * 2 / (bw * 1e9) + 10e-6);
+  EXPECT_NEAR(plan["layouts"][0]["time_s"]["ep_comm"].get<double>(), want, 1e-9 * want) << p.output;
+  EXPECT_NE(plan["notes"].dump().find("all_to_all"), std::string::npos) << plan["notes"].dump();
 }
 
 TEST(PlanLinks, BadFilesAreNamed) {

@@ -49,11 +49,14 @@ TEST(PlanMemory, ZeroStagesByHand) {
   EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, true, 4, true, 2), 8.0);
 
   // GPT-2 124M on 8 GPUs, plain dp 8, bf16, tripod model. In use at once:
-  // the word embedding E = 50304 x 768 = 38,633,472 and two layers of
-  // G = 7,087,872: E + 2G = 52,809,216 elements. ZeRO-2 holds their f32
-  // gradients, x 4 = 211,236,864 bytes; ZeRO-3 also the gathered bf16
-  // params (gathered in bf16, NOTE [Compute-dtype all-gather]): x (4 + 2)
-  // = 316,855,296.
+  // the embedding group E = 50304 x 768 + 1024 x 768 (word and position
+  // embeddings) = 39,419,904 and two layers of G = 7,087,872: the f32
+  // gradients of E + 2G = 53,595,648 elements. ZeRO-2: x 4 = 214,382,592
+  // bytes. ZeRO-3 also holds gathered bf16 params (NOTE [Compute-dtype
+  // all-gather]), the larger of
+  //   a layer's backward:     214,382,592 + G x 2 = 228,558,336
+  //   the embedding's:        (E + G) x 4 + E x 2 = 186,031,104 + 78,839,808 = 264,870,912
+  // and with the prefetch (two layers gathered) 214,382,592 + 2G x 2 = 242,734,080.
   const GptConfig m = gpt2_124m();
   Layout l = layout(8);
   l.dtype = DType::BF16;
@@ -61,42 +64,56 @@ TEST(PlanMemory, ZeroStagesByHand) {
   l.distributed_optimizer = true;
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 0.0);
   l.zero_stage = 2;
-  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 211236864.0);
-  // model states: 124,475,904 x 4 + 211,236,864 = 709,140,480.
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 709140480.0);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 214382592.0);
+  // model states: 124,475,904 x 4 + 214,382,592 = 712,286,208.
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 712286208.0);
   l.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 316855296.0);
-  // 124,475,904 x 2 + 316,855,296 = 565,807,104 (ZeRO-1: x 8 = 995,807,232).
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 565807104.0);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 264870912.0);
+  // The step: 124,475,904 x 2 + 264,870,912 = 513,822,720; but start-up
+  // holds the whole f32 values and bf16 copy next to the grad and value
+  // shards, P (4 + 2) + 8 P / 8 = 7 P = 871,331,328, the larger (ZeRO-1:
+  // x 8 = 995,807,232).
+  EXPECT_DOUBLE_EQ(double(params_on_stage(m, 1, 1, 0)) * 2 + 264870912.0, 513822720.0);
+  EXPECT_DOUBLE_EQ(zero3_startup_bytes(m, l, 0), 871331328.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 871331328.0);
+  l.overlap_param_gather = true;  // the embedding's moment is still the larger
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 264870912.0);
+  l.overlap_param_gather = false;
   l.zero_stage = 0;
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
   // Hybrid sharding, 2 instances of 4 ranks: every sharded term / 4, not / 8;
   // the layers in use are the same.
   //   ZeRO-1: x (6 + 16/4) = 1,244,759,040
-  //   ZeRO-2: x (2 + 16/4) + 211,236,864 = 746,855,424 + 211,236,864 = 958,092,288
-  //   ZeRO-3: x 16/4 + 316,855,296 = 497,903,616 + 316,855,296 = 814,758,912
+  //   ZeRO-2: x (2 + 16/4) + 214,382,592 = 746,855,424 + 214,382,592 = 961,238,016
+  //   ZeRO-3: x 16/4 + 264,870,912 = 762,774,528; start-up 6 P + 8 P / 4 = 995,807,232
   l.dist_opt_instances = 2;
   EXPECT_EQ(l.shard_ranks(), 4);
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1244759040.0);
   l.zero_stage = 2;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 958092288.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 961238016.0);
   l.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 814758912.0);
-  // pp 2 x dp 4: both ends hold the (tied) embedding, the middle of a
-  // deeper pipeline would not; fp32 ZeRO-3: x (4 + 4) per element (f32 grads, f32 params gathered).
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
+  // pp 2 x dp 4, fp32 ZeRO-3 (f32 grads, f32 params gathered): both ends
+  // hold the (tied) embedding, the last stage without the position
+  // embedding (E' = 38,633,472); the middle of a deeper pipeline holds none.
+  //   stage 0: max((E + 2G) 4 + 4G = 242,734,080, (E + G) 4 + 4E = 343,710,720)
+  //   stage 1: max((E' + 2G) 4 + 4G = 239,588,352, (E' + G) 4 + 4E' = 337,419,264)
+  //   pp 4, stage 1: 2G x 4 + G x 4 = 85,054,464; with the prefetch 2G x 8 = 113,405,952
   Layout p = layout(8, 1, 2);
   p.dtype = DType::F32;
   p.global_batch = 8;
   p.distributed_optimizer = true;
   p.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, p, 0), 8.0 * 52809216);
-  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, p, 1), 8.0 * 52809216);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, p, 0), 343710720.0);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, p, 1), 337419264.0);
   Layout q = layout(8, 1, 4);
   q.dtype = DType::F32;
   q.global_batch = 8;
   q.distributed_optimizer = true;
   q.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, q, 1), 8.0 * 2 * 7087872);
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, q, 1), 85054464.0);
+  q.overlap_param_gather = true;
+  EXPECT_DOUBLE_EQ(sharded_working_bytes(m, q, 1), 113405952.0);
 }
 
 TEST(PlanMemory, PaperFormulasAtFourH) {
