@@ -112,8 +112,10 @@ class GptModel {
   // Not owned.
   void set_param_gatherer(ParamGatherer* gatherer) { gatherer_ = gatherer; }
   // Sequence parallelism leaves this parameter's gradient partial per tp
-  // rank (the LayerNorms, by role).
-  bool has_partial_sp_grad(const Param& p) const { return tp_.sequence_parallel && is_layernorm(p.spec); }
+  // rank (the LayerNorms, by role, and the specs marked sequence_parallel).
+  bool has_partial_sp_grad(const Param& p) const {
+    return tp_.sequence_parallel && (is_layernorm(p.spec) || p.spec.sequence_parallel);
+  }
   // Last stage: the logits (N, V_tp) of the last forward without grad
   // (training overwrites them with their gradient). Only when the head ran
   // in one chunk (N rows within StageConfig::loss_chunk_bytes).
