@@ -114,9 +114,9 @@ int64_t LayerSpec::tp_sharded_parameters() const {
   const int64_t C = hidden_size, F = ffn_hidden_size, Q = qkv_width(), F1 = fc1_width(), b = bias ? 1 : 0;
   const int64_t attention = Q * C + b * Q  // qkv (column-parallel)
                             + C * C;       // proj weight (row-parallel)
-  if (moe())  // the experts' fc1 column- and fc2 row-parallel (biases as a dense MLP's)
-    return attention + num_experts * (expert_parameters(moe_ffn_hidden_size) - b * C) +
-           (shared_expert_size > 0 ? expert_parameters(shared_expert_size) - b * C : 0);
+  if (moe())  // the shared expert's fc1 column- and fc2 row-parallel (biases as a dense MLP's); the
+              // routed experts are not split (--expert-tensor-parallel-size 1)
+    return attention + (shared_expert_size > 0 ? expert_parameters(shared_expert_size) - b * C : 0);
   return attention + F1 * C + b * F1  // fc1 (column-parallel)
          + C * F;                     // fc2 weight (row-parallel)
 }
@@ -126,8 +126,9 @@ int64_t LayerSpec::tp_replicated_parameters() const {
   const int64_t qk = qk_layernorm ? 2 * (norm == Norm::RMSNorm ? 1 : 2) * head_size() : 0;  // q, k norms
   const int64_t dense = 2 * norm_parameters() + b * 2 * C + qk;  // input, pre-MLP norms; proj, fc2 biases
   if (!moe()) return dense;
-  const int64_t experts_fc2_bias = b * C * (num_experts - 1 + (shared_expert_size > 0 ? 1 : 0));
-  return dense + experts_fc2_bias + num_experts * C  // the router
+  const int64_t shared_fc2_bias = b * C * (shared_expert_size > 0 ? 1 : 0);
+  return dense - b * C + shared_fc2_bias + num_experts * expert_parameters(moe_ffn_hidden_size)  // whole experts
+         + num_experts * C  // the router
          + (expert_bias ? num_experts : 0) + (shared_expert_gate ? C : 0);
 }
 

@@ -57,7 +57,9 @@ struct LayerSpec {
   // and biases) and the row-parallel proj and fc2 weights ...
   int64_t tp_sharded_parameters() const;
   // ... and what every tp rank keeps whole: the norms (q/k norms included)
-  // and the row-parallel biases.
+  // and the row-parallel biases (an MoE layer: also the router, its gate and
+  // bias, and every routed expert, which --expert-tensor-parallel-size 1
+  // leaves unsplit).
   int64_t tp_replicated_parameters() const;
 };
 

@@ -133,25 +133,31 @@ RankGroups Layout::embd_groups() const {
   return out;
 }
 
-Layout Layout::with_expert_parallel(int ep_size) const {
+Layout Layout::with_expert_parallel(int ep_size, int etp_size) const {
   TRIPOD_CHECK_HINT(ep_size >= 1, "pass --expert-model-parallel-size 1 or more",
                     "--expert-model-parallel-size must be >= 1, got {}", ep_size);
-  TRIPOD_CHECK_HINT(dp % ep_size == 0,
-                    "choose an --expert-model-parallel-size that divides the data-parallel size (expert-parallel ranks "
-                    "are carved out of the data-parallel ones, as Megatron)",
-                    "--expert-model-parallel-size {} does not divide the data-parallel size {}", ep_size, dp);
-  TRIPOD_CHECK_HINT(ep_size == 1 || tp == 1, "train the MoE model with --tensor-model-parallel-size 1 for now",
-                    "expert parallelism with tensor parallelism is not in this version yet");
+  TRIPOD_CHECK_HINT(etp_size == 1, "pass --expert-tensor-parallel-size 1 (or leave it out)",
+                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version "
+                    "yet (the experts run unsplit on each rank)",
+                    etp_size);
+  TRIPOD_CHECK_HINT(world_size % (etp_size * ep_size * pp) == 0,
+                    fmt::format("choose an --expert-model-parallel-size that divides the {} ranks of a pipeline stage "
+                                "(tp x cp x dp = {}; expert-parallel ranks fold onto them, as Megatron)",
+                                world_size / pp, world_size / pp),
+                    "world size {} is not divisible by --expert-tensor-parallel-size {} x "
+                    "--expert-model-parallel-size {} x --pipeline-model-parallel-size {} = {}",
+                    world_size, etp_size, ep_size, pp, etp_size * ep_size * pp);
   Layout l = *this;
   l.ep = ep_size;
+  l.etp = etp_size;
   return l;
 }
 
 RankGroups Layout::ep_groups() const {
-  return masked_rank_groups("tp-ep-dp-pp", {1, ep, world_size / (ep * pp), pp}, "ep");
+  return masked_rank_groups(kExpertRankOrder, {etp, ep, edp(), pp}, "ep");
 }
 RankGroups Layout::expert_dp_groups() const {
-  return masked_rank_groups("tp-ep-dp-pp", {1, ep, world_size / (ep * pp), pp}, "dp");
+  return masked_rank_groups(kExpertRankOrder, {etp, ep, edp(), pp}, "dp");
 }
 
 std::string Layout::str() const {

@@ -60,6 +60,8 @@ using RankGroups = std::vector<std::vector<int>>;
 
 // The dimensions, fastest first (NOTE [Rank order]).
 inline constexpr const char* kRankOrder = "tp-cp-dp-pp";
+// The experts' own order (NOTE [Expert rank order]): etp, ep, edp, pp.
+inline constexpr const char* kExpertRankOrder = "tp-ep-dp-pp";
 
 struct Layout {
   int world_size = 1;
@@ -71,6 +73,7 @@ struct Layout {
   // Expert parallelism (NOTE [Expert rank order]): the MoE layers' experts
   // are split over ep ranks carved out of the data-parallel ranks.
   int ep = 1;   // --expert-model-parallel-size
+  int etp = 1;  // --expert-tensor-parallel-size (1: the experts are not split by tp)
 
   // Validates and derives dp. Errors name the Megatron flags.
   static Layout make(int world_size, int tp, int pp, int vpp = 1, int cp = 1);
@@ -96,16 +99,35 @@ struct Layout {
   RankGroups dp_cp_groups() const;  // dp x cp: where gradients are reduced
 
   // NOTE [Expert rank order]
-  // Megatron's expert rank generator: "tp-ep-dp-pp" over expert-tp (1
-  // here), ep, expert-dp = world / (ep x pp) and pp, so the ep peers are
-  // consecutive data-parallel ranks of one stage and expert-dp strides by
-  // ep. Worked example, 8 ranks, pp=2, ep=2 (dp = 4):
+  // Megatron's expert rank generator ("parallel folding"): its own order
+  // "tp-ep-dp-pp" over the sizes [etp, ep, edp, pp], edp = world / (etp x
+  // ep x pp), independent of the dense "tp-cp-dp-pp" order except for pp
+  // (the outermost in both, so the ep peers are ranks of one stage). The ep
+  // peers are etp apart; edp strides by etp x ep. With etp 1 (the only
+  // expert-tensor-parallel size here) the ep group may fold onto the dense
+  // tp, cp and dp ranks, and edp spans whatever of tp x cp x dp ep leaves.
+  //   ep_rank(g) = (g / etp) % ep
+  // Worked example, 8 ranks, pp=2, ep=2 (tp 1, dp 4, edp 2):
   //   ep groups  : [0,1] [2,3] [4,5] [6,7]
   //   edp groups : [0,2] [1,3] [4,6] [5,7]
-  // Validates ep (it divides dp; tensor parallelism 1) and returns the layout with it.
-  Layout with_expert_parallel(int ep_size) const;
-  int edp() const { return world_size / (ep * pp); }  // expert-data-parallel size
-  int ep_rank(int global) const { return dp_rank(global) % ep; }
+  // Worked example, 4 ranks, tp=2 ep=2 (dp 2, edp 2): ep folds onto tp.
+  //   tp groups  : [0,1] [2,3]         dp groups : [0,2] [1,3]
+  //   ep groups  : [0,1] [2,3]         edp groups: [0,2] [1,3]
+  // Worked example, 4 ranks, tp=2 ep=1 (dp 2, edp 4): every expert on
+  // every rank, its replicas the tp and dp ranks together.
+  //   ep groups  : [0] [1] [2] [3]     edp groups: [0,1,2,3]
+  // Worked example, 8 ranks, tp=2 cp=2 ep=2 (dp 2, edp 4): ep folds onto
+  // tp; edp spans cp and dp.
+  //   ep groups  : [0,1] [2,3] [4,5] [6,7]
+  //   edp groups : [0,2,4,6] [1,3,5,7]
+  // Worked example, 4 ranks, cp=2 ep=4 (tp 1, dp 2, edp 1): ep spans cp and dp.
+  //   ep groups  : [0,1,2,3]           edp groups: [0] [1] [2] [3]
+  // Validates ep and etp (the world divisible by etp x ep x pp; etp 1, the
+  // flag's only value in this version) and returns the layout with them.
+  // --num-experts divisible by ep is the model's check (gpt_model.cpp).
+  Layout with_expert_parallel(int ep_size, int etp_size = 1) const;
+  int edp() const { return world_size / (etp * ep * pp); }  // expert-data-parallel size
+  int ep_rank(int global) const { return (global / etp) % ep; }
   RankGroups ep_groups() const;
   RankGroups expert_dp_groups() const;
 

@@ -113,8 +113,6 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                     "--tensor-model-parallel-size {}",
                     config_.seq_length, cp, tp);
   if (config_.moe.enabled()) {
-    TRIPOD_CHECK_HINT(tp == 1, "train the MoE model with --tensor-model-parallel-size 1 for now",
-                      "MoE layers with tensor parallelism (--expert-tensor-parallel-size) are not in this version yet");
     TRIPOD_CHECK_HINT(config_.moe.num_experts % stage_.ep_size() == 0,
                       "choose an --expert-model-parallel-size that divides --num-experts",
                       "--num-experts {} is not divisible by --expert-model-parallel-size {}", config_.moe.num_experts,
@@ -247,7 +245,7 @@ void GptModel::forward(MicroBatchActs& acts, bool with_grad, float dloss, uint64
     if (w.moe) {  // the auxiliary losses' share of the objective: dloss per token x the micro-batch's tokens
       w.moe->with_grad = with_grad;
       w.moe->recomputing = false;
-      w.moe->aux_loss_scale = dloss * static_cast<float>(acts.B * acts.T);
+      w.moe->aux_loss_scale = dloss * static_cast<float>(acts.B * acts.T * stage_.cp_size());  // all T rows
     }
     const int g = first_layer_group_ + static_cast<int>(i);
     use(g, Pass::Forward);
@@ -406,7 +404,7 @@ void GptModel::backward(MicroBatchActs& acts, const Tensor* grad_output, uint64_
     if (w.moe && stage_.recompute == Recompute::Full) {  // the same aux-loss gradient, statistics not counted again
       w.moe->with_grad = true;
       w.moe->recomputing = true;
-      w.moe->aux_loss_scale = acts.dloss * static_cast<float>(acts.B * acts.T);
+      w.moe->aux_loss_scale = acts.dloss * static_cast<float>(acts.B * acts.T * stage_.cp_size());
     }
     use(first_layer_group_ + static_cast<int>(i));
     layer.recompute(x, w, *ws_, drop);  // dropout as in the first forward

@@ -112,10 +112,12 @@ class GptModel {
   // Not owned.
   void set_param_gatherer(ParamGatherer* gatherer) { gatherer_ = gatherer; }
   // Sequence parallelism leaves this parameter's gradient partial per tp
-  // rank (the LayerNorms, by role); --qk-layernorm's norms are partial at
-  // any tp > 1 (each rank normalises its own heads).
+  // rank (the LayerNorms, by role, and the specs marked sequence_parallel);
+  // --qk-layernorm's norms are partial at any tp > 1 (each rank normalises
+  // its own heads).
   bool has_partial_sp_grad(const Param& p) const {
-    return (tp_.sequence_parallel && is_layernorm(p.spec)) || (stage_.tp_size() > 1 && is_qk_layernorm(p.spec));
+    return (tp_.sequence_parallel && (is_layernorm(p.spec) || p.spec.sequence_parallel)) ||
+           (stage_.tp_size() > 1 && is_qk_layernorm(p.spec));
   }
   // Last stage: the logits (N, V_tp) of the last forward without grad
   // (training overwrites them with their gradient). Only when the head ran

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "model/tensor_parallel.h"
+#include "parallel/tp_regions.h"
 
 namespace tripod::model {
 
@@ -16,29 +17,36 @@ void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig&
   const config::LayerSpec s = c.layer_spec(layer);
   const int64_t C = s.hidden_size, E = s.num_experts;
   const ShardDim fc1_shard = s.swiglu ? ColumnParallelLinear::kGluShard : ColumnParallelLinear::kWeightShard;
-  auto add = [&](std::string name, Shape shape, ShardDim shard, InitKind init, bool decay, R role, int expert) {
+  // sp: replicated over tp, each rank's gradient from its own tokens (ParamSpec::sequence_parallel).
+  auto add = [&](std::string name, Shape shape, ShardDim shard, InitKind init, bool decay, R role, int expert,
+                 bool sp) {
     specs.push_back({std::move(name), std::move(shape), shard, init, decay, layer, role, expert});
+    specs.back().sequence_parallel = sp;
   };
   const std::string p = prefix + "mlp.";
-  add(p + "router.weight", {E, C}, ShardDim::None, InitKind::Normal, true, R::RouterWeight, -1);
-  if (s.expert_bias) add(p + "router.expert_bias", {E}, ShardDim::None, InitKind::Zeros, false, R::RouterExpertBias, -1);
-  // An expert's MLP: fc1 column-parallel, fc2 row-parallel, as the dense MLP.
-  auto expert = [&](const std::string& q, int64_t f, int e, R fc1w, R fc1b, R fc2w, R fc2b) {
+  add(p + "router.weight", {E, C}, ShardDim::None, InitKind::Normal, true, R::RouterWeight, -1, true);
+  if (s.expert_bias)  // no gradient: updated from the step's loads
+    add(p + "router.expert_bias", {E}, ShardDim::None, InitKind::Zeros, false, R::RouterExpertBias, -1, false);
+  // An expert's MLP. The shared expert: fc1 column-parallel, fc2
+  // row-parallel, as the dense MLP. A routed expert: unsplit
+  // (--expert-tensor-parallel-size 1), on every tp rank's own tokens.
+  auto expert = [&](const std::string& q, int64_t f, int e, R fc1w, R fc1b, R fc2w, R fc2b, bool split) {
     const int64_t f1 = s.swiglu ? 2 * f : f;
-    add(q + "linear_fc1.weight", {f1, C}, fc1_shard, InitKind::Normal, true, fc1w, e);
-    if (s.bias) add(q + "linear_fc1.bias", {f1}, fc1_shard, InitKind::Zeros, false, fc1b, e);
-    add(q + "linear_fc2.weight", {C, f}, RowParallelLinear::kWeightShard, InitKind::ScaledNormal, true, fc2w, e);
-    if (s.bias) add(q + "linear_fc2.bias", {C}, RowParallelLinear::kBiasShard, InitKind::Zeros, false, fc2b, e);
+    const ShardDim s1 = split ? fc1_shard : ShardDim::None, s2 = split ? RowParallelLinear::kWeightShard : ShardDim::None;
+    add(q + "linear_fc1.weight", {f1, C}, s1, InitKind::Normal, true, fc1w, e, !split);
+    if (s.bias) add(q + "linear_fc1.bias", {f1}, s1, InitKind::Zeros, false, fc1b, e, !split);
+    add(q + "linear_fc2.weight", {C, f}, s2, InitKind::ScaledNormal, true, fc2w, e, !split);
+    if (s.bias) add(q + "linear_fc2.bias", {C}, RowParallelLinear::kBiasShard, InitKind::Zeros, false, fc2b, e, !split);
   };
   for (int e = 0; e < static_cast<int>(E); ++e)
     expert(fmt::format("{}experts.local_experts.{}.", p, e), s.moe_ffn_hidden_size, e, R::ExpertFc1Weight,
-           R::ExpertFc1Bias, R::ExpertFc2Weight, R::ExpertFc2Bias);
+           R::ExpertFc1Bias, R::ExpertFc2Weight, R::ExpertFc2Bias, false);
   if (s.shared_expert_size > 0) {
     expert(p + "shared_experts.", s.shared_expert_size, -1, R::SharedExpertFc1Weight, R::SharedExpertFc1Bias,
-           R::SharedExpertFc2Weight, R::SharedExpertFc2Bias);
+           R::SharedExpertFc2Weight, R::SharedExpertFc2Bias, true);
     if (s.shared_expert_gate)
       add(p + "shared_experts.gate_weight", {1, C}, ShardDim::None, InitKind::Normal, true,
-          R::SharedExpertGateWeight, -1);
+          R::SharedExpertGateWeight, -1, true);
   }
 }
 
@@ -52,9 +60,20 @@ size_t MoeActs::bytes() const {
 }
 
 MoeLayer::MoeLayer(const config::GptConfig& config, const StageConfig& stage, int64_t layer_number,
-                   const MoeParams& params, backend::Backend& be)
-    : config_(&config), stage_(&stage), layer_number_(layer_number), params_(params), be_(&be),
+                   const MoeParams& params, const TpContext& tp, backend::Backend& be)
+    : config_(&config), stage_(&stage), layer_number_(layer_number), params_(params), be_(&be), tp_(tp),
+      shared_fc1_(params.shared.fc1_weight, params.shared.fc1_bias, tp),
+      shared_fc2_(params.shared.fc2_weight, params.shared.fc2_bias, tp),
       spec_(config.layer_spec(layer_number)) {
+  const int tp_size = stage.tp_size();
+  TRIPOD_CHECK_HINT(tp_size == 1 || tp.sequence_parallel,
+                    "add --sequence-parallel (MoE layers under tensor parallelism route each tp rank's own tokens, "
+                    "as Megatron)",
+                    "MoE layers (--num-experts) with --tensor-model-parallel-size {} need --sequence-parallel", tp_size);
+  TRIPOD_CHECK_HINT(spec_.shared_expert_size % tp_size == 0,
+                    "choose a --moe-shared-expert-intermediate-size divisible by --tensor-model-parallel-size",
+                    "--moe-shared-expert-intermediate-size {} is not divisible by --tensor-model-parallel-size {}",
+                    spec_.shared_expert_size, tp_size);
   const config::MoeConfig& m = config.moe;
   routing_.topk = static_cast<int>(m.router_topk);
   routing_.sigmoid = m.sigmoid();
@@ -68,7 +87,8 @@ void MoeLayer::ensure(MoeActs& a, int64_t N) const {
   backend::Backend& be = *be_;
   const config::LayerSpec& s = spec_;
   const int64_t C = s.hidden_size, E = s.num_experts, k = s.router_topk;
-  const int64_t Fs = s.shared_expert_size, Fs1 = s.swiglu ? 2 * Fs : Fs;
+  const int64_t tp = stage_->tp_size(), Nt = N * tp;  // the shared expert's rows: all of the tp group's under SP
+  const int64_t Fs = s.shared_expert_size / tp, Fs1 = s.swiglu ? 2 * Fs : Fs;
   const DType dt = stage_->compute_dtype;
   MoeActs fresh;  // the pass flags stay, the buffers are made for N
   fresh.with_grad = a.with_grad;
@@ -88,8 +108,8 @@ void MoeLayer::ensure(MoeActs& a, int64_t N) const {
   a.xp = be.empty({N * k, C}, dt);
   a.y = be.empty({N * k, C}, dt);
   if (Fs > 0) {
-    a.s_fc1 = be.empty({N, Fs1}, dt);
-    a.s_act = be.empty({N, Fs}, dt);
+    a.s_fc1 = be.empty({Nt, Fs1}, dt);
+    a.s_act = be.empty({Nt, Fs}, dt);
     a.s_out = be.empty({N, C}, dt);
   }
   if (s.shared_expert_gate) {
@@ -133,6 +153,68 @@ void MoeLayer::add_f32(Tensor& dx, const Tensor& d32) const {
   be_->add(dx, dx, t);
 }
 
+// NOTE [MoE under tp, sp and cp]
+// As Megatron's MoE layer: under --sequence-parallel each tp rank's MoE
+// input is its own N_sp rows, and under context parallelism each cp rank's
+// its own chunks of every sequence; the router, the top-k, the dispatch
+// over the (folded, config/layout.h NOTE [Expert rank order]) ep group and
+// the experts (unsplit: --expert-tensor-parallel-size 1) see those tokens
+// only. MoE with tp > 1 needs --sequence-parallel (without it every tp rank
+// would route the same tokens). The router, the shared-expert gate and the
+// experts are replicated over tp and their gradients summed over tp
+// (ParamSpec::sequence_parallel), then over dp x cp with the rest; the
+// shared expert is split by tp as the dense MLP. The capacity
+// (--moe-expert-capacity-factor) counts this rank's tokens, as Megatron's.
+//
+// The load-balancing and z losses are the whole micro-batch's: the router
+// logits (N, E) f32 are all-gathered over tp and cp, put back in sequence
+// order (a cp rank's rows are its two chunks of every sequence, NOTE
+// [Load-balanced chunks]), the loss op runs on them as on one process, and
+// each rank keeps its rows of the gradient. Megatron all-reduces the
+// tokens per expert over tp x cp instead and scales the local losses: the
+// same numbers, here without a second loss kernel. Every tp and cp rank so
+// holds the micro-batch's losses, which the metrics average.
+
+void MoeLayer::aux_losses(MoeActs& a, const backend::MoeAuxLoss& al) const {
+  backend::Backend& be = *be_;
+  const int tp = tp_.active() ? stage_->tp_size() : 1, cp = stage_->cp_size();
+  if (tp == 1 && cp == 1) {
+    be.zero(a.daux);
+    be.moe_aux_loss(&a.daux, a.losses, a.logits, al);
+    return;
+  }
+  const int64_t N = a.N, E = spec_.num_experts, Ncp = N * tp;  // Ncp: this cp rank's tokens
+  const int64_t T = config_->seq_length, Tc = T / cp, B = Ncp / Tc;
+  TRIPOD_CHECK(B * Tc == Ncp, "MoE layer {}: {} tokens per cp rank are not whole sequences of {} rows", layer_number_,
+               Ncp, Tc);
+  auto rows = [](const Tensor& t, int64_t at, int64_t n) { return t.narrow(at, n); };
+  Tensor cp_logits = tp > 1 ? be.empty({Ncp, E}, DType::F32) : a.logits;
+  if (tp > 1) parallel::gather_from_sequence_parallel_region(tp_.group, cp_logits, a.logits);
+  Tensor full = cp_logits, gathered;
+  if (cp > 1) {  // (cp, B, Tc) as gathered -> (B, cp, Tc): each sequence's rows together
+    gathered = be.empty({cp * Ncp, E}, DType::F32);
+    Tensor g = gathered.view({cp * Ncp * E});
+    stage_->cp->all_gather(g, cp_logits.view({Ncp * E}))->wait();
+    full = be.empty({cp * Ncp, E}, DType::F32);
+    for (int c = 0; c < cp; ++c)
+      for (int64_t b = 0; b < B; ++b) {
+        Tensor dst = rows(full, b * T + c * Tc, Tc);
+        be.copy(dst, rows(gathered, c * Ncp + b * Tc, Tc));
+      }
+  }
+  Tensor dfull = be.empty(full.shape(), DType::F32);
+  be.zero(dfull);
+  be.moe_aux_loss(&dfull, a.losses, full, al);
+  // This rank's rows: its cp chunks of each sequence, then its tp rows of those.
+  Tensor dcp = cp > 1 ? be.empty({Ncp, E}, DType::F32) : dfull;
+  if (cp > 1)
+    for (int64_t b = 0; b < B; ++b) {
+      Tensor dst = rows(dcp, b * Tc, Tc);
+      be.copy(dst, rows(dfull, b * T + stage_->cp_rank() * Tc, Tc));
+    }
+  be.copy(a.daux, rows(dcp, tp_.rank() * N, N));
+}
+
 void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   backend::Backend& be = *be_;
   const config::MoeConfig& m = config_->moe;
@@ -158,8 +240,7 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
     al.aux_coeff = coeff;
     al.z_coeff = m.z_loss_coeff;
     al.grad_scale = a.aux_loss_scale;
-    be.zero(a.daux);
-    be.moe_aux_loss(&a.daux, a.losses, a.logits, al);
+    aux_losses(a, al);
   }
   // ---- dispatch: the slots sorted by expert, capacity applied ----
   const int64_t capacity = m.dropless() ? -1 : m.capacity(N);
@@ -197,21 +278,7 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   combine(a.y, ye, a);
   if (R > 0) be.moe_unpermute(out, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
   else be.zero(out);
-  // ---- shared expert ----
-  if (spec_.shared_expert_size > 0) {
-    expert_forward(P.shared, a.x, a.s_fc1, a.s_act, a.s_out);
-    if (spec_.shared_expert_gate) {  // out += sigmoid(x g) * shared(x): the gate as a 1-expert sigmoid router
-      be.matmul_forward(a.gate_logit, *xr, P.shared_gate->value, nullptr);
-      backend::MoeRouting g;
-      g.sigmoid = true;
-      be.moe_router_topk(a.gate, a.gate_idx, a.gate_logit, nullptr, g);
-      Tensor gated = be.empty(out.shape(), out.dtype());
-      be.moe_unpermute(gated, a.s_out, a.ident, a.gate);
-      be.add(out, out, gated);
-    } else {
-      be.add(out, out, a.s_out);
-    }
-  }
+  if (spec_.shared_expert_size > 0) shared_forward(*xr, out, a);
   if (!a.with_grad || a.recomputing) return;
   for (int64_t e = 0; e < E; ++e) stats_.tokens_per_expert[e] += a.tokens_per_expert[e];
   ++stats_.micro_batches;
@@ -263,23 +330,70 @@ void MoeLayer::backward(Tensor& dx, const Tensor& dout, MoeActs& a) const {
   Tensor dxr = be.empty({N, C}, DType::F32);
   be.matmul_backward(&dxr, &P.router_weight->grad, nullptr, dlogits, xr, P.router_weight->value);
   add_f32(dx, dxr);
-  // ---- shared expert ----
-  if (spec_.shared_expert_size > 0) {
-    Tensor ds = be.empty({N, C}, dx.dtype()), dxs = be.empty({N, C}, dx.dtype());
-    const Tensor* dshared = &dout;
-    if (spec_.shared_expert_gate) {
-      Tensor dgate = be.empty({N, 1}, DType::F32), dgate_logit = be.empty({N, 1}, DType::F32);
-      be.moe_unpermute_backward(ds, dgate, dout, a.s_out, a.ident, a.gate);
-      backend::MoeRouting g;
-      g.sigmoid = true;
-      be.moe_router_topk_backward(dgate_logit, dgate, a.gate_logit, a.gate_idx, g);
-      be.matmul_backward(&dxr, &P.shared_gate->grad, nullptr, dgate_logit, xr, P.shared_gate->value);
-      add_f32(dx, dxr);
-      dshared = &ds;
-    }
-    expert_backward(P.shared, dxs, *dshared, a.x, a.s_fc1, a.s_act);
-    be.add(dx, dx, dxs);
+  if (spec_.shared_expert_size > 0) shared_backward(dx, dout, xr, a);
+}
+
+// ---- the shared expert: the dense MLP's tensor-parallel split ----
+// fc1 column-parallel (the SP all-gather of x before it), fc2 row-parallel
+// (the SP reduce-scatter after it, then its bias), as the dense MLP; at tp
+// 1 the same matmuls as a routed expert. The gate sigmoid(x g) is per
+// token on this rank's rows.
+
+void MoeLayer::shared_forward(const Tensor& xr, Tensor& out, MoeActs& a) const {
+  backend::Backend& be = *be_;
+  const MoeParams& P = params_;
+  const bool split = tp_.active();
+  const int64_t N = a.N, C = spec_.hidden_size;
+  Tensor x_full = split ? be.empty({a.s_fc1.size(0), C}, a.x.dtype()) : Tensor();
+  shared_fc1_.forward(be, a.s_fc1, a.x, x_full);
+  if (spec_.swiglu) be.swiglu_forward(a.s_act, a.s_fc1);
+  else be.gelu_forward(a.s_act, a.s_fc1);
+  if (split) {
+    Tensor partial = be.empty({a.s_act.size(0), C}, a.x.dtype());
+    shared_fc2_.forward(be, a.s_act, partial, a.s_out);  // reduce-scattered into s_out, + bias
+  } else {
+    shared_fc2_.forward(be, a.s_act, a.s_out, a.s_out);
   }
+  if (spec_.shared_expert_gate) {  // out += sigmoid(x g) * shared(x): the gate as a 1-expert sigmoid router
+    be.matmul_forward(a.gate_logit, xr, P.shared_gate->value, nullptr);
+    backend::MoeRouting g;
+    g.sigmoid = true;
+    be.moe_router_topk(a.gate, a.gate_idx, a.gate_logit, nullptr, g);
+    Tensor gated = be.empty({N, C}, out.dtype());
+    be.moe_unpermute(gated, a.s_out, a.ident, a.gate);
+    be.add(out, out, gated);
+  } else {
+    be.add(out, out, a.s_out);
+  }
+}
+
+void MoeLayer::shared_backward(Tensor& dx, const Tensor& dout, const Tensor& xr, MoeActs& a) const {
+  backend::Backend& be = *be_;
+  const MoeParams& P = params_;
+  const int64_t N = a.N, C = spec_.hidden_size, Nt = a.s_fc1.size(0);
+  Tensor ds = be.empty({N, C}, dx.dtype());
+  const Tensor* dshared = &dout;
+  if (spec_.shared_expert_gate) {
+    Tensor dgate = be.empty({N, 1}, DType::F32), dgate_logit = be.empty({N, 1}, DType::F32);
+    be.moe_unpermute_backward(ds, dgate, dout, a.s_out, a.ident, a.gate);
+    backend::MoeRouting g;
+    g.sigmoid = true;
+    be.moe_router_topk_backward(dgate_logit, dgate, a.gate_logit, a.gate_idx, g);
+    Tensor dxr = be.empty({N, C}, DType::F32);
+    be.matmul_backward(&dxr, &P.shared_gate->grad, nullptr, dgate_logit, xr, P.shared_gate->value);
+    add_f32(dx, dxr);
+    dshared = &ds;
+  }
+  Tensor dact = be.empty(a.s_act.shape(), a.s_act.dtype()), dfc1 = be.empty(a.s_fc1.shape(), a.s_fc1.dtype());
+  Tensor full = tp_.active() ? be.empty({Nt, C}, dx.dtype()) : Tensor();
+  shared_fc2_.backward(be, dact, *dshared, a.s_act, full);  // dy all-gathered under SP
+  if (spec_.swiglu) be.swiglu_backward(dfc1, a.s_fc1, dact);
+  else be.gelu_backward(dfc1, a.s_fc1, dact);
+  Tensor x_full = tp_.active() ? be.empty({Nt, C}, a.x.dtype()) : Tensor();
+  const Tensor& xin = shared_fc1_.input(a.x, x_full);  // gathered again under SP, as Megatron
+  Tensor dfull = be.empty({Nt, C}, dx.dtype()), dshard = tp_.active() ? be.empty({N, C}, dx.dtype()) : Tensor();
+  const Tensor& dxs = shared_fc1_.backward(be, dfc1, xin, dfull, dshard);  // reduce-scattered under SP
+  be.add(dx, dx, dxs);
 }
 
 // ---- the token dispatcher (Megatron's MoEAlltoAllTokenDispatcher) ----

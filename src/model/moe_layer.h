@@ -21,6 +21,12 @@
 // rows are combined back per token in slot order (moe_unpermute), so the
 // sums do not depend on how the rows were grouped.
 //
+// Tensor, sequence and context parallelism (NOTE [MoE under tp, sp and cp]
+// in moe_layer.cpp): the layer sees this rank's tokens only (N = N_sp
+// under --sequence-parallel, the local rows under context parallelism);
+// the experts run unsplit (--expert-tensor-parallel-size 1), the shared
+// expert is split by tp as the dense MLP.
+//
 // Relates to: model/transformer_layer.h (whose MLP half this replaces),
 // config/moe_config.h (the options), backend/ops.h (the MoE ops),
 // docs/moe.md. Reference: Megatron-core transformer/moe/ (moe_layer.py,
@@ -35,12 +41,17 @@
 #include "config/gpt_config.h"
 #include "model/layer_params.h"
 #include "model/stage_config.h"
+#include "model/tensor_parallel.h"
 
 namespace tripod::model {
 
 // Appends the parameters of MoE layer `layer` (names under prefix
 // "decoder.layers.<l>."): router, expert bias, every expert (global
-// index), shared expert and gate, in that order.
+// index), shared expert and gate, in that order. The experts are not split
+// by tp (--expert-tensor-parallel-size 1); the shared expert is, as the
+// dense MLP. The router, the shared-expert gate and the experts are marked
+// ParamSpec::sequence_parallel: each tp rank computes them on its own
+// tokens, so their gradients are summed over tp.
 void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig& c, int layer,
                          const std::string& prefix);
 
@@ -51,8 +62,8 @@ struct MoeActs {
   // Set by the caller before forward.
   bool with_grad = false;      // training: the auxiliary losses and their gradient
   bool recomputing = false;    // a recompute pass: the statistics are not counted again
-  float aux_loss_scale = 0.f;  // d objective / d (this micro-batch's aux + z losses)
-  int64_t N = 0, rows = 0;     // tokens; kept slots R
+  float aux_loss_scale = 0.f;  // d objective / d (the whole micro-batch's aux + z losses)
+  int64_t N = 0, rows = 0;     // this rank's tokens; kept slots R
   std::vector<int64_t> tokens_per_expert;  // (E) host, after capacity dropping
   Tensor x;                    // (N, C) the layer's input (ln2), compute dtype
   Tensor x32;                  // (N, C) f32 copy for the router (only when the compute dtype is not f32)
@@ -68,7 +79,7 @@ struct MoeActs {
   std::vector<int64_t> send_rows, recv_rows;  // (ep) rows to and from each ep rank
   Tensor sort_map;                            // (Re) i32: received row of each expert-order row
   Tensor xe, fc1, act;                        // (Re, C), (Re, Fe1), (Re, Fe)
-  Tensor s_fc1, s_act, s_out;  // shared expert: (N, Fs1), (N, Fs), (N, C)
+  Tensor s_fc1, s_act, s_out;  // shared expert: (N tp, Fs1 / tp), (N tp, Fs / tp), (N, C) (tp: under SP)
   Tensor gate_logit, gate, gate_idx, ident;  // gate: (N, 1) f32, (N, 1) f32, (N, 1) i32; ident (N) i32 = 0..N-1
   size_t bytes() const;
 };
@@ -76,7 +87,7 @@ struct MoeActs {
 // What the layer counted over the micro-batches of training forwards since
 // the last take_stats() (the metrics, and the expert-bias update).
 struct MoeStats {
-  std::vector<int64_t> tokens_per_expert;  // (E) over this rank's tokens
+  std::vector<int64_t> tokens_per_expert;  // (E) over this rank's tokens (its N_sp rows under SP and cp)
   double aux_loss = 0, z_loss = 0;         // sums over micro-batches (without the coefficients' 0 guard)
   int64_t micro_batches = 0;
 };
@@ -84,11 +95,12 @@ struct MoeStats {
 class MoeLayer {
  public:
   // spec: this layer's (config.layer_spec(layer_number)); params and stage
-  // outlive the layer.
+  // outlive the layer. tp: the stage's tensor-parallel group (the shared
+  // expert's split and the sequence-parallel gathers).
   MoeLayer(const config::GptConfig& config, const StageConfig& stage, int64_t layer_number, const MoeParams& params,
-           backend::Backend& be);
+           const TpContext& tp, backend::Backend& be);
 
-  // x (N, C) -> out (N, C) (overwrite); fills a.
+  // x (N, C) -> out (N, C) (overwrite), N this rank's tokens; fills a.
   void forward(const Tensor& x, Tensor& out, MoeActs& a) const;
   // dout (N, C) -> dx (N, C) (overwrite); accumulates the parameter gradients.
   void backward(Tensor& dx, const Tensor& dout, MoeActs& a) const;
@@ -99,7 +111,7 @@ class MoeLayer {
   // The statistics since the last call, and a reset.
   MoeStats take_stats() const;
   // DeepSeek-V3's update from the tokens per expert summed over every rank
-  // that holds a copy of this router (tp x dp): bias += rate sign(mean - count).
+  // that holds a copy of this router (tp x cp x dp): bias += rate sign(mean - count).
   void update_expert_bias(const std::vector<int64_t>& tokens_per_expert) const;
 
  private:
@@ -108,6 +120,12 @@ class MoeLayer {
   void expert_backward(const ExpertParams& p, Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& fc1,
                        const Tensor& act) const;
   void add_f32(Tensor& dx, const Tensor& d32) const;  // dx += d32 (cast to dx's dtype first)
+  // The auxiliary losses over the whole micro-batch's router logits
+  // (gathered over tp under SP and over cp), their gradient's rows of this
+  // rank's tokens into a.daux.
+  void aux_losses(MoeActs& a, const backend::MoeAuxLoss& al) const;
+  void shared_forward(const Tensor& xr, Tensor& out, MoeActs& a) const;
+  void shared_backward(Tensor& dx, const Tensor& dout, const Tensor& xr, MoeActs& a) const;
   // The token dispatcher (moe_layer.cpp): the counts exchange and the
   // expert order, then rows from the local slot order to the expert order
   // (dispatch) and back (combine).
@@ -122,6 +140,9 @@ class MoeLayer {
   int64_t layer_number_;
   MoeParams params_;
   backend::Backend* be_;
+  TpContext tp_;
+  ColumnParallelLinear shared_fc1_;  // the shared expert (null weights without one)
+  RowParallelLinear shared_fc2_;
   config::LayerSpec spec_;
   backend::MoeRouting routing_;
   mutable MoeStats stats_;

@@ -69,6 +69,11 @@ struct ParamSpec {
   int layer = -1;            // transformer layer index, -1 for embedding / final norm
   ParamRole role = ParamRole::None;
   int expert = -1;           // an MoE layer's expert (global index), -1 for every other parameter
+  // Replicated over tp but computed from each tp rank's own tokens under
+  // --sequence-parallel (Megatron's `sequence_parallel` attribute): its
+  // gradient is summed over tp, as the LayerNorms' (an MoE layer's router,
+  // shared-expert gate and unsplit experts).
+  bool sequence_parallel = false;
 };
 
 Shape local_shape(const ParamSpec& spec, int tp_size);

@@ -52,7 +52,7 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
       linear_fc2_(params.linear_fc2_weight, params.linear_fc2_bias, tp) {
   if (stage.cp_size() > 1 && cp_comm_ == config::CpCommType::A2a)
     check_context_parallel_heads(config.num_attention_heads, config.query_groups(), stage.tp_size(), stage.cp_size());
-  if (config.layer_spec(layer_number).moe()) moe_ = std::make_unique<MoeLayer>(config, stage, layer_number, params.moe, be);
+  if (config.layer_spec(layer_number).moe()) moe_ = std::make_unique<MoeLayer>(config, stage, layer_number, params.moe, tp, be);
   if (fp8 && config.layer_spec(layer_number).fp8) {
     linear_qkv_.use_fp8(fp8->add_linear(*params.linear_qkv_weight));
     linear_proj_.use_fp8(fp8->add_linear(*params.linear_proj_weight));
@@ -264,10 +264,10 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     be.fused_residual_layernorm_forward(a.res1, a.ln2, a.ln2_mean, a.ln2_rstd, x, attn_out,
                                         P.pre_mlp_layernorm_weight->compute, P.pre_mlp_layernorm_bias->compute,
                                         c.layernorm_epsilon);
-  if (moe_) {  // the MoE MLP half: ln2 (N, C) -> ws.tmp (tp 1: N_sp = N)
+  if (moe_) {  // the MoE MLP half on this rank's rows: ln2 (N_sp, C) -> ws.tmp (N_sp, C)
     Tensor& moe_out = ws.tmp;
     moe_->forward(a.ln2, moe_out, *a.moe);
-    if (d.p > 0) be.dropout_forward(moe_out, moe_out, d.p, dropout_key(d.seed, 1), d.counter);
+    if (d.p > 0) apply_dropout(be, moe_out, moe_out, d, dropout_key(d.seed, 1), false);
     be.add(a.out, a.res1, moe_out);
     return;
   }

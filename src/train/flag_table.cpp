@@ -180,10 +180,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "write a TensorBoard event file into DIR (scalars every --log-interval and at each evaluation)"));
   // ---- layout and data parallelism ----
   t.push_back(flag("--expert-model-parallel-size", MEMBER(parallel.ep),
-                   "MoE: the experts split over this many data-parallel ranks (docs/moe.md)").agreed().plan()
+                   "MoE: the experts split over this many ranks of a pipeline stage, folded onto its tp, cp and dp ranks (docs/moe.md)").agreed().plan()
                   .defaulted());
   t.push_back(flag("--expert-tensor-parallel-size", MEMBER(parallel.etp),
-                   "MoE: tensor parallelism inside each expert; 1 only in this version").agreed().plan());
+                   "MoE: tensor parallelism inside each expert; 1 only in this version (the experts run unsplit on each tp rank's tokens; needs --sequence-parallel at tp > 1)").agreed().plan());
   t.push_back(flag("--tensor-model-parallel-size", MEMBER(parallel.tp), "tensor-parallel group size")
                   .agreed().defaulted());
   t.push_back(flag("--pipeline-model-parallel-size", MEMBER(parallel.pp), "pipeline stages").agreed().defaulted());

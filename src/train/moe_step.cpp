@@ -18,11 +18,13 @@ MoeStepMetrics moe_end_iteration(const std::vector<model::GptModel*>& chunks, co
         layers.push_back(moe);
         stats.push_back(moe->take_stats());
       }
-  // Tokens per expert of every local MoE layer, summed over the dp replicas
-  // (every dp peer holds the same layers, so the sizes agree).
+  // Tokens per expert of every local MoE layer, summed over every rank of
+  // the stage: the tp ranks (each routes its own rows under SP) and the dp x
+  // cp ranks (every peer holds the same layers, so the sizes agree).
   std::vector<int64_t> counts;
   for (const model::MoeStats& s : stats) counts.insert(counts.end(), s.tokens_per_expert.begin(), s.tokens_per_expert.end());
-  all_reduce_values(g.dp.get(), be, counts, comm::ReduceOp::Sum);
+  if (g.layout.tp > 1) all_reduce_values(g.tp.get(), be, counts, comm::ReduceOp::Sum);
+  all_reduce_values(g.dp_cp.get(), be, counts, comm::ReduceOp::Sum);
   int64_t at = 0, lo = std::numeric_limits<int64_t>::max(), hi = 0;
   for (const model::MoeLayer* l : layers) {
     const int64_t E = l->num_experts();

@@ -26,15 +26,17 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
   TRIPOD_CHECK_INTO(problems, b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
   TRIPOD_CHECK_INTO(problems, p.etp == 0 || p.etp == 1, "use --expert-tensor-parallel-size 1 (or leave it out)",
-                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version yet",
+                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version yet "
+                    "(the experts run unsplit on each rank's tokens)",
                     p.etp);
   TRIPOD_CHECK_INTO(problems, !layout || layout->ep == 1 || a.model.moe.enabled(),
                     "drop --expert-model-parallel-size, or pass --num-experts",
                     "--expert-model-parallel-size {} without experts", layout ? layout->ep : 1);
-  TRIPOD_CHECK_INTO(problems, !layout || layout->cp == 1 || !a.model.moe.enabled(),
-                    "train the MoE model with --context-parallel-size 1 for now",
-                    "MoE layers (--num-experts) with context parallelism (--context-parallel-size {}) are not in this "
-                    "version yet", layout ? layout->cp : 1);
+  TRIPOD_CHECK_INTO(problems, !layout || layout->tp == 1 || p.sequence_parallel || !a.model.moe.enabled(),
+                    "add --sequence-parallel (MoE layers under tensor parallelism route each tp rank's own tokens, "
+                    "as Megatron)",
+                    "MoE layers (--num-experts) with --tensor-model-parallel-size {} need --sequence-parallel",
+                    layout ? layout->tp : 1);
   const int64_t dp = layout ? layout->dp : 1;
   TRIPOD_CHECK_INTO(problems, !layout || b.micro_batch_size <= 0 || b.global_batch_size % (b.micro_batch_size * dp) == 0,
                     fmt::format("use a --global-batch-size that is a multiple of {} (micro batch {} x data-parallel {})",

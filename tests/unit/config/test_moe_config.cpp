@@ -85,6 +85,11 @@ TEST(MoeConfig, LayerSpecCountsExpertsAndActiveParameters) {
   EXPECT_EQ(moe.num_parameters(), attention_and_norms + 4 * C + 4 * expert + shared + C);
   EXPECT_EQ(moe.active_parameters(), moe.num_parameters() - 2 * expert);
   EXPECT_EQ(moe.tp_sharded_parameters() + moe.tp_replicated_parameters(), moe.num_parameters());
+  // Tensor parallelism splits attention and the shared expert (its fc2 bias
+  // stays whole, as a dense MLP's); the routed experts are whole on every tp
+  // rank (expert tensor parallelism 1), as are the router and the gate.
+  EXPECT_EQ(moe.tp_sharded_parameters(), dense.tp_sharded_parameters() - (32 * C + 32 + C * 32) + 12 * C + 12 + C * 12);
+  EXPECT_EQ(moe.tp_replicated_parameters(), dense.tp_replicated_parameters() - C + C + 4 * C + 4 * expert + C);
 }
 
 }  // namespace
