@@ -163,6 +163,8 @@ void Trainer::dump_weights(const std::string& dir) {
   auto put_i64 = [&](int64_t v) { std::fwrite(&v, 8, 1, f); };
   int64_t count = 0;
   for (auto& m : models_) count += static_cast<int64_t>(m->params().params().size());
+  // An expert's replicas are the edp ranks: its copy on edp rank 0 goes as dp rank 0's.
+  const int expert_dp_rank = groups_.edp ? groups_.edp->rank() : dp_rank_;
   put_i64(count);
   for (auto& m : models_)
     for (const auto& p : m->params().params()) {
@@ -171,7 +173,7 @@ void Trainer::dump_weights(const std::string& dir) {
       put_i64(static_cast<int64_t>(p.spec.shard));
       put_i64(groups_.layout.tp);
       put_i64(tp_rank_);
-      put_i64(dp_rank_);
+      put_i64(p.spec.expert >= 0 ? expert_dp_rank : dp_rank_);
       put_i64(static_cast<int64_t>(p.spec.global_shape.size()));
       for (int64_t d : p.spec.global_shape) put_i64(d);
       Tensor h = m->params().value_to_host(p);
