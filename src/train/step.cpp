@@ -66,7 +66,13 @@ StepResult Trainer::train_step() {
   if (model().config().moe.enabled()) {
     std::vector<model::GptModel*> chunks;
     for (auto& m : models_) chunks.push_back(m.get());
+    // ZeRO-3 keeps the parameters as shards between uses: the expert bias
+    // update reads and writes the whole bias, so the parameters are whole
+    // for it (one all-gather) and go back to shards from the updated values.
+    const bool shards = args_.parallel.ddp.shards_params() && model().config().moe.router_enable_expert_bias;
+    if (shards) ddp_->materialize_params();
     r.moe = moe_end_iteration(chunks, groups_, be_);
+    if (shards) ddp_->unmaterialize_params(true);
   }
   time_split_.optimizer_end(r.schedule, stage_->data_seconds(), iteration_ + 1, num_microbatches_);
   ++iteration_;

@@ -12,7 +12,8 @@
 //                      save at TP2 x DP2; load at TP1 (1 rank) and PP2 x DP2 (4 ranks)
 //   reshard_moe        experts (sigmoid routing, expert bias, shared expert): save at
 //                      EP2; load at EP1, EP4 and PP2 x EP2; each rank stores (and
-//                      the checkpoint's files hold) only its ep rank's experts
+//                      the checkpoint's files hold) only its ep rank's experts; saved
+//                      under ZeRO-3 at EP2 x DP2, loaded at EP1 and EP2 (distributed optimizer)
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
 //                      optimizer, ZeRO-3 resume, loads across strategies, layouts
@@ -291,6 +292,18 @@ TEST(Reshard, MoeSaveEp2LoadEp1Ep4Pp2Ep2) {
   reshard_case("reshard_moe", 2, kMoe + "--expert-model-parallel-size 2",
                {{"ep1", 1, kMoe.c_str()}, {"ep4", 4, kMoeEp4.c_str()}, {"pp2_ep2", 4, kMoePp2Ep2.c_str()}},
                check_expert_storage);
+}
+
+// The experts' optimizer state sharded over edp (ZeRO-3 at ep 2 x dp 2:
+// the experts' buckets reduce-scattered and gathered over edp, the dense
+// ones over dp) is saved whole and loads without sharding and at ep 2
+// with the distributed optimizer.
+const std::string kMoeEp2Zero3 = kMoe + "--expert-model-parallel-size 2 " + kZero3,
+                  kMoeEp2DistOpt = kMoe + "--expert-model-parallel-size 2 --use-distributed-optimizer";
+
+TEST(Reshard, MoeSaveEp2Dp2Zero3LoadEp1Ep2DistOpt) {
+  reshard_case("reshard_moe_zero3", 4, kMoeEp2Zero3,
+               {{"ep1", 1, kMoe.c_str()}, {"ep2_distopt", 2, kMoeEp2DistOpt.c_str()}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {
