@@ -13,7 +13,8 @@
 //   reshard_moe        experts (sigmoid routing, expert bias, shared expert): save at
 //                      EP2; load at EP1, EP4 and PP2 x EP2; each rank stores (and
 //                      the checkpoint's files hold) only its ep rank's experts; saved
-//                      under ZeRO-3 at EP2 x DP2, loaded at EP1 and EP2 (distributed optimizer)
+//                      under ZeRO-3 at EP2 x DP2, loaded at EP1 and EP2 (distributed optimizer);
+//                      saved at EP1 (every expert in one file, as before) and loaded at EP2
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
 //                      optimizer, ZeRO-3 resume, loads across strategies, layouts
@@ -292,6 +293,13 @@ TEST(Reshard, MoeSaveEp2LoadEp1Ep4Pp2Ep2) {
   reshard_case("reshard_moe", 2, kMoe + "--expert-model-parallel-size 2",
                {{"ep1", 1, kMoe.c_str()}, {"ep4", 4, kMoeEp4.c_str()}, {"pp2_ep2", 4, kMoePp2Ep2.c_str()}},
                check_expert_storage);
+}
+
+// A checkpoint with every expert in one file (saved at ep 1, as every
+// MoE checkpoint was before the ep ranks wrote their own) loads at ep 2,
+// each rank taking its experts from it.
+TEST(Reshard, MoeSaveEp1LoadEp2) {
+  reshard_case("reshard_moe_ep1", 1, kMoe, {{"ep2", 2, (kMoe + "--expert-model-parallel-size 2").c_str()}});
 }
 
 // The experts' optimizer state sharded over edp (ZeRO-3 at ep 2 x dp 2:
