@@ -39,7 +39,8 @@ static bool all_digits(const std::string& s) {
 }
 
 std::string iter_dir_name(int64_t it) { return fmt::format("iter_{:07d}", it); }
-std::string rank_file_name(int tp_rank, int pp_rank) {
+std::string rank_file_name(int tp_rank, int pp_rank, int ep_rank) {
+  if (ep_rank > 0) return fmt::format("model_rank_{}_{}_ep{}.safetensors", tp_rank, pp_rank, ep_rank);
   return fmt::format("model_rank_{}_{}.safetensors", tp_rank, pp_rank);
 }
 
@@ -248,7 +249,7 @@ void discard_save(const std::string& save_dir, int64_t it) {
 }
 
 void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
-                     const std::vector<ShardTensor>& tensors) {
+                     const std::vector<ShardTensor>& tensors, int ep_rank) {
   json index = json::object();
   std::vector<std::pair<std::string, Tensor>> items;
   for (const auto& t : tensors) {
@@ -260,7 +261,7 @@ void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int p
                                           {"tp_size", std::to_string(tp_size)},
                                           {"pp_rank", std::to_string(pp_rank)},
                                           {"tensors", index.dump()}};
-  write_safetensors((fs::path(tmp_dir) / rank_file_name(tp_rank, pp_rank)).string(), items, meta);
+  write_safetensors((fs::path(tmp_dir) / rank_file_name(tp_rank, pp_rank, ep_rank)).string(), items, meta);
 }
 
 // Index of the tensors in the rank files of `dir`: name -> info.

@@ -6,11 +6,17 @@
 //   DIR/iter_0000100/model_rank_<tp>_<pp>.safetensors
 //       model.<param>, optim.exp_avg.<param>, optim.exp_avg_sq.<param>:
 //       this tp rank's shard (f32) of every parameter its pp stage holds.
+//   DIR/iter_0000100/model_rank_<tp>_<pp>_ep<e>.safetensors
+//       expert parallelism: the MoE experts ep rank e > 0 holds (the same
+//       tensor names; each expert is whole in one file). The index in
+//       metadata.json points each tensor at its file, so nothing else
+//       changes and a checkpoint without experts keeps its bytes.
 //
 // Save protocol (see NOTE [Atomic commit] in sharded_checkpoint.cpp):
 //   rank 0: prepare_save()         -> DIR/iter_0000100.tmp/ (empty)
 //   barrier
-//   dp rank 0 of each (tp, pp): write_rank_file()
+//   dp rank 0 of each (tp, pp): write_rank_file() (with expert parallelism
+//     also the other ep ranks of edp rank 0, their experts)
 //   barrier
 //   rank 0: commit_save()          -> metadata.json, rename, latest marker, retain
 // Load: CheckpointReader assembles any parameter's full tensor from the tp
@@ -39,7 +45,9 @@ constexpr const char* kLatestFile = "latest_checkpointed_iteration.txt";
 constexpr const char* kMetadataFile = "metadata.json";
 
 std::string iter_dir_name(int64_t iteration);          // "iter_0000100"
-std::string rank_file_name(int tp_rank, int pp_rank);  // "model_rank_1_0.safetensors"
+// ep_rank > 0: "model_rank_1_0_ep2.safetensors", the experts of ep rank 2
+// (expert parallelism; ep rank 0's are in its model_rank_<tp>_<pp> file).
+std::string rank_file_name(int tp_rank, int pp_rank, int ep_rank = 0);  // "model_rank_1_0.safetensors"
 const char* shard_name(model::ShardDim s);             // "None", "Rows", "Cols", "QkvRows", "GluRows", "QkvGroups"
 model::ShardDim shard_from_name(const std::string& s, const std::string& file);
 
@@ -79,7 +87,7 @@ void discard_save(const std::string& save_dir, int64_t iteration);
 std::string tmp_dir_for(const std::string& save_dir, int64_t iteration);
 // Every dp-rank-0 rank: its shards into tmp_dir/model_rank_<tp>_<pp>.safetensors.
 void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
-                     const std::vector<ShardTensor>& tensors);
+                     const std::vector<ShardTensor>& tensors, int ep_rank = 0);
 // Rank 0, after every rank_file is written: indexes the files, writes
 // metadata.json (`meta` plus the tensor index and a checksum), renames the
 // directory into place, updates the latest marker (a log line when it goes

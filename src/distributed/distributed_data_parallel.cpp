@@ -63,6 +63,15 @@ DistributedDataParallel::DistributedDataParallel(std::vector<model::GptModel*> c
                  config_.num_distributed_optimizer_instances);
     shard_group_ = groups_.intra_dp_cp;
   }
+  // NOTE [Expert buckets] (param_and_grad_buffer.h): each rank holds its ep
+  // rank's experts only, reduced (and sharded) over edp.
+  comm::Communicator* expert_dp = groups_.layout.ep > 1 ? groups_.edp.get() : nullptr;
+  TRIPOD_CHECK(groups_.layout.ep == 1 || expert_dp,
+               "--expert-model-parallel-size {}: the expert-data-parallel group was not made", groups_.layout.ep);
+  TRIPOD_CHECK_HINT(!expert_dp || config_.num_distributed_optimizer_instances == 1,
+                    "drop --num-distributed-optimizer-instances, or --expert-model-parallel-size",
+                    "--num-distributed-optimizer-instances {} with --expert-model-parallel-size {} is not in this "
+                    "version yet", config_.num_distributed_optimizer_instances, groups_.layout.ep);
   const bool pipeline = groups_.layout.pp > 1;
   for (model::GptModel* m : chunks_) {
     auto& params = m->params();
@@ -86,7 +95,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<model::GptModel*> c
     const int64_t size = bucket_size();
     buffers_.push_back(std::make_unique<ParamAndGradBuffer>(
         params, *shard_group_, be, size, config_.use_distributed_optimizer, deferred, per_microbatch,
-        config_.shards_params(), per_microbatch ? &group_of : nullptr));
+        config_.shards_params(), per_microbatch ? &group_of : nullptr, expert_dp));
     if (config_.num_distributed_optimizer_instances > 1) buffers_.back()->set_inter_instance_group(groups_.inter_dist_opt.get());
   }
   if (config_.shards_grads())

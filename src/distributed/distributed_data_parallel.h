@@ -1,7 +1,8 @@
 // Data parallelism over this rank's model chunks (Megatron-core's
 // DistributedDataParallel in distributed/distributed_data_parallel.py): one
 // ParamAndGradBuffer per chunk, whose buckets are reduced over the
-// data-parallel group, with --overlap-grad-reduce during the last
+// data-parallel group (with expert parallelism the experts' buckets over
+// edp: NOTE [Expert buckets] in param_and_grad_buffer.h), with --overlap-grad-reduce during the last
 // micro-batch's backward (the backward hooks below), and, with the
 // distributed optimizer and --overlap-param-gather, the updated parameters
 // all-gathered per bucket as the next forward needs them.

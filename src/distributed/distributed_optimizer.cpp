@@ -31,9 +31,19 @@ DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const p
     ChunkState cs;
     const int64_t len = buf.shard_numel();
     cs.segments = buf.shard_segments([](const model::Param&) { return true; });
-    // The counted ranges are merged once here, with no decay flags.
+    // The counted ranges are merged once here, with no decay flags. Not
+    // sharded with expert parallelism, the experts' sum is its own: each ep
+    // rank holds other experts (get_grad_norm).
+    const bool split = !sharded_ && groups_.layout.ep > 1;
     cs.norm_segments = buf.shard_segments(
-        [&](const model::Param& p) { return counts_in_grad_norm(p, st, tp_rank, pipeline); }, false);
+        [&](const model::Param& p) {
+          return counts_in_grad_norm(p, st, tp_rank, pipeline) && !(split && p.spec.expert >= 0);
+        },
+        false);
+    if (split)
+      cs.expert_norm_segments = buf.shard_segments(
+          [&](const model::Param& p) { return counts_in_grad_norm(p, st, tp_rank, pipeline) && p.spec.expert >= 0; },
+          false);
     cs.adam = std::make_unique<optim::AdamW>(be_, len, config);
     if (!sharded_) {
       // step() writes the compute copy of exactly these ranges and casts
@@ -61,6 +71,22 @@ double DistributedOptimizer::get_grad_norm() {
   for (size_t c = 0; c < chunks_.size(); ++c) {
     const Tensor& grads = ddp_.buffer(static_cast<int>(c)).reduced_grads();
     for (const auto& seg : chunks_[c].norm_segments) be_.sum_squares(acc, grads.flat(seg.offset, {seg.numel}));
+  }
+  // Not sharded, with expert parallelism: every expert once, as Megatron's
+  // get_grad_norm_fp32 over the expert model-parallel group: this rank's
+  // experts' sum over the ep group (each ep rank holds E / ep experts), then
+  // with the dense sum over mp. (Sharded, the world sum below counts every
+  // dense piece and every expert piece once already.)
+  if (!sharded_ && groups_.layout.ep > 1) {
+    Tensor expert = be_.empty({1}, DType::F32);
+    be_.zero(expert);
+    for (size_t c = 0; c < chunks_.size(); ++c) {
+      const Tensor& grads = ddp_.buffer(static_cast<int>(c)).reduced_grads();
+      for (const auto& seg : chunks_[c].expert_norm_segments)
+        be_.sum_squares(expert, grads.flat(seg.offset, {seg.numel}));
+    }
+    groups_.ep->all_reduce(expert)->wait();
+    be_.add(acc, acc, expert);
   }
   // Sharded: every shard once, so over the world, or with several
   // distributed-optimizer instances over one of them (mp x intra_dp_cp).

@@ -62,7 +62,9 @@ class DistributedOptimizer {
   // rank, replicated ones on tp rank 0 only
   // (param_is_not_tensor_parallel_duplicate), the last stage's copy of the
   // tied embedding not at all; summed over the model-parallel group, and
-  // over dp too when sharded. Collective; synchronises with the device.
+  // over dp too when sharded; with expert parallelism the experts' sum over
+  // the ep group first (each rank holds E / ep experts). Collective;
+  // synchronises with the device.
   double get_grad_norm();
   // One AdamW step at this lr on gradients x grad_scale (clip coefficient /
   // loss scale), then the compute copies (bf16/fp16) or, sharded, the
@@ -84,6 +86,7 @@ class DistributedOptimizer {
     std::unique_ptr<optim::AdamW> adam;        // over the shard (the whole buffer unless sharded)
     std::vector<optim::Segment> segments;      // relative to the shard
     std::vector<optim::Segment> norm_segments;  // the ranges the grad norm counts, relative to the shard
+    std::vector<optim::Segment> expert_norm_segments;  // not sharded, ep > 1: the experts' ranges, summed over ep
     Tensor value_shard;                        // sharded: the fp32 master weights being stepped
   };
 

@@ -54,9 +54,10 @@ int64_t default_bucket_size(int dp_size) { return std::max<int64_t>(40000000, 10
 
 ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be,
                                        int64_t bucket_size, bool distributed_optimizer, const std::vector<bool>& deferred,
-                                       bool shard_grads, bool shard_params, const std::vector<int>* group_of)
-    : params_(params), dp_(dp), be_(be), distributed_(distributed_optimizer), dp_size_(dp.size()),
-      dp_rank_(dp.rank()), shard_grads_(shard_grads), shard_params_(shard_params) {
+                                       bool shard_grads, bool shard_params, const std::vector<int>* group_of,
+                                       comm::Communicator* expert_dp)
+    : params_(params), dp_(dp), be_(be), distributed_(distributed_optimizer), shard_grads_(shard_grads),
+      shard_params_(shard_params) {
   TRIPOD_CHECK(!shard_grads_ || distributed_, "sharded gradients need the distributed optimizer's shard layout");
   TRIPOD_CHECK(!shard_params_ || shard_grads_, "sharded parameters need sharded gradients");
   const auto& ps = params_.params();
@@ -64,12 +65,22 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
   for (const auto& p : ps) {
     offsets.push_back(p.offset);
     numels.push_back(shape_numel(p.shape));
+    expert_.push_back(p.spec.expert >= 0);
+  }
+  // NOTE [Expert buckets]: with an expert group, a bucket holds experts only
+  // or no expert at all (a run of either kind, within one group of group_of).
+  std::vector<int> kind_of;
+  if (expert_dp) {
+    for (size_t i = 0; i < ps.size(); ++i) kind_of.push_back((group_of ? 2 * (*group_of)[i] : 0) + (expert_[i] ? 1 : 0));
+    group_of = &kind_of;
   }
   buckets_ = split_buckets(offsets, numels, params_.padded_numel(), bucket_size, deferred, group_of);
   bucket_of_.assign(ps.size(), -1);
-  const int D = distributed_ ? dp_size_ : 1;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
+    // NOTE [Expert buckets]: a bucket of experts is reduced over edp.
+    comm_.push_back(expert_dp && expert_[static_cast<size_t>(r.first_param)] ? expert_dp : &dp_);
+    const int D = distributed_ ? size_of(b) : 1;
     for (int i = r.first_param; i < r.end_param; ++i) bucket_of_[static_cast<size_t>(i)] = static_cast<int>(b);
     const int64_t padded = (r.numel() + D - 1) / D * D;
     piece_len_.push_back(padded / D);
@@ -110,7 +121,7 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
     const BucketRange& r = buckets_[b];
     for (int i = r.first_param; i < r.end_param; ++i)
       if (reads_fp32_value(ps[static_cast<size_t>(i)].spec)) fp32_params_[b].push_back(static_cast<size_t>(i));
-    for (int64_t q = 0; q < dp_size_; ++q) {
+    for (int64_t q = 0; q < size_of(b); ++q) {
       int64_t part = 0;
       for (size_t i : fp32_params_[b]) {
         const int64_t lo = ps[i].offset - r.begin;
@@ -146,7 +157,7 @@ std::vector<optim::Segment> ParamAndGradBuffer::shard_segments(const std::functi
   std::vector<optim::Segment> segs;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
-    const int64_t rank = distributed_ ? dp_rank_ : 0;
+    const int64_t rank = distributed_ ? rank_of(b) : 0;
     const int64_t piece = r.begin + rank * piece_len_[b];
     for (int i = r.first_param; i < r.end_param; ++i) {
       const model::Param& p = params_.params()[static_cast<size_t>(i)];
@@ -168,7 +179,7 @@ void ParamAndGradBuffer::take_shard(Tensor& shard, const Tensor& full) const {
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
-    const int64_t piece = r.begin + dp_rank_ * piece_len_[b];
+    const int64_t piece = r.begin + rank_of(b) * piece_len_[b];
     const int64_t real = std::clamp<int64_t>(r.end - piece, 0, piece_len_[b]);  // beyond: padding
     if (real > 0) copy_to(be_, shard.flat(shard_offset_[b], {real}), full.flat(piece, {real}));
   }
@@ -189,10 +200,10 @@ void ParamAndGradBuffer::gather_shards(Tensor& full, const Tensor& shard) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
     Tensor stage = staging_[b];
-    if (!stage.defined() && piece_len_[b] * dp_size_ != r.numel())  // ZeRO-2/-3 keep no staging
-      stage = be_.empty({piece_len_[b] * dp_size_}, DType::F32);
+    if (!stage.defined() && piece_len_[b] * size_of(b) != r.numel())  // ZeRO-2/-3 keep no staging
+      stage = be_.empty({piece_len_[b] * size_of(b)}, DType::F32);
     Tensor out = stage.defined() ? stage : full.flat(r.begin, {r.numel()});
-    dp_.all_gather(out, shard.flat(shard_offset_[b], {piece_len_[b]}))->wait();
+    comm_of(b).all_gather(out, shard.flat(shard_offset_[b], {piece_len_[b]}))->wait();
     if (stage.defined()) copy_to(be_, full.flat(r.begin, {r.numel()}), stage.flat(0, {r.numel()}));
   }
 }
@@ -240,16 +251,16 @@ void ParamAndGradBuffer::launch(size_t b) {
     for (size_t k = 0; k < buckets_.size(); ++k)
       if (k != b && grad_work_[k]) finish_bucket_grad(k);
     rs_piece_[b] = be_.empty({piece_len_[b]}, DType::F32);
-    grad_work_[b] = dp_.reduce_scatter(rs_piece_[b], grad_bucket_[b]);
+    grad_work_[b] = comm_of(b).reduce_scatter(rs_piece_[b], grad_bucket_[b]);
     return;
   }
   Tensor& grads = params_.grads();
   if (!distributed_) {
     Tensor view = grads.flat(buckets_[b].begin, {buckets_[b].numel()});
-    grad_work_[b] = dp_.all_reduce(view);
+    grad_work_[b] = comm_of(b).all_reduce(view);
   } else {
     Tensor out = grad_shard_.flat(shard_offset_[b], {piece_len_[b]});
-    grad_work_[b] = dp_.reduce_scatter(out, input_of(b, grads));
+    grad_work_[b] = comm_of(b).reduce_scatter(out, input_of(b, grads));
   }
 }
 
@@ -290,7 +301,7 @@ void ParamAndGradBuffer::bind_grads(size_t b) {
   if (grad_work_[b]) finish_bucket_grad(b);
   if (grad_bucket_[b].defined()) return;
   const BucketRange& r = buckets_[b];
-  grad_bucket_[b] = be_.empty({piece_len_[b] * dp_size_}, DType::F32);  // padded: no staging copy
+  grad_bucket_[b] = be_.empty({piece_len_[b] * size_of(b)}, DType::F32);  // padded: no staging copy
   be_.zero(grad_bucket_[b]);
   params_.bind_grads(r.begin, r.numel(), grad_bucket_[b].flat(0, {r.numel()}));
 }
@@ -319,16 +330,16 @@ void ParamAndGradBuffer::start_gather(size_t b) {
   const int64_t L = piece_len_[b];
   const Tensor mine = value_shard_.flat(shard_offset_[b], {L});
   if (!gather_compute_) {
-    gathered_[b] = be_.empty({L * dp_size_}, DType::F32);
-    z3_work_[b] = dp_.all_gather(gathered_[b], mine);
+    gathered_[b] = be_.empty({L * size_of(b)}, DType::F32);
+    z3_work_[b] = comm_of(b).all_gather(gathered_[b], mine);
     if (on_gather) on_gather(static_cast<int>(b), 0);
     return;
   }
   // NOTE [Compute-dtype all-gather]: this rank's piece cast, then gathered.
   z3_send_[b] = be_.empty({L}, params_.compute_dtype());
   be_.cast(z3_send_[b], mine);
-  gathered_compute_[b] = be_.empty({L * dp_size_}, params_.compute_dtype());
-  z3_work_[b] = dp_.all_gather(gathered_compute_[b], z3_send_[b]);
+  gathered_compute_[b] = be_.empty({L * size_of(b)}, params_.compute_dtype());
+  z3_work_[b] = comm_of(b).all_gather(gathered_compute_[b], z3_send_[b]);
   // The fp32 parameters: this rank's parts of them, packed in parameter order.
   int64_t packed = 0;
   for (size_t i : fp32_params_[b]) packed += shape_numel(params_.params()[i].shape);
@@ -341,20 +352,20 @@ void ParamAndGradBuffer::start_gather(size_t b) {
     for (size_t i : fp32_params_[b]) {
       const model::Param& p = params_.params()[i];
       const int64_t lo = p.offset - buckets_[b].begin;
-      const auto [a, e] = in_piece(lo, lo + shape_numel(p.shape), dp_rank_, L);
+      const auto [a, e] = in_piece(lo, lo + shape_numel(p.shape), rank_of(b), L);
       if (e <= a) continue;
-      copy_to(be_, fp32_send_[b].flat(pos, {e - a}), mine.flat(a - dp_rank_ * L, {e - a}));
+      copy_to(be_, fp32_send_[b].flat(pos, {e - a}), mine.flat(a - rank_of(b) * L, {e - a}));
       pos += e - a;
     }
-    fp32_out_[b] = be_.empty({S * dp_size_}, DType::F32);
-    fp32_work_[b] = dp_.all_gather(fp32_out_[b], fp32_send_[b]);
+    fp32_out_[b] = be_.empty({S * size_of(b)}, DType::F32);
+    fp32_work_[b] = comm_of(b).all_gather(fp32_out_[b], fp32_send_[b]);
   }
   if (on_gather) on_gather(static_cast<int>(b), 0);
 }
 
 void ParamAndGradBuffer::unpack_fp32(size_t b) {
   const int64_t L = piece_len_[b], S = fp32_part_len_[b];
-  for (int64_t q = 0; q < dp_size_; ++q) {
+  for (int64_t q = 0; q < size_of(b); ++q) {
     int64_t pos = 0, packed = 0;
     for (size_t i : fp32_params_[b]) {
       const model::Param& p = params_.params()[i];
@@ -454,10 +465,10 @@ void ParamAndGradBuffer::start_param_sync(const Tensor& value_shard) {
   finish_param_sync();
   for (size_t k = buckets_.size(); k-- > 0;) {  // forward order: the first layers first
     const BucketRange& r = buckets_[k];
-    if (!staging_[k].defined() && piece_len_[k] * dp_size_ != r.numel())  // ZeRO-2: until wait_gather
-      staging_[k] = be_.empty({piece_len_[k] * dp_size_}, DType::F32);
+    if (!staging_[k].defined() && piece_len_[k] * size_of(k) != r.numel())  // ZeRO-2: until wait_gather
+      staging_[k] = be_.empty({piece_len_[k] * size_of(k)}, DType::F32);
     Tensor out = staging_[k].defined() ? staging_[k] : params_.values().flat(r.begin, {r.numel()});
-    gather_work_[k] = dp_.all_gather(out, value_shard.flat(shard_offset_[k], {piece_len_[k]}));
+    gather_work_[k] = comm_of(k).all_gather(out, value_shard.flat(shard_offset_[k], {piece_len_[k]}));
   }
 }
 

@@ -24,6 +24,17 @@
 // optimizer, start_param_sync() -> finish_param_sync() (per parameter group
 // from the next forward, or all at once).
 //
+// NOTE [Expert buckets]
+// With expert parallelism each rank holds only its ep rank's experts
+// (model/gpt_model.cpp), which the other ranks of its ep group do not
+// hold: their gradients are summed over the expert-data-parallel group
+// (edp: the ranks holding the same experts), not dp. As Megatron's
+// separate expert buffers (expert_parallel_buffers in
+// distributed_data_parallel.py), a bucket holds either experts only or no
+// expert, and each bucket has its group: dp, or edp for experts. The
+// distributed optimizer's shard is then this rank's piece of every bucket,
+// 1/dp of a dense bucket and 1/edp of an expert one; ZeRO-2/-3 likewise.
+//
 // Relates to: distributed/distributed_data_parallel.h (one buffer per chunk,
 // the backward hooks), distributed/distributed_optimizer.h (the shard it
 // steps), model/param_table.h (the flat buffers), comm/communicator.h (async
@@ -75,12 +86,15 @@ class ParamAndGradBuffer {
   // dp one (the tied embedding over the embedding group): it gets its own
   // bucket, which register_grad_ready never launches; start_grad_sync() does.
   // dp: the data-parallel group (its size sets the shard split).
+  // expert_dp (expert parallelism, NOTE [Expert buckets]): the
+  // expert-data-parallel group the buckets of experts reduce and shard over.
   // shard_grads (ZeRO-2, needs distributed_optimizer): NOTE [Sharded
   // gradients]; shard_params (ZeRO-3, needs shard_grads): NOTE [Sharded
   // parameters]; group_of: as split_buckets (ZeRO-3 passes the layer groups).
   ParamAndGradBuffer(model::ParamStore& params, comm::Communicator& dp, backend::Backend& be, int64_t bucket_size,
                      bool distributed_optimizer, const std::vector<bool>& deferred, bool shard_grads = false,
-                     bool shard_params = false, const std::vector<int>* group_of = nullptr);
+                     bool shard_params = false, const std::vector<int>* group_of = nullptr,
+                     comm::Communicator* expert_dp = nullptr);
   ~ParamAndGradBuffer();
   ParamAndGradBuffer(const ParamAndGradBuffer&) = delete;
   ParamAndGradBuffer& operator=(const ParamAndGradBuffer&) = delete;
@@ -195,8 +209,12 @@ class ParamAndGradBuffer {
   comm::Communicator& dp_;
   backend::Backend& be_;
   bool distributed_;
-  int dp_size_, dp_rank_;
   std::vector<BucketRange> buckets_;
+  std::vector<bool> expert_;              // per parameter: an MoE expert's (ParamSpec::expert >= 0)
+  std::vector<comm::Communicator*> comm_;  // per bucket: dp, or edp for a bucket of experts
+  comm::Communicator& comm_of(size_t b) const { return *comm_[b]; }
+  int size_of(size_t b) const { return comm_[b]->size(); }
+  int rank_of(size_t b) const { return comm_[b]->rank(); }
   std::vector<int> bucket_of_;           // per parameter
   std::vector<int64_t> piece_len_;       // per bucket: padded numel / dp (distributed)
   std::vector<int64_t> shard_offset_;    // per bucket: where its piece sits in the shard

@@ -122,10 +122,16 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   }
   // Keep the parameters this stage holds. The tied output layer reuses the
   // word embedding, so the last stage holds a copy of it too (Megatron).
+  // Expert parallelism: of an MoE layer's experts only this ep rank's
+  // E / ep, [ep_rank E/ep, (ep_rank + 1) E/ep) (NOTE [Expert buckets] in
+  // distributed/param_and_grad_buffer.h reduces them over edp).
+  const int64_t local_experts = config_.moe.enabled() ? config_.moe.num_experts / stage_.ep_size() : 0;
+  const int64_t first_expert = local_experts * stage_.ep_rank();
   std::vector<ParamSpec> mine;
   for (auto& s : all_param_specs(config_, padded_vocab_))
     if (stage_holds(s, stage_.first_layer, stage_.num_local_layers, stage_.pre_process, stage_.post_process,
-                    !config_.untie_embeddings_and_output_weights))
+                    !config_.untie_embeddings_and_output_weights) &&
+        (s.expert < 0 || (s.expert >= first_expert && s.expert < first_expert + local_experts)))
       mine.push_back(std::move(s));
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size(), stage_.tp_rank(), be_,
                                          stage_.param_buffer_pad, stage_.compute_dtype, stage_.flat_grads);

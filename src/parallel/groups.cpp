@@ -88,6 +88,7 @@ CommTimers time_communication(ProcessGroups& pg) {
   else wrap(pg.dp_cp, t.dp);
   wrap(pg.intra_dp_cp, t.dp);
   wrap(pg.inter_dist_opt, t.dp);
+  wrap(pg.edp, t.dp);  // the experts' gradient reductions (NOTE [Expert buckets])
   return t;
 }
 

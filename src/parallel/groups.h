@@ -92,7 +92,8 @@ struct CommTimers {
 // FP8 amax reductions) reduces over dp x cp without knowing about cp.
 ProcessGroups data_parallel_view(const ProcessGroups& pg);
 
-// Replaces pg.tp, pg.embd and pg.dp by timing decorators
+// Replaces pg.tp, pg.embd and pg.dp (and the other groups gradients are
+// reduced over: dp_cp, the distributed-optimizer instances, edp) by timing decorators
 // (comm/timed_communicator.h) where the group has more than one rank, so
 // single-rank groups cost nothing and read exactly 0. Call before handing
 // the communicators to models or buckets.

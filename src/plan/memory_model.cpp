@@ -367,14 +367,14 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
     mb.bytes_per_param = model_state_bytes_per_param(l.dtype, l.distributed_optimizer, l.shard_ranks(),
                                                      o.model == MemoryModelKind::kTripod, l.zero_stage);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param + sharded_working_bytes(m, l, stage);
-    // Expert parallelism (docs/moe.md): Megatron stores E / ep experts per
-    // rank and shards their optimizer state over the expert-data-parallel
-    // ranks (dp x cp / ep). tripod's ranks hold every expert in this version
-    // (the model above).
-    if (o.model == MemoryModelKind::kMegatron && l.ep > 1) {
+    // Expert parallelism (docs/moe.md): each rank stores E / ep experts
+    // (tripod as Megatron) and shards their optimizer state (ZeRO-2/-3:
+    // gradients, parameters) over the expert-data-parallel ranks (dp x cp / ep).
+    if (l.ep > 1) {
       const int64_t experts = expert_params_on_stage(m, l.tp, l.pp, stage), kept = experts / l.ep;
-      const double expert_bpp = model_state_bytes_per_param(l.dtype, l.distributed_optimizer,
-                                                             std::max(1, l.shard_ranks() / l.ep), false, l.zero_stage);
+      const double expert_bpp =
+          model_state_bytes_per_param(l.dtype, l.distributed_optimizer, std::max(1, l.shard_ranks() / l.ep),
+                                      o.model == MemoryModelKind::kTripod, l.zero_stage);
       mb.params_per_gpu -= experts - kept;
       mb.model_states += double(kept) * expert_bpp - double(experts) * mb.bytes_per_param;
     }

@@ -102,13 +102,20 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
   for (size_t c = 0; c < models_.size(); ++c)
     moments.push_back(optimizer_->state(static_cast<int>(c)));  // collective with the distributed optimizer
   collective_step(groups_, be_, "write", [&] {
-    if (dp_rank_ != 0 || cp_rank_ != 0) return;  // dp and cp replicas hold the same shards
+    // dp and cp replicas hold the same shards. Expert parallelism: each rank
+    // holds its ep rank's experts, replicated over edp, so the ep ranks of
+    // edp rank 0 write them, dp rank 0 into its file with the rest, the
+    // others into model_rank_<tp>_<pp>_ep<e> (ckpt/sharded_checkpoint.h).
+    const bool dense_writer = dp_rank_ == 0 && cp_rank_ == 0;
+    const bool expert_writer = groups_.edp && groups_.edp->rank() == 0 && cp_rank_ == 0;
+    if (!dense_writer && !expert_writer) return;
     std::vector<ckpt::ShardTensor> tensors;
     for (size_t c = 0; c < models_.size(); ++c) {
       const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);
       auto& store = models_[c]->params();
       for (const auto& p : store.params()) {
         const auto& s = p.spec;
+        if (!dense_writer && s.expert < 0) continue;
         tensors.push_back({"model." + s.name, s.global_shape, s.shard, store.value_to_host(p)});
         Tensor mc = Tensor::empty(p.shape, DType::F32), vc = Tensor::empty(p.shape, DType::F32);
         std::copy_n(m.data<float>() + p.offset, mc.numel(), mc.data<float>());
@@ -119,11 +126,12 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
       // FP8 delayed scaling (model/fp8_meta.h): the same on every tp and dp
       // rank after its reductions, so saved as replicated tensors. A run
       // without FP8 writes none (its checkpoint bytes do not change).
-      if (model::Fp8State* f = models_[c]->fp8_state(); f && f->config().delayed())
+      if (model::Fp8State* f = models_[c]->fp8_state(); dense_writer && f && f->config().delayed())
         for (auto& [name, t] : f->state_tensors())
           tensors.push_back({"fp8." + name, {t.numel()}, model::ShardDim::None, to_host(be_, t)});
     }
-    ckpt::write_rank_file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, tensors);
+    ckpt::write_rank_file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, tensors,
+                          dense_writer ? 0 : groups_.layout.ep_rank(groups_.global_rank));
   });
   collective_step(groups_, be_, "commit", [&] {
     if (!rank0) return;

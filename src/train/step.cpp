@@ -66,7 +66,13 @@ StepResult Trainer::train_step() {
   if (model().config().moe.enabled()) {
     std::vector<model::GptModel*> chunks;
     for (auto& m : models_) chunks.push_back(m.get());
+    // ZeRO-3 keeps the parameters as shards between uses: the expert bias
+    // update reads and writes the whole bias, so the parameters are whole
+    // for it (one all-gather) and go back to shards from the updated values.
+    const bool shards = args_.parallel.ddp.shards_params() && model().config().moe.router_enable_expert_bias;
+    if (shards) ddp_->materialize_params();
     r.moe = moe_end_iteration(chunks, groups_, be_);
+    if (shards) ddp_->unmaterialize_params(true);
   }
   time_split_.optimizer_end(r.schedule, stage_->data_seconds(), iteration_ + 1, num_microbatches_);
   ++iteration_;
@@ -165,6 +171,8 @@ void Trainer::dump_weights(const std::string& dir) {
   auto put_i64 = [&](int64_t v) { std::fwrite(&v, 8, 1, f); };
   int64_t count = 0;
   for (auto& m : models_) count += static_cast<int64_t>(m->params().params().size());
+  // An expert's replicas are the edp ranks: its copy on edp rank 0 goes as dp rank 0's.
+  const int expert_dp_rank = groups_.edp ? groups_.edp->rank() : dp_rank_;
   put_i64(count);
   for (auto& m : models_)
     for (const auto& p : m->params().params()) {
@@ -173,7 +181,7 @@ void Trainer::dump_weights(const std::string& dir) {
       put_i64(static_cast<int64_t>(p.spec.shard));
       put_i64(groups_.layout.tp);
       put_i64(tp_rank_);
-      put_i64(dp_rank_);
+      put_i64(p.spec.expert >= 0 ? expert_dp_rank : dp_rank_);
       put_i64(static_cast<int64_t>(p.spec.global_shape.size()));
       for (int64_t d : p.spec.global_shape) put_i64(d);
       Tensor h = m->params().value_to_host(p);

@@ -17,6 +17,7 @@
 //  - the hand-built Mixtral with every expert a copy of one MLP computes the
 //    dense model (the routing probabilities sum to 1): its logits equal the
 //    LlamaForCausalLM import of that MLP within 1e-5;
+//  - an ep 2 checkpoint (experts in per-ep files) exports the whole model;
 //  - refusals: non-zero Qwen2-MoE q/k/v biases, router_jitter_noise, and the
 //    export of sigmoid routing, each naming the cause.
 #include <gtest/gtest.h>
@@ -100,6 +101,44 @@ TEST(HfMoe, Qwen3MoeExportMatchesPyTorchAndImportRoundTrips) {
   EXPECT_TRUE(ck.qk_layernorm);
   EXPECT_FALSE(ck.moe.router_pre_softmax);
   if (!HasFailure()) fs::remove_all(s.dir);
+}
+
+// A checkpoint saved with expert parallelism keeps ep rank 1's experts in
+// a file of their own (model_rank_0_0_ep1.safetensors); the export reads
+// through the checkpoint's index and writes the whole model: every tensor
+// of the single-process run's export, the same shapes, the values within
+// 1e-5 of the largest (the two trainings agree that closely, tests/parity;
+// with parity's --adam-eps 1e-6, as the default 1e-8 lets Adam blow up
+// rounding noise in gradients near zero).
+TEST(HfMoe, MixtralExportOfAnEp2CheckpointHasEveryExpert) {
+  Scratch s("hf_mixtral_ep2");
+  const std::string bin = env("TRIPOD_BIN"), log = (s / "log").string(), flags = kMixtral + " --adam-eps 1e-6";
+  ASSERT_EQ(sh(bin + " train " + flags + " --train-iters 3 --save " + (s / "ck1").string() + " > " + log + " 2>&1"),
+            0) << slurp(log);
+  ASSERT_EQ(sh(bin + " launch --nproc-per-node 2 train " + flags + " --expert-model-parallel-size 2 --train-iters 3 "
+               "--save " + (s / "ck2").string() + " > " + log + " 2>&1"), 0) << slurp(log);
+  ASSERT_TRUE(fs::exists(s / "ck2" / "iter_0000003" / "model_rank_0_0_ep1.safetensors"));
+  for (const char* k : {"1", "2"})
+    ASSERT_EQ(sh(bin + " convert --load " + (s / (std::string("ck") + k)).string() + " --export-hf " +
+                 (s / (std::string("hf") + k)).string() + " > " + log + " 2>&1"), 0) << slurp(log);
+  const auto one = ckpt::SafetensorsFile::open((s / "hf1" / "model.safetensors").string());
+  const auto two = ckpt::SafetensorsFile::open((s / "hf2" / "model.safetensors").string());
+  ASSERT_EQ(one.entries().size(), two.entries().size());
+  int experts = 0;
+  for (const ckpt::StEntry& e : one.entries()) {
+    ASSERT_TRUE(two.contains(e.name)) << e.name << " missing from the ep 2 export";
+    EXPECT_EQ(two.find(e.name)->shape, e.shape) << e.name;
+    experts += e.name.find("block_sparse_moe.experts.") != std::string::npos;
+    const Tensor a = one.read_f32(e.name), b = two.read_f32(e.name);
+    double diff = 0, big = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      diff = std::max(diff, std::fabs(double(a.data<float>()[i]) - b.data<float>()[i]));
+      big = std::max(big, std::fabs(double(a.data<float>()[i])));
+    }
+    EXPECT_LE(diff, 1e-5 * big) << e.name;
+  }
+  EXPECT_EQ(experts, 2 * 4 * 3) << "2 layers x 4 experts x w1, w2, w3";
+  if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
 }
 
 // ---- Hand-built folders in the hub's names ----

@@ -11,7 +11,10 @@
 //   reshard_llama      the Llama family (grouped qkv, SwiGLU, untied output layer):
 //                      save at TP2 x DP2; load at TP1 (1 rank) and PP2 x DP2 (4 ranks)
 //   reshard_moe        experts (sigmoid routing, expert bias, shared expert): save at
-//                      EP2; load at EP1, EP4 and PP2 x EP2
+//                      EP2; load at EP1, EP4 and PP2 x EP2; each rank stores (and
+//                      the checkpoint's files hold) only its ep rank's experts; saved
+//                      under ZeRO-3 at EP2 x DP2, loaded at EP1 and EP2 (distributed optimizer);
+//                      saved at EP1 (every expert in one file, as before) and loaded at EP2
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
 //                      optimizer, ZeRO-3 resume, loads across strategies, layouts
@@ -23,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "common.h"
 
@@ -117,7 +121,10 @@ struct Target {
 
 // Saves at `layout` after 4 iterations, loads at each target and continues
 // to 8: within 1e-5 of the uninterrupted run at `layout`.
-void reshard_case(const std::string& tag, int nproc, const std::string& layout, const std::vector<Target>& targets) {
+// check (optional): more checks on the scratch directory (the checkpoint in
+// ck/, the runs' logs) before it is removed.
+void reshard_case(const std::string& tag, int nproc, const std::string& layout, const std::vector<Target>& targets,
+                  const std::function<void(const Scratch&)>& check = {}) {
   Scratch s(tag);
   run(s, "straight", nproc, layout + " --train-iters 8");
   run(s, "first", nproc, layout + " --train-iters 4 --save " + (s / "ck").string());
@@ -133,6 +140,7 @@ void reshard_case(const std::string& tag, int nproc, const std::string& layout, 
           << t.name << " iteration " << got[i].first;
     }
   }
+  if (check) check(s);
   if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
 }
 
@@ -245,9 +253,65 @@ const std::string kMoe =
 const std::string kMoeEp4 = kMoe + "--expert-model-parallel-size 4",
                   kMoePp2Ep2 = kMoe + "--pipeline-model-parallel-size 2 --expert-model-parallel-size 2";
 
+// The parameters rank 0 stores, from its start-up memory line
+// ("memory on rank 0 (tp 0 pp 0 dp 0): N params; ...").
+int64_t rank0_params(const fs::path& log) {
+  const std::string text = slurp(log);
+  const size_t at = text.find("memory on rank 0 (");
+  if (at == std::string::npos) return -1;
+  const size_t num = text.find("): ", at);
+  return num == std::string::npos ? -1 : std::stoll(text.substr(num + 3));
+}
+
+// Each ep rank stores only its experts (docs/moe.md, "Expert
+// parallelism"): 4 MoE layers of 4 experts, each expert fc1 (32, 64) + 32
+// and fc2 (64, 32) + 64 = 4192 parameters; rank 0 holds 2 of them per
+// layer at ep 2 and 1 at ep 4. The checkpoint saved at ep 2 keeps ep rank
+// 1's experts in model_rank_0_0_ep1.safetensors, with nothing else.
+void check_expert_storage(const Scratch& s) {
+  constexpr int64_t kExpert = 32 * 64 + 32 + 64 * 32 + 64, kLayers = 4;
+  const int64_t ep1 = rank0_params(s / "ep1.log"), ep2 = rank0_params(s / "first.log"),
+                ep4 = rank0_params(s / "ep4.log");
+  ASSERT_GT(ep1, 0) << "no memory line in " << s / "ep1.log";
+  EXPECT_EQ(ep1 - ep2, kLayers * 2 * kExpert) << "ep 2 stores 2 of the 4 experts per layer";
+  EXPECT_EQ(ep1 - ep4, kLayers * 3 * kExpert) << "ep 4 stores 1 of the 4 experts per layer";
+  const fs::path it = s / "ck" / "iter_0000004";
+  const std::string rank0 = slurp(it / "model_rank_0_0.safetensors"), ep_1 = slurp(it / "model_rank_0_0_ep1.safetensors");
+  ASSERT_FALSE(ep_1.empty()) << "ep rank 1 wrote no model_rank_0_0_ep1.safetensors";
+  for (int l = 0; l < kLayers; ++l)
+    for (int e = 0; e < 4; ++e) {
+      const std::string name = "model.decoder.layers." + std::to_string(l) + ".mlp.experts.local_experts." +
+                               std::to_string(e) + ".linear_fc1.weight\"";
+      EXPECT_EQ(rank0.find(name) != std::string::npos, e < 2) << name << " in model_rank_0_0";
+      EXPECT_EQ(ep_1.find(name) != std::string::npos, e >= 2) << name << " in model_rank_0_0_ep1";
+    }
+  EXPECT_EQ(ep_1.find("self_attention"), std::string::npos) << "dense parameters belong in model_rank_0_0 only";
+  EXPECT_EQ(ep_1.find("shared_experts"), std::string::npos) << "the shared expert belongs in model_rank_0_0 only";
+}
+
 TEST(Reshard, MoeSaveEp2LoadEp1Ep4Pp2Ep2) {
   reshard_case("reshard_moe", 2, kMoe + "--expert-model-parallel-size 2",
-               {{"ep1", 1, kMoe.c_str()}, {"ep4", 4, kMoeEp4.c_str()}, {"pp2_ep2", 4, kMoePp2Ep2.c_str()}});
+               {{"ep1", 1, kMoe.c_str()}, {"ep4", 4, kMoeEp4.c_str()}, {"pp2_ep2", 4, kMoePp2Ep2.c_str()}},
+               check_expert_storage);
+}
+
+// A checkpoint with every expert in one file (saved at ep 1, as every
+// MoE checkpoint was before the ep ranks wrote their own) loads at ep 2,
+// each rank taking its experts from it.
+TEST(Reshard, MoeSaveEp1LoadEp2) {
+  reshard_case("reshard_moe_ep1", 1, kMoe, {{"ep2", 2, (kMoe + "--expert-model-parallel-size 2").c_str()}});
+}
+
+// The experts' optimizer state sharded over edp (ZeRO-3 at ep 2 x dp 2:
+// the experts' buckets reduce-scattered and gathered over edp, the dense
+// ones over dp) is saved whole and loads without sharding and at ep 2
+// with the distributed optimizer.
+const std::string kMoeEp2Zero3 = kMoe + "--expert-model-parallel-size 2 " + kZero3,
+                  kMoeEp2DistOpt = kMoe + "--expert-model-parallel-size 2 --use-distributed-optimizer";
+
+TEST(Reshard, MoeSaveEp2Dp2Zero3LoadEp1Ep2DistOpt) {
+  reshard_case("reshard_moe_zero3", 4, kMoeEp2Zero3,
+               {{"ep1", 1, kMoe.c_str()}, {"ep2_distopt", 2, kMoeEp2DistOpt.c_str()}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "plan/memory_model.h"
 #include "testing/run_tripod.h"
 
 namespace {
@@ -43,31 +44,44 @@ const Case kCases[] = {
      ""},
 };
 
+// The largest allocator peak (MiB) any rank of the training run logs.
+double measured_peak_mib(const Case& c) {
+  const std::string np = std::to_string(c.nproc);
+  const auto run = tripod::testing::run_tripod("launch --nproc-per-node " + np + " train --device cpu " + kModel +
+                                                   " " + c.layout + " " + c.train_only +
+                                                   " --mock-data --train-iters 2 --log-interval 1 --eval-interval 0",
+                                               "OMP_NUM_THREADS=1");
+  EXPECT_EQ(run.code, 0) << run.output;
+  double measured = 0;
+  int ranks = 0;
+  const std::regex peak(R"(allocator peak ([0-9.]+) MiB)");
+  for (std::sregex_iterator it(run.output.begin(), run.output.end(), peak), end; it != end; ++it, ++ranks)
+    measured = std::max(measured, std::stod((*it)[1]));
+  EXPECT_EQ(ranks, c.nproc) << run.output;
+  return measured;
+}
+
+// `tripod plan`'s allocator peak (MiB) for the case's layout.
+double plan_peak_mib(const Case& c) {
+  const auto plan = tripod::testing::run_tripod("plan " + kModel + " --gpus-per-node " + std::to_string(c.nproc) +
+                                                " --fp32 " + c.layout + " " + c.plan_only +
+                                                " --recompute-search none --device cpu --op-times assumed --json");
+  EXPECT_EQ(plan.code, 0) << plan.output;
+  if (plan.code != 0 || plan.output.find("{\n") == std::string::npos) return -1;
+  const auto j = nlohmann::json::parse(plan.output.substr(plan.output.find("{\n")));
+  EXPECT_FALSE(j["layouts"].empty()) << plan.output;
+  if (j["layouts"].empty()) return -1;
+  return j["layouts"][0]["memory_gib"]["allocator_peak"].get<double>() * 1024;
+}
+
 void check_case(const Case& c) {
   {
     SCOPED_TRACE(c.name);
-    const std::string np = std::to_string(c.nproc);
-    const auto run = tripod::testing::run_tripod("launch --nproc-per-node " + np + " train --device cpu " + kModel +
-                                                     " " + c.layout + " " + c.train_only +
-                                                     " --mock-data --train-iters 2 --log-interval 1 --eval-interval 0",
-                                                 "OMP_NUM_THREADS=1");
-    ASSERT_EQ(run.code, 0) << run.output;
-    double measured = 0;
-    int ranks = 0;
-    const std::regex peak(R"(allocator peak ([0-9.]+) MiB)");
-    for (std::sregex_iterator it(run.output.begin(), run.output.end(), peak), end; it != end; ++it, ++ranks)
-      measured = std::max(measured, std::stod((*it)[1]));
-    ASSERT_EQ(ranks, c.nproc) << run.output;
-
-    const auto plan = tripod::testing::run_tripod("plan " + kModel + " --gpus-per-node " + np + " --fp32 " +
-                                                  c.layout + " " + c.plan_only +
-                                                  " --recompute-search none --device cpu --op-times assumed --json");
-    ASSERT_EQ(plan.code, 0) << plan.output;
-    const auto j = nlohmann::json::parse(plan.output.substr(plan.output.find("{\n")));
-    ASSERT_FALSE(j["layouts"].empty()) << plan.output;
-    const double predicted = j["layouts"][0]["memory_gib"]["allocator_peak"].get<double>() * 1024;
+    const double measured = measured_peak_mib(c);
+    if (::testing::Test::HasFailure()) return;
+    const double predicted = plan_peak_mib(c);
     EXPECT_NEAR(predicted / measured, 1.0, 0.10) << "predicted " << predicted << " MiB, measured " << measured
-                                                 << " MiB (" << j["layouts"][0].dump() << ")";
+                                                 << " MiB";
   }
 }
 
@@ -120,6 +134,46 @@ TEST(PlanCpuMemory, ShardingStrategiesWithin10Percent) {
   }
   check_case({"dp4 zero3 prefetch", 4, "--data-parallel-sharding-strategy optim_grads_params --overlap-param-gather",
               "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1", "--overlap-grad-reduce"});
+}
+
+// Expert parallelism: each rank stores E / ep experts (their optimizer
+// state sharded over edp under the distributed optimizer). The plan's
+// search does not pin --expert-model-parallel-size, so the plan's memory
+// model is asked directly (plan::estimate_memory with `tripod plan
+// --device cpu`'s options), for the model the flags build: first at dp 2
+// without ep, where `tripod plan` must give the same bytes, then at ep 2.
+TEST(PlanCpuMemory, MoeExpertParallelWithin10Percent) {
+  using namespace tripod;
+  config::GptConfig m;
+  m.num_layers = 4, m.hidden_size = 128, m.num_attention_heads = 4, m.seq_length = 128, m.vocab_size = 2000;
+  m.moe.num_experts = 4, m.moe.router_topk = 2, m.moe.ffn_hidden_size = 256;
+  m.moe.shared_expert_intermediate_size = 128;
+  m.finalize();
+  plan::MemoryOptions o;
+  o.cuda = false;
+  o.workspace_fixed_gib = 0;
+  auto predict = [&](int world, int ep, bool distopt) {
+    plan::Layout l(config::Layout::make(world, 1, 1).with_expert_parallel(ep));
+    l.micro_batch = 2, l.global_batch = 8, l.dtype = DType::F32, l.distributed_optimizer = distopt;
+    return plan::estimate_memory(m, l, o).allocator_peak() / double(1 << 20);
+  };
+  const char* moe = "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128";
+  const std::string dp2 = moe, ep2 = std::string(moe) + " --expert-model-parallel-size 2",
+                    ep2_dp4 = ep2 + " --use-distributed-optimizer";
+  const Case same{"moe dp2", 2, dp2.c_str(), "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 "
+                                             "--no-distributed-optimizer"};
+  EXPECT_NEAR(predict(2, 1, false), plan_peak_mib(same), 1e-6) << "the hand-built model is not the flags' model";
+  const struct {
+    Case c;
+    double predicted;
+  } cases[] = {{{"moe ep2", 2, ep2.c_str(), ""}, predict(2, 2, false)},
+               {{"moe ep2 dp4 distributed optimizer", 4, ep2_dp4.c_str(), ""}, predict(4, 2, true)}};
+  for (const auto& [c, predicted] : cases) {
+    SCOPED_TRACE(c.name);
+    const double measured = measured_peak_mib(c);
+    EXPECT_NEAR(predicted / measured, 1.0, 0.10) << "predicted " << predicted << " MiB, measured " << measured << " MiB";
+    std::printf("%s: predicted %.2f MiB, measured %.2f MiB\n", c.name, predicted, measured);
+  }
 }
 
 }  // namespace

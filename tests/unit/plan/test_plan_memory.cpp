@@ -485,14 +485,26 @@ TEST(PlanMemory, MoeLayerByHand) {
   const MemoryBreakdown a = estimate_memory(m, l, o), d = estimate_memory(dense, l, o);
   EXPECT_DOUBLE_EQ(a.activations - d.activations, 2.0 * (33064.0 - 24576.0));
   EXPECT_DOUBLE_EQ(a.workspace - d.workspace, 27264.0);
-  // tripod holds every expert on each rank in this version; Megatron's
-  // model stores E / ep of them: 100,352 / 2 fewer parameters, and their
-  // state at 18 bytes (edp 1, plain optimizer).
-  EXPECT_EQ(a.params_per_gpu, params_on_stage(m, 1, 1, 0));
+  // Each rank stores E / ep experts (tripod as Megatron's model): 100,352 / 2
+  // fewer parameters, their state at 18 bytes (bf16, edp 1, plain optimizer).
+  const int64_t P = params_on_stage(m, 1, 1, 0);
+  EXPECT_EQ(a.params_per_gpu, P - 50176);
+  EXPECT_DOUBLE_EQ(a.model_states, double(P - 50176) * 18.0);
   o.model = MemoryModelKind::kMegatron;
   const MemoryBreakdown g = estimate_memory(m, l, o);
-  EXPECT_EQ(g.params_per_gpu, params_on_stage(m, 1, 1, 0) - 50176);
-  EXPECT_DOUBLE_EQ(g.model_states, double(params_on_stage(m, 1, 1, 0) - 50176) * 18.0);
+  EXPECT_EQ(g.params_per_gpu, P - 50176);
+  EXPECT_DOUBLE_EQ(g.model_states, double(P - 50176) * 18.0);
+  // The distributed optimizer at dp 4, ep 2 (tripod model): the dense part
+  // sharded over dp 4 at 6 + 16 / 4 = 10 bytes, the 50,176 local expert
+  // parameters over edp 2 at 6 + 16 / 2 = 14 bytes.
+  Layout l4(config::Layout::make(4, 1, 1).with_expert_parallel(2));
+  l4.dtype = DType::BF16;
+  l4.global_batch = 4;
+  l4.distributed_optimizer = true;
+  o.model = MemoryModelKind::kTripod;
+  const MemoryBreakdown z = estimate_memory(m, l4, o);
+  EXPECT_EQ(z.params_per_gpu, P - 50176);
+  EXPECT_DOUBLE_EQ(z.model_states, double(P - 100352) * 10.0 + 50176.0 * 14.0);
 }
 
 }  // namespace
