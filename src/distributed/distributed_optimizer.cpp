@@ -13,8 +13,11 @@ namespace {
 // Whether a parameter counts in the grad norm (see get_grad_norm): the last
 // stage's copy of the tied embedding (post_process without pre_process
 // means more than one stage) and tp duplicates on tp ranks > 0 do not.
-bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& st, int tp_rank, bool pipeline) {
-  if (tp_rank != 0 && p.spec.shard == model::ShardDim::None) return false;
+// `experts_apart`: with ep > 1 the routed experts are not replicated over tp
+// (the ep group folds onto the tp ranks), so every rank counts its own.
+bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& st, int tp_rank, bool pipeline,
+                         bool experts_apart) {
+  if (tp_rank != 0 && p.spec.shard == model::ShardDim::None && !(experts_apart && p.spec.expert >= 0)) return false;
   return !(pipeline && st.post_process && !st.pre_process && p.spec.role == model::ParamRole::WordEmbeddings);
 }
 
@@ -25,6 +28,7 @@ DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const p
     : ddp_(ddp), groups_(groups), be_(be), sharded_(ddp.config().use_distributed_optimizer) {
   const int tp_rank = groups_.layout.tp_rank(groups_.global_rank);
   const bool pipeline = groups_.layout.pp > 1;
+  const bool apart = groups_.layout.ep > 1;
   for (int c = 0; c < ddp_.num_chunks(); ++c) {
     const ParamAndGradBuffer& buf = ddp_.buffer(c);
     const model::StageConfig& st = ddp_.model(c).stage();
@@ -37,12 +41,14 @@ DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const p
     const bool split = !sharded_ && groups_.layout.ep > 1;
     cs.norm_segments = buf.shard_segments(
         [&](const model::Param& p) {
-          return counts_in_grad_norm(p, st, tp_rank, pipeline) && !(split && p.spec.expert >= 0);
+          return counts_in_grad_norm(p, st, tp_rank, pipeline, apart) && !(split && p.spec.expert >= 0);
         },
         false);
     if (split)
       cs.expert_norm_segments = buf.shard_segments(
-          [&](const model::Param& p) { return counts_in_grad_norm(p, st, tp_rank, pipeline) && p.spec.expert >= 0; },
+          [&](const model::Param& p) {
+            return counts_in_grad_norm(p, st, tp_rank, pipeline, apart) && p.spec.expert >= 0;
+          },
           false);
     cs.adam = std::make_unique<optim::AdamW>(be_, len, config);
     if (!sharded_) {
@@ -72,11 +78,17 @@ double DistributedOptimizer::get_grad_norm() {
     const Tensor& grads = ddp_.buffer(static_cast<int>(c)).reduced_grads();
     for (const auto& seg : chunks_[c].norm_segments) be_.sum_squares(acc, grads.flat(seg.offset, {seg.numel}));
   }
+  // Sharded: every shard once, so over the world, or with several
+  // distributed-optimizer instances over one of them (mp x intra_dp_cp).
+  auto& group = !sharded_ ? groups_.mp : groups_.intra_dist_opt ? groups_.intra_dist_opt : groups_.world;
+  if (group->size() > 1) group->all_reduce(acc)->wait();
   // Not sharded, with expert parallelism: every expert once, as Megatron's
   // get_grad_norm_fp32 over the expert model-parallel group: this rank's
-  // experts' sum over the ep group (each ep rank holds E / ep experts), then
-  // with the dense sum over mp. (Sharded, the world sum below counts every
-  // dense piece and every expert piece once already.)
+  // experts' sum over the ep group (each ep group holds every expert of a
+  // stage once), then over the stages, added to the dense sum (which the
+  // tp ranks of a folded ep group would otherwise count again). (Sharded,
+  // the world sum above counts every dense piece and every expert piece
+  // once already.)
   if (!sharded_ && groups_.layout.ep > 1) {
     Tensor expert = be_.empty({1}, DType::F32);
     be_.zero(expert);
@@ -86,12 +98,9 @@ double DistributedOptimizer::get_grad_norm() {
         be_.sum_squares(expert, grads.flat(seg.offset, {seg.numel}));
     }
     groups_.ep->all_reduce(expert)->wait();
+    if (groups_.layout.pp > 1) groups_.pp->all_reduce(expert)->wait();
     be_.add(acc, acc, expert);
   }
-  // Sharded: every shard once, so over the world, or with several
-  // distributed-optimizer instances over one of them (mp x intra_dp_cp).
-  auto& group = !sharded_ ? groups_.mp : groups_.intra_dist_opt ? groups_.intra_dist_opt : groups_.world;
-  if (group->size() > 1) group->all_reduce(acc)->wait();
   Tensor h = Tensor::empty({1}, DType::F32);
   be_.copy(h, acc);
   be_.synchronize();

@@ -131,8 +131,14 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   for (auto& s : all_param_specs(config_, padded_vocab_))
     if (stage_holds(s, stage_.first_layer, stage_.num_local_layers, stage_.pre_process, stage_.post_process,
                     !config_.untie_embeddings_and_output_weights) &&
-        (s.expert < 0 || (s.expert >= first_expert && s.expert < first_expert + local_experts)))
+        (s.expert < 0 || (s.expert >= first_expert && s.expert < first_expert + local_experts))) {
+      // With ep > 1 the ep group folds onto the tp ranks (NOTE [Expert rank
+      // order]): tp peers may hold other experts, so a routed expert's
+      // gradient is summed over edp only (which spans the tp ranks that
+      // hold the same experts), never over the whole tp group.
+      if (s.expert >= 0 && stage_.ep_size() > 1) s.sequence_parallel = false;
       mine.push_back(std::move(s));
+    }
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size(), stage_.tp_rank(), be_,
                                          stage_.param_buffer_pad, stage_.compute_dtype, stage_.flat_grads);
   ws_ = std::make_unique<Workspace>();

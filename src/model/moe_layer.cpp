@@ -161,8 +161,10 @@ void MoeLayer::add_f32(Tensor& dx, const Tensor& d32) const {
 // the experts (unsplit: --expert-tensor-parallel-size 1) see those tokens
 // only. MoE with tp > 1 needs --sequence-parallel (without it every tp rank
 // would route the same tokens). The router, the shared-expert gate and the
-// experts are replicated over tp and their gradients summed over tp
-// (ParamSpec::sequence_parallel), then over dp x cp with the rest; the
+// experts (at ep 1; at ep > 1 the experts' gradients are summed over edp
+// only, GptModel clears their mark) are replicated over tp and their
+// gradients summed over tp (ParamSpec::sequence_parallel), then over dp x
+// cp with the rest; the
 // shared expert is split by tp as the dense MLP. The capacity
 // (--moe-expert-capacity-factor) counts this rank's tokens, as Megatron's.
 //
