@@ -13,19 +13,14 @@
 
 #include "base/error.h"
 #include "comm/context.h"
+#include "comm/cuda_staging/cuda_comm_check.h"
 #include "comm/cuda_staging/cuda_ipc_reduce.h"
 #include "comm/ipc/ipc_device.h"
 
 namespace tripod::comm::cuda_ipc {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  int dev = -1;
-  cudaGetDevice(&dev);
-  TRIPOD_FAIL("IPC collective: {} failed on cuda:{}: {}", what, dev, cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { check_cuda(e, "IPC collective", what); }
 
 template <class H>
 std::string to_bytes(const H& h) {

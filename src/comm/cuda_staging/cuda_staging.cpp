@@ -14,18 +14,13 @@
 
 #include "base/error.h"
 #include "comm/context.h"
+#include "comm/cuda_staging/cuda_comm_check.h"
 #include "comm/staged/staged_communicator.h"
 
 namespace tripod::comm::cuda_staging {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  cudaGetLastError();
-  int dev = -1;
-  cudaGetDevice(&dev);
-  TRIPOD_FAIL("staged collective: {} failed on cuda:{}: {}", what, dev, cudaGetErrorString(e));
-}
+void check(cudaError_t e, const char* what) { check_cuda(e, "staged collective", what); }
 
 class EventFence : public Fence {
  public:
