@@ -17,7 +17,7 @@ case "$preset" in
   asan-ubsan)
     tests=(test_config test_debug_config test_indexed_dataset test_gpt_dataset test_megatron_rules test_tokenizer
            test_safetensors test_checkpoint test_store test_rendezvous test_layout test_collectives test_staged
-           test_timed_communicator)
+           test_timed_communicator test_ipc)
     fuzz_replays=1 ;;
   tsan)
     tests=(test_store test_rendezvous test_collectives test_staged test_timed_communicator)
