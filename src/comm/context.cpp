@@ -163,8 +163,11 @@ std::unique_ptr<DistContext> DistContext::init(const RankInfo& info, DeviceType 
   const auto t0 = std::chrono::steady_clock::now();
   ctx->start(info.rank, info.world_size, store, comm_device, timeout);
   if (info.rank == 0)
-    log::info("distributed: {} ranks joined at {} (launcher {}, {} communicators) in {:.2f} s",
+    log::info("distributed: {} ranks joined at {} (launcher {}, {} communicators{}) in {:.2f} s",
               info.world_size, endpoint, info.launcher, comm_backend_name(comm_device, backend),
+              ctx->world_ && is_ipc_communicator(*ctx->world_)
+                  ? "; collectives through shared memory, TRIPOD_IPC_COLLECTIVES=0 for Gloo only"
+                  : "",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return ctx;
 }

@@ -47,10 +47,15 @@ TEST(IpcCollectives, BenchCommCheckPassesOverSharedMemory) {
   auto bench = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --max-bytes 4096 --iters 2");
   ASSERT_EQ(bench.code, 0) << bench.output;
   EXPECT_NE(bench.output.find("(collectives through shared memory: IPC)"), std::string::npos) << bench.output;
+  EXPECT_NE(bench.output.find("Gloo communicators; collectives through shared memory, TRIPOD_IPC_COLLECTIVES=0 for "
+                              "Gloo only)"),
+            std::string::npos)
+      << bench.output;
   auto plain = run_tripod("launch --nproc-per-node 2 -- bench comm --ops all_reduce --max-bytes 4096 --iters 2",
                           "TRIPOD_IPC_COLLECTIVES=0");
   ASSERT_EQ(plain.code, 0) << plain.output;
   EXPECT_EQ(plain.output.find("IPC"), std::string::npos) << plain.output;
+  EXPECT_EQ(plain.output.find("shared memory"), std::string::npos) << plain.output;
 }
 
 // Ranks that disagree on a collective's size fail at once, both naming the
