@@ -308,11 +308,14 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
          ++i) {
       const config::LayerSpec ls = m.layer_spec(i);
       if (!ls.moe()) continue;
-      const double moe = tripod_moe_layer_activation_bytes(ls, l.micro_batch, m.seq_length, act, l.ep) -
+      // Under sequence parallelism each tp rank routes its own s/tp tokens
+      // (m is already this cp rank's s/cp).
+      const int64_t moe_seq = l.sp() && l.tp > 1 ? m.seq_length / l.tp : m.seq_length;
+      const double moe = tripod_moe_layer_activation_bytes(ls, l.micro_batch, moe_seq, act, l.ep) -
                          double(act) * double(l.micro_batch * m.seq_length) * double(m.fc1_width() + m.ffn_hidden_size) / l.tp;
       if (l.recompute == Recompute::Full) moe_scratch = std::max(moe_scratch, moe);
       else moe_kept += moe;
-      moe_scratch = std::max(moe_scratch, tripod_moe_workspace_bytes(ls, l.micro_batch, m.seq_length, act, l.ep));
+      moe_scratch = std::max(moe_scratch, tripod_moe_workspace_bytes(ls, l.micro_batch, moe_seq, act, l.ep));
     }
     mb.activations += slots * moe_kept;
     fp8_fixed += moe_scratch;

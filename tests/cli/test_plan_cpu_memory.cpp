@@ -110,6 +110,16 @@ TEST(PlanCpuMemory, MoeWithin10Percent) {
       {"moe dp1", 1,
        "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128",
        "--no-distributed-optimizer"},
+      // Each tp rank routes its own s/tp tokens under sequence parallelism
+      // (predicted 19% high when the plan counted every token per rank).
+      {"moe tp2 sp", 2,
+       "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128 "
+       "--tensor-model-parallel-size 2 --sequence-parallel",
+       "--pipeline-model-parallel-size 1 --no-distributed-optimizer"},
+      {"moe cp2", 2,
+       "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128 "
+       "--context-parallel-size 2",
+       "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --no-distributed-optimizer"},
   };
   for (const Case& c : cases) check_case(c);
 }
