@@ -187,7 +187,8 @@ class IpcCommunicator : public Communicator {
   }
 
  private:
-  static std::shared_ptr<Work> done() { return std::make_shared<DoneWork>(); }
+  // Every op is complete on return: one handle, not one per op.
+  std::shared_ptr<Work> done() const { return completed_; }
 
   std::vector<const void*> inputs(size_t offset) const {
     std::vector<const void*> v(static_cast<size_t>(n_), nullptr);
@@ -366,6 +367,7 @@ class IpcCommunicator : public Communicator {
   std::vector<void*> mailboxes_;  // by member; this member's own at me_
   std::array<void*, kSlots> ready_{}, done_{};
   std::vector<std::array<void*, kSlots>> peer_ready_, peer_done_;
+  std::shared_ptr<Work> completed_ = std::make_shared<DoneWork>();
 };
 
 }  // namespace
