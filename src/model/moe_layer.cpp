@@ -249,6 +249,11 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   be.moe_permute_map(a.row_map, a.counts, a.indices, a.probs, E, capacity, m.token_drop_policy == "probs");
   Tensor counts = Tensor::empty({E}, DType::I32);
   be.copy(counts, a.counts);
+  // The step's statistics ride the one wait the dispatch needs (the token
+  // counts), so the aux and z losses cost no device synchronization of their own.
+  const bool log_losses = a.with_grad && !a.recomputing && (coeff > 0 || m.z_loss_coeff > 0);
+  Tensor losses = log_losses ? Tensor::empty({2}, DType::F32) : Tensor();
+  if (log_losses) be.copy(losses, a.losses);
   be.synchronize();
   a.tokens_per_expert.assign(static_cast<size_t>(E), 0);
   a.rows = 0;
@@ -284,12 +289,9 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   if (!a.with_grad || a.recomputing) return;
   for (int64_t e = 0; e < E; ++e) stats_.tokens_per_expert[e] += a.tokens_per_expert[e];
   ++stats_.micro_batches;
-  if (coeff > 0 || m.z_loss_coeff > 0) {
-    Tensor l = Tensor::empty({2}, DType::F32);
-    be.copy(l, a.losses);
-    be.synchronize();
-    if (coeff > 0) stats_.aux_loss += l.data<float>()[0] / coeff;  // Megatron logs the loss without its coefficient
-    if (m.z_loss_coeff > 0) stats_.z_loss += l.data<float>()[1] / m.z_loss_coeff;
+  if (log_losses) {
+    if (coeff > 0) stats_.aux_loss += losses.data<float>()[0] / coeff;  // Megatron logs the loss without its coefficient
+    if (m.z_loss_coeff > 0) stats_.z_loss += losses.data<float>()[1] / m.z_loss_coeff;
   }
 }
 
