@@ -23,6 +23,7 @@
 #include "base/timer.h"
 #include "backend/ops.h"
 #include "ckpt/atomic_io.h"
+#include "cli/bench_cp.h"
 #include "cli/command.h"
 #include "cli/device.h"
 #include "comm/context.h"
@@ -149,7 +150,8 @@ int run_comm(const CommArgs& a) {
 }
 
 int run_bench_cmd(int argc, char** argv) {
-  CLI::App app{"Benchmarks. `tripod bench comm`: collective time/algbw/busbw (nccl-tests definitions)",
+  CLI::App app{"Benchmarks. `tripod bench comm`: collective time/algbw/busbw (nccl-tests definitions); "
+               "`tripod bench cp`: context parallelism's attention exchanges, the ring overlapped and serialized",
                "tripod bench"};
   app.require_subcommand(1);
   CommArgs a;
@@ -174,6 +176,10 @@ int run_bench_cmd(int argc, char** argv) {
                    "write the largest all_reduce's bus bandwidth over --group (and whether the group spans nodes; "
                    "with all_to_all in --ops the largest all_to_all's too) to this JSON file, for `tripod plan "
                    "--links FILE`");
+  CpBenchArgs cpa;
+  CLI::App* cp = app.add_subcommand("cp", "one layer's attention under context parallelism, forward + backward, per "
+                                          "--cp-comm-type (run under a launcher, one rank per cp rank)");
+  add_cp_bench_options(*cp, cpa);
   // Fault injection for the launcher tests; not shown in --help.
   comm->add_option("--fault-hang-rank", a.fault_hang_rank)->group("");
   comm->add_option("--fault-kill-rank", a.fault_kill_rank)->group("");
@@ -184,6 +190,7 @@ int run_bench_cmd(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (cp->parsed()) return run_cp_bench(cpa);
   TRIPOD_CHECK(a.step_factor >= 2, "--step-factor must be >= 2");
   TRIPOD_CHECK(a.iters >= 1, "--iters must be >= 1");
   TRIPOD_CHECK_HINT(a.links_out.empty() || a.ops.find("all_reduce") != std::string::npos,
@@ -195,5 +202,7 @@ int run_bench_cmd(int argc, char** argv) {
 }  // namespace
 }  // namespace tripod::cli
 
-TRIPOD_REGISTER_COMMAND(bench, "bench", "benchmarks: `bench comm` (collective bandwidth, nccl-tests style)",
+TRIPOD_REGISTER_COMMAND(bench, "bench",
+                        "benchmarks: `bench comm` (collective bandwidth, nccl-tests style), `bench cp` (context "
+                        "parallelism's attention exchanges)",
                         tripod::cli::run_bench_cmd);

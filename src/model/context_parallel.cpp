@@ -72,6 +72,7 @@ void RingAttention::forward(Tensor& out, Tensor& lse, const Tensor& qkv, RingBuf
     if (i + 1 < P) {
       be.synchronize();  // the block in hand is written before it is sent
       kv_pass = ring.pass(buf.kv[cur], buf.kv[1 - cur], kCpKvTag);
+      if (!overlap_) wait(kv_pass);
     }
     note("block", i);
     be.attention_block_forward(out, lse, qkv, buf.kv[cur], n_head_, n_kv_head_, ring_block(r, P, i, Tl), i > 0);
@@ -95,6 +96,7 @@ void RingAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv
     if (i + 1 < P) {
       be.synchronize();
       kv_pass = ring.pass(buf.kv[cur], buf.kv[1 - cur], kCpKvTag);
+      if (!overlap_) wait(kv_pass);
     }
     const backend::AttentionBlock blk = ring_block(r, P, i, Tl);
     note("block backward", i);
@@ -110,6 +112,7 @@ void RingAttention::backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv
     // On to the rank that holds this block next (after the last step: its owner).
     be.synchronize();
     dkv_pass = ring.pass(buf.dkv[acc], buf.dkv[1 - acc], kCpDkvTag);
+    if (!overlap_) wait(dkv_pass);
     acc = 1 - acc;
     wait(kv_pass);
     cur = 1 - cur;

@@ -136,12 +136,17 @@ class RingAttention {
   // Testing aid: appends "block STEP" when a block's attention is launched
   // (the schedule test interleaves it with a recording communicator's posts).
   void set_trace(std::vector<std::string>* trace) { trace_ = trace; }
+  // Benchmark aid (`tripod bench cp`): false waits for each pass before the
+  // block's attention, the serialized baseline the overlap is measured
+  // against. Same blocks, same order, same numbers.
+  void set_overlap(bool on) { overlap_ = on; }
 
  private:
   void note(const char* what, int step) const {
     if (trace_) trace_->push_back(std::string(what) + " " + std::to_string(step));
   }
   std::vector<std::string>* trace_ = nullptr;
+  bool overlap_ = true;
   comm::Communicator* cp_;
   backend::Backend* be_;
   int n_head_, n_kv_head_;

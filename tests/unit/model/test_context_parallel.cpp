@@ -69,7 +69,8 @@ TEST(ContextParallel, RingBlocks) {
 // A communicator that records when sends and receives are posted and waited for.
 class Recording final : public comm::Communicator {
  public:
-  Recording(std::shared_ptr<comm::Communicator> inner, std::vector<std::string>* log) : in_(std::move(inner)), log_(log) {}
+  Recording(std::shared_ptr<comm::Communicator> inner, std::vector<std::string>* log, bool waits = false)
+      : in_(std::move(inner)), log_(log), waits_(waits) {}
   int rank() const override { return in_->rank(); }
   int size() const override { return in_->size(); }
   const std::string& name() const override { return in_->name(); }
@@ -83,19 +84,39 @@ class Recording final : public comm::Communicator {
   std::shared_ptr<comm::Work> broadcast(Tensor& t, const comm::BroadcastOptions& o) override { return in_->broadcast(t, o); }
   std::shared_ptr<comm::Work> send(const Tensor& t, int dst, const comm::SendOptions& o) override {
     log_->push_back(tag_name(o.tag) + " send");
-    return in_->send(t, dst, o);
+    return logged(in_->send(t, dst, o), tag_name(o.tag) + " send done");
   }
   std::shared_ptr<comm::Work> recv(Tensor& t, int src, const comm::RecvOptions& o) override {
     log_->push_back(tag_name(o.tag) + " recv");
-    return in_->recv(t, src, o);
+    return logged(in_->recv(t, src, o), tag_name(o.tag) + " recv done");
   }
   void barrier(const comm::BarrierOptions& o) override { in_->barrier(o); }
   void abort() noexcept override { in_->abort(); }
 
  private:
+  // With waits: each point-to-point Work logs `what` when it is waited for.
+  struct LoggedWork final : comm::Work {
+    std::shared_ptr<comm::Work> in;
+    std::vector<std::string>* log;
+    std::string what;
+    void wait() override {
+      in->wait();
+      log->push_back(what);
+    }
+    bool is_completed() override { return in->is_completed(); }
+  };
+  std::shared_ptr<comm::Work> logged(std::shared_ptr<comm::Work> w, std::string what) {
+    if (!waits_) return w;
+    auto l = std::make_shared<LoggedWork>();
+    l->in = std::move(w);
+    l->log = log_;
+    l->what = std::move(what);
+    return l;
+  }
   static std::string tag_name(int tag) { return tag == model::kCpKvTag ? "kv" : tag == model::kCpDkvTag ? "dkv" : "?"; }
   std::shared_ptr<comm::Communicator> in_;
   std::vector<std::string>* log_;
+  bool waits_ = false;
 };
 
 Tensor random(const Shape& s, std::mt19937& g) {
@@ -305,6 +326,57 @@ TEST(ContextParallel, RingPostsTheNextBlockBeforeComputing) {
       for (size_t i = 0; i + 1 < w.size(); ++i)
         if (w[i].ends_with(" recv") && w[i + 1].ends_with(" send")) std::swap(w[i], w[i + 1]);
     EXPECT_EQ(logs[size_t(r)], w) << "rank " << r;
+  }
+}
+
+// RingAttention::set_overlap (the serialized baseline of `tripod bench cp`):
+// with the overlap every forward step but the last computes its block while
+// the next block's send and receive are in flight; serialized, nothing is in
+// flight when a block's attention starts. Both give the same numbers.
+TEST(ContextParallel, SerializedRingWaitsBeforeEachBlockWithTheSameResult) {
+  const int cp = 4;
+  std::vector<std::vector<std::string>> logs(2 * cp);
+  std::vector<std::vector<double>> results(2 * cp);
+  testing::run_ranks(cp, 30s, [&](int r, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(cp, 1, 1, 1, cp));
+    auto be = backend::make_cpu_backend();
+    const int64_t B = 1, Tl = 4, NH = 2, G = 1, HS = 2, W = (NH + 2 * G) * HS;
+    std::mt19937 g(r);
+    const Tensor q = random({B, Tl, W}, g), dl = random({B, Tl, NH * HS}, g);
+    for (int overlap = 0; overlap < 2; ++overlap) {
+      std::vector<std::string>& log = logs[size_t(overlap * cp + r)];
+      auto rec = std::make_shared<Recording>(pg.cp, &log, true);
+      Tensor o = Tensor::empty({B, Tl, NH * HS}, DType::F64), l = Tensor::empty({B, NH, Tl}, DType::F64);
+      Tensor dq = Tensor::empty({B, Tl, W}, DType::F64);
+      model::RingBuffers buf;
+      for (Tensor* k : {&buf.kv[0], &buf.kv[1], &buf.dkv[0], &buf.dkv[1], &buf.dkv_block})
+        *k = Tensor::empty({B, Tl, 2 * G * HS}, DType::F64);
+      model::RingAttention ring(*rec, *be, NH, G);
+      ring.set_overlap(overlap == 1);
+      ring.set_trace(&log);
+      ring.forward(o, l, q, buf);
+      ring.backward(dq, dl, q, o, l, buf);
+      std::vector<double>& res = results[size_t(overlap * cp + r)];
+      for (const Tensor* t : {&o, &l, &dq}) res.insert(res.end(), t->data<double>(), t->data<double>() + t->numel());
+    }
+  });
+  for (int r = 0; r < cp; ++r) {
+    for (int overlap = 0; overlap < 2; ++overlap) {
+      int in_flight = 0, blocks_overlapped = 0, blocks = 0;
+      for (const std::string& e : logs[size_t(overlap * cp + r)]) {
+        if (e.ends_with(" send") || e.ends_with(" recv")) ++in_flight;
+        if (e.ends_with(" done")) --in_flight;
+        if (e.starts_with("block")) {
+          ++blocks;
+          blocks_overlapped += in_flight > 0;
+        }
+      }
+      EXPECT_EQ(in_flight, 0) << "rank " << r << ": every pass is waited for";
+      EXPECT_EQ(blocks, 2 * cp);
+      if (overlap) EXPECT_GE(blocks_overlapped, cp - 1) << "rank " << r << ": the ring overlaps its forward passes";
+      else EXPECT_EQ(blocks_overlapped, 0) << "rank " << r << ": serialized, no block starts with a pass in flight";
+    }
+    EXPECT_EQ(results[size_t(r)], results[size_t(cp + r)]) << "rank " << r;
   }
 }
 
