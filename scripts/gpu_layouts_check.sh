@@ -29,29 +29,17 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-mode=""; dir=""; BIN_TRIPOD=""; checks="comm fp32 bf16 ckpt"
+checks="comm fp32 bf16 ckpt"
+source scripts/stage_env.sh
+gpu_check_args gpu_layouts_check 28 "$@"
+set -- "${EXTRA_ARGS[@]}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --prebuilt) mode=prebuilt; dir="$2"; shift 2 ;;
-    --tripod) mode=bin; BIN_TRIPOD="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
-    *) echo "gpu_layouts_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    *) gpu_check_unknown "$1" ;;
   esac
 done
-[[ -n $mode ]] || { echo "gpu_layouts_check.sh: give --prebuilt DIR or --tripod BIN" >&2; exit 2; }
-
-OUT=${OUT:-$PWD/gpu_layouts_out}
-mkdir -p "$OUT"
-summary="$OUT/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-note "gpu_layouts_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
-command -v nvidia-smi > /dev/null &&
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
-
-source scripts/stage_env.sh
-[[ $mode == prebuilt ]] && use_stage "$dir" /tmp/tripod_layouts
+gpu_check_open
 DEVICE=${LAYOUTS_DEVICE:-cuda}
 [[ $DEVICE == cpu ]] && checks=${checks//bf16/}
 has() { [[ " $checks " == *" $1 "* ]]; }

@@ -16,29 +16,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-mode=""; dir=""; BIN_TRIPOD=""; models="124m 350m 1.5b"; op_times=""
+models="124m 350m 1.5b"
+op_times=""
+source scripts/stage_env.sh
+gpu_check_args gpu_plan_check 15 "$@"
+set -- "${EXTRA_ARGS[@]}"
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --prebuilt) mode=prebuilt; dir="$2"; shift 2 ;;
-    --tripod) mode=bin; BIN_TRIPOD="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
     --op-times) op_times="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "gpu_plan_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    *) gpu_check_unknown "$1" ;;
   esac
 done
-[[ -n $mode ]] || { echo "gpu_plan_check.sh: give --prebuilt DIR or --tripod BIN" >&2; exit 2; }
-
-OUT=${OUT:-$PWD/gpu_plan_out}
-mkdir -p "$OUT"
-summary="$OUT/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-note "gpu_plan_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
-command -v nvidia-smi > /dev/null &&
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
-source scripts/stage_env.sh
-[[ $mode == prebuilt ]] && use_stage "$dir" /tmp/tripod_plan
+gpu_check_open
 export TRIPOD_CACHE_DIR="$OUT/cache"
 # PLAN_DEVICE=cpu with --models tiny: the plumbing on the CPU backend.
 DEVICE=${PLAN_DEVICE:-cuda}

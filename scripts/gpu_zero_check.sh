@@ -23,27 +23,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-mode=""; dir=""; BIN_TRIPOD=""
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --prebuilt) mode=prebuilt; dir="$2"; shift 2 ;;
-    --tripod) mode=bin; BIN_TRIPOD="$2"; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-    *) echo "gpu_zero_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
-  esac
-done
-[[ -n $mode ]] || { echo "gpu_zero_check.sh: give --prebuilt DIR or --tripod BIN" >&2; exit 2; }
-
-OUT=${OUT:-$PWD/gpu_zero_out}
-mkdir -p "$OUT"
-summary="$OUT/summary.txt"
-: > "$summary"
-note() { echo "$*" | tee -a "$summary"; }
-note "gpu_zero_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
-command -v nvidia-smi > /dev/null &&
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
 source scripts/stage_env.sh
-[[ $mode == prebuilt ]] && use_stage "$dir" /tmp/tripod_zero
+gpu_check_args gpu_zero_check 19 "$@"
+gpu_check_unknown "${EXTRA_ARGS[@]}"
+gpu_check_open
 DEVICE=${ZERO_DEVICE:-cuda}
 export NCCL_NVLS_ENABLE=0  # shared GPU hosts: NVLink multicast off
 
