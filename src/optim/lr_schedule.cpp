@@ -19,10 +19,12 @@ DecayStyle decay_style_from_name(const std::string& n) {
 void LrSchedule::validate() const {
   TRIPOD_CHECK_HINT(max_lr >= 0 && min_lr >= 0 && min_lr <= max_lr, "set 0 <= --min-lr <= --lr",
                     "--lr {} and --min-lr {} are inconsistent", max_lr, min_lr);
-  TRIPOD_CHECK_HINT(warmup_iters >= 0, "use --lr-warmup-iters >= 0", "--lr-warmup-iters is {}", warmup_iters);
+  const char* unit = steps_per_iteration > 1 ? "samples" : "iters";
+  TRIPOD_CHECK_HINT(warmup_iters >= 0, fmt::format("use --lr-warmup-{} >= 0", unit), "--lr-warmup-{} is {}", unit,
+                    warmup_iters);
   TRIPOD_CHECK_HINT(style == DecayStyle::Constant || decay_iters > warmup_iters,
-                    "make --lr-decay-iters larger than --lr-warmup-iters",
-                    "--lr-decay-iters {} must exceed --lr-warmup-iters {}", decay_iters, warmup_iters);
+                    fmt::format("make --lr-decay-{0} larger than --lr-warmup-{0}", unit),
+                    "--lr-decay-{0} {1} must exceed --lr-warmup-{0} {2}", unit, decay_iters, warmup_iters);
 }
 
 double LrSchedule::lr_at(int64_t n) const {

@@ -136,7 +136,11 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                   .agreed().defaulted());
   t.push_back(flag("--global-batch-size", MEMBER(batch.global_batch_size),
                    "default: micro batch x data-parallel size").agreed());
-  t.push_back(flag("--train-iters", MEMBER(batch.train_iters), "iterations to train").agreed().needed());
+  t.push_back(flag("--train-iters", MEMBER(batch.train_iters), "iterations to train (or --train-samples)").agreed());
+  t.push_back(flag("--train-samples", MEMBER(batch.train_samples),
+                   "samples to train instead of --train-iters (iterations: samples // global batch; the lr schedule "
+                   "then counts samples: --lr-warmup-samples, --lr-decay-samples)")
+                  .agreed());
   // ---- optimizer and learning-rate schedule ----
   t.push_back(flag("--lr", MEMBER(optimizer.lr.max_lr), "peak learning rate").agreed().defaulted());
   t.push_back(flag("--min-lr", MEMBER(optimizer.lr.min_lr), "learning rate after the decay").agreed().defaulted());
@@ -145,6 +149,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
   t.push_back(flag("--lr-decay-iters", MEMBER(optimizer.lr.decay_iters), "default: --train-iters").agreed());
   t.push_back(flag("--lr-warmup-iters", MEMBER(optimizer.lr.warmup_iters), "linear warmup from 0")
                   .agreed().defaulted());
+  t.push_back(flag("--lr-warmup-samples", MEMBER(optimizer.lr_warmup_samples),
+                   "with --train-samples: linear warmup over this many samples").agreed());
+  t.push_back(flag("--lr-decay-samples", MEMBER(optimizer.lr_decay_samples),
+                   "with --train-samples: decay over this many samples (default: --train-samples)").agreed());
   t.push_back(flag("--lr-warmup-fraction", MEMBER(optimizer.lr_warmup_fraction),
                    "warmup as a fraction of the decay iterations (instead of --lr-warmup-iters)"));
   t.push_back(flag("--weight-decay", MEMBER(optimizer.adam.weight_decay), "AdamW weight decay").agreed().defaulted());

@@ -74,20 +74,59 @@ void TrainArgs::finalize() {
   apply_fp8_flags(precision, model);
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {
-    // Megatron: warmup = fraction x decay steps; here in whole iterations.
-    TRIPOD_CHECK_HINT(o.lr.warmup_iters == 0, "pass one of them",
-                      "--lr-warmup-fraction and --lr-warmup-iters are both given");
+    // Megatron: warmup = fraction x decay steps; here in whole iterations
+    // (whole samples in a --train-samples run).
+    TRIPOD_CHECK_HINT(o.lr.warmup_iters == 0 && o.lr_warmup_samples == 0, "pass one of them",
+                      "--lr-warmup-fraction and --lr-warmup-{} are both given",
+                      o.lr.warmup_iters ? "iters" : "samples");
     TRIPOD_CHECK(o.lr_warmup_fraction <= 1, "--lr-warmup-fraction {} is above 1", o.lr_warmup_fraction);
-    const int64_t decay = o.lr.decay_iters > 0 ? o.lr.decay_iters : batch.train_iters;
-    o.lr.warmup_iters = static_cast<int64_t>(o.lr_warmup_fraction * static_cast<double>(decay));
+    if (batch.train_samples > 0) {
+      const int64_t decay = o.lr_decay_samples > 0 ? o.lr_decay_samples : batch.train_samples;
+      o.lr_warmup_samples = static_cast<int64_t>(o.lr_warmup_fraction * static_cast<double>(decay));
+    } else {
+      const int64_t decay = o.lr.decay_iters > 0 ? o.lr.decay_iters : batch.train_iters;
+      o.lr.warmup_iters = static_cast<int64_t>(o.lr_warmup_fraction * static_cast<double>(decay));
+    }
     o.lr_warmup_fraction = -1;  // applied
   }
+}
+
+// Megatron's sample-based run (--train-samples): train_iters = train
+// samples // global batch (the remainder is not trained), and the lr
+// schedule counts samples, stepped by the global batch each iteration.
+void TrainArgs::resolve_sample_based_run() {
+  auto& o = optimizer;
+  auto& lr = o.lr;
+  const int64_t gb = batch.global_batch_size;
+  if (sample_based_run_resolved_) return;
+  if (batch.train_samples <= 0) {
+    TRIPOD_CHECK_HINT(o.lr_warmup_samples == 0 && o.lr_decay_samples == 0,
+                      "pass --train-samples for a sample-based run, or give the schedule in iterations "
+                      "(--lr-warmup-iters, --lr-decay-iters)",
+                      "--lr-warmup-samples / --lr-decay-samples count the samples of a --train-samples run, and "
+                      "this run counts --train-iters");
+    return;
+  }
+  TRIPOD_CHECK_HINT(batch.train_iters == 0, "pass one of them (Megatron takes one or the other)",
+                    "--train-iters {} and --train-samples {} are both given", batch.train_iters, batch.train_samples);
+  TRIPOD_CHECK_HINT(lr.warmup_iters == 0 && lr.decay_iters == 0,
+                    "give the schedule in samples: --lr-warmup-samples, --lr-decay-samples (or --lr-warmup-fraction)",
+                    "--lr-warmup-iters / --lr-decay-iters count iterations, and this --train-samples run counts "
+                    "samples");
+  batch.train_iters = batch.train_samples / gb;
+  TRIPOD_CHECK_HINT(batch.train_iters > 0, "raise --train-samples to at least the global batch size",
+                    "--train-samples {} is less than one global batch ({} samples)", batch.train_samples, gb);
+  lr.steps_per_iteration = gb;
+  lr.warmup_iters = o.lr_warmup_samples;
+  lr.decay_iters = o.lr_decay_samples > 0 ? o.lr_decay_samples : batch.train_samples;
+  sample_based_run_resolved_ = true;
 }
 
 void TrainArgs::resolve(const parallel::Layout& layout) {
   model.finalize();  // the derived widths, and the model's rules checked before any use
   if (batch.global_batch_size == 0) batch.global_batch_size = batch.micro_batch_size * layout.dp;
   auto& lr = optimizer.lr;
+  resolve_sample_based_run();
   if (lr.decay_iters <= 0) lr.decay_iters = batch.train_iters;
   lr.style = optim::decay_style_from_name(optimizer.lr_decay_style);
   precision.compute_dtype = precision.bf16 ? DType::BF16 : precision.fp16 ? DType::F16 : DType::F32;
@@ -104,7 +143,9 @@ void TrainArgs::resolve(const parallel::Layout& layout) {
   data.seq_length = model.seq_length;
   data.seed = seed;
   const int64_t gb = batch.global_batch_size;
-  data.train_samples = batch.train_iters * gb;
+  // A --train-samples run builds its sample index for exactly that many
+  // samples, as Megatron's, so the data order is Megatron's.
+  data.train_samples = batch.train_samples > 0 ? batch.train_samples : batch.train_iters * gb;
   const int64_t evals = logging.eval_interval > 0 ? batch.train_iters / logging.eval_interval + 1 : 0;
   data.valid_samples = evals * logging.eval_iters * gb;
   data.test_samples = logging.eval_iters * gb;

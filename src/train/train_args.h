@@ -65,7 +65,8 @@ struct ParallelArgs {
 struct BatchArgs {
   int64_t micro_batch_size = 1;   // --micro-batch-size
   int64_t global_batch_size = 0;  // --global-batch-size (0: micro x dp, set by resolve())
-  int64_t train_iters = 0;        // --train-iters
+  int64_t train_iters = 0;        // --train-iters (or train_samples / global batch, by resolve())
+  int64_t train_samples = 0;      // --train-samples (Megatron's sample-based run; 0: iterations)
 };
 
 struct OptimizerArgs {
@@ -74,6 +75,9 @@ struct OptimizerArgs {
   optim::LrSchedule lr;                  // --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (0: train-iters)
   std::string lr_decay_style = "linear";  // --lr-decay-style (Megatron's default); lr.style by resolve()
   double lr_warmup_fraction = -1;        // --lr-warmup-fraction: lr.warmup_iters by finalize()
+  // With --train-samples the schedule counts samples, as Megatron's
+  // (lr.steps_per_iteration = the global batch, set by resolve()).
+  int64_t lr_warmup_samples = 0, lr_decay_samples = 0;  // --lr-warmup-samples, --lr-decay-samples (0: train samples)
 };
 
 struct PrecisionArgs {
@@ -137,6 +141,10 @@ struct TrainArgs {
   // dtype, the recompute kind, the fp16 scaler's floor and data's sizes and
   // samples per split. Idempotent.
   void resolve(const parallel::Layout& layout);
+
+ private:
+  void resolve_sample_based_run();
+  bool sample_based_run_resolved_ = false;  // resolve() is idempotent: train_iters is derived once
 };
 
 // Applies the spelled model flags to `m` (also `tripod plan`'s model).

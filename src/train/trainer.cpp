@@ -22,7 +22,8 @@ namespace tripod::train {
 void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& problems) {
   const auto& b = a.batch;
   const auto& p = a.parallel;
-  TRIPOD_CHECK_INTO(problems, b.train_iters > 0, "pass --train-iters N", "--train-iters is {}", b.train_iters);
+  TRIPOD_CHECK_INTO(problems, b.train_iters > 0 || b.train_samples > 0,
+                    "pass --train-iters N (or Megatron's --train-samples N)", "--train-iters is {}", b.train_iters);
   TRIPOD_CHECK_INTO(problems, b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
   TRIPOD_CHECK_INTO(problems, p.etp == 0 || p.etp == 1, "use --expert-tensor-parallel-size 1 (or leave it out)",

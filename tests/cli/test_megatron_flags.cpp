@@ -199,3 +199,60 @@ TEST(TrainDefaults, DeviceIsChosenAndLogged) {
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_FALSE(contains(run.output, "--device overrides")) << run.output;
 }
+
+namespace {
+
+// The "learning rate: X" of each logged iteration.
+std::vector<double> logged_lrs(const std::string& out) {
+  std::vector<double> lrs;
+  const std::string key = "learning rate: ";
+  for (size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + 1))
+    lrs.push_back(std::stod(out.substr(at + key.size(), 13)));
+  return lrs;
+}
+
+const char* kTinyRun =
+    "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --max-position-embeddings 16 "
+    "--vocab-size 64 --mock-data --micro-batch-size 2 --global-batch-size 8 --log-interval 1 --eval-interval 0 "
+    "--lr 1e-3 --min-lr 1e-4 --lr-decay-style cosine ";
+
+}  // namespace
+
+// Megatron's sample-based run: --train-samples 44 at a global batch of 8 is
+// 44 // 8 = 5 iterations, and the schedule counts samples stepped by 8:
+// iteration i runs at the lr of (i-1) x 8 samples. By hand, warmup 16 and
+// decay 40 samples: 0, 8/16, 1 (16 <= 16), then cosine over 24 samples at
+// (24-16)/24 = 1/3 and 2/3: 1e-4 + 9e-4 x 0.75 and 1e-4 + 9e-4 x 0.25.
+TEST(MegatronFlags, TrainSamplesCountTheScheduleInSamples) {
+  auto run = run_tripod(std::string(kTinyRun) + "--train-samples 44 --lr-warmup-samples 16 --lr-decay-samples 40");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const std::vector<double> want = {0.0, 5e-4, 1e-3, 7.75e-4, 3.25e-4};
+  const std::vector<double> got = logged_lrs(run.output);
+  ASSERT_EQ(got.size(), want.size()) << run.output;
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-9) << "iteration " << i + 1;
+  EXPECT_TRUE(contains(run.output, "iteration        5/       5")) << run.output;
+  // --lr-warmup-fraction takes the decay samples: 0.25 x 40 = 10 samples, so
+  // iteration 2 (8 samples) runs at 8/10 of the peak.
+  run = run_tripod(std::string(kTinyRun) + "--train-samples 44 --lr-warmup-fraction 0.25 --lr-decay-samples 40");
+  ASSERT_EQ(run.code, 0) << run.output;
+  ASSERT_GE(logged_lrs(run.output).size(), 2u) << run.output;
+  EXPECT_NEAR(logged_lrs(run.output)[1], 8e-4, 1e-9) << run.output;
+}
+
+TEST(MegatronFlags, TrainSamplesRefuseIterationCountsAndTheOtherWayRound) {
+  auto run = run_tripod(std::string(kTinyRun) + "--train-samples 44 --train-iters 5");
+  EXPECT_NE(run.code, 0);
+  EXPECT_TRUE(contains(run.output, "--train-iters 5 and --train-samples 44 are both given")) << run.output;
+  run = run_tripod(std::string(kTinyRun) + "--train-samples 44 --lr-warmup-iters 2");
+  EXPECT_NE(run.code, 0);
+  EXPECT_TRUE(contains(run.output, "give the schedule in samples: --lr-warmup-samples")) << run.output;
+  run = run_tripod(std::string(kTinyRun) + "--train-iters 5 --lr-warmup-samples 16");
+  EXPECT_NE(run.code, 0);
+  EXPECT_TRUE(contains(run.output, "pass --train-samples for a sample-based run")) << run.output;
+  run = run_tripod(std::string(kTinyRun) + "--train-samples 7");
+  EXPECT_NE(run.code, 0);
+  EXPECT_TRUE(contains(run.output, "--train-samples 7 is less than one global batch (8 samples)")) << run.output;
+  run = run_tripod(std::string(kTinyRun));
+  EXPECT_NE(run.code, 0);
+  EXPECT_TRUE(contains(run.output, "pass --train-iters N (or Megatron's --train-samples N)")) << run.output;
+}
