@@ -126,6 +126,11 @@ class Backend {
   // deterministic dQ, which costs workspace and ~10% of the attention
   // backward). The CPU reference is deterministic always.
   virtual void set_deterministic(bool) {}
+  // Megatron's --profile: open / close the profiler's capture range (cuda:
+  // cudaProfilerStart / Stop, for `nsys profile -c cudaProfilerApi`). The
+  // CPU reference has none; returns false there.
+  virtual bool profiler_start() { return false; }
+  virtual void profiler_stop() {}
 
   // ---- elementwise ----
   void add(Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b; out may alias a or b

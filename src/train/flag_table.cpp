@@ -285,6 +285,15 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "full (rerun each layer's forward in backward) | selective").agreed());
   t.push_back(flag("--peak-tflops", MEMBER(logging.peak_tflops),
                    "peak TFLOP/s for MFU (default: 989 on cuda, none on cpu)", S::TripodOnly));
+  t.push_back(flag("--profile", MEMBER(logging.profile),
+                   "open the CUDA profiler API's capture range over --profile-step-start..end on --profile-ranks "
+                   "(for `nsys profile -c cudaProfilerApi`)"));
+  t.push_back(flag("--profile-step-start", MEMBER(logging.profile_step_start),
+                   "with --profile: the range opens before this 0-based iteration").defaulted());
+  t.push_back(flag("--profile-step-end", MEMBER(logging.profile_step_end),
+                   "with --profile: the range closes after this iteration (counted from 1, as the log)").defaulted());
+  t.push_back(flag("--profile-ranks", MEMBER(logging.profile_ranks), "with --profile: the global ranks profiled")
+                  .defaulted());
   // ---- checkpoints and stopping ----
   t.push_back(flag("--save", MEMBER(checkpoint.save), "checkpoint directory"));
   t.push_back(flag("--load", MEMBER(checkpoint.load), "checkpoint directory to resume from (any layout)"));

@@ -91,6 +91,25 @@ void TrainArgs::finalize() {
   }
 }
 
+std::vector<int> profile_ranks(const LoggingArgs& l, int world_size) {
+  std::vector<int> out;
+  for (const std::string& s : l.profile_ranks) {
+    size_t used = 0;
+    int r = -1;
+    try {
+      r = std::stoi(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TRIPOD_CHECK_HINT(used == s.size() && r >= 0 && (world_size == 0 || r < world_size),
+                      fmt::format("pass global ranks from 0 to {} to --profile-ranks", world_size > 0 ? world_size - 1 : 0),
+                      "--profile-ranks {}: not a rank of this job{}", s,
+                      world_size > 0 ? fmt::format(" ({} ranks)", world_size) : std::string());
+    out.push_back(r);
+  }
+  return out;
+}
+
 // Megatron's sample-based run (--train-samples): train_iters = train
 // samples // global batch (the remainder is not trained), and the lr
 // schedule counts samples, stepped by the global batch each iteration.

@@ -112,6 +112,11 @@ struct LoggingArgs {
   std::string metrics_file;          // --metrics-file (JSONL)
   std::string tensorboard_dir;       // --tensorboard-dir (TensorBoard event files)
   double peak_tflops = 0;            // --peak-tflops for MFU (0: from the device)
+  // Megatron's --profile: the CUDA profiler API's capture range around the
+  // 0-based iterations [profile_step_start, profile_step_end) on these ranks.
+  bool profile = false;                                 // --profile
+  int64_t profile_step_start = 10, profile_step_end = 12;  // --profile-step-start / -end (Megatron's defaults)
+  std::vector<std::string> profile_ranks = {"0"};       // --profile-ranks
 };
 
 struct TrainArgs {
@@ -146,6 +151,10 @@ struct TrainArgs {
   void resolve_sample_based_run();
   bool sample_based_run_resolved_ = false;  // resolve() is idempotent: train_iters is derived once
 };
+
+// --profile-ranks as numbers, each checked against the world size (0: not
+// known yet); errors name the flag.
+std::vector<int> profile_ranks(const LoggingArgs& l, int world_size);
 
 // Applies the spelled model flags to `m` (also `tripod plan`'s model).
 void apply_model_flags(const ModelFlagSpelling& f, config::GptConfig& m);

@@ -2,6 +2,7 @@
 // One iteration (train_step, the memory report, the weight dump) is in step.cpp.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <csignal>
@@ -89,6 +90,13 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
   });
   if (layout && layout->cp > 1)
     problems.collect([&] { model::check_context_parallel_seq_length(a.model.seq_length, layout->cp); });
+  const auto& lg = a.logging;
+  TRIPOD_CHECK_INTO(problems, !lg.profile || (lg.profile_step_start >= 0 && lg.profile_step_end > lg.profile_step_start),
+                    "pass --profile-step-start S and --profile-step-end E with 0 <= S < E (iterations S+1 to E are "
+                    "profiled)",
+                    "--profile-step-start {} and --profile-step-end {} give no iterations to profile",
+                    lg.profile_step_start, lg.profile_step_end);
+  if (lg.profile) problems.collect([&] { profile_ranks(lg, layout ? layout->world_size : 0); });
 }
 
 void validate_args(const TrainArgs& a, const parallel::Layout& layout) {
@@ -182,6 +190,10 @@ void Trainer::setup(data::DatasetSplits* given) {
   const auto& b = args_.batch;
   cp_rank_ = L.cp_rank(groups_.global_rank);
   num_microbatches_ = b.global_batch_size / (b.micro_batch_size * L.dp);
+  if (args_.logging.profile) {
+    const std::vector<int> ranks = profile_ranks(args_.logging, L.world_size);
+    profiling_ = std::find(ranks.begin(), ranks.end(), groups_.global_rank) != ranks.end();
+  }
   parallel::validate_schedule_config(schedule_config(false));
   build_chunks();
 
@@ -357,6 +369,28 @@ void Trainer::training_log(const StepResult& last, double loss_sum, int64_t skip
   time_split_.reset();
 }
 
+// Megatron's --profile: the capture range over 0-based iterations
+// [--profile-step-start, --profile-step-end), i.e. iterations start+1 to end
+// as the log counts them, on the --profile-ranks.
+void Trainer::profile_range(bool open) {
+  be_.synchronize();  // the range holds exactly these iterations' kernels
+  if (!open) {
+    if (!profile_open_) return;
+    be_.profiler_stop();
+    profile_open_ = false;
+    log::info("--profile: capture range closed after iteration {}", iteration_);
+    return;
+  }
+  if ((profile_open_ = be_.profiler_start()))
+    log::info("--profile: capture range open for iterations {}-{} on rank {} (the CUDA profiler API: run under "
+              "`nsys profile -c cudaProfilerApi`)",
+              iteration_ + 1, args_.logging.profile_step_end, groups_.global_rank);
+  else
+    log::warn("--profile: the {} backend has no profiler capture range; iterations {}-{} run as usual (profile the "
+              "CPU with perf, or read the time/* split in the log)",
+              be_.name(), iteration_ + 1, args_.logging.profile_step_end);
+}
+
 void Trainer::run() {
   const bool logger = is_logger();
   log_startup();
@@ -377,6 +411,7 @@ void Trainer::run() {
   time_split_.reset();
   while (iteration_ < args_.batch.train_iters) {
     inject_rank_fault(groups_.global_rank, iteration_ + 1);  // TRIPOD_FAULT (tests/faults)
+    if (profiling_ && iteration_ == args_.logging.profile_step_start) profile_range(true);
     StepResult r = train_step();
     if (!r.skipped) loss_sum += r.lm_loss;
     skipped += r.skipped ? 1 : 0;
@@ -386,6 +421,7 @@ void Trainer::run() {
       loss_sum = 0;
       skipped = 0;
     }
+    if (profiling_ && iteration_ == args_.logging.profile_step_end) profile_range(false);
     if (args_.logging.eval_interval > 0 && args_.logging.eval_iters > 0 && data_.valid &&
         (iteration_ % args_.logging.eval_interval == 0 || iteration_ == args_.batch.train_iters)) {
       const double v = evaluate();

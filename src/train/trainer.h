@@ -138,6 +138,9 @@ class Trainer {
   int tp_rank_ = 0, dp_rank_ = 0, pp_rank_ = 0;
   int cp_rank_ = 0;  // --context-parallel-size: this rank's share of every sequence
   int stop_signal_ = 0;
+  bool profiling_ = false;     // --profile on this rank (--profile-ranks)
+  bool profile_open_ = false;  // the backend's capture range is open
+  void profile_range(bool open);
   // --save-retain removes only this run's checkpoints (NOTE [Whose checkpoints]
   // in ckpt/sharded_checkpoint.h): those it saved, and, when it resumed from
   // its --save folder, those up to the iteration it loaded.

@@ -256,3 +256,26 @@ TEST(MegatronFlags, TrainSamplesRefuseIterationCountsAndTheOtherWayRound) {
   EXPECT_NE(run.code, 0);
   EXPECT_TRUE(contains(run.output, "pass --train-iters N (or Megatron's --train-samples N)")) << run.output;
 }
+
+// Megatron's --profile: the capture range covers iterations start+1 to end
+// (as the log counts them) on --profile-ranks; the CPU backend says it has
+// no range and trains on; bad windows and ranks stop at start.
+TEST(MegatronFlags, ProfileWindowAndRanks) {
+  auto run = run_tripod(std::string(kTinyRun) + "--train-iters 4 --profile --profile-step-start 1 --profile-step-end 3");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "--profile: the cpu backend has no profiler capture range; iterations 2-3 run as "
+                                   "usual"))
+      << run.output;
+  run = run_tripod(std::string(kTinyRun) + "--train-iters 4 --profile --profile-ranks 1");
+  ASSERT_NE(run.code, 0);  // a single process has no rank 1
+  EXPECT_TRUE(contains(run.output, "--profile-ranks 1: not a rank of this job (1 ranks)")) << run.output;
+  run = run_tripod(std::string(kTinyRun) + "--train-iters 4 --profile --profile-step-start 3 --profile-step-end 3");
+  EXPECT_NE(run.code, 0);
+  EXPECT_TRUE(contains(run.output, "--profile-step-start 3 and --profile-step-end 3 give no iterations to profile"))
+      << run.output;
+  run = run_tripod("launch --nproc-per-node 2 -- " + std::string(kTinyRun) +
+                   "--train-iters 3 --profile --profile-ranks 1 --profile-step-start 0 --profile-step-end 2");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "[rank 1] warning: --profile")) << run.output;
+  EXPECT_FALSE(contains(run.output, "[rank 0] warning: --profile")) << run.output;
+}

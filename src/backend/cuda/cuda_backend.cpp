@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include <cuda_profiler_api.h>
+
 #include "base/error.h"
 
 #include "backend/cuda/adamw.cuh"
@@ -65,6 +67,11 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   bool computes_in(DType d) const override { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
   void set_deterministic(bool on) override { deterministic_ = on; }
+  bool profiler_start() override {
+    TRIPOD_CUDA_CHECK(cudaProfilerStart());
+    return true;
+  }
+  void profiler_stop() override { TRIPOD_CUDA_CHECK(cudaProfilerStop()); }
 
   // ---- memory ----
   Tensor empty(const Shape& shape, DType dtype) override {
