@@ -107,7 +107,7 @@ double DistributedOptimizer::get_grad_norm() {
   return std::sqrt(static_cast<double>(h.data<float>()[0]));
 }
 
-void DistributedOptimizer::step(double lr, float grad_scale) {
+void DistributedOptimizer::step(double lr, float grad_scale, double decoupled_lr) {
   ddp_.finish_param_sync();  // normally already waited for by the forwards
   const bool overlap = ddp_.overlap_param_gather();
   for (size_t c = 0; c < chunks_.size(); ++c) {
@@ -120,21 +120,21 @@ void DistributedOptimizer::step(double lr, float grad_scale) {
       // separate cast of the whole buffer; the same bits, for A/B timings).
       Tensor* compute = params.compute_dtype() == DType::F32 ? nullptr : &params.compute_values();
       if (debug_config().unfused_adamw_cast) compute = nullptr;
-      cs.adam->step(params.values(), params.grads(), cs.segments, lr, grad_scale, compute);
+      cs.adam->step(params.values(), params.grads(), cs.segments, lr, grad_scale, compute, decoupled_lr);
       if (!compute) params.sync_compute();  // no-op in f32
       continue;
     }
     if (buf.shards_params()) {  // ZeRO-3: the shard is the parameters; the next forward gathers them
       // A copy still gathered (a prefetch no forward used) would be stale.
       for (size_t b = 0; b < buf.buckets().size(); ++b) buf.release_params(b);
-      cs.adam->step(buf.value_shard(), buf.reduced_grads(), cs.segments, lr, grad_scale);
+      cs.adam->step(buf.value_shard(), buf.reduced_grads(), cs.segments, lr, grad_scale, nullptr, decoupled_lr);
       continue;
     }
     // Step the fp32 master shard, then all-gather the updated parameters
     // (with --overlap-param-gather: launched now, waited per bucket by the
     // next forward, which also casts the compute copies).
     buf.take_shard(cs.value_shard, params.values());
-    cs.adam->step(cs.value_shard, buf.reduced_grads(), cs.segments, lr, grad_scale);
+    cs.adam->step(cs.value_shard, buf.reduced_grads(), cs.segments, lr, grad_scale, nullptr, decoupled_lr);
     if (overlap)
       buf.start_param_sync(cs.value_shard);
     else

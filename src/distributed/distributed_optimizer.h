@@ -70,7 +70,7 @@ class DistributedOptimizer {
   // loss scale), then the compute copies (bf16/fp16) or, sharded, the
   // parameter all-gather (with --overlap-param-gather: launched here, waited
   // for per bucket by the next forward).
-  void step(double lr, float grad_scale);
+  void step(double lr, float grad_scale, double decoupled_lr = -1);
   int64_t steps() const;  // optimizer steps taken (bias correction), the same in every chunk
 
   // Elements of this rank's optimizer shard over all chunks (each moment).

@@ -163,7 +163,9 @@ std::vector<optim::Segment> ParamAndGradBuffer::shard_segments(const std::functi
       const model::Param& p = params_.params()[static_cast<size_t>(i)];
       const int64_t lo = std::max(p.offset, piece);
       const int64_t hi = std::min(p.offset + shape_numel(p.shape), piece + piece_len_[b]);
-      if (lo < hi && keep(p)) segs.push_back({shard_offset_[b] + lo - piece, hi - lo, !decay_flags || p.spec.weight_decay});
+      if (lo < hi && keep(p))
+        segs.push_back({shard_offset_[b] + lo - piece, hi - lo, !decay_flags || p.spec.weight_decay,
+                        decay_flags && model::is_embedding_or_output(p.spec)});
     }
   }
   // Buckets come in reverse buffer order; without the distributed optimizer

@@ -80,6 +80,12 @@ Shape local_shape(const ParamSpec& spec, int tp_size);
 // LayerNorm weights and biases (by role): computed with in f32 even under
 // bf16/fp16 (NOTE [fp32 LayerNorm params] in param_table.cpp).
 bool is_layernorm(const ParamSpec& spec);
+// The word embeddings (and their tied copy on the last stage) and the
+// untied output layer: Megatron's is_embedding_or_output_parameter, which
+// --decoupled-lr trains at its own learning rate.
+inline bool is_embedding_or_output(const ParamSpec& spec) {
+  return spec.role == ParamRole::WordEmbeddings || spec.role == ParamRole::OutputLayerWeight;
+}
 // The query/key norms of --qk-layernorm (a subset of is_layernorm): every tp
 // rank holds them whole but normalises only its own heads, so their
 // gradients are partial per tp rank at any tp > 1.

@@ -9,7 +9,7 @@ std::vector<Segment> merge_segments(std::vector<Segment> in) {
   std::vector<Segment> out;
   for (const auto& s : in) {
     if (s.numel == 0) continue;
-    if (!out.empty() && out.back().weight_decay == s.weight_decay &&
+    if (!out.empty() && out.back().weight_decay == s.weight_decay && out.back().decoupled_lr == s.decoupled_lr &&
         out.back().offset + out.back().numel == s.offset)
       out.back().numel += s.numel;
     else
@@ -30,7 +30,7 @@ AdamW::AdamW(backend::Backend& be, int64_t numel, const AdamWConfig& config) : b
 }
 
 void AdamW::step(Tensor& values, const Tensor& grads, const std::vector<Segment>& segments, double lr,
-                 float grad_scale, Tensor* compute) {
+                 float grad_scale, Tensor* compute, double decoupled_lr) {
   ++steps_;
   backend::AdamWStep s;
   s.lr = static_cast<float>(lr);
@@ -41,6 +41,7 @@ void AdamW::step(Tensor& values, const Tensor& grads, const std::vector<Segment>
   s.grad_scale = grad_scale;
   for (const auto& seg : segments) {
     s.weight_decay = seg.weight_decay ? static_cast<float>(config_.weight_decay) : 0.f;
+    s.lr = static_cast<float>(seg.decoupled_lr && decoupled_lr >= 0 ? decoupled_lr : lr);
     Tensor p = values.flat(seg.offset, {seg.numel});
     Tensor g = grads.flat(seg.offset, {seg.numel});
     Tensor m = m_.flat(seg.offset, {seg.numel});

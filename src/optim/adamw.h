@@ -21,19 +21,22 @@ struct AdamWConfig {
 struct Segment {
   int64_t offset = 0, numel = 0;
   bool weight_decay = true;
+  bool decoupled_lr = false;  // the embedding / output layer: --decoupled-lr's schedule when given
 };
-// Merges adjacent segments with the same decay flag (fewer kernel launches).
+// Merges adjacent segments with the same flags (fewer kernel launches).
 std::vector<Segment> merge_segments(std::vector<Segment> segments);
 
 class AdamW {
  public:
   AdamW(backend::Backend& be, int64_t numel, const AdamWConfig& config);
-  // One step on values (numel) with grads (numel) * grad_scale at this lr.
-  // compute (optional, numel, bf16/f16): the mixed-precision compute copy
-  // aligned with values; each segment's updated values are written into it
-  // in the same pass (as cast() would), so no separate cast of them is needed.
+  // One step on values (numel) with grads (numel) * grad_scale at this lr
+  // (decoupled_lr >= 0: at that lr for the segments marked decoupled_lr,
+  // Megatron's --decoupled-lr). compute (optional, numel, bf16/f16): the
+  // mixed-precision compute copy aligned with values; each segment's
+  // updated values are written into it in the same pass (as cast() would),
+  // so no separate cast of them is needed.
   void step(Tensor& values, const Tensor& grads, const std::vector<Segment>& segments, double lr,
-            float grad_scale, Tensor* compute = nullptr);
+            float grad_scale, Tensor* compute = nullptr, double decoupled_lr = -1);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
   Tensor& exp_avg() { return m_; }

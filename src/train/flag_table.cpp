@@ -155,6 +155,12 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "with --train-samples: decay over this many samples (default: --train-samples)").agreed());
   t.push_back(flag("--lr-warmup-fraction", MEMBER(optimizer.lr_warmup_fraction),
                    "warmup as a fraction of the decay iterations (instead of --lr-warmup-iters)"));
+  t.push_back(flag("--decoupled-lr", MEMBER(optimizer.decoupled_lr),
+                   "the word embeddings' and output layer's peak lr (same warmup and decay)")
+                  .agreed());
+  t.push_back(flag("--decoupled-min-lr", MEMBER(optimizer.decoupled_min_lr),
+                   "with --decoupled-lr: their lr after the decay (default: --min-lr)")
+                  .agreed());
   t.push_back(flag("--weight-decay", MEMBER(optimizer.adam.weight_decay), "AdamW weight decay").agreed().defaulted());
   t.push_back(flag("--clip-grad", MEMBER(optimizer.clip_grad), "global grad-norm clip (0: off)").agreed().defaulted());
   t.push_back(flag("--adam-beta1", MEMBER(optimizer.adam.beta1), "AdamW beta1").agreed().defaulted());

@@ -62,8 +62,6 @@ const MegatronRow kRows[] = {
     {"--decoder-last-pipeline-num-layers", V, R, "not implemented: uneven pipeline stages; tripod splits --num-layers evenly"},
     {"--decoder-num-layers", V, R, "not a GPT flag (encoder-decoder, BERT, retrieval or multi-token prediction models); drop it"},
     {"--decoder-seq-length", V, R, "not a GPT flag (encoder-decoder, BERT, retrieval or multi-token prediction models); drop it"},
-    {"--decoupled-lr", V, R, "not implemented: the optimizer is Adam(W); drop the flag"},
-    {"--decoupled-min-lr", V, R, "not implemented: the optimizer is Adam(W); drop the flag"},
     {"--decrease-batch-size-if-needed", N, R, "not implemented: batch-size ramp-up; use a fixed --global-batch-size"},
     {"--defer-embedding-wgrad-compute", N, R, "not implemented: deferred embedding wgrad"},
     {"--delta-offload-bytes-across-pp-ranks", V, R, "not implemented: activation / optimizer offloading to CPU memory; use --recompute-granularity full or a larger layout (`tripod plan`) to save memory; drop the flag"},

@@ -57,7 +57,9 @@ StepResult Trainer::train_step() {
   time_split_.grad_norm_done();
   if (!r.skipped) {
     const double clip = optim::clip_coefficient(r.grad_norm, args_.optimizer.clip_grad);
-    optimizer_->step(r.lr, static_cast<float>(clip / r.loss_scale));
+    const double decoupled_lr =
+        decoupled_schedule_ ? decoupled_schedule_->lr_for_iteration(iteration_ + 1 - skipped_updates_) : -1;
+    optimizer_->step(r.lr, static_cast<float>(clip / r.loss_scale), decoupled_lr);
   }
   // FP8 delayed scaling: amaxes reduced over tp and dp, histories rolled, new scales.
   for (auto& m : models_)

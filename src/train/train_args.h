@@ -78,6 +78,10 @@ struct OptimizerArgs {
   // With --train-samples the schedule counts samples, as Megatron's
   // (lr.steps_per_iteration = the global batch, set by resolve()).
   int64_t lr_warmup_samples = 0, lr_decay_samples = 0;  // --lr-warmup-samples, --lr-decay-samples (0: train samples)
+  // Megatron's --decoupled-lr / --decoupled-min-lr: the word embeddings and
+  // output layer follow the same schedule between these (-1: not given; the
+  // min defaults to --min-lr).
+  double decoupled_lr = -1, decoupled_min_lr = -1;
 };
 
 struct PrecisionArgs {

@@ -199,6 +199,14 @@ void Trainer::setup(data::DatasetSplits* given) {
 
   schedule_ = args_.optimizer.lr;
   schedule_.validate();
+  if (const auto& o = args_.optimizer; o.decoupled_lr >= 0) {
+    decoupled_schedule_ = schedule_;
+    decoupled_schedule_->max_lr = o.decoupled_lr;
+    decoupled_schedule_->min_lr = o.decoupled_min_lr >= 0 ? o.decoupled_min_lr : schedule_.min_lr;
+    TRIPOD_CHECK_HINT(decoupled_schedule_->min_lr <= o.decoupled_lr,
+                      "set --decoupled-min-lr (or, without it, --min-lr) at or below --decoupled-lr",
+                      "--decoupled-lr {} is below its minimum {}", o.decoupled_lr, decoupled_schedule_->min_lr);
+  }
 
   {
     // The data lines once per job (rank 0), as Megatron prints them.

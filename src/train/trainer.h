@@ -128,6 +128,7 @@ class Trainer {
   std::unique_ptr<distributed::DistributedOptimizer> optimizer_;
   std::unique_ptr<GptPipelineStage> stage_;
   optim::LrSchedule schedule_;
+  std::optional<optim::LrSchedule> decoupled_schedule_;  // --decoupled-lr: the embedding and output layer
   data::DatasetSplits data_;
   std::unique_ptr<MetricsWriter> metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;  // --tensorboard-dir
