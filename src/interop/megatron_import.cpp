@@ -204,6 +204,12 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
   if (arg(*args, "bias_gelu_fusion") && !arg_true(*args, "bias_gelu_fusion") && !arg_true(*args, "openai_gelu"))
     log::warn("{}: trained with --no-bias-gelu-fusion (erf GELU); tripod's GELU is the tanh approximation "
               "Megatron's fused bias-GELU uses, so outputs differ slightly", f0);
+  // --apply-layernorm-1p: Megatron stores each LayerNorm weight as gamma - 1
+  // (zero-centered) and computes with 1 + it; tripod stores gamma.
+  const bool layernorm_1p = arg_true(*args, "apply_layernorm_1p");
+  if (layernorm_1p)
+    log::info("{}: trained with --apply-layernorm-1p: the LayerNorm weights are stored zero-centered; the import "
+              "adds the 1", f0);
   c.finalize();
   const PyValue* it = first.root().get("iteration");
   out.iteration = it && it->kind == K::kInt ? it->i : 0;
@@ -261,6 +267,8 @@ MegatronImport import_megatron(const std::string& dir, const std::string& save_d
       Tensor init = model::init_full(spec, 0, c.init_method_std, c.num_layers);
       full = fit_rows(full, spec.global_shape, &init, spec.name);
     }
+    if (layernorm_1p && model::is_layernorm(spec) && spec.name.ends_with(".weight"))
+      for (int64_t i = 0; i < full.numel(); ++i) full.data<float>()[i] += 1.0f;
     TRIPOD_CHECK(full.shape() == spec.global_shape, "--import-megatron {}: {} merges to {}, expected {}", dir,
                  spec.name, shape_str(full.shape()), shape_str(spec.global_shape));
     tensors.push_back({"model." + spec.name, spec.global_shape, spec.shard, full});

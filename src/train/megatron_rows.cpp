@@ -17,6 +17,7 @@ constexpr auto A = FlagStatus::Accepted, P = FlagStatus::Planned, R = FlagStatus
 const MegatronRow kRows[] = {
     {"--DDP-impl", V, A, "data parallelism is always tripod's own (Megatron's \"local\"); Megatron dropped --DDP-impl"},
     {"--accumulate-allreduce-grads-in-fp32", N, A, "fp32 gradient accumulation and reduction are always on"},
+    {"--apply-layernorm-1p", N, A, "tripod keeps LayerNorm/RMSNorm weights in fp32 and out of weight decay (as Megatron), where a zero-centered weight w used as 1 + w gets the same gradients and Adam steps as the weight itself (up to fp32 rounding); tripod stores the weight (1 + w), and `convert --import-megatron` adds the 1 to a checkpoint trained with this flag"},
     {"--allow-ambiguous-pad-tokens", N, A, "there is no padding token in pretraining batches"},
     {"--app-tag-run-name", V, A, "telemetry exporters are not used: the iteration log line, --metrics-file and --tensorboard-dir carry the metrics"},
     {"--app-tag-run-version", V, A, "telemetry exporters are not used: the iteration log line, --metrics-file and --tensorboard-dir carry the metrics"},

@@ -22,7 +22,6 @@ const MegatronRow kRows[] = {
     {"--add-qkv-bias", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--adlr-autoresume", N, R, "not implemented: the NVIDIA resiliency services (in-process restart, fault-tolerance package, straggler detection, fault injection, rerun engine); tripod stops the whole job naming a dead or stuck rank, and resumes with --load; drop the flag"},
     {"--adlr-autoresume-interval", V, R, "not implemented: the NVIDIA resiliency services (in-process restart, fault-tolerance package, straggler detection, fault injection, rerun engine); tripod stops the whole job naming a dead or stuck rank, and resumes with --load; drop the flag"},
-    {"--apply-layernorm-1p", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--apply-query-key-layer-scaling", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--apply-residual-connection-post-layernorm", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},
     {"--apply-wd-to-qk-layernorm", N, R, "not implemented: the model options are GPT-2 and the Llama family (docs/llama.md); drop the flag"},

@@ -313,6 +313,9 @@ def main():
     ap.add_argument("--writer", choices=["pickle", "torch"], default="pickle")
     ap.add_argument("--malicious", action="store_true")
     ap.add_argument("--swiglu", action="store_true", help="record args.swiglu = True (not importable)")
+    ap.add_argument("--apply-layernorm-1p", action="store_true",
+                    help="record args.apply_layernorm_1p = True: the files' LayerNorm weights are zero-centered, "
+                         "so tripod's are 1 + them")
     a = ap.parse_args()
     root = os.path.join(a.out, "megatron")
     it_dir = os.path.join(root, "iter_%07d" % ITERATION)
@@ -344,7 +347,8 @@ def main():
             chunks = {("model" if a.vpp == 1 else "model%d" % v): stage_state(params, t, a.tp, p, a.pp, v, a.vpp)
                       for v in range(a.vpp)}
             args = args_dict(a.tp, a.pp, a.vpp, padded)
-            args.update(tensor_model_parallel_rank=t, pipeline_model_parallel_rank=p, swiglu=a.swiglu)
+            args.update(tensor_model_parallel_rank=t, pipeline_model_parallel_rank=p, swiglu=a.swiglu,
+                        apply_layernorm_1p=a.apply_layernorm_1p)
             if torch is not None:
                 def tt(x):
                     if x is None:
@@ -393,6 +397,8 @@ def main():
     for name, (t, kind) in params.items():
         if name == "embedding.word_embeddings.weight":
             t = t.rows(0, tripod_padded)
+        if a.apply_layernorm_1p and name.endswith("layernorm.weight"):  # exact: multiples of 1/32 below 1
+            t = T(t.shape, [x + 1.0 for x in t.data], t.bf16)
         expected.append(("model." + name, t))
     write_safetensors(os.path.join(a.out, "expected.safetensors"), expected)
     return 0

@@ -74,6 +74,8 @@ void import_case(const std::string& name, const std::string& flags, int tp, int 
 TEST(MegatronImport, Tp2Pp2) { import_case("tp2pp2", "--tp 2 --pp 2", 2, 2); }
 TEST(MegatronImport, Tp1Pp2Vpp2) { import_case("vpp", "--tp 1 --pp 2 --vpp 2", 1, 2); }
 TEST(MegatronImport, Tp2) { import_case("tp2", "--tp 2", 2, 1); }
+// --apply-layernorm-1p: the files hold zero-centered LayerNorm weights; the import adds the 1.
+TEST(MegatronImport, ZeroCenteredLayerNormWeights) { import_case("1p", "--tp 2 --apply-layernorm-1p", 2, 1); }
 TEST(MegatronImport, TorchSaveTp2Pp2) { import_case("torch", "--tp 2 --pp 2 --writer torch", 2, 2); }
 
 TEST(MegatronImport, PickleNamingOsSystemIsRefused) {
