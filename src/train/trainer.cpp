@@ -380,6 +380,11 @@ void Trainer::training_log(const StepResult& last, double loss_sum, int64_t skip
 // Megatron's --profile: the capture range over 0-based iterations
 // [--profile-step-start, --profile-step-end), i.e. iterations start+1 to end
 // as the log counts them, on the --profile-ranks.
+std::string Trainer::profile_window() const {
+  const int64_t first = args_.logging.profile_step_start + 1, last = args_.logging.profile_step_end;
+  return first == last ? fmt::format("iteration {}", first) : fmt::format("iterations {}-{}", first, last);
+}
+
 void Trainer::profile_range(bool open) {
   be_.synchronize();  // the range holds exactly these iterations' kernels
   if (!open) {
@@ -390,13 +395,13 @@ void Trainer::profile_range(bool open) {
     return;
   }
   if ((profile_open_ = be_.profiler_start()))
-    log::info("--profile: capture range open for iterations {}-{} on rank {} (the CUDA profiler API: run under "
+    log::info("--profile: capture range open for {} on rank {} (the CUDA profiler API: run under "
               "`nsys profile -c cudaProfilerApi`)",
-              iteration_ + 1, args_.logging.profile_step_end, groups_.global_rank);
+              profile_window(), groups_.global_rank);
   else
-    log::warn("--profile: the {} backend has no profiler capture range; iterations {}-{} run as usual (profile the "
-              "CPU with perf, or read the time/* split in the log)",
-              be_.name(), iteration_ + 1, args_.logging.profile_step_end);
+    log::warn("--profile: the {} backend has no profiler capture range; {} run as usual (profile the CPU with "
+              "perf, or read the time/* split in the log)",
+              be_.name(), profile_window());
 }
 
 void Trainer::run() {

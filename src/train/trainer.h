@@ -142,6 +142,7 @@ class Trainer {
   bool profiling_ = false;     // --profile on this rank (--profile-ranks)
   bool profile_open_ = false;  // the backend's capture range is open
   void profile_range(bool open);
+  std::string profile_window() const;  // "iterations 11-12"
   // --save-retain removes only this run's checkpoints (NOTE [Whose checkpoints]
   // in ckpt/sharded_checkpoint.h): those it saved, and, when it resumed from
   // its --save folder, those up to the iteration it loaded.
