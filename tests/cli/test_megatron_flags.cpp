@@ -318,3 +318,32 @@ TEST(MegatronFlags, Llama3Fp8RecipeTrainsShrunk) {
   EXPECT_FALSE(contains(run.output, "iteration        1/")) << run.output;  // resumed at 3
   std::filesystem::remove_all(dir);
 }
+
+// Megatron-LM's Mixtral 8x7B script (examples/mixtral/
+// train_mixtral_8x7b_distributed.sh): its model, MoE, training, parallelism
+// and logging flags as they are, at a tiny shape on 4 CPU ranks (PP 2 x
+// EP 2 instead of PP 4 x EP 8), mock data instead of its tokenizer and data
+// files, fewer iterations; --tensorboard-dir into the test's folder.
+TEST(MegatronFlags, MixtralScriptTrainsShrunk) {
+  const std::string dir = ::testing::TempDir() + "/tripod_mixtral_script_" + std::to_string(::getpid());
+  const std::string script =
+      "--use-mcore-models --disable-bias-linear --seq-length 64 --max-position-embeddings 256 --num-layers 2 "
+      "--hidden-size 64 --ffn-hidden-size 160 --num-attention-heads 4 --init-method-std 0.01 --attention-dropout 0.0 "
+      "--hidden-dropout 0.0 --normalization RMSNorm --position-embedding-type rope --swiglu "
+      "--untie-embeddings-and-output-weights --group-query-attention --num-query-groups 2 "
+      "--no-masked-softmax-fusion --no-position-embedding --rotary-base 1000000 "
+      "--num-experts 8 --moe-router-topk 2 --moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 1e-2 "
+      "--moe-grouped-gemm --moe-token-dispatcher-type alltoall --overlap-param-gather --overlap-grad-reduce "
+      "--mock-data --vocab-size 128 --split 99990,8,2 "
+      "--micro-batch-size 1 --global-batch-size 8 --lr 1e-4 --train-iters 4 --lr-decay-iters 3 "
+      "--lr-decay-style cosine --min-lr 1.0e-5 --weight-decay 0.1 --lr-warmup-iters 1 --clip-grad 1.0 --bf16 "
+      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --expert-model-parallel-size 2 "
+      "--use-distributed-optimizer --sequence-parallel "
+      "--log-interval 1 --save-interval 2 --eval-interval 2 --eval-iters 1 --save " + dir + " --load " + dir +
+      " --tensorboard-dir " + dir + "/tensorboard --no-load-optim --no-load-rng";
+  auto run = run_tripod("launch --nproc-per-node 4 -- train " + script);
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "iteration        4/       4")) << run.output;
+  EXPECT_TRUE(contains(run.output, "saved checkpoint at iteration 4")) << run.output;
+  std::filesystem::remove_all(dir);
+}
