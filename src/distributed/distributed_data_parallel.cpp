@@ -97,6 +97,7 @@ DistributedDataParallel::DistributedDataParallel(std::vector<model::GptModel*> c
         params, *shard_group_, be, size, config_.use_distributed_optimizer, deferred, per_microbatch,
         config_.shards_params(), per_microbatch ? &group_of : nullptr, expert_dp));
     if (config_.num_distributed_optimizer_instances > 1) buffers_.back()->set_inter_instance_group(groups_.inter_dist_opt.get());
+    buffers_.back()->set_grad_comm_dtype(config_.grad_comm_dtype);
   }
   if (config_.shards_grads())
     for (int c = 0; c < num_chunks(); ++c) gatherers_.push_back(std::make_unique<ShardedParamGatherer>(*this, c));

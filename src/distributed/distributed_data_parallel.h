@@ -66,6 +66,10 @@ struct DistributedDataParallelConfig {
   // ranks, replicate across them (NOTE [Distributed-optimizer instances] in
   // parallel/groups.h; needs the distributed optimizer when N > 1).
   int num_distributed_optimizer_instances = 1;
+  // The dtype the data-parallel gradient reduction moves (NOTE [bf16
+  // gradient communication]): F32, or BF16 with --grad-reduce-in-bf16 /
+  // --megatron-fsdp-grad-comm-dtype bf16 (resolved by TrainArgs::finalize).
+  DType grad_comm_dtype = DType::F32;
   bool shards_grads() const { return sharding >= ShardingStrategy::OptimGrads; }
   bool shards_params() const { return sharding == ShardingStrategy::OptimGradsParams; }
 };

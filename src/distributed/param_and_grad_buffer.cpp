@@ -107,6 +107,8 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
   const size_t n = buckets_.size();
   grad_bucket_.resize(n);
   rs_piece_.resize(n);
+  comm_send_.resize(n);
+  comm_recv_.resize(n);
   gathered_.resize(n);
   gathered_compute_.resize(n);
   z3_work_.resize(n);
@@ -252,18 +254,70 @@ void ParamAndGradBuffer::launch(size_t b) {
     // (they had this bucket's backward to run), freeing their full buffers.
     for (size_t k = 0; k < buckets_.size(); ++k)
       if (k != b && grad_work_[k]) finish_bucket_grad(k);
+    if (comm_dtype_ != DType::F32) {
+      comm_send_[b] = to_comm_dtype(grad_bucket_[b], grad_bucket_[b].numel());
+      comm_recv_[b] = be_.empty({piece_len_[b]}, comm_dtype_);
+      grad_work_[b] = comm_of(b).reduce_scatter(comm_recv_[b], comm_send_[b]);
+      return;
+    }
     rs_piece_[b] = be_.empty({piece_len_[b]}, DType::F32);
     grad_work_[b] = comm_of(b).reduce_scatter(rs_piece_[b], grad_bucket_[b]);
     return;
   }
   Tensor& grads = params_.grads();
+  const BucketRange& r = buckets_[b];
   if (!distributed_) {
-    Tensor view = grads.flat(buckets_[b].begin, {buckets_[b].numel()});
-    grad_work_[b] = comm_of(b).all_reduce(view);
+    Tensor view = grads.flat(r.begin, {r.numel()});
+    if (comm_dtype_ != DType::F32) {
+      comm_send_[b] = to_comm_dtype(view, r.numel());
+      grad_work_[b] = comm_of(b).all_reduce(comm_send_[b]);
+    } else {
+      grad_work_[b] = comm_of(b).all_reduce(view);
+    }
   } else {
     Tensor out = grad_shard_.flat(shard_offset_[b], {piece_len_[b]});
-    grad_work_[b] = comm_of(b).reduce_scatter(out, input_of(b, grads));
+    if (comm_dtype_ != DType::F32) {
+      comm_send_[b] = to_comm_dtype(grads.flat(r.begin, {r.numel()}), piece_len_[b] * size_of(b));
+      comm_recv_[b] = be_.empty({piece_len_[b]}, comm_dtype_);
+      grad_work_[b] = comm_of(b).reduce_scatter(comm_recv_[b], comm_send_[b]);
+    } else {
+      grad_work_[b] = comm_of(b).reduce_scatter(out, input_of(b, grads));
+    }
   }
+}
+
+void ParamAndGradBuffer::set_grad_comm_dtype(DType dtype) {
+  TRIPOD_CHECK_HINT(dtype == DType::F32 || dtype == DType::BF16, "reduce gradients in fp32 or bf16",
+                    "gradients cannot be reduced in {}", dtype_name(dtype));
+  for (const auto& w : grad_work_) TRIPOD_CHECK(!w, "the gradient communication dtype changed during a reduction");
+  comm_dtype_ = dtype;
+}
+
+Tensor ParamAndGradBuffer::to_comm_dtype(const Tensor& f32, int64_t padded) {
+  Tensor t = be_.empty({padded}, comm_dtype_);
+  if (padded > f32.numel()) {
+    Tensor tail = t.flat(f32.numel(), {padded - f32.numel()});
+    be_.zero(tail);
+  }
+  Tensor head = t.flat(0, {f32.numel()});
+  be_.cast(head, f32);
+  return t;
+}
+
+void ParamAndGradBuffer::finish_unsharded_grad(size_t b) {
+  grad_work_[b]->wait();
+  grad_work_[b].reset();
+  if (comm_dtype_ == DType::F32 || !comm_send_[b].defined()) return;
+  const BucketRange& r = buckets_[b];
+  if (distributed_) {
+    Tensor out = grad_shard_.flat(shard_offset_[b], {piece_len_[b]});
+    be_.cast(out, comm_recv_[b]);
+  } else {
+    Tensor view = params_.grads().flat(r.begin, {r.numel()});
+    be_.cast(view, comm_send_[b]);  // the all-reduce was in place
+  }
+  comm_send_[b] = Tensor();
+  comm_recv_[b] = Tensor();
 }
 
 void ParamAndGradBuffer::start_grad_sync() {
@@ -281,12 +335,8 @@ void ParamAndGradBuffer::start_grad_sync() {
 void ParamAndGradBuffer::finish_grad_sync() {
   for (size_t b = 0; b < grad_work_.size(); ++b) {
     if (!grad_work_[b]) continue;
-    if (shard_grads_) {
-      finish_bucket_grad(b);
-    } else {
-      grad_work_[b]->wait();
-      grad_work_[b].reset();
-    }
+    if (shard_grads_) finish_bucket_grad(b);
+    else finish_unsharded_grad(b);
   }
   // Each instance reduced its own ranks' gradients into the shard: the sum
   // over the instances makes it the whole dp group's (the same shard
@@ -312,6 +362,12 @@ void ParamAndGradBuffer::finish_bucket_grad(size_t b) {
   grad_work_[b]->wait();
   grad_work_[b].reset();
   Tensor piece = grad_shard_.flat(shard_offset_[b], {piece_len_[b]});
+  if (comm_dtype_ != DType::F32) {  // NOTE [bf16 gradient communication]
+    rs_piece_[b] = be_.empty({piece_len_[b]}, DType::F32);
+    be_.cast(rs_piece_[b], comm_recv_[b]);
+    comm_send_[b] = Tensor();
+    comm_recv_[b] = Tensor();
+  }
   be_.add(piece, piece, rs_piece_[b]);  // NOTE [Sharded gradients]: the shard accumulates
   rs_piece_[b] = Tensor();
   if (deferred_[b]) return;

@@ -119,6 +119,15 @@ class ParamAndGradBuffer {
   void gather_shards(Tensor& full, const Tensor& shard);
 
   // ---- gradient reduction, once per iteration ----
+  // NOTE [bf16 gradient communication] (--grad-reduce-in-bf16,
+  // --megatron-fsdp-grad-comm-dtype bf16): each bucket's f32 gradients are
+  // cast to bf16 for the reduction (all-reduce or reduce-scatter, half the
+  // bytes) and the result cast back to f32 where the f32 reduction would
+  // have written it. Accumulation over micro-batches stays f32, as the
+  // shard's accumulation under ZeRO-2/3; the inter-instance all-reduce of
+  // hybrid sharding stays f32. F32 (the default): no casts.
+  void set_grad_comm_dtype(DType dtype);
+  DType grad_comm_dtype() const { return comm_dtype_; }
   void reset();  // every bucket pending again
   // The gradients of these parameters are final: launches every bucket that
   // became complete (deferred ones excepted), in the order they complete.
@@ -233,6 +242,10 @@ class ParamAndGradBuffer {
   bool shard_grads_ = false, shard_params_ = false;
   std::vector<Tensor> grad_bucket_;  // per bucket: (padded) full-size gradients while bound
   std::vector<Tensor> rs_piece_;     // per bucket: the reduce-scatter's output while in flight
+  DType comm_dtype_ = DType::F32;    // NOTE [bf16 gradient communication]
+  std::vector<Tensor> comm_send_, comm_recv_;  // per bucket, bf16 communication: in flight
+  Tensor to_comm_dtype(const Tensor& f32, int64_t padded);  // a bf16 copy, zero past f32's end
+  void finish_unsharded_grad(size_t b);  // waits for bucket b (not ZeRO-2/3) and casts back
   Tensor value_shard_;               // (shard_numel) ZeRO-3: the parameters at rest
   std::vector<Tensor> gathered_, gathered_compute_;  // per bucket: (padded) while gathered
   std::vector<std::shared_ptr<comm::Work>> z3_work_;

@@ -233,6 +233,23 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "shards the optimizer state (gradients, parameters: --data-parallel-sharding-strategy) over its "
                    "ranks, the instances replicate it and all-reduce the gradient shards (docs/zero.md)")
                   .agreed().plan());
+  t.push_back(flag("--grad-reduce-in-bf16", MEMBER(parallel.grad_reduce_in_bf16),
+                   "reduce the data-parallel gradients in bf16 (half the bytes); tripod still accumulates "
+                   "micro-batches in fp32 (docs/zero.md)")
+                  .agreed());
+  t.push_back(flag("--megatron-fsdp-grad-comm-dtype", MEMBER(parallel.fsdp_grad_comm_dtype),
+                   "fp32 | bf16 | auto (the main-grads dtype): the dtype of the gradient reduction")
+                  .agreed());
+  t.push_back(flag("--megatron-fsdp-main-grads-dtype", MEMBER(parallel.fsdp_main_grads_dtype),
+                   "fp32 | bf16 | auto (the compute dtype): sets what auto communicates; tripod accumulates "
+                   "gradients in fp32 whatever it says")
+                  .agreed());
+  t.push_back(flag("--megatron-fsdp-main-params-dtype", MEMBER(parallel.fsdp_main_params_dtype),
+                   "fp32 (tripod's main parameters are fp32; auto means fp32 only in an fp32 run)")
+                  .agreed());
+  t.push_back(flag("--outer-dp-sharding-strategy", MEMBER(parallel.outer_dp_sharding_strategy),
+                   "no_shard: the distributed-optimizer instances replicate (--num-distributed-optimizer-instances)")
+                  .agreed());
   t.push_back(flag("--ddp-bucket-size", MEMBER(parallel.ddp.bucket_size),
                    "elements per data-parallel gradient bucket (default max(4e7, 1e6 x dp); with "
                    "--overlap-grad-reduce only, else one bucket)").agreed());

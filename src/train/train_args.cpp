@@ -65,12 +65,54 @@ void apply_fp8_flags(const PrecisionArgs& p, config::GptConfig& m) {
                 "use --fp8-amax-compute-algo most_recent (the default) or max");
 }
 
+// NOTE [bf16 gradient communication]: --grad-reduce-in-bf16 and Megatron-
+// FSDP's dtype flags, with Megatron's "auto" chain (comm -> main grads ->
+// the compute dtype). tripod keeps main parameters and the accumulation of
+// gradients in fp32; only what the reduction moves can be bf16.
+static DType resolve_grad_comm_dtype(const ParallelArgs& p, const PrecisionArgs& pr) {
+  const std::string compute = pr.bf16 ? "bf16" : pr.fp16 ? "fp16" : "fp32";
+  auto check_value = [](const std::string& flag, const std::string& v, std::initializer_list<const char*> ok) {
+    for (const char* o : ok)
+      if (v == o) return;
+    throw Error(fmt::format("{} {}: not one of fp32, bf16, fp16, auto", flag, v),
+                fmt::format("pass {} fp32, bf16 or auto", flag));
+  };
+  if (!p.fsdp_main_params_dtype.empty()) {
+    check_value("--megatron-fsdp-main-params-dtype", p.fsdp_main_params_dtype, {"fp32", "bf16", "fp16", "auto"});
+    const std::string v = p.fsdp_main_params_dtype == "auto" ? compute : p.fsdp_main_params_dtype;
+    TRIPOD_CHECK_HINT(v == "fp32", "pass --megatron-fsdp-main-params-dtype fp32 (or drop it)",
+                      "--megatron-fsdp-main-params-dtype {} asks for {} main parameters; tripod's optimizer steps "
+                      "fp32 main parameters",
+                      p.fsdp_main_params_dtype, v);
+  }
+  std::string main_grads = p.fsdp_main_grads_dtype.empty() ? "auto" : p.fsdp_main_grads_dtype;
+  check_value("--megatron-fsdp-main-grads-dtype", main_grads, {"fp32", "bf16", "fp16", "auto"});
+  if (main_grads == "auto") main_grads = compute;
+  std::string comm = p.fsdp_grad_comm_dtype.empty() ? "fp32" : p.fsdp_grad_comm_dtype;
+  check_value("--megatron-fsdp-grad-comm-dtype", comm, {"fp32", "bf16", "fp16", "auto"});
+  if (comm == "auto") comm = main_grads;
+  TRIPOD_CHECK_HINT(comm != "fp16", "reduce gradients in bf16 or fp32 (--megatron-fsdp-grad-comm-dtype bf16|fp32)",
+                    "fp16 gradient communication{} is not supported (it would need the loss scale in the "
+                    "reduction)",
+                    p.fsdp_grad_comm_dtype == "auto" ? " (auto under --fp16)" : "");
+  TRIPOD_CHECK_HINT(!(p.grad_reduce_in_bf16 && p.fsdp_grad_comm_dtype == "fp32"), "pass one of them",
+                    "--grad-reduce-in-bf16 and --megatron-fsdp-grad-comm-dtype fp32 contradict each other");
+  if (!p.outer_dp_sharding_strategy.empty())
+    TRIPOD_CHECK_HINT(p.outer_dp_sharding_strategy == "no_shard",
+                      "pass --outer-dp-sharding-strategy no_shard (the instances replicate) or drop it",
+                      "--outer-dp-sharding-strategy {}: sharding the optimizer state across the "
+                      "--num-distributed-optimizer-instances is not in tripod yet (they replicate it)",
+                      p.outer_dp_sharding_strategy);
+  return p.grad_reduce_in_bf16 || comm == "bf16" ? DType::BF16 : DType::F32;
+}
+
 void TrainArgs::finalize() {
   apply_model_flags(model_flags, model);
   auto& ddp = parallel.ddp;
   ddp.sharding = distributed::resolve_sharding_strategy(parallel.data_parallel_sharding_strategy,
                                                         parallel.use_megatron_fsdp, ddp.use_distributed_optimizer);
   ddp.use_distributed_optimizer = ddp.sharding >= distributed::ShardingStrategy::Optim;
+  ddp.grad_comm_dtype = resolve_grad_comm_dtype(parallel, precision);
   apply_fp8_flags(precision, model);
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {

@@ -54,6 +54,13 @@ struct ParallelArgs {
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
   std::string data_parallel_sharding_strategy;  // --data-parallel-sharding-strategy ("": not given); ddp.sharding by finalize()
   bool use_megatron_fsdp = false;            // --use-megatron-fsdp (default strategy optim_grads_params)
+  // The gradient reduction's dtype (ddp.grad_comm_dtype by finalize(); NOTE
+  // [bf16 gradient communication]) and Megatron-FSDP's dtype options ("": not given).
+  bool grad_reduce_in_bf16 = false;          // --grad-reduce-in-bf16
+  std::string fsdp_grad_comm_dtype;          // --megatron-fsdp-grad-comm-dtype fp32|bf16|auto
+  std::string fsdp_main_grads_dtype;         // --megatron-fsdp-main-grads-dtype fp32|bf16|auto
+  std::string fsdp_main_params_dtype;        // --megatron-fsdp-main-params-dtype fp32|auto
+  std::string outer_dp_sharding_strategy;    // --outer-dp-sharding-strategy no_shard
   std::string distributed_backend;           // --distributed-backend nccl | gloo ("": by device)
   double distributed_timeout_minutes = 10;   // --distributed-timeout-minutes
   // Activation recomputation (config/options.h, Recompute).

@@ -324,7 +324,7 @@ void Trainer::log_startup() {
     const std::string sizes = ddp_->describe_buckets();
     const int64_t bs = ddp_->bucket_size();
     log::info("data-parallel gradient buckets (dp {}, elements in launch order, last layers first): {}; bucket "
-              "size {}{}; overlap grad reduce {}, overlap param gather {}",
+              "size {}{}; overlap grad reduce {}, overlap param gather {}; reduced in {}",
               groups_.layout.cp > 1 ? fmt::format("{} x cp {}", groups_.layout.dp, groups_.layout.cp)
                                     : std::to_string(groups_.layout.dp),
               sizes,
@@ -334,7 +334,8 @@ void Trainer::log_startup() {
               args_.parallel.ddp.bucket_size > 0 && !ddp_->overlap_grad_reduce() && !args_.parallel.ddp.shards_grads()
                   ? " (--ddp-bucket-size applies with --overlap-grad-reduce only, as in Megatron)"
                   : "",
-              ddp_->overlap_grad_reduce() ? "on" : "off", ddp_->overlap_param_gather() ? "on" : "off");
+              ddp_->overlap_grad_reduce() ? "on" : "off", ddp_->overlap_param_gather() ? "on" : "off",
+              args_.parallel.ddp.grad_comm_dtype == DType::BF16 ? "bf16 (accumulated in fp32)" : "fp32");
   }
 }
 

@@ -71,6 +71,9 @@ std::string with_value(const Row& r) {
   if (r.flag == "--fp8-recipe") return r.flag + " tensorwise";
   if (r.flag == "--fp8-amax-compute-algo") return r.flag + " max";
   if (r.flag == "--data-parallel-sharding-strategy") return r.flag + " optim_grads";
+  if (r.flag == "--megatron-fsdp-grad-comm-dtype" || r.flag == "--megatron-fsdp-main-grads-dtype") return r.flag + " bf16";
+  if (r.flag == "--megatron-fsdp-main-params-dtype") return r.flag + " fp32";
+  if (r.flag == "--outer-dp-sharding-strategy") return r.flag + " no_shard";
   if (r.takes == "value") return r.flag + " 1";
   if (r.takes == "list") return r.flag + " 1 1";
   return r.flag;
@@ -287,9 +290,8 @@ TEST(MegatronFlags, ProfileWindowAndRanks) {
 // with SP and the distributed optimizer), samples and the --profile window
 // scaled down. It trains to the end, saves, and a second job with the
 // same script resumes from the checkpoint (the script passes --load and
-// --save the same folder). The flags it cannot take yet are left out and
-// listed here: --grad-reduce-in-bf16, --fp8-param-gather, --tensorboard-dir
-// (kept out only to keep the test's folder small).
+// --save the same folder). Left out: --fp8-param-gather (not in tripod
+// yet) and --tensorboard-dir (only to keep the test's folder small).
 TEST(MegatronFlags, Llama3Fp8RecipeTrainsShrunk) {
   const std::string dir = ::testing::TempDir() + "/tripod_llama3_recipe_" + std::to_string(::getpid());
   const std::string recipe =
@@ -300,7 +302,7 @@ TEST(MegatronFlags, Llama3Fp8RecipeTrainsShrunk) {
       "--apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear --micro-batch-size 1 "
       "--global-batch-size 8 --train-samples 32 --lr-decay-samples 32 --lr-warmup-samples 8 --lr 0.00015 "
       "--min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --lr-decay-style cosine --clip-grad 1.0 "
-      "--weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --cross-entropy-loss-fusion "
+      "--weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16 --cross-entropy-loss-fusion "
       "--calculate-per-token-loss --manual-gc --empty-unused-memory-level 1 --exit-duration-in-mins 235 "
       "--fp8-format hybrid --fp8-amax-history-len 16 --fp8-amax-compute-algo max --tensor-model-parallel-size 2 "
       "--context-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "

@@ -361,5 +361,44 @@ TEST(ParamAndGradBuffer, DistributedLayoutTwoRanks) {
   });
 }
 
+// NOTE [bf16 gradient communication]: with the reduction in bf16, each
+// rank's f32 gradient is rounded to bf16 once, the two are summed (in f32,
+// then rounded to bf16, as every communicator sums two bf16 values) and the
+// result is widened back to f32: by hand, bf16(bf16(g0) + bf16(g1)). Both
+// the all-reduce (no distributed optimizer) and the distributed optimizer's
+// reduce-scatter into the shard, with buckets that need padding.
+TEST(ParamAndGradBuffer, Bf16CommunicationRoundsEachRanksGradientOnce) {
+  using namespace std::chrono_literals;
+  const std::vector<int64_t> sizes = {5, 9, 7, 4, 11, 3};  // 39 elements, padded to 40
+  auto grad = [](int rank, int64_t i) { return static_cast<float>((rank + 1) * 1000 + i) + 0.3f; };
+  auto bf16 = [](float x) { return bf16_to_f32(f32_to_bf16(x)); };
+  for (const bool distributed : {false, true}) {
+    testing::run_ranks(2, 20s, [&](int rank, comm::DistContext& ctx) {
+      auto be = backend::make_cpu_backend();
+      std::vector<model::ParamSpec> specs;
+      for (size_t i = 0; i < sizes.size(); ++i)
+        specs.push_back({"p" + std::to_string(i), {sizes[i]}, model::ShardDim::None, model::InitKind::Zeros, true, -1});
+      model::ParamStore store(std::move(specs), 1, 0, *be, 2);
+      auto dp = ctx.world();
+      ParamAndGradBuffer gb(store, *dp, *be, 10, distributed, std::vector<bool>(sizes.size(), false));
+      gb.set_grad_comm_dtype(DType::BF16);
+      float* g = store.grads().data<float>();
+      for (int64_t i = 0; i < 40; ++i) g[i] = i < 39 ? grad(rank, i) : 0.f;
+      gb.reset();
+      gb.start_grad_sync();
+      gb.finish_grad_sync();
+      auto want = [&](int64_t i) { return i < 39 ? bf16(bf16(grad(0, i)) + bf16(grad(1, i))) : 0.f; };
+      if (!distributed) {
+        for (int64_t i = 0; i < 39; ++i) ASSERT_EQ(g[i], want(i)) << "element " << i;
+        ASSERT_NE(g[7], grad(0, 7) + grad(1, 7));  // the f32 sum: bf16 did round
+        return;
+      }
+      Tensor full = Tensor::empty({40}, DType::F32);
+      gb.gather_shards(full, gb.reduced_grads());
+      for (int64_t i = 0; i < 40; ++i) ASSERT_EQ(full.data<float>()[i], want(i)) << "element " << i;
+    });
+  }
+}
+
 }  // namespace
 }  // namespace tripod
