@@ -149,6 +149,10 @@ void DistributedDataParallel::materialize_params() {
   for (auto& b : buffers_) b->materialize_params();
 }
 
+void DistributedDataParallel::init_params_sharded(uint64_t seed, float std, int64_t num_layers) {
+  for (auto& b : buffers_) b->init_shard(seed, std, num_layers);
+}
+
 void DistributedDataParallel::unmaterialize_params(bool take_back) {
   for (auto& b : buffers_) b->unmaterialize_params(take_back);
 }

@@ -163,6 +163,9 @@ class DistributedDataParallel {
   // load wrote new values). No-ops for the other strategies.
   void materialize_params();
   void unmaterialize_params(bool take_back);
+  // ZeRO-3 with models built without flat values (StageConfig::flat_values
+  // false): each chunk's shard of the initial parameters (NOTE [Sharded init]).
+  void init_params_sharded(uint64_t seed, float std, int64_t num_layers);
 
   // The buckets for the start-up log: count and sizes in launch order per chunk.
   std::string describe_buckets() const;

@@ -136,7 +136,7 @@ ParamAndGradBuffer::ParamAndGradBuffer(model::ParamStore& params, comm::Communic
   if (shard_params_) {  // the initialised (or loaded) values become the shard
     value_shard_ = be_.empty({shard_numel_}, DType::F32);
     be_.zero(value_shard_);
-    take_shard(value_shard_, params_.values());
+    if (params_.has_flat_values()) take_shard(value_shard_, params_.values());  // else init_shard() fills it
   }
   if (shard_grads_) {
     params_.release_flat(shard_params_, true);
@@ -496,6 +496,30 @@ int64_t ParamAndGradBuffer::gathered_numel() const {
     n += t.defined() ? t.numel() : 0;
   }
   return n;
+}
+
+// NOTE [Sharded init]: ZeRO-3 without whole value buffers. Each parameter's
+// initial value (the same counter-based draw as ParamStore::init, so the
+// same numbers) is made on the host one parameter at a time, and this
+// rank keeps the part that falls in its pieces: start-up holds one
+// parameter, not the model.
+void ParamAndGradBuffer::init_shard(uint64_t seed, float std, int64_t num_layers) {
+  TRIPOD_CHECK(shard_params_ && !params_.has_flat_values(), "init_shard: ZeRO-3 without flat values only");
+  const auto& ps = params_.params();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const BucketRange& r = buckets_[b];
+    const int64_t piece = r.begin + rank_of(b) * piece_len_[b];
+    for (int i = r.first_param; i < r.end_param; ++i) {
+      const model::Param& p = ps[static_cast<size_t>(i)];
+      const int64_t lo = std::max(p.offset, piece);
+      const int64_t hi = std::min(p.offset + shape_numel(p.shape), piece + piece_len_[b]);
+      if (lo >= hi) continue;
+      const Tensor value = params_.initial_value(p, seed, std, num_layers);
+      Tensor dst = value_shard_.flat(shard_offset_[b] + lo - piece, {hi - lo});
+      be_.copy(dst, value.flat(lo - p.offset, {hi - lo}));
+      be_.synchronize();  // the host tensor goes out of scope
+    }
+  }
 }
 
 void ParamAndGradBuffer::materialize_params() {

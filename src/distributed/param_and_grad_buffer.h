@@ -178,6 +178,9 @@ class ParamAndGradBuffer {
   bool shards_params() const { return shard_params_; }
   bool gathers_compute_dtype() const { return gather_compute_; }
   Tensor& value_shard() { return value_shard_; }
+  // ZeRO-3 built without flat values: this rank's shard of the initial
+  // parameters, one parameter at a time (NOTE [Sharded init]).
+  void init_shard(uint64_t seed, float std, int64_t num_layers);
   void start_gather(size_t b);
   void wait_gather_params(size_t b);
   void release_params(size_t b);

@@ -154,10 +154,10 @@ Fp8Linear::Fp8Linear(Fp8State& state, int index, const Param& weight)
       x_(state.meta(index, 0)),
       w_(state.meta(index, 1)),
       dy_(state.meta(index, 2)) {
-  const Tensor& W = weight.compute;
-  TRIPOD_CHECK(W.dim() == 2, "FP8 linear {}: weight {} must be (OC, IC)", weight.spec.name, W.str());
-  w8_ = state.backend().empty({W.size(0), W.size(1)}, DType::E4M3);
-  w8_t_ = state.backend().empty({W.size(1), W.size(0)}, DType::E4M3);
+  const Shape& W = weight.shape;  // the local shape (ZeRO-3 binds the values only while gathered)
+  TRIPOD_CHECK(W.size() == 2, "FP8 linear {}: weight {} must be (OC, IC)", weight.spec.name, shape_str(W));
+  w8_ = state.backend().empty({W[0], W[1]}, DType::E4M3);
+  w8_t_ = state.backend().empty({W[1], W[0]}, DType::E4M3);
 }
 
 void Fp8Linear::ensure_weight() {

@@ -140,7 +140,8 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
       mine.push_back(std::move(s));
     }
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size(), stage_.tp_rank(), be_,
-                                         stage_.param_buffer_pad, stage_.compute_dtype, stage_.flat_grads);
+                                         stage_.param_buffer_pad, stage_.compute_dtype, stage_.flat_grads,
+                                         stage_.flat_values);
   ws_ = std::make_unique<Workspace>();
   sp_ = resolve_params(*params_, config_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
                        stage_.post_process);

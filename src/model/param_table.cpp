@@ -137,7 +137,7 @@ Tensor init_full(const ParamSpec& spec, uint64_t seed, float std, int64_t num_la
 }
 
 ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be,
-                       int64_t pad_multiple, DType compute_dtype, bool flat_grads)
+                       int64_t pad_multiple, DType compute_dtype, bool flat_grads, bool flat_values)
     : compute_dtype_(compute_dtype), tp_size_(tp_size), tp_rank_(tp_rank), be_(be) {
   TRIPOD_CHECK(compute_dtype == DType::F32 || compute_dtype == DType::BF16 || compute_dtype == DType::F16,
                "parameter compute dtype must be f32, bf16 or f16");
@@ -160,7 +160,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, b
   // TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE=1 restores the cast copy (Megatron's
   // choice), for before/after runs.
   ln_cast_ = debug_config().ln_params_in_compute_dtype;
-  allocate_flat(true, flat_grads);
+  allocate_flat(flat_values, flat_grads);
 }
 
 void ParamStore::allocate_flat(bool values, bool grads) {
@@ -251,6 +251,10 @@ Param& ParamStore::get(const std::string& name) {
 const Param* ParamStore::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &params_[it->second];
+}
+
+Tensor ParamStore::initial_value(const Param& p, uint64_t seed, float std, int64_t num_layers) const {
+  return take_shard(init_full(p.spec, seed, std, num_layers), p.spec.shard, tp_size_, tp_rank_);
 }
 
 void ParamStore::init(uint64_t seed, float std, int64_t num_layers) {

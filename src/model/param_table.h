@@ -112,9 +112,15 @@ class ParamStore {
   // pad_multiple: the flat buffers are zero-padded to a multiple of it (the
   // dp size with the distributed optimizer, so they split evenly).
   // compute_dtype: f32 (compute on the master weights) or bf16/f16 (a cast copy).
-  // flat_grads false: no gradient buffer until allocate_flat (ZeRO-2/-3).
+  // flat_grads false: no gradient buffer until allocate_flat (ZeRO-2/-3);
+  // flat_values false: no value buffers either (ZeRO-3's sharded init).
   ParamStore(std::vector<ParamSpec> specs, int tp_size, int tp_rank, backend::Backend& be,
-             int64_t pad_multiple = 1, DType compute_dtype = DType::F32, bool flat_grads = true);
+             int64_t pad_multiple = 1, DType compute_dtype = DType::F32, bool flat_grads = true,
+             bool flat_values = true);
+  // This rank's tp part of parameter p's initial value (host, f32, p.shape):
+  // what init() writes into p.value, for an initialization that writes
+  // somewhere else (NOTE [Sharded init]).
+  Tensor initial_value(const Param& p, uint64_t seed, float std, int64_t num_layers) const;
   std::vector<Param>& params() { return params_; }
   const std::vector<Param>& params() const { return params_; }
   // By name: for checkpoints and tests. The model resolves its parameters

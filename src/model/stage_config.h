@@ -50,6 +50,9 @@ struct StageConfig {
   // false: no flat gradient buffer is allocated (ZeRO-2/-3 bind the
   // gradients per layer, distributed/param_and_grad_buffer.h).
   bool flat_grads = true;
+  // false: no flat value buffers either (ZeRO-3: the parameters are
+  // initialized straight into each rank's shard, NOTE [Sharded init]).
+  bool flat_values = true;
   // Dtype of the weights used for compute and of the activations (--bf16,
   // --fp16). Master weights, gradients and statistics stay f32.
   DType compute_dtype = DType::F32;

@@ -251,9 +251,12 @@ void Trainer::build_chunks() {
     // ZeRO-2/-3 keep no whole gradient buffer (NOTE [Sharded gradients]):
     // start-up holds no more than the whole values next to the shards.
     st.flat_grads = !p.ddp.shards_grads();
+    // ZeRO-3: no whole value buffers either; the DDP initializes the shards
+    // (NOTE [Sharded init]), so start-up never holds the model whole.
+    st.flat_values = !p.ddp.shards_params();
     st.recompute = p.recompute;
     auto m = std::make_unique<model::GptModel>(args_.model, st, be_);
-    m->params().init(args_.seed, m->config().init_method_std, m->config().num_layers);
+    if (st.flat_values) m->params().init(args_.seed, m->config().init_method_std, m->config().num_layers);
     models_.push_back(std::move(m));
   }
   std::vector<model::GptModel*> models;
@@ -261,6 +264,8 @@ void Trainer::build_chunks() {
   // Gradients are reduced (and the distributed optimizer sharded) over dp x cp.
   const parallel::ProcessGroups dp_groups = parallel::data_parallel_view(groups_);
   ddp_ = std::make_unique<distributed::DistributedDataParallel>(models, dp_groups, be_, p.ddp);
+  if (p.ddp.shards_params())
+    ddp_->init_params_sharded(args_.seed, models_[0]->config().init_method_std, models_[0]->config().num_layers);
   // ZeRO-2/-3: the model asks for each layer's parameters through this seam.
   for (int c = 0; c < V; ++c) models_[static_cast<size_t>(c)]->set_param_gatherer(ddp_->param_gatherer(c));
   optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, dp_groups, be_, args_.optimizer.adam);
