@@ -66,13 +66,13 @@ declare -A variant=(
 # iteration 20), which says nothing about the layouts.
 # name:ranks:variant:layout flags
 layouts=(
-  "tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel"
-  "ep2_tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2"
+  "tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1"
+  "ep2_tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2 --expert-tensor-parallel-size 1"
   "cp2:2:mixtral:--context-parallel-size 2"
   "ep2_cp2:2:mixtral:--context-parallel-size 2 --expert-model-parallel-size 2"
   "shared_tp2_sp:2:shared:--tensor-model-parallel-size 2 --sequence-parallel"
   "sigmoid_bias_tp2_sp:2:sigmoid:--tensor-model-parallel-size 2 --sequence-parallel"
-  "seqaux_ep4_tp2_cp2_sp:4:seqaux:--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4"
+  "seqaux_ep4_tp2_cp2_sp:4:seqaux:--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4 --expert-tensor-parallel-size 1"
   "etp2_tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2"
   "shared_ep2_etp2_tp2_sp:4:shared:--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2 --expert-tensor-parallel-size 2")
 # MOE_TP_ONLY=REGEX runs only the layouts whose names match (and their

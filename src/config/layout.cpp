@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "base/error.h"
@@ -143,8 +144,12 @@ Layout Layout::with_expert_parallel(int ep_size, int etp_size) const {
                     etp_size, tp);
   TRIPOD_CHECK_HINT(world_size % (etp_size * ep_size * pp) == 0,
                     fmt::format("choose an --expert-model-parallel-size that divides the {} ranks of a pipeline stage "
-                                "(tp x cp x dp = {}; expert-parallel ranks fold onto them, as Megatron)",
-                                world_size / pp, world_size / pp),
+                                "over --expert-tensor-parallel-size (tp x cp x dp / etp = {}; expert-parallel ranks "
+                                "fold onto them, as Megatron){}",
+                                world_size / pp, world_size / pp / std::max(etp_size, 1),
+                                etp_size > 1 ? "; or pass --expert-tensor-parallel-size 1 (whole experts; its default "
+                                               "is the --tensor-model-parallel-size, as Megatron's)"
+                                             : ""),
                     "world size {} is not divisible by --expert-tensor-parallel-size {} x "
                     "--expert-model-parallel-size {} x --pipeline-model-parallel-size {} = {}",
                     world_size, etp_size, ep_size, pp, etp_size * ep_size * pp);

@@ -1,7 +1,6 @@
 // Implementation of train/job.h.
 #include "train/job.h"
 
-#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -100,7 +99,7 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
   // from the groups); it records the interleaving so start-up prints "(vpp N)".
   const auto layout = parallel::Layout::make(ctx->world_size(), args.parallel.tp, args.parallel.pp,
                                              virtual_pipeline_size(args), args.parallel.cp)
-                          .with_expert_parallel(args.parallel.ep, std::max(args.parallel.etp, 1));
+                          .with_expert_parallel(args.parallel.ep, expert_tensor_parallel_size(args));
   auto groups = parallel::make_process_groups(*ctx, layout);
   parallel::make_distributed_optimizer_instance_groups(*ctx, groups,
                                                       args.parallel.ddp.num_distributed_optimizer_instances);

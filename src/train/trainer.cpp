@@ -113,6 +113,11 @@ void check_command_line(const TrainArgs& a, int world_size, ErrorList& problems)
   check_args(a, layout ? &*layout : nullptr, problems);  // without a layout: the checks that need none
 }
 
+int expert_tensor_parallel_size(const TrainArgs& a) {
+  if (a.parallel.etp > 0) return a.parallel.etp;
+  return a.model.moe.enabled() ? std::max(a.parallel.tp, 1) : 1;
+}
+
 int virtual_pipeline_size(const TrainArgs& a) {
   const auto& p = a.parallel;
   int v = p.virtual_pipeline_size > 0 ? p.virtual_pipeline_size : 1;
@@ -176,7 +181,7 @@ void Trainer::setup(data::DatasetSplits* given) {
     const auto& p = args_.parallel;
     groups_ = parallel::make_process_groups(
         *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_), p.cp)
-                        .with_expert_parallel(p.ep, std::max(p.etp, 1)));
+                        .with_expert_parallel(p.ep, expert_tensor_parallel_size(args_)));
   }
   // Timing decorators on the groups before models and buckets take them.
   time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
