@@ -28,8 +28,8 @@ void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig&
   if (s.expert_bias)  // no gradient: updated from the step's loads
     add(p + "router.expert_bias", {E}, ShardDim::None, InitKind::Zeros, false, R::RouterExpertBias, -1, false);
   // An expert's MLP. The shared expert: fc1 column-parallel, fc2
-  // row-parallel, as the dense MLP. A routed expert: unsplit
-  // (--expert-tensor-parallel-size 1), on every tp rank's own tokens.
+  // row-parallel, as the dense MLP. A routed expert: whole, on every tp
+  // rank's own tokens (GptModel splits it under expert tensor parallelism).
   auto expert = [&](const std::string& q, int64_t f, int e, R fc1w, R fc1b, R fc2w, R fc2b, bool split) {
     const int64_t f1 = s.swiglu ? 2 * f : f;
     const ShardDim s1 = split ? fc1_shard : ShardDim::None, s2 = split ? RowParallelLinear::kWeightShard : ShardDim::None;
@@ -138,8 +138,9 @@ void MoeLayer::add_f32(Tensor& dx, const Tensor& d32) const {
 // input is its own N_sp rows, and under context parallelism each cp rank's
 // its own chunks of every sequence; the router, the top-k, the dispatch
 // over the (folded, config/layout.h NOTE [Expert rank order]) ep group and
-// the experts (unsplit: --expert-tensor-parallel-size 1) see those tokens
-// only. MoE with tp > 1 needs --sequence-parallel (without it every tp rank
+// the experts (whole at --expert-tensor-parallel-size 1; split over tp they
+// see the tp group's dispatched rows, NOTE [Expert tensor parallelism] in
+// moe_experts.cpp) see those tokens only. MoE with tp > 1 needs --sequence-parallel (without it every tp rank
 // would route the same tokens). The router, the shared-expert gate and the
 // experts (at ep 1; at ep > 1 the experts' gradients are summed over edp
 // only, GptModel clears their mark) are replicated over tp and their

@@ -49,9 +49,9 @@ namespace tripod::model {
 
 // Appends the parameters of MoE layer `layer` (names under prefix
 // "decoder.layers.<l>."): router, expert bias, every expert (global
-// index), shared expert and gate, in that order. The experts are not split
-// by tp (--expert-tensor-parallel-size 1); the shared expert is, as the
-// dense MLP. The router, the shared-expert gate and the experts are marked
+// index), shared expert and gate, in that order. The experts are listed
+// whole (GptModel splits them over tp under --expert-tensor-parallel-size
+// = tp); the shared expert is split by tp, as the dense MLP. The router, the shared-expert gate and the experts are marked
 // ParamSpec::sequence_parallel: each tp rank computes them on its own
 // tokens, so their gradients are summed over tp.
 void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig& c, int layer,
