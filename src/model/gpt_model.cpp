@@ -119,7 +119,8 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                       stage_.ep_size());
     const int64_t Fe = config_.moe.ffn_hidden_size > 0 ? config_.moe.ffn_hidden_size : config_.ffn_hidden_size;
     TRIPOD_CHECK_HINT(!stage_.expert_tensor_parallel || Fe % stage_.tp_size() == 0,
-                      "choose a --moe-ffn-hidden-size divisible by --expert-tensor-parallel-size",
+                      "choose a --moe-ffn-hidden-size divisible by --expert-tensor-parallel-size (its default is the "
+                      "--tensor-model-parallel-size), or pass --expert-tensor-parallel-size 1",
                       "--moe-ffn-hidden-size {} is not divisible by --expert-tensor-parallel-size {}", Fe,
                       stage_.tp_size());
     TRIPOD_CHECK_HINT(!config_.fp8.enabled(), "drop --fp8-format for the MoE model",
