@@ -6,7 +6,9 @@
 # model (docs/moe.md, "Tensor, sequence and context parallelism"):
 #   tp2_sp, ep2_tp2_sp (ep on tp), cp2, ep2_cp2 (ep on cp), a gated shared
 #   expert at tp2_sp, sigmoid routing with the expert bias at tp2_sp, and
-#   seq_aux_loss with the shared expert at tp2 x cp2 x ep4 (4 ranks):
+#   seq_aux_loss with the shared expert at tp2 x cp2 x ep4 (4 ranks), the
+#   experts split over tp (--expert-tensor-parallel-size 2) at tp2_sp and,
+#   with the shared expert, at ep2 x etp2 x tp2 (4 ranks):
 #   lm loss, grad norm and the load-balancing loss of 20 fp32 iterations
 #   within 1e-4 of one GPU.
 # A tiny Llama-style model (RoPE, GQA, SwiGLU experts), 8 experts, top-2,
@@ -16,7 +18,8 @@
 #   scripts/gpu_moe_tp_check.sh --stage DIR                 (GPU machine)
 #   scripts/gpu_moe_tp_check.sh --bin BUILD_DIR             (a CUDA build here)
 # MOE_TP_DEVICE=cpu runs the same plumbing on the CPU backend (a dry run
-# without a GPU). Prints PASS/FAIL lines; exits non-zero when a check fails.
+# without a GPU); MOE_TP_ONLY=etp runs the layouts named so. Prints PASS/FAIL
+# lines; exits non-zero when a check fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=""; bin=""; OUT=${OUT:-gpu_moe_tp_out}
@@ -25,7 +28,7 @@ while [[ $# -gt 0 ]]; do
     --stage) stage=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gpu_moe_tp_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -63,13 +66,20 @@ declare -A variant=(
 # iteration 20), which says nothing about the layouts.
 # name:ranks:variant:layout flags
 layouts=(
-  "tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel"
-  "ep2_tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2"
+  "tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 1"
+  "ep2_tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2 --expert-tensor-parallel-size 1"
   "cp2:2:mixtral:--context-parallel-size 2"
   "ep2_cp2:2:mixtral:--context-parallel-size 2 --expert-model-parallel-size 2"
   "shared_tp2_sp:2:shared:--tensor-model-parallel-size 2 --sequence-parallel"
   "sigmoid_bias_tp2_sp:2:sigmoid:--tensor-model-parallel-size 2 --sequence-parallel"
-  "seqaux_ep4_tp2_cp2_sp:4:seqaux:--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4")
+  "seqaux_ep4_tp2_cp2_sp:4:seqaux:--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4 --expert-tensor-parallel-size 1"
+  "etp2_tp2_sp:2:mixtral:--tensor-model-parallel-size 2 --sequence-parallel --expert-tensor-parallel-size 2"
+  "shared_ep2_etp2_tp2_sp:4:shared:--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 2 --expert-tensor-parallel-size 2")
+# MOE_TP_ONLY=REGEX runs only the layouts whose names match (and their
+# single-process references).
+if [[ -n ${MOE_TP_ONLY:-} ]]; then
+  kept=(); for e in "${layouts[@]}"; do [[ ${e%%:*} =~ $MOE_TP_ONLY ]] && kept+=("$e"); done; layouts=("${kept[@]}")
+fi
 
 # run TAG NPROC VARIANT [LAYOUT FLAGS...]
 run() {
@@ -88,7 +98,10 @@ run() {
 }
 
 note "---- MoE under tp, sp and cp: $DEVICE, ranks sharing one device, against one process ----"
-for v in mixtral shared sigmoid seqaux; do run "single_$v" 1 "$v" || verdict "FAIL single $v"; done
+for v in mixtral shared sigmoid seqaux; do
+  [[ " ${layouts[*]}" == *":$v:"* ]] || continue
+  run "single_$v" 1 "$v" || verdict "FAIL single $v"
+done
 for entry in "${layouts[@]}"; do
   IFS=: read -r name n v flags <<< "$entry"
   read -ra lf <<< "$flags"

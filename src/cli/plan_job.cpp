@@ -82,7 +82,9 @@ plan::Job plan_job(const train::TrainArgs& a, int world_size, int local_world_si
   if (world_size % (tp * pp * cp) == 0) {
     ranks = config::Layout::make(world_size, tp, pp, 1, cp);
     ranks.vpp = std::max(1, train::virtual_pipeline_size(a));
-    if (a.parallel.ep > 1 && world_size % (a.parallel.ep * pp) == 0) ranks = ranks.with_expert_parallel(a.parallel.ep);
+    const int etp = train::expert_tensor_parallel_size(a) == tp ? tp : 1;
+    if ((a.parallel.ep > 1 || etp > 1) && world_size % (etp * a.parallel.ep * pp) == 0)
+      ranks = ranks.with_expert_parallel(a.parallel.ep, etp);
   } else {
     ranks.world_size = world_size, ranks.tp = tp, ranks.pp = pp, ranks.cp = cp, ranks.dp = 0;
   }

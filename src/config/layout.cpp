@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "base/error.h"
@@ -136,14 +137,19 @@ RankGroups Layout::embd_groups() const {
 Layout Layout::with_expert_parallel(int ep_size, int etp_size) const {
   TRIPOD_CHECK_HINT(ep_size >= 1, "pass --expert-model-parallel-size 1 or more",
                     "--expert-model-parallel-size must be >= 1, got {}", ep_size);
-  TRIPOD_CHECK_HINT(etp_size == 1, "pass --expert-tensor-parallel-size 1 (or leave it out)",
-                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version "
-                    "yet (the experts run unsplit on each rank)",
-                    etp_size);
+  TRIPOD_CHECK_HINT(etp_size == 1 || etp_size == tp,
+                    fmt::format("pass --expert-tensor-parallel-size 1 or {} (the --tensor-model-parallel-size)", tp),
+                    "--expert-tensor-parallel-size {}: the experts split over tp ranks other than the dense tp group "
+                    "(--tensor-model-parallel-size {}) are not in this version yet",
+                    etp_size, tp);
   TRIPOD_CHECK_HINT(world_size % (etp_size * ep_size * pp) == 0,
                     fmt::format("choose an --expert-model-parallel-size that divides the {} ranks of a pipeline stage "
-                                "(tp x cp x dp = {}; expert-parallel ranks fold onto them, as Megatron)",
-                                world_size / pp, world_size / pp),
+                                "over --expert-tensor-parallel-size (tp x cp x dp / etp = {}; expert-parallel ranks "
+                                "fold onto them, as Megatron){}",
+                                world_size / pp, world_size / pp / std::max(etp_size, 1),
+                                etp_size > 1 ? "; or pass --expert-tensor-parallel-size 1 (whole experts; its default "
+                                               "is the --tensor-model-parallel-size, as Megatron's)"
+                                             : ""),
                     "world size {} is not divisible by --expert-tensor-parallel-size {} x "
                     "--expert-model-parallel-size {} x --pipeline-model-parallel-size {} = {}",
                     world_size, etp_size, ep_size, pp, etp_size * ep_size * pp);
@@ -163,7 +169,9 @@ RankGroups Layout::expert_dp_groups() const {
 std::string Layout::str() const {
   return fmt::format("world {} = tp {}{} x dp {} x pp {} (vpp {})", world_size, tp,
                      cp > 1 ? fmt::format(" x cp {}", cp) : std::string(), dp, pp, vpp) +
-         (ep > 1 ? fmt::format(", experts: ep {} x expert-dp {}", ep, edp()) : std::string());
+         (ep > 1 || etp > 1 ? fmt::format(", experts: {}ep {} x expert-dp {}",
+                                          etp > 1 ? fmt::format("etp {} x ", etp) : std::string(), ep, edp())
+                            : std::string());
 }
 
 }  // namespace tripod::config

@@ -103,9 +103,11 @@ struct Layout {
   // "tp-ep-dp-pp" over the sizes [etp, ep, edp, pp], edp = world / (etp x
   // ep x pp), independent of the dense "tp-cp-dp-pp" order except for pp
   // (the outermost in both, so the ep peers are ranks of one stage). The ep
-  // peers are etp apart; edp strides by etp x ep. With etp 1 (the only
-  // expert-tensor-parallel size here) the ep group may fold onto the dense
-  // tp, cp and dp ranks, and edp spans whatever of tp x cp x dp ep leaves.
+  // peers are etp apart; edp strides by etp x ep. With etp 1 the ep group
+  // may fold onto the dense tp, cp and dp ranks, and edp spans whatever of
+  // tp x cp x dp ep leaves. With etp = tp (the other size accepted here)
+  // the expert-tp groups are the dense tp groups, and ep and edp fold onto
+  // cp and dp only.
   //   ep_rank(g) = (g / etp) % ep
   // Worked example, 8 ranks, pp=2, ep=2 (tp 1, dp 4, edp 2):
   //   ep groups  : [0,1] [2,3] [4,5] [6,7]
@@ -122,8 +124,12 @@ struct Layout {
   //   edp groups : [0,2,4,6] [1,3,5,7]
   // Worked example, 4 ranks, cp=2 ep=4 (tp 1, dp 2, edp 1): ep spans cp and dp.
   //   ep groups  : [0,1,2,3]           edp groups: [0] [1] [2] [3]
-  // Validates ep and etp (the world divisible by etp x ep x pp; etp 1, the
-  // flag's only value in this version) and returns the layout with them.
+  // Worked example, 8 ranks, tp=2 etp=2 ep=2 (dp 4, edp 2): the experts
+  // split over the tp groups, ep over dp.
+  //   etp groups : [0,1] [2,3] [4,5] [6,7]  (= tp groups)
+  //   ep groups  : [0,2] [1,3] [4,6] [5,7]  edp groups: [0,4] [1,5] [2,6] [3,7]
+  // Validates ep and etp (the world divisible by etp x ep x pp; etp 1 or
+  // the tp size) and returns the layout with them.
   // --num-experts divisible by ep is the model's check (gpt_model.cpp).
   Layout with_expert_parallel(int ep_size, int etp_size = 1) const;
   int edp() const { return world_size / (etp * ep * pp); }  // expert-data-parallel size

@@ -13,8 +13,11 @@ namespace {
 // Whether a parameter counts in the grad norm (see get_grad_norm): the last
 // stage's copy of the tied embedding (post_process without pre_process
 // means more than one stage) and tp duplicates on tp ranks > 0 do not.
-// `experts_apart`: with ep > 1 the routed experts are not replicated over tp
-// (the ep group folds onto the tp ranks), so every rank counts its own.
+// `experts_apart`: with ep > 1 and --expert-tensor-parallel-size 1 the
+// routed experts are not replicated over tp (the ep group folds onto the tp
+// ranks), so every rank counts its own. With the experts split over tp
+// (etp = tp) they follow the dense rule: pieces everywhere, fc2's whole bias
+// on tp rank 0.
 bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& st, int tp_rank, bool pipeline,
                          bool experts_apart) {
   if (tp_rank != 0 && p.spec.shard == model::ShardDim::None && !(experts_apart && p.spec.expert >= 0)) return false;
@@ -28,7 +31,7 @@ DistributedOptimizer::DistributedOptimizer(DistributedDataParallel& ddp, const p
     : ddp_(ddp), groups_(groups), be_(be), sharded_(ddp.config().use_distributed_optimizer) {
   const int tp_rank = groups_.layout.tp_rank(groups_.global_rank);
   const bool pipeline = groups_.layout.pp > 1;
-  const bool apart = groups_.layout.ep > 1;
+  const bool apart = groups_.layout.ep > 1 && groups_.layout.etp == 1;
   for (int c = 0; c < ddp_.num_chunks(); ++c) {
     const ParamAndGradBuffer& buf = ddp_.buffer(c);
     const model::StageConfig& st = ddp_.model(c).stage();
@@ -85,7 +88,8 @@ double DistributedOptimizer::get_grad_norm() {
   // Not sharded, with expert parallelism: every expert once, as Megatron's
   // get_grad_norm_fp32 over the expert model-parallel group: this rank's
   // experts' sum over the ep group (each ep group holds every expert of a
-  // stage once), then over the stages, added to the dense sum (which the
+  // stage once), over the expert-tp group (etp = tp: the experts' pieces),
+  // then over the stages, added to the dense sum (which the
   // tp ranks of a folded ep group would otherwise count again). (Sharded,
   // the world sum above counts every dense piece and every expert piece
   // once already.)
@@ -98,6 +102,7 @@ double DistributedOptimizer::get_grad_norm() {
         be_.sum_squares(expert, grads.flat(seg.offset, {seg.numel}));
     }
     groups_.ep->all_reduce(expert)->wait();
+    if (groups_.layout.etp > 1) groups_.tp->all_reduce(expert)->wait();  // the expert-tp pieces (etp = tp)
     if (groups_.layout.pp > 1) groups_.pp->all_reduce(expert)->wait();
     be_.add(acc, acc, expert);
   }

@@ -117,6 +117,12 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
                       "choose an --expert-model-parallel-size that divides --num-experts",
                       "--num-experts {} is not divisible by --expert-model-parallel-size {}", config_.moe.num_experts,
                       stage_.ep_size());
+    const int64_t Fe = config_.moe.ffn_hidden_size > 0 ? config_.moe.ffn_hidden_size : config_.ffn_hidden_size;
+    TRIPOD_CHECK_HINT(!stage_.expert_tensor_parallel || Fe % stage_.tp_size() == 0,
+                      "choose a --moe-ffn-hidden-size divisible by --expert-tensor-parallel-size (its default is the "
+                      "--tensor-model-parallel-size), or pass --expert-tensor-parallel-size 1",
+                      "--moe-ffn-hidden-size {} is not divisible by --expert-tensor-parallel-size {}", Fe,
+                      stage_.tp_size());
     TRIPOD_CHECK_HINT(!config_.fp8.enabled(), "drop --fp8-format for the MoE model",
                       "FP8 expert GEMMs are not in this version yet");
   }
@@ -137,6 +143,19 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
       // gradient is summed over edp only (which spans the tp ranks that
       // hold the same experts), never over the whole tp group.
       if (s.expert >= 0 && stage_.ep_size() > 1) s.sequence_parallel = false;
+      // --expert-tensor-parallel-size = tp: a routed expert's fc1 is split
+      // by columns (SwiGLU: the gate and up halves alike, as the dense
+      // MLP's) and its fc2 by rows over the tp group; the fc2 bias stays
+      // whole. Each tp rank computes its piece from the whole group's
+      // tokens (moe_layer.cpp), so nothing is summed over tp.
+      if (s.expert >= 0 && stage_.expert_tensor_parallel) {
+        using R = ParamRole;
+        if (s.role == R::ExpertFc1Weight || s.role == R::ExpertFc1Bias)
+          s.shard = config_.swiglu ? ColumnParallelLinear::kGluShard : ColumnParallelLinear::kWeightShard;
+        else if (s.role == R::ExpertFc2Weight)
+          s.shard = RowParallelLinear::kWeightShard;
+        s.sequence_parallel = false;
+      }
       mine.push_back(std::move(s));
     }
   params_ = std::make_unique<ParamStore>(std::move(mine), stage_.tp_size(), stage_.tp_rank(), be_,

@@ -28,8 +28,8 @@ void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig&
   if (s.expert_bias)  // no gradient: updated from the step's loads
     add(p + "router.expert_bias", {E}, ShardDim::None, InitKind::Zeros, false, R::RouterExpertBias, -1, false);
   // An expert's MLP. The shared expert: fc1 column-parallel, fc2
-  // row-parallel, as the dense MLP. A routed expert: unsplit
-  // (--expert-tensor-parallel-size 1), on every tp rank's own tokens.
+  // row-parallel, as the dense MLP. A routed expert: whole, on every tp
+  // rank's own tokens (GptModel splits it under expert tensor parallelism).
   auto expert = [&](const std::string& q, int64_t f, int e, R fc1w, R fc1b, R fc2w, R fc2b, bool split) {
     const int64_t f1 = s.swiglu ? 2 * f : f;
     const ShardDim s1 = split ? fc1_shard : ShardDim::None, s2 = split ? RowParallelLinear::kWeightShard : ShardDim::None;
@@ -123,26 +123,6 @@ void MoeLayer::ensure(MoeActs& a, int64_t N) const {
   }
 }
 
-void MoeLayer::expert_forward(const ExpertParams& p, const Tensor& x, Tensor& fc1, Tensor& act, Tensor& y) const {
-  backend::Backend& be = *be_;
-  be.matmul_forward(fc1, x, p.fc1_weight->compute, p.fc1_bias ? &p.fc1_bias->compute : nullptr);
-  if (spec_.swiglu) be.swiglu_forward(act, fc1);
-  else be.gelu_forward(act, fc1);
-  be.matmul_forward(y, act, p.fc2_weight->compute, p.fc2_bias ? &p.fc2_bias->compute : nullptr);
-}
-
-void MoeLayer::expert_backward(const ExpertParams& p, Tensor& dx, const Tensor& dy, const Tensor& x,
-                               const Tensor& fc1, const Tensor& act) const {
-  backend::Backend& be = *be_;
-  Tensor dact = be.empty(act.shape(), act.dtype()), dfc1 = be.empty(fc1.shape(), fc1.dtype());
-  be.matmul_backward(&dact, &p.fc2_weight->grad, p.fc2_bias ? &p.fc2_bias->grad : nullptr, dy, act,
-                     p.fc2_weight->compute);
-  if (spec_.swiglu) be.swiglu_backward(dfc1, fc1, dact);
-  else be.gelu_backward(dfc1, fc1, dact);
-  be.matmul_backward(&dx, &p.fc1_weight->grad, p.fc1_bias ? &p.fc1_bias->grad : nullptr, dfc1, x,
-                     p.fc1_weight->compute);
-}
-
 void MoeLayer::add_f32(Tensor& dx, const Tensor& d32) const {
   if (dx.dtype() == DType::F32) {
     be_->add(dx, dx, d32);
@@ -158,8 +138,9 @@ void MoeLayer::add_f32(Tensor& dx, const Tensor& d32) const {
 // input is its own N_sp rows, and under context parallelism each cp rank's
 // its own chunks of every sequence; the router, the top-k, the dispatch
 // over the (folded, config/layout.h NOTE [Expert rank order]) ep group and
-// the experts (unsplit: --expert-tensor-parallel-size 1) see those tokens
-// only. MoE with tp > 1 needs --sequence-parallel (without it every tp rank
+// the experts (whole at --expert-tensor-parallel-size 1; split over tp they
+// see the tp group's dispatched rows, NOTE [Expert tensor parallelism] in
+// moe_experts.cpp) see those tokens only. MoE with tp > 1 needs --sequence-parallel (without it every tp rank
 // would route the same tokens). The router, the shared-expert gate and the
 // experts (at ep 1; at ep > 1 the experts' gradients are summed over edp
 // only, GptModel clears their mark) are replicated over tp and their
@@ -267,21 +248,9 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   plan_dispatch(a);
   const DType dt = x.dtype();
   const int64_t Re = a.expert_rows_total, C = spec_.hidden_size;
-  const int64_t Fe = spec_.moe_ffn_hidden_size, Fe1 = spec_.swiglu ? 2 * Fe : Fe;
-  a.xe = be.empty({std::max<int64_t>(Re, 1), C}, dt);
-  a.fc1 = be.empty({std::max<int64_t>(Re, 1), Fe1}, dt);
-  a.act = be.empty({std::max<int64_t>(Re, 1), Fe}, dt);
-  Tensor ye = be.empty({std::max<int64_t>(Re, 1), C}, dt);
-  dispatch(a.xe, a.xp, a);
-  int64_t row = 0;
-  for (size_t el = 0; el < a.expert_rows.size(); ++el) {  // this rank's experts, each on its contiguous rows
-    const int64_t c = a.expert_rows[el];
-    if (c == 0) continue;  // an expert without tokens does no work
-    Tensor fc1 = a.fc1.narrow(row, c), act = a.act.narrow(row, c), y = ye.narrow(row, c);
-    expert_forward(P.experts[static_cast<size_t>(a.first_local_expert + static_cast<int64_t>(el) - P.first_expert)],
-                   a.xe.narrow(row, c), fc1, act, y);
-    row += c;
-  }
+  Tensor xd = be.empty({std::max<int64_t>(Re, 1), C}, dt), ye = be.empty({std::max<int64_t>(Re, 1), C}, dt);
+  dispatch(xd, a.xp, a);
+  experts_forward(a, xd, ye);
   combine(a.y, ye, a);
   if (R > 0) be.moe_unpermute(out, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
   else be.zero(out);
@@ -315,15 +284,7 @@ void MoeLayer::backward(Tensor& dx, const Tensor& dout, MoeActs& a) const {
       be.zero(dprobs);
     }
     dispatch(dye, dy, a);  // the combine's transpose: the same exchange as the dispatch
-    int64_t row = 0;
-    for (size_t el = 0; el < a.expert_rows.size(); ++el) {
-      const int64_t c = a.expert_rows[el];
-      if (c == 0) continue;
-      Tensor dx_rows = dxe.narrow(row, c);
-      expert_backward(P.experts[static_cast<size_t>(a.first_local_expert + static_cast<int64_t>(el) - P.first_expert)],
-                      dx_rows, dye.narrow(row, c), a.xe.narrow(row, c), a.fc1.narrow(row, c), a.act.narrow(row, c));
-      row += c;
-    }
+    experts_backward(a, dye, dxe);
     combine(dxp, dxe, a);  // the dispatch's transpose
     if (R > 0) be.moe_permute_backward(dx, dxp.narrow(0, R), a.row_map.narrow(0, R), k);
     else be.zero(dx);

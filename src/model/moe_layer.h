@@ -24,8 +24,10 @@
 // Tensor, sequence and context parallelism (NOTE [MoE under tp, sp and cp]
 // in moe_layer.cpp): the layer sees this rank's tokens only (N = N_sp
 // under --sequence-parallel, the local rows under context parallelism);
-// the experts run unsplit (--expert-tensor-parallel-size 1), the shared
-// expert is split by tp as the dense MLP.
+// the experts run unsplit (--expert-tensor-parallel-size 1) or split over
+// the tp group (--expert-tensor-parallel-size = tp: NOTE [Expert tensor
+// parallelism] in moe_experts.cpp), the shared expert is split by tp as the
+// dense MLP.
 //
 // Relates to: model/transformer_layer.h (whose MLP half this replaces),
 // config/moe_config.h (the options), backend/ops.h (the MoE ops),
@@ -47,9 +49,9 @@ namespace tripod::model {
 
 // Appends the parameters of MoE layer `layer` (names under prefix
 // "decoder.layers.<l>."): router, expert bias, every expert (global
-// index), shared expert and gate, in that order. The experts are not split
-// by tp (--expert-tensor-parallel-size 1); the shared expert is, as the
-// dense MLP. The router, the shared-expert gate and the experts are marked
+// index), shared expert and gate, in that order. The experts are listed
+// whole (GptModel splits them over tp under --expert-tensor-parallel-size
+// = tp); the shared expert is split by tp, as the dense MLP. The router, the shared-expert gate and the experts are marked
 // ParamSpec::sequence_parallel: each tp rank computes them on its own
 // tokens, so their gradients are summed over tp.
 void add_moe_param_specs(std::vector<ParamSpec>& specs, const config::GptConfig& c, int layer,
@@ -78,7 +80,13 @@ struct MoeActs {
   std::vector<int64_t> expert_rows;           // (E / ep)
   std::vector<int64_t> send_rows, recv_rows;  // (ep) rows to and from each ep rank
   Tensor sort_map;                            // (Re) i32: received row of each expert-order row
-  Tensor xe, fc1, act;                        // (Re, C), (Re, Fe1), (Re, Fe)
+  // Expert tensor parallelism (etp = tp > 1): the tp group's dispatched
+  // rows gathered, each tp rank's padded to etp_rmax; etp_rows[t El + el]
+  // the rows tp rank t has for local expert el. At etp 1: etp_rows =
+  // expert_rows, etp_rmax = Re.
+  std::vector<int64_t> etp_rows;
+  int64_t etp_rmax = 0;
+  Tensor xe, fc1, act;                        // (etp Rmax, C), (etp Rmax, Fe1 / etp), (etp Rmax, Fe / etp)
   Tensor s_fc1, s_act, s_out;  // shared expert: (N tp, Fs1 / tp), (N tp, Fs / tp), (N, C) (tp: under SP)
   Tensor gate_logit, gate, gate_idx, ident;  // gate: (N, 1) f32, (N, 1) f32, (N, 1) i32; ident (N) i32 = 0..N-1
   size_t bytes() const;
@@ -116,9 +124,17 @@ class MoeLayer {
 
  private:
   void ensure(MoeActs& a, int64_t N) const;
-  void expert_forward(const ExpertParams& p, const Tensor& x, Tensor& fc1, Tensor& act, Tensor& y) const;
+  // One expert on its rows (fc2's bias added when fc2_bias; under expert
+  // tensor parallelism fc1 and fc2 are this tp rank's pieces).
+  void expert_forward(const ExpertParams& p, const Tensor& x, Tensor& fc1, Tensor& act, Tensor& y,
+                      bool fc2_bias) const;
   void expert_backward(const ExpertParams& p, Tensor& dx, const Tensor& dy, const Tensor& x, const Tensor& fc1,
                        const Tensor& act) const;
+  // This rank's local experts on the dispatched rows xd (Re, sorted by
+  // local expert) -> yd (Re); under expert tensor parallelism over the whole
+  // tp group's rows (moe_experts.cpp, NOTE [Expert tensor parallelism]).
+  void experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const;
+  void experts_backward(MoeActs& a, const Tensor& dyd, Tensor& dxd) const;
   void add_f32(Tensor& dx, const Tensor& d32) const;  // dx += d32 (cast to dx's dtype first)
   // The auxiliary losses over the whole micro-batch's router logits
   // (gathered over tp under SP and over cp), their gradient's rows of this

@@ -46,6 +46,10 @@ struct StageConfig {
   // The expert-parallel group (null: ep size 1): MoE layers run the experts
   // [ep_rank E/ep, (ep_rank + 1) E/ep) and exchange tokens over it.
   comm::Communicator* ep = nullptr;
+  // --expert-tensor-parallel-size equal to the tp size (> 1): the routed
+  // experts are split over the tp group (fc1 by columns, fc2 by rows) and
+  // run on the tokens of the whole group (moe_layer.h); false: unsplit.
+  bool expert_tensor_parallel = false;
   int64_t param_buffer_pad = 1;      // flat parameter/gradient buffers padded to a multiple of this
   // false: no flat gradient buffer is allocated (ZeRO-2/-3 bind the
   // gradients per layer, distributed/param_and_grad_buffer.h).
@@ -78,6 +82,7 @@ struct StageConfig {
   }
   int ep_size() const { return ep ? ep->size() : 1; }
   int ep_rank() const { return ep ? ep->rank() : 0; }
+  int etp_size() const { return expert_tensor_parallel ? tp_size() : 1; }
   // Sequence parallelism in effect (asked for, and tp size > 1).
   bool sequence_parallel_active() const { return sequence_parallel && tp_size() > 1; }
   // Rows of the residual stream this rank holds for B*T tokens (N_sp).

@@ -371,13 +371,16 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
                                                      o.model == MemoryModelKind::kTripod, l.zero_stage);
     mb.model_states = double(mb.params_per_gpu) * mb.bytes_per_param + sharded_working_bytes(m, l, stage);
     // Expert parallelism (docs/moe.md): each rank stores E / ep experts
-    // (tripod as Megatron) and shards their optimizer state (ZeRO-2/-3:
-    // gradients, parameters) over the expert-data-parallel ranks (dp x cp / ep).
-    if (l.ep > 1) {
-      const int64_t experts = expert_params_on_stage(m, l.tp, l.pp, stage), kept = experts / l.ep;
-      const double expert_bpp =
-          model_state_bytes_per_param(l.dtype, l.distributed_optimizer, std::max(1, l.shard_ranks() / l.ep),
-                                      o.model == MemoryModelKind::kTripod, l.zero_stage);
+    // (tripod as Megatron), each split over etp ranks (params_on_stage
+    // counts them whole), and shards their optimizer state (ZeRO-2/-3:
+    // gradients, parameters) over the expert-data-parallel ranks
+    // (tp x dp x cp / (etp x ep)).
+    if (l.ep > 1 || l.etp > 1) {
+      const int64_t experts = expert_params_on_stage(m, 1, l.pp, stage),
+                    kept = expert_params_on_stage(m, l.etp, l.pp, stage) / l.ep;
+      const double expert_bpp = model_state_bytes_per_param(
+          l.dtype, l.distributed_optimizer, std::max(1, l.shard_ranks() * l.tp / (l.etp * l.ep)),
+          o.model == MemoryModelKind::kTripod, l.zero_stage);
       mb.params_per_gpu -= experts - kept;
       mb.model_states += double(kept) * expert_bpp - double(experts) * mb.bytes_per_param;
     }

@@ -143,8 +143,9 @@ GptConfig local_sequence(const GptConfig& m, int cp);
 int64_t params_on_stage(const GptConfig& m, int tp, int pp, int stage);
 
 // The routed experts' parameters among those params_on_stage counts (the
-// MoE layers' mlp.experts.local_experts.*, per tp rank): the part expert
-// parallelism splits over ep ranks, each holding E / ep experts.
+// MoE layers' mlp.experts.local_experts.*, whole at tp 1; `tp` here is the
+// split of each expert, --expert-tensor-parallel-size, fc2's bias whole):
+// the part expert parallelism splits over ep ranks, each holding E / ep experts.
 int64_t expert_params_on_stage(const GptConfig& m, int tp, int pp, int stage);
 
 // tripod model, MoE (docs/moe.md, "Memory and the planner"): what one MoE

@@ -197,7 +197,7 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "MoE: the experts split over this many ranks of a pipeline stage, folded onto its tp, cp and dp ranks (docs/moe.md)").agreed().plan()
                   .defaulted());
   t.push_back(flag("--expert-tensor-parallel-size", MEMBER(parallel.etp),
-                   "MoE: tensor parallelism inside each expert; 1 only in this version (the experts run unsplit on each tp rank's tokens; needs --sequence-parallel at tp > 1)").agreed().plan());
+                   "MoE: tensor parallelism inside each expert: the --tensor-model-parallel-size (default, as Megatron: fc1 split by columns, fc2 by rows over the tp group, which gathers its tokens) or 1 (whole experts on each tp rank's tokens; needed to fold --expert-model-parallel-size onto tp ranks); docs/moe.md").agreed().plan());
   t.push_back(flag("--tensor-model-parallel-size", MEMBER(parallel.tp), "tensor-parallel group size")
                   .agreed().defaulted());
   t.push_back(flag("--pipeline-model-parallel-size", MEMBER(parallel.pp), "pipeline stages").agreed().defaulted());

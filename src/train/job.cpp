@@ -99,7 +99,7 @@ int run_training_job(TrainArgs args, const JobHooks& hooks) {
   // from the groups); it records the interleaving so start-up prints "(vpp N)".
   const auto layout = parallel::Layout::make(ctx->world_size(), args.parallel.tp, args.parallel.pp,
                                              virtual_pipeline_size(args), args.parallel.cp)
-                          .with_expert_parallel(args.parallel.ep);
+                          .with_expert_parallel(args.parallel.ep, expert_tensor_parallel_size(args));
   auto groups = parallel::make_process_groups(*ctx, layout);
   parallel::make_distributed_optimizer_instance_groups(*ctx, groups,
                                                       args.parallel.ddp.num_distributed_optimizer_instances);

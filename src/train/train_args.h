@@ -50,7 +50,7 @@ struct ParallelArgs {
   int cp = 1;                                // --context-parallel-size
   std::vector<std::string> cp_comm_type = {"p2p"};  // --cp-comm-type (p2p, all_gather, a2a; one, or one per layer)
   int ep = 1;                                // --expert-model-parallel-size (experts over dp ranks)
-  int etp = 0;                               // --expert-tensor-parallel-size (0: not given; 1 only for now)
+  int etp = 0;                               // --expert-tensor-parallel-size (0: not given = the tp size, expert_tensor_parallel_size())
   distributed::DistributedDataParallelConfig ddp;  // --use-distributed-optimizer, --overlap-*, --ddp-bucket-size
   std::string data_parallel_sharding_strategy;  // --data-parallel-sharding-strategy ("": not given); ddp.sharding by finalize()
   bool use_megatron_fsdp = false;            // --use-megatron-fsdp (default strategy optim_grads_params)

@@ -27,10 +27,8 @@ void check_args(const TrainArgs& a, const parallel::Layout* layout, ErrorList& p
                     "pass --train-iters N (or Megatron's --train-samples N)", "--train-iters is {}", b.train_iters);
   TRIPOD_CHECK_INTO(problems, b.micro_batch_size > 0, "pass --micro-batch-size N (N >= 1)",
                     "--micro-batch-size is {}", b.micro_batch_size);
-  TRIPOD_CHECK_INTO(problems, p.etp == 0 || p.etp == 1, "use --expert-tensor-parallel-size 1 (or leave it out)",
-                    "--expert-tensor-parallel-size {}: tensor parallelism inside the experts is not in this version yet "
-                    "(the experts run unsplit on each rank's tokens)",
-                    p.etp);
+  TRIPOD_CHECK_INTO(problems, p.etp <= 1 || a.model.moe.enabled(), "drop --expert-tensor-parallel-size, or pass --num-experts",
+                    "--expert-tensor-parallel-size {} without experts", p.etp);
   TRIPOD_CHECK_INTO(problems, !layout || layout->ep == 1 || a.model.moe.enabled(),
                     "drop --expert-model-parallel-size, or pass --num-experts",
                     "--expert-model-parallel-size {} without experts", layout ? layout->ep : 1);
@@ -115,6 +113,11 @@ void check_command_line(const TrainArgs& a, int world_size, ErrorList& problems)
   check_args(a, layout ? &*layout : nullptr, problems);  // without a layout: the checks that need none
 }
 
+int expert_tensor_parallel_size(const TrainArgs& a) {
+  if (a.parallel.etp > 0) return a.parallel.etp;
+  return a.model.moe.enabled() ? std::max(a.parallel.tp, 1) : 1;
+}
+
 int virtual_pipeline_size(const TrainArgs& a) {
   const auto& p = a.parallel;
   int v = p.virtual_pipeline_size > 0 ? p.virtual_pipeline_size : 1;
@@ -177,7 +180,8 @@ void Trainer::setup(data::DatasetSplits* given) {
     own_ctx_ = comm::DistContext::init(comm::RankInfo{}, be_.device().type, std::chrono::minutes(10));
     const auto& p = args_.parallel;
     groups_ = parallel::make_process_groups(
-        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_), p.cp).with_expert_parallel(p.ep));
+        *own_ctx_, parallel::Layout::make(1, p.tp, p.pp, virtual_pipeline_size(args_), p.cp)
+                        .with_expert_parallel(p.ep, expert_tensor_parallel_size(args_)));
   }
   // Timing decorators on the groups before models and buckets take them.
   time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
@@ -246,6 +250,7 @@ void Trainer::build_chunks() {
     st.cp = L.cp > 1 ? groups_.cp.get() : nullptr;
     st.cp_comm_type = model::cp_comm_types_from_flag(p.cp_comm_type, args_.model.num_layers);
     st.ep = groups_.ep.get();  // null at --expert-model-parallel-size 1
+    st.expert_tensor_parallel = L.etp > 1;  // the experts split over the tp group (etp = tp)
     st.param_buffer_pad = p.ddp.use_distributed_optimizer ? L.dp * L.cp : 1;
     st.compute_dtype = args_.precision.compute_dtype;
     // ZeRO-2/-3 keep no whole gradient buffer (NOTE [Sharded gradients]):

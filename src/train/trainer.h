@@ -164,5 +164,8 @@ void check_args(const TrainArgs& args, const parallel::Layout* layout, ErrorList
 void check_command_line(const TrainArgs& args, int world_size, ErrorList& problems);
 // Virtual pipeline stages per pp rank from the flags (1 = no interleaving).
 int virtual_pipeline_size(const TrainArgs& args);
+// --expert-tensor-parallel-size in effect: the flag, else Megatron's
+// default, the --tensor-model-parallel-size (1 for a model without experts).
+int expert_tensor_parallel_size(const TrainArgs& args);
 
 }  // namespace tripod::train

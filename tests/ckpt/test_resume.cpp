@@ -14,7 +14,9 @@
 //                      EP2; load at EP1, EP4 and PP2 x EP2; each rank stores (and
 //                      the checkpoint's files hold) only its ep rank's experts; saved
 //                      under ZeRO-3 at EP2 x DP2, loaded at EP1 and EP2 (distributed optimizer);
-//                      saved at EP1 (every expert in one file, as before) and loaded at EP2
+//                      saved at EP1 (every expert in one file, as before) and loaded at EP2;
+//                      the experts split over tp (ETP2 at TP2) saved, loaded whole on one
+//                      process, at TP2 x ETP1 and EP2 x ETP2; saved at TP2 x ETP1, loaded at ETP2
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
 //                      optimizer, ZeRO-3 resume, loads across strategies, layouts
@@ -312,6 +314,42 @@ const std::string kMoeEp2Zero3 = kMoe + "--expert-model-parallel-size 2 " + kZer
 TEST(Reshard, MoeSaveEp2Dp2Zero3LoadEp1Ep2DistOpt) {
   reshard_case("reshard_moe_zero3", 4, kMoeEp2Zero3,
                {{"ep1", 1, kMoe.c_str()}, {"ep2_distopt", 2, kMoeEp2DistOpt.c_str()}});
+}
+
+// The experts split over the tp group (--expert-tensor-parallel-size 2 at
+// tp 2): each tp rank stores and writes its pieces of every expert (fc1's
+// columns, fc2's rows, fc2's bias whole) into its model_rank_<tp>_<pp> file
+// with the tensor's split, as the dense tp-split tensors, so the checkpoint
+// loads unsplit on one process and at tp 2 with whole experts per rank
+// (etp 1), and one saved with whole experts loads split, with ep 2 too.
+const std::string kSp = "--tensor-model-parallel-size 2 --sequence-parallel ";
+const std::string kMoeEtp2 = kMoe + kSp + "--expert-tensor-parallel-size 2",
+                  kMoeEtp1 = kMoe + kSp + "--expert-tensor-parallel-size 1",
+                  kMoeEp2Etp2 = kMoeEtp2 + " --expert-model-parallel-size 2";
+
+// 4 MoE layers of 4 experts: at etp 2 a rank holds half of each expert's
+// fc1 (16 x 64 + 16) and fc2 weight (64 x 16), and fc2's whole bias (64).
+void check_expert_split(const Scratch& s) {
+  constexpr int64_t kExpert = 32 * 64 + 32 + 64 * 32 + 64, kPiece = 16 * 64 + 16 + 64 * 16 + 64, kLayers = 4;
+  const int64_t etp1 = rank0_params(s / "tp2_etp1.log"), etp2 = rank0_params(s / "first.log");
+  ASSERT_GT(etp1, 0) << "no memory line in " << s / "tp2_etp1.log";
+  EXPECT_EQ(etp1 - etp2, kLayers * 4 * (kExpert - kPiece)) << "etp 2 stores half of every expert";
+}
+
+TEST(Reshard, MoeSaveEtp2LoadEtp1Single) {
+  reshard_case("reshard_moe_etp2", 2, kMoeEtp2,
+               {{"single", 1, kMoe.c_str()}, {"tp2_etp1", 2, kMoeEtp1.c_str()}, {"ep2_etp2", 4, kMoeEp2Etp2.c_str()}},
+               check_expert_split);
+}
+
+TEST(Reshard, MoeSaveEtp1LoadEtp2) {
+  reshard_case("reshard_moe_etp1", 2, kMoeEtp1, {{"tp2_etp2", 2, kMoeEtp2.c_str()}});
+}
+
+// Saved at ep 2 x etp 2 (each ep rank's tp pieces in model_rank_<tp>_0_ep1),
+// loaded whole on one process.
+TEST(Reshard, MoeSaveEtp2Ep2LoadSingle) {
+  reshard_case("reshard_moe_ep2_etp2", 4, kMoeEp2Etp2, {{"single", 1, kMoe.c_str()}});
 }
 
 TEST(Load, ContradictingArgumentsNameBothValues) {

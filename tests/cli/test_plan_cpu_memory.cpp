@@ -112,10 +112,12 @@ TEST(PlanCpuMemory, MoeWithin10Percent) {
        "--no-distributed-optimizer"},
       // Each tp rank routes its own s/tp tokens under sequence parallelism
       // (predicted 19% high when the plan counted every token per rank).
+      // Whole experts on each tp rank: the plan's search does not split them
+      // over tp (--expert-tensor-parallel-size, whose default is the tp size).
       {"moe tp2 sp", 2,
        "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128 "
        "--tensor-model-parallel-size 2 --sequence-parallel",
-       "--pipeline-model-parallel-size 1 --no-distributed-optimizer"},
+       "--pipeline-model-parallel-size 1 --no-distributed-optimizer", "--expert-tensor-parallel-size 1"},
       {"moe cp2", 2,
        "--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 256 --moe-shared-expert-intermediate-size 128 "
        "--context-parallel-size 2",

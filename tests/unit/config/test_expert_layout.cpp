@@ -49,6 +49,17 @@ TEST(ExpertLayout, Ep2FoldsOntoTp2) {
   for (int g = 0; g < 4; ++g) EXPECT_EQ(l.ep_rank(g), l.tp_rank(g)) << g;
 }
 
+// tp 2, etp 2, ep 2 on 8 ranks (dp 4, edp 2): the expert-tp groups are the
+// dense tp groups, ep strides by etp over dp, edp by etp x ep.
+TEST(ExpertLayout, Etp2Ep2Tp2OnEightRanks) {
+  const Layout l = Layout::make(8, 2, 1).with_expert_parallel(2, 2);
+  EXPECT_EQ(l.edp(), 2);
+  EXPECT_EQ(tripod::config::masked_rank_groups(tripod::config::kExpertRankOrder, {l.etp, l.ep, l.edp(), l.pp}, "tp"), l.tp_groups());
+  EXPECT_EQ(l.ep_groups(), (RankGroups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(l.expert_dp_groups(), (RankGroups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  for (int g = 0; g < 8; ++g) EXPECT_EQ(l.ep_rank(g), (g / 2) % 2) << g;
+}
+
 // tp 2 without ep: each expert's replicas are the tp and dp ranks together.
 TEST(ExpertLayout, Ep1Tp2ReplicatesOverTpAndDp) {
   const Layout l = expert_layout(4, 2, 1, 1, 1);
@@ -136,9 +147,12 @@ TEST(ExpertLayout, ValidationNamesTheFlags) {
   EXPECT_NE(e.find("--pipeline-model-parallel-size 1"), std::string::npos) << e;
   e = expert_error(8, 2, 2, 1, 8);  // 8 x 2 > 8
   EXPECT_NE(e.find("--expert-model-parallel-size 8"), std::string::npos) << e;
-  e = expert_error(4, 2, 1, 1, 1, 2);
+  e = expert_error(4, 1, 1, 1, 1, 2);  // etp other than 1 or tp
   EXPECT_NE(e.find("--expert-tensor-parallel-size 2"), std::string::npos) << e;
   EXPECT_NE(e.find("not in this version"), std::string::npos) << e;
+  EXPECT_EQ(expert_error(4, 2, 1, 1, 1, 2), "");  // etp = tp
+  e = expert_error(2, 2, 1, 1, 2, 2);  // ep 2 on tp needs whole experts
+  EXPECT_NE(e.find("--expert-tensor-parallel-size 1"), std::string::npos) << e;
   EXPECT_NE(expert_error(4, 1, 1, 1, 0).find("--expert-model-parallel-size must be >= 1"), std::string::npos);
   EXPECT_EQ(expert_error(4, 2, 1, 1, 4), "");  // ep over tp x dp
   EXPECT_EQ(expert_error(4, 2, 1, 2, 2), "");  // tp x cp, ep on tp

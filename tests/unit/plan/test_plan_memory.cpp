@@ -505,6 +505,30 @@ TEST(PlanMemory, MoeLayerByHand) {
   const MemoryBreakdown z = estimate_memory(m, l4, o);
   EXPECT_EQ(z.params_per_gpu, P - 50176);
   EXPECT_DOUBLE_EQ(z.model_states, double(P - 100352) * 10.0 + 50176.0 * 14.0);
+
+  // The experts split over tp (--expert-tensor-parallel-size = tp 2): a
+  // routed expert's piece is fc1 32 x 64 + 32, fc2 64 x 16 and fc2's whole
+  // bias 64 = 3168, 16 of them per stage (2 layers x 8): 50,688 of the
+  // 100,352 whole-expert parameters params_on_stage counts at tp 2.
+  EXPECT_EQ(expert_params_on_stage(m, 2, 1, 0), 50688);
+  const int64_t P2 = params_on_stage(m, 2, 1, 0);
+  // etp 2, ep 1 on 2 ranks (dp 1, edp 1), plain optimizer at 18 bytes.
+  Layout e2(config::Layout::make(2, 2, 1).with_expert_parallel(1, 2));
+  e2.dtype = DType::BF16;
+  e2.global_batch = 2;
+  const MemoryBreakdown t = estimate_memory(m, e2, o);
+  EXPECT_EQ(t.params_per_gpu, P2 - 100352 + 50688);
+  EXPECT_DOUBLE_EQ(t.model_states, double(P2 - 100352 + 50688) * 18.0);
+  // etp 2 x ep 2 at tp 2 x dp 4 (8 ranks, edp 2) with the distributed
+  // optimizer: 4 of 8 experts' pieces, 25,344, over edp 2 at 14 bytes; the
+  // dense part over dp 4 at 10.
+  Layout e8(config::Layout::make(8, 2, 1).with_expert_parallel(2, 2));
+  e8.dtype = DType::BF16;
+  e8.global_batch = 4;
+  e8.distributed_optimizer = true;
+  const MemoryBreakdown u = estimate_memory(m, e8, o);
+  EXPECT_EQ(u.params_per_gpu, P2 - 100352 + 25344);
+  EXPECT_DOUBLE_EQ(u.model_states, double(P2 - 100352) * 10.0 + 25344.0 * 14.0);
 }
 
 }  // namespace
