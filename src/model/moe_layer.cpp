@@ -248,10 +248,15 @@ void MoeLayer::forward(const Tensor& x, Tensor& out, MoeActs& a) const {
   plan_dispatch(a);
   const DType dt = x.dtype();
   const int64_t Re = a.expert_rows_total, C = spec_.hidden_size;
-  Tensor xd = be.empty({std::max<int64_t>(Re, 1), C}, dt), ye = be.empty({std::max<int64_t>(Re, 1), C}, dt);
-  dispatch(xd, a.xp, a);
+  // At ep 1 there is no exchange: the experts read the permuted rows and
+  // write the rows the combine reads in place (no copies, and no second
+  // copy of the rows kept for the backward).
+  const bool local = stage_->ep_size() == 1;
+  const int64_t Rx = std::max<int64_t>(Re, 1);
+  Tensor xd = local ? a.xp.narrow(0, Rx) : be.empty({Rx, C}, dt), ye = local ? a.y.narrow(0, Rx) : be.empty({Rx, C}, dt);
+  if (!local) dispatch(xd, a.xp, a);
   experts_forward(a, xd, ye);
-  combine(a.y, ye, a);
+  if (!local) combine(a.y, ye, a);
   if (R > 0) be.moe_unpermute(out, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
   else be.zero(out);
   if (spec_.shared_expert_size > 0) shared_forward(*xr, out, a);
@@ -276,16 +281,19 @@ void MoeLayer::backward(Tensor& dx, const Tensor& dout, MoeActs& a) const {
   {
     const int64_t Re = a.expert_rows_total;
     Tensor dy = be.empty({std::max<int64_t>(R, 1), C}, dx.dtype()), dxp = be.empty({std::max<int64_t>(R, 1), C}, dx.dtype());
-    Tensor dye = be.empty({std::max<int64_t>(Re, 1), C}, dx.dtype()), dxe = be.empty({std::max<int64_t>(Re, 1), C}, dx.dtype());
+    const bool local = stage_->ep_size() == 1;  // as forward: no exchange, the rows in place
+    const int64_t Rx = std::max<int64_t>(Re, 1);
+    Tensor dye = local ? dy.narrow(0, Rx) : be.empty({Rx, C}, dx.dtype());
+    Tensor dxe = local ? dxp.narrow(0, Rx) : be.empty({Rx, C}, dx.dtype());
     if (R > 0) {
       Tensor dy_rows = dy.narrow(0, R);
       be.moe_unpermute_backward(dy_rows, dprobs, dout, a.y.narrow(0, R), a.row_map.narrow(0, R), a.probs);
     } else {
       be.zero(dprobs);
     }
-    dispatch(dye, dy, a);  // the combine's transpose: the same exchange as the dispatch
+    if (!local) dispatch(dye, dy, a);  // the combine's transpose: the same exchange as the dispatch
     experts_backward(a, dye, dxe);
-    combine(dxp, dxe, a);  // the dispatch's transpose
+    if (!local) combine(dxp, dxe, a);  // the dispatch's transpose
     if (R > 0) be.moe_permute_backward(dx, dxp.narrow(0, R), a.row_map.narrow(0, R), k);
     else be.zero(dx);
   }
@@ -437,20 +445,9 @@ void MoeLayer::exchange(Tensor& out, const Tensor& in, const std::vector<int64_t
   }
 }
 
-namespace {
-
-// dst's first `rows` rows = src's (ep 1: the rows stay on this rank).
-void copy_rows(backend::Backend& be, Tensor& dst, const Tensor& src, int64_t rows) {
-  if (rows == 0) return;
-  Tensor d = dst.narrow(0, rows);
-  be.copy(d, src.narrow(0, rows));
-}
-
-}  // namespace
-
 void MoeLayer::dispatch(Tensor& dst, const Tensor& src, const MoeActs& a) const {
   backend::Backend& be = *be_;
-  if (stage_->ep_size() == 1) return copy_rows(be, dst, src, a.rows);
+  TRIPOD_CHECK(stage_->ep_size() > 1, "MoE dispatch: at ep 1 the experts read the permuted rows in place");
   const int64_t Re = a.expert_rows_total;
   Tensor received = be.empty({std::max<int64_t>(Re, 1), spec_.hidden_size}, src.dtype());
   exchange(received, src, a.send_rows, a.recv_rows);
@@ -462,7 +459,7 @@ void MoeLayer::dispatch(Tensor& dst, const Tensor& src, const MoeActs& a) const 
 
 void MoeLayer::combine(Tensor& dst, const Tensor& src, const MoeActs& a) const {
   backend::Backend& be = *be_;
-  if (stage_->ep_size() == 1) return copy_rows(be, dst, src, a.rows);
+  TRIPOD_CHECK(stage_->ep_size() > 1, "MoE combine: at ep 1 the experts write the combined rows in place");
   const int64_t Re = a.expert_rows_total;
   Tensor unsorted = be.empty({std::max<int64_t>(Re, 1), spec_.hidden_size}, src.dtype());
   if (Re > 0) {
