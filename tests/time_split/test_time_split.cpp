@@ -113,16 +113,18 @@ TEST(TimeSplit, SingleProcessHasNoCommunication) {
   }
 }
 
-// 4 micro-batches per iteration (global 8 / micro 2), 25 ms asleep in each
-// load: 100 ms of data time per iteration, plus the (sub-millisecond) copy;
-// counting it nowhere (0) or twice (200) would fail. The upper bound leaves
-// 70 ms for late wake-ups on a loaded 2-core machine.
+// 4 micro-batches per iteration (global 8 / micro 2), 100 ms asleep in each
+// load: 400 ms of data time per iteration, plus the (sub-millisecond) copy;
+// counting it nowhere (0) or twice (800) would fail. The upper bound leaves
+// 300 ms for late wake-ups: four 25 ms sleeps once came back 93 ms late in
+// all on a 2-core machine at load 4-6, so the sleeps are long enough that
+// lateness cannot reach the doubled count.
 TEST(TimeSplit, SingleProcessInjectedDataWait) {
-  TrainRun r = train("sleep", "TRIPOD_TESTING_DATA_SLEEP_MS=25 ", "", kModel);
+  TrainRun r = train("sleep", "TRIPOD_TESTING_DATA_SLEEP_MS=100 ", "", kModel);
   expect_consistent(r);
   for (const auto& rec : r.records) {
-    EXPECT_GE(rec.at("time_data_ms"), 100.0);
-    EXPECT_LT(rec.at("time_data_ms"), 100.0 + 70.0);  // slack for late wake-ups on a loaded box
+    EXPECT_GE(rec.at("time_data_ms"), 400.0);
+    EXPECT_LT(rec.at("time_data_ms"), 400.0 + 300.0);  // slack for late wake-ups on a loaded box
   }
 }
 
