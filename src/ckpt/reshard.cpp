@@ -29,18 +29,45 @@ Tensor fit_rows(const Tensor& saved, const Shape& target, const Tensor* fill, co
   return out;
 }
 
+namespace {
+
+Tensor full_param(const CheckpointReader& reader, const model::Param& p, uint64_t seed, float std,
+                  int64_t num_layers) {
+  const std::string key = "model." + p.spec.name;
+  TRIPOD_CHECK_HINT(reader.has(key), "load with the model arguments the checkpoint was saved with",
+                    "{}: the checkpoint has no parameter {}", reader.path(), p.spec.name);
+  Tensor full = reader.read_full(key);
+  if (full.shape() != p.spec.global_shape) {
+    Tensor init = model::init_full(p.spec, seed, std, num_layers);
+    full = fit_rows(full, p.spec.global_shape, &init, key);
+  }
+  return full;
+}
+
+Tensor full_moment(const CheckpointReader& reader, const model::Param& p, int moment) {
+  const std::string key = std::string(moment == 0 ? "optim.exp_avg." : "optim.exp_avg_sq.") + p.spec.name;
+  TRIPOD_CHECK_HINT(reader.has(key), "pass --no-load-optim (or --finetune) to start a fresh optimizer",
+                    "{}: the checkpoint has no optimizer state for {}", reader.path(), p.spec.name);
+  return fit_rows(reader.read_full(key), p.spec.global_shape, nullptr, key);
+}
+
+}  // namespace
+
+Tensor param_value(const CheckpointReader& reader, const model::ParamStore& store, const model::Param& p,
+                   uint64_t seed, float std, int64_t num_layers) {
+  return model::take_shard(full_param(reader, p, seed, std, num_layers), p.spec.shard, store.tp_size(),
+                           store.tp_rank());
+}
+
+Tensor moment_value(const CheckpointReader& reader, const model::ParamStore& store, const model::Param& p,
+                    int moment) {
+  return model::take_shard(full_moment(reader, p, moment), p.spec.shard, store.tp_size(), store.tp_rank());
+}
+
 void load_params(const CheckpointReader& reader, model::ParamStore& store, uint64_t seed, float std,
                  int64_t num_layers) {
   for (auto& p : store.params()) {
-    const std::string key = "model." + p.spec.name;
-    TRIPOD_CHECK_HINT(reader.has(key), "load with the model arguments the checkpoint was saved with",
-                      "{}: the checkpoint has no parameter {}", reader.path(), p.spec.name);
-    Tensor full = reader.read_full(key);
-    if (full.shape() != p.spec.global_shape) {
-      Tensor init = model::init_full(p.spec, seed, std, num_layers);
-      full = fit_rows(full, p.spec.global_shape, &init, key);
-    }
-    store.set_from_full(p, full);
+    store.set_from_full(p, full_param(reader, p, seed, std, num_layers));
   }
 }
 
@@ -53,11 +80,7 @@ void load_optimizer_moments(const CheckpointReader& reader, const model::ParamSt
     const bool first = t == &exp_avg;
     std::memset(t->raw(), 0, t->nbytes());
     for (const auto& p : store.params()) {
-      const std::string key = std::string(first ? "optim.exp_avg." : "optim.exp_avg_sq.") + p.spec.name;
-      TRIPOD_CHECK_HINT(reader.has(key), "pass --no-load-optim (or --finetune) to start a fresh optimizer",
-                        "{}: the checkpoint has no optimizer state for {}", reader.path(), p.spec.name);
-      Tensor full = fit_rows(reader.read_full(key), p.spec.global_shape, nullptr, key);
-      Tensor part = model::take_shard(full, p.spec.shard, store.tp_size(), store.tp_rank());
+      Tensor part = moment_value(reader, store, p, first ? 0 : 1);
       std::memcpy(t->data<float>() + p.offset, part.raw(), part.nbytes());
     }
   }

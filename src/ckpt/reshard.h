@@ -31,6 +31,16 @@ Tensor fit_rows(const Tensor& saved, const Shape& target_shape, const Tensor* fi
 void load_params(const CheckpointReader& reader, model::ParamStore& store, uint64_t init_seed, float init_std,
                  int64_t num_layers);
 
+// One parameter at a time (a load that never holds the whole model, NOTE
+// [Streamed shard load] in distributed/param_and_grad_buffer.cpp): p's
+// tp-local value from "model.<name>" (padding rows from the initial
+// values), and its tp-local Adam moment (0: exp_avg, 1: exp_avg_sq; padding
+// rows zero). The same numbers load_params / load_optimizer_moments set.
+Tensor param_value(const CheckpointReader& reader, const model::ParamStore& store, const model::Param& p,
+                   uint64_t init_seed, float init_std, int64_t num_layers);
+Tensor moment_value(const CheckpointReader& reader, const model::ParamStore& store, const model::Param& p,
+                    int moment);
+
 // exp_avg/exp_avg_sq: host f32 (numel) aligned with store.values(); filled
 // with this rank's shards of "optim.exp_avg.<name>" / "optim.exp_avg_sq.<name>".
 void load_optimizer_moments(const CheckpointReader& reader, const model::ParamStore& store, Tensor& exp_avg,

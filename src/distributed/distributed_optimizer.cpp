@@ -181,4 +181,17 @@ void DistributedOptimizer::set_state(int chunk, const Tensor& exp_avg, const Ten
   cs.adam->set_steps(steps);
 }
 
+void DistributedOptimizer::load_state(int chunk, const std::function<Tensor(const model::Param&, int)>& moment,
+                                      int64_t steps) {
+  TRIPOD_CHECK(sharded_, "load_state: the distributed optimizer only (set_state otherwise)");
+  ChunkState& cs = chunks_.at(static_cast<size_t>(chunk));
+  ParamAndGradBuffer& buf = ddp_.buffer(chunk);
+  Tensor* moments[2] = {&cs.adam->exp_avg(), &cs.adam->exp_avg_sq()};
+  for (int k = 0; k < 2; ++k) {
+    be_.zero(*moments[k]);  // the padding between parameters, as set_state's zero-filled whole moments give
+    buf.fill_shard(*moments[k], [&](const model::Param& p) { return moment(p, k); });
+  }
+  cs.adam->set_steps(steps);
+}
+
 }  // namespace tripod::distributed

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -80,6 +81,11 @@ class DistributedOptimizer {
   // sharded: collective). set_state is the inverse (this rank's pieces).
   std::pair<Tensor, Tensor> state(int chunk = 0);
   void set_state(int chunk, const Tensor& exp_avg, const Tensor& exp_avg_sq, int64_t steps);
+  // Sharded only: set_state without whole moments. moment(p, 0 | 1) gives
+  // parameter p's tp-local exp_avg | exp_avg_sq (host f32); only the
+  // parameters this rank's shard overlaps are asked for, one at a time
+  // (NOTE [Streamed shard load] in param_and_grad_buffer.cpp).
+  void load_state(int chunk, const std::function<Tensor(const model::Param&, int)>& moment, int64_t steps);
 
  private:
   struct ChunkState {

@@ -505,7 +505,24 @@ int64_t ParamAndGradBuffer::gathered_numel() const {
 // parameter, not the model.
 void ParamAndGradBuffer::init_shard(uint64_t seed, float std, int64_t num_layers) {
   TRIPOD_CHECK(shard_params_ && !params_.has_flat_values(), "init_shard: ZeRO-3 without flat values only");
+  fill_shard(value_shard_, [&](const model::Param& p) { return params_.initial_value(p, seed, std, num_layers); });
+}
+
+// NOTE [Streamed shard load]: a load under ZeRO (the Adam moments; under
+// ZeRO-3 the parameters too) holds one parameter's tp-local value on the
+// host at a time, never the whole model (init_shard is the same walk with
+// the initial values).
+void ParamAndGradBuffer::fill_shard(Tensor& shard, const std::function<Tensor(const model::Param&)>& local_value) {
   const auto& ps = params_.params();
+  if (!distributed_) {  // the shard is the whole buffer
+    for (const model::Param& p : ps) {
+      const Tensor value = local_value(p);
+      Tensor dst = shard.flat(p.offset, {shape_numel(p.shape)});
+      be_.copy(dst, value.flat(0, {shape_numel(p.shape)}));
+      be_.synchronize();
+    }
+    return;
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketRange& r = buckets_[b];
     const int64_t piece = r.begin + rank_of(b) * piece_len_[b];
@@ -514,8 +531,8 @@ void ParamAndGradBuffer::init_shard(uint64_t seed, float std, int64_t num_layers
       const int64_t lo = std::max(p.offset, piece);
       const int64_t hi = std::min(p.offset + shape_numel(p.shape), piece + piece_len_[b]);
       if (lo >= hi) continue;
-      const Tensor value = params_.initial_value(p, seed, std, num_layers);
-      Tensor dst = value_shard_.flat(shard_offset_[b] + lo - piece, {hi - lo});
+      const Tensor value = local_value(p);
+      Tensor dst = shard.flat(shard_offset_[b] + lo - piece, {hi - lo});
       be_.copy(dst, value.flat(lo - p.offset, {hi - lo}));
       be_.synchronize();  // the host tensor goes out of scope
     }

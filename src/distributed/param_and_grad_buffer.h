@@ -181,6 +181,13 @@ class ParamAndGradBuffer {
   // ZeRO-3 built without flat values: this rank's shard of the initial
   // parameters, one parameter at a time (NOTE [Sharded init]).
   void init_shard(uint64_t seed, float std, int64_t num_layers);
+  // A checkpoint load without whole values (NOTE [Streamed shard load]):
+  // for each parameter that overlaps this rank's pieces, local_value(p)
+  // gives its tp-local value (host f32, p.shape) and this rank's part of it
+  // goes into `shard` (value_shard(), or an optimizer moment laid out as
+  // it). Parameters this rank holds nothing of are never asked for; the
+  // padding between parameters is left as it is.
+  void fill_shard(Tensor& shard, const std::function<Tensor(const model::Param&)>& local_value);
   void start_gather(size_t b);
   void wait_gather_params(size_t b);
   void release_params(size_t b);

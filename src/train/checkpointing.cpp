@@ -250,7 +250,17 @@ void Trainer::load_checkpoint() {
   saved.finalize();
   check_model_args(model().config(), saved, where, args_.checkpoint.finetune);
   const auto& cfg = model().config();
-  for (auto& m : models_) ckpt::load_params(reader, m->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
+  if (args_.parallel.ddp.shards_params()) {  // ZeRO-3: one parameter at a time into this rank's shard
+    for (size_t c = 0; c < models_.size(); ++c) {
+      auto& buf = ddp_->buffer(static_cast<int>(c));
+      const model::ParamStore& store = models_[c]->params();
+      buf.fill_shard(buf.value_shard(), [&](const model::Param& p) {
+        return ckpt::param_value(reader, store, p, args_.seed, cfg.init_method_std, cfg.num_layers);
+      });
+    }
+  } else {
+    for (auto& m : models_) ckpt::load_params(reader, m->params(), args_.seed, cfg.init_method_std, cfg.num_layers);
+  }
   load_fp8_state(reader);
   const bool has_optim = meta.contains("optimizer") && meta["optimizer"].value("saved", false);
   if (args_.checkpoint.finetune) {
@@ -269,7 +279,13 @@ void Trainer::load_checkpoint() {
       TRIPOD_CHECK_HINT(has_optim, "pass --finetune or --no-load-optim to start a fresh optimizer",
                         "{} holds no optimizer state (imported or weights-only)", where);
       const int64_t steps = meta["optimizer"].value("steps", int64_t{0});
-      for (size_t c = 0; c < models_.size(); ++c) {
+      for (size_t c = 0; c < models_.size() && optimizer_->sharded(); ++c) {  // this rank's shard only
+        const model::ParamStore& store = models_[c]->params();
+        optimizer_->load_state(static_cast<int>(c), [&](const model::Param& p, int k) {
+          return ckpt::moment_value(reader, store, p, k);
+        }, steps);
+      }
+      for (size_t c = 0; c < models_.size() && !optimizer_->sharded(); ++c) {
         auto [cur_m, cur_v] = optimizer_->state(static_cast<int>(c));
         Tensor m = Tensor::empty({cur_m.numel()}, DType::F32), v = Tensor::empty({cur_v.numel()}, DType::F32);
         ckpt::load_optimizer_moments(reader, models_[c]->params(), m, v);

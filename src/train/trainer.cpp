@@ -419,10 +419,9 @@ void Trainer::run() {
   const bool logger = is_logger();
   log_startup();
   if (!args_.checkpoint.load.empty()) {
-    ddp_->materialize_params();  // ZeRO-3: the load writes whole parameters
-    load_checkpoint();
-    for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
-    ddp_->unmaterialize_params(true);
+    load_checkpoint();  // ZeRO-3: straight into each rank's shard (NOTE [Streamed shard load])
+    if (!args_.parallel.ddp.shards_params())
+      for (auto& m : models_) m->params().sync_compute();  // compute copies of the loaded weights
   }
   const int64_t start_iteration = iteration_;
   if (!args_.checkpoint.load.empty() && start_iteration >= args_.batch.train_iters && logger)
