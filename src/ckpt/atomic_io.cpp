@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -86,33 +87,78 @@ void fault_point(const std::string& what) {
 }
 
 void write_file_synced(const std::string& path, const void* bytes, size_t n) {
-  int64_t point = 0;
-  const bool fail = fault_here(&point, "write " + path, true);
-  const bool kill = debug_config().ckpt_kill_at == point;
-  const bool full_disk = fail && debug_config().ckpt_fail_enospc;  // see NOTE [Failure injection]
-  if (fail && !full_disk) injected(point, "write " + path);
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TRIPOD_CHECK(fd >= 0, "cannot create {}: {}", path, std::strerror(errno));
+  SyncedFileWriter w(path, n);
+  w.write_at(0, bytes, n);
+  w.finish();
+}
+
+SyncedFileWriter::SyncedFileWriter(const std::string& path, size_t total) : path_(path), total_(total) {
+  const bool fail = fault_here(&point_, "write " + path, true);
+  kill_ = debug_config().ckpt_kill_at == point_;
+  full_disk_ = fail && debug_config().ckpt_fail_enospc;  // see NOTE [Failure injection]
+  if (fail && !full_disk_) injected(point_, "write " + path);
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TRIPOD_CHECK(fd_ >= 0, "cannot create {}: {}", path, std::strerror(errno));
+}
+
+SyncedFileWriter::~SyncedFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SyncedFileWriter::write_at(uint64_t offset, const void* bytes, size_t n) {
+  TRIPOD_CHECK(offset + n <= total_, "{}: a write of {} bytes at {} is past the file's {} bytes", path_, n, offset,
+               total_);
   const char* p = static_cast<const char*>(bytes);
   size_t left = n;
   while (left > 0) {
-    if (kill && left <= n - n / 2) killed(point, path.c_str());  // a torn file, as a node dying mid-write
-    const bool disk_full_now = full_disk && left <= n - n / 2;  // half of the bytes got in
-    const ssize_t w = disk_full_now ? (errno = ENOSPC, -1) : ::write(fd, p, full_disk || kill ? n / 2 : left);
+    // Kill or a full disk (injected) once half of the file's bytes got in.
+    const size_t room = written_ >= total_ / 2 ? 0 : total_ / 2 - written_;
+    if (kill_ && room == 0) killed(point_, path_.c_str());  // a torn file, as a node dying mid-write
+    if (full_disk_ && room == 0) {
+      ::close(fd_);
+      fd_ = -1;
+      write_failed(path_, written_, total_, ENOSPC);
+    }
+    const size_t want = kill_ || full_disk_ ? std::min(left, room) : left;
+    const ssize_t w = ::pwrite(fd_, p, want, static_cast<off_t>(offset + (n - left)));
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
       const int e = w == 0 ? ENOSPC : errno;  // a write of 0 bytes: the device is full
-      ::close(fd);
-      write_failed(path, n - left, n, e);
+      ::close(fd_);
+      fd_ = -1;
+      write_failed(path_, written_, total_, e);
     }
     p += w;
     left -= static_cast<size_t>(w);
+    written_ += static_cast<size_t>(w);
   }
-  if (kill) killed(point, path.c_str());  // an empty file
-  const bool synced = ::fsync(fd) == 0;
+}
+
+void SyncedFileWriter::overwrite_at(uint64_t offset, const void* bytes, size_t n) {
+  TRIPOD_CHECK(offset + n <= written_, "{}: an overwrite of {} bytes at {} is past the {} bytes written", path_, n,
+               offset, written_);
+  const char* p = static_cast<const char*>(bytes);
+  for (size_t done = 0; done < n;) {
+    const ssize_t w = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(offset + done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int e = w == 0 ? ENOSPC : errno;
+      ::close(fd_);
+      fd_ = -1;
+      write_failed(path_, written_, total_, e);
+    }
+    done += static_cast<size_t>(w);
+  }
+}
+
+void SyncedFileWriter::finish() {
+  if (kill_) killed(point_, path_.c_str());  // an empty (or half) file
+  TRIPOD_CHECK(written_ == total_, "{}: {} of {} bytes were written", path_, written_, total_);
+  const bool synced = ::fsync(fd_) == 0;
   const int e = errno;
-  ::close(fd);
-  TRIPOD_CHECK(synced, "fsync of {} failed: {}", path, std::strerror(e));
+  ::close(fd_);
+  fd_ = -1;
+  TRIPOD_CHECK(synced, "fsync of {} failed: {}", path_, std::strerror(e));
 }
 
 void write_text_synced(const std::string& path, const std::string& text) {

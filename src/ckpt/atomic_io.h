@@ -31,6 +31,31 @@ void fault_point(const std::string& what);
 // Writes `bytes` to `path` (truncating), then fsyncs it. One fault point.
 void write_file_synced(const std::string& path, const void* bytes, size_t n);
 void write_text_synced(const std::string& path, const std::string& text);
+
+// A file of `total` bytes written in pieces (in order, each at its offset)
+// and fsynced by finish(): what write_file_synced does without holding the
+// whole file in memory. One fault point, as write_file_synced (at the
+// constructor; TRIPOD_CKPT_KILL_AT and the full-disk injection act when half
+// of `total` is written). finish() checks that `total` bytes were written.
+class SyncedFileWriter {
+ public:
+  SyncedFileWriter(const std::string& path, size_t total);
+  ~SyncedFileWriter();
+  SyncedFileWriter(const SyncedFileWriter&) = delete;
+  SyncedFileWriter& operator=(const SyncedFileWriter&) = delete;
+  void write_at(uint64_t offset, const void* bytes, size_t n);
+  // Writes again over bytes already written (not counted again; a header
+  // whose checksums are known only at the end).
+  void overwrite_at(uint64_t offset, const void* bytes, size_t n);
+  void finish();
+
+ private:
+  std::string path_;
+  size_t total_ = 0, written_ = 0;
+  int fd_ = -1;
+  int64_t point_ = 0;
+  bool kill_ = false, full_disk_ = false;
+};
 // fsync of a directory, so that renames and creations in it are durable.
 void fsync_dir(const std::string& dir);
 // rename(2) (atomic within one file system). One fault point.

@@ -88,32 +88,79 @@ DType st_dtype_from_name(const std::string& n, const std::string& file) {
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata, bool with_checksums) {
-  json header = json::object();
-  json meta = json::object();
-  for (const auto& [k, v] : metadata) meta[k] = v;
-  uint64_t offset = 0;
+  std::vector<SafetensorsWriter::Entry> entries;
   for (const auto& [name, t] : tensors) {
     TRIPOD_CHECK(t.is_cpu(), "write_safetensors: tensor {} is not on the host", name);
-    TRIPOD_CHECK(name != "__metadata__" && !header.contains(name), "{}: duplicate tensor name {}", path, name);
-    header[name] = {{"dtype", st_dtype_name(t.dtype())},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
-    if (with_checksums) meta["crc32." + name] = fmt::format("{:08x}", crc32(t.raw(), t.nbytes()));
+    entries.push_back({name, t.dtype(), t.shape()});
+  }
+  SafetensorsWriter w(path, std::move(entries), metadata, with_checksums);
+  for (const auto& [name, t] : tensors) w.write(t.raw(), t.nbytes());
+  w.finish();
+}
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Entry> entries,
+                                     const std::map<std::string, std::string>& metadata, bool with_checksums)
+    : path_(path), entries_(std::move(entries)), metadata_(metadata), with_checksums_(with_checksums) {
+  begin_.push_back(0);
+  for (const auto& e : entries_) {
+    TRIPOD_CHECK(e.name != "__metadata__", "{}: a tensor cannot be named __metadata__", path);
+    begin_.push_back(begin_.back() + static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype));
+  }
+  crc_.assign(entries_.size(), 0);
+  data_start_ = header_bytes().size();  // the CRCs are fixed-width: the length does not depend on them
+  file_ = std::make_unique<SyncedFileWriter>(path, data_start_ + begin_.back());
+  // The header first with CRCs of zero (the right length), the file then in
+  // order as write_file_synced writes it (a kill leaves the same torn size).
+  const std::string h = header_bytes();
+  file_->write_at(0, h.data(), h.size());
+  while (current_ < entries_.size() && begin_[current_ + 1] == begin_[current_]) ++current_;  // empty tensors
+}
+
+std::string SafetensorsWriter::header_bytes() const {
+  json header = json::object();
+  json meta = json::object();
+  for (const auto& [k, v] : metadata_) meta[k] = v;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    TRIPOD_CHECK(!header.contains(e.name), "{}: duplicate tensor name {}", path_, e.name);
+    header[e.name] = {{"dtype", st_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {begin_[i], begin_[i + 1]}}};
+    if (with_checksums_) meta["crc32." + e.name] = fmt::format("{:08x}", crc_[i]);
   }
   if (!meta.empty()) header["__metadata__"] = meta;
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // the data starts 8-byte aligned (as the reference writer)
-  std::string bytes(8 + h.size() + offset, '\0');
+  std::string bytes(8, '\0');
   const uint64_t n = h.size();
   for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xFF);
-  std::memcpy(bytes.data() + 8, h.data(), h.size());
-  char* data = bytes.data() + 8 + h.size();
-  for (const auto& [name, t] : tensors) {
-    std::memcpy(data, t.raw(), t.nbytes());
-    data += t.nbytes();
+  return bytes + h;
+}
+
+void SafetensorsWriter::write(const void* bytes, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  while (n > 0) {
+    TRIPOD_CHECK(current_ < entries_.size(), "{}: more bytes than the tensors declared", path_);
+    const uint64_t size = begin_[current_ + 1] - begin_[current_];
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, size - filled_));
+    file_->write_at(data_start_ + begin_[current_] + filled_, p, take);
+    if (with_checksums_) crc_[current_] = crc32(p, take, crc_[current_]);
+    filled_ += take;
+    p += take;
+    n -= take;
+    if (filled_ == size) {
+      filled_ = 0;
+      ++current_;
+      while (current_ < entries_.size() && begin_[current_ + 1] == begin_[current_]) ++current_;
+    }
   }
-  write_file_synced(path, bytes.data(), bytes.size());
+}
+
+void SafetensorsWriter::finish() {
+  TRIPOD_CHECK(current_ == entries_.size(), "{}: tensor {} of {} was not written in full", path_, current_ + 1,
+               entries_.size());
+  const std::string h = header_bytes();
+  TRIPOD_CHECK(h.size() == data_start_, "{}: the header changed length", path_);
+  if (with_checksums_) file_->overwrite_at(0, h.data(), h.size());
+  file_->finish();
 }
 
 // ---- reader ----

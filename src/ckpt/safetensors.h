@@ -20,9 +20,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "ckpt/atomic_io.h"
 #include "tensor/tensor.h"
 
 namespace tripod::ckpt {
@@ -46,6 +48,40 @@ struct StEntry {
 // injection] in atomic_io.h).
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata, bool with_checksums = true);
+
+// The same file written one tensor (or a piece of one) at a time, so that
+// the writer holds no more than the piece it passes: the tensors' names,
+// dtypes and shapes are given up front (the header's offsets follow from
+// them), each tensor's bytes arrive in order through write() in pieces of
+// any size, and finish() writes the header again with the CRCs (they are
+// fixed-width, so its length is known at the start) and fsyncs. The bytes equal
+// write_safetensors' for the same tensors. One fault point (atomic_io.h).
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name;
+    DType dtype = DType::F32;
+    Shape shape;
+  };
+  SafetensorsWriter(const std::string& path, std::vector<Entry> entries,
+                    const std::map<std::string, std::string>& metadata, bool with_checksums = true);
+  // The next bytes of the current tensor (moves to the next once it is full).
+  void write(const void* bytes, size_t n);
+  void finish();
+
+ private:
+  std::string header_bytes() const;  // the 8-byte length and the header, padded
+  std::string path_;
+  std::vector<Entry> entries_;
+  std::vector<uint64_t> begin_;  // each tensor's byte offset in the data section (one more: the end)
+  std::vector<uint32_t> crc_;
+  std::map<std::string, std::string> metadata_;
+  bool with_checksums_ = true;
+  uint64_t data_start_ = 0;
+  size_t current_ = 0;     // the tensor write() fills
+  uint64_t filled_ = 0;    // its bytes so far
+  std::unique_ptr<SyncedFileWriter> file_;
+};
 
 // A validated safetensors file. open() reads and checks the header only;
 // read() reads one tensor's bytes (and checks its CRC when present).

@@ -248,6 +248,15 @@ void discard_save(const std::string& save_dir, int64_t it) {
   }
 }
 
+static std::map<std::string, std::string> rank_file_metadata(int tp_rank, int tp_size, int pp_rank,
+                                                             const json& index) {
+  return {{"format", "tripod"},
+          {"tp_rank", std::to_string(tp_rank)},
+          {"tp_size", std::to_string(tp_size)},
+          {"pp_rank", std::to_string(pp_rank)},
+          {"tensors", index.dump()}};
+}
+
 void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
                      const std::vector<ShardTensor>& tensors, int ep_rank) {
   json index = json::object();
@@ -256,13 +265,26 @@ void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int p
     index[t.name] = {{"global_shape", t.global_shape}, {"shard", shard_name(t.shard)}};
     items.emplace_back(t.name, t.local);
   }
-  std::map<std::string, std::string> meta{{"format", "tripod"},
-                                          {"tp_rank", std::to_string(tp_rank)},
-                                          {"tp_size", std::to_string(tp_size)},
-                                          {"pp_rank", std::to_string(pp_rank)},
-                                          {"tensors", index.dump()}};
-  write_safetensors((fs::path(tmp_dir) / rank_file_name(tp_rank, pp_rank, ep_rank)).string(), items, meta);
+  write_safetensors((fs::path(tmp_dir) / rank_file_name(tp_rank, pp_rank, ep_rank)).string(), items,
+                    rank_file_metadata(tp_rank, tp_size, pp_rank, index));
 }
+
+static std::vector<SafetensorsWriter::Entry> f32_entries(const std::vector<RankFileWriter::Declared>& declared) {
+  std::vector<SafetensorsWriter::Entry> e;
+  for (const auto& t : declared) e.push_back({t.name, DType::F32, t.local_shape});
+  return e;
+}
+
+static json declared_index(const std::vector<RankFileWriter::Declared>& declared) {
+  json index = json::object();
+  for (const auto& t : declared) index[t.name] = {{"global_shape", t.global_shape}, {"shard", shard_name(t.shard)}};
+  return index;
+}
+
+RankFileWriter::RankFileWriter(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
+                               const std::vector<Declared>& declared, int ep_rank)
+    : file_((fs::path(tmp_dir) / rank_file_name(tp_rank, pp_rank, ep_rank)).string(), f32_entries(declared),
+            rank_file_metadata(tp_rank, tp_size, pp_rank, declared_index(declared))) {}
 
 // Index of the tensors in the rank files of `dir`: name -> info.
 // Also records each file's size and header CRC in `files`.

@@ -88,6 +88,28 @@ std::string tmp_dir_for(const std::string& save_dir, int64_t iteration);
 // Every dp-rank-0 rank: its shards into tmp_dir/model_rank_<tp>_<pp>.safetensors.
 void write_rank_file(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
                      const std::vector<ShardTensor>& tensors, int ep_rank = 0);
+// The same file streamed: the tensors are declared up front (names, shapes
+// and this rank's local shape), then each one's host f32 values are passed in the
+// declared order, in pieces of any size, so that the writer holds one
+// piece at a time instead of every tensor (ckpt/safetensors.h
+// SafetensorsWriter). The bytes equal write_rank_file's.
+class RankFileWriter {
+ public:
+  struct Declared {
+    std::string name;
+    Shape global_shape;
+    model::ShardDim shard = model::ShardDim::None;
+    Shape local_shape;
+  };
+  RankFileWriter(const std::string& tmp_dir, int tp_rank, int tp_size, int pp_rank,
+                 const std::vector<Declared>& declared, int ep_rank = 0);
+  void write(const float* values, int64_t n) { file_.write(values, static_cast<size_t>(n) * sizeof(float)); }
+  void finish() { file_.finish(); }
+
+ private:
+  SafetensorsWriter file_;
+};
+
 // Rank 0, after every rank_file is written: indexes the files, writes
 // metadata.json (`meta` plus the tensor index and a checksum), renames the
 // directory into place, updates the latest marker (a log line when it goes

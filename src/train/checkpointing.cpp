@@ -109,29 +109,43 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
     const bool dense_writer = dp_rank_ == 0 && cp_rank_ == 0;
     const bool expert_writer = groups_.edp && groups_.edp->rank() == 0 && cp_rank_ == 0;
     if (!dense_writer && !expert_writer) return;
-    std::vector<ckpt::ShardTensor> tensors;
+    // Streamed (ckpt::RankFileWriter): the tensors are declared first, then
+    // written one at a time, so the writer holds one parameter's host copy
+    // besides the moments instead of the whole file twice.
+    std::vector<ckpt::RankFileWriter::Declared> declared;
+    for (size_t c = 0; c < models_.size(); ++c) {
+      for (const auto& p : models_[c]->params().params()) {
+        const auto& s = p.spec;
+        if (!dense_writer && s.expert < 0) continue;
+        for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."})
+          declared.push_back({prefix + s.name, s.global_shape, s.shard, p.shape});
+      }
+      if (model::Fp8State* f = models_[c]->fp8_state(); dense_writer && f && f->config().delayed())
+        for (auto& [name, t] : f->state_tensors())
+          declared.push_back({"fp8." + name, {t.numel()}, model::ShardDim::None, t.shape()});
+    }
+    ckpt::RankFileWriter file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, declared,
+                              dense_writer ? 0 : groups_.layout.ep_rank(groups_.global_rank));
     for (size_t c = 0; c < models_.size(); ++c) {
       const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);
       auto& store = models_[c]->params();
       for (const auto& p : store.params()) {
-        const auto& s = p.spec;
-        if (!dense_writer && s.expert < 0) continue;
-        tensors.push_back({"model." + s.name, s.global_shape, s.shard, store.value_to_host(p)});
-        Tensor mc = Tensor::empty(p.shape, DType::F32), vc = Tensor::empty(p.shape, DType::F32);
-        std::copy_n(m.data<float>() + p.offset, mc.numel(), mc.data<float>());
-        std::copy_n(v.data<float>() + p.offset, vc.numel(), vc.data<float>());
-        tensors.push_back({"optim.exp_avg." + s.name, s.global_shape, s.shard, mc});
-        tensors.push_back({"optim.exp_avg_sq." + s.name, s.global_shape, s.shard, vc});
+        if (!dense_writer && p.spec.expert < 0) continue;
+        const Tensor value = store.value_to_host(p);
+        file.write(value.data<float>(), value.numel());
+        file.write(m.data<float>() + p.offset, shape_numel(p.shape));
+        file.write(v.data<float>() + p.offset, shape_numel(p.shape));
       }
       // FP8 delayed scaling (model/fp8_meta.h): the same on every tp and dp
       // rank after its reductions, so saved as replicated tensors. A run
       // without FP8 writes none (its checkpoint bytes do not change).
       if (model::Fp8State* f = models_[c]->fp8_state(); dense_writer && f && f->config().delayed())
-        for (auto& [name, t] : f->state_tensors())
-          tensors.push_back({"fp8." + name, {t.numel()}, model::ShardDim::None, to_host(be_, t)});
+        for (auto& [name, t] : f->state_tensors()) {
+          const Tensor h = to_host(be_, t);
+          file.write(h.data<float>(), h.numel());
+        }
     }
-    ckpt::write_rank_file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, tensors,
-                          dense_writer ? 0 : groups_.layout.ep_rank(groups_.global_rank));
+    file.finish();
   });
   collective_step(groups_, be_, "commit", [&] {
     if (!rank0) return;

@@ -4,6 +4,8 @@
 // (never a crash or an out-of-bounds read; run under ASan to check the latter).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -81,6 +83,47 @@ TEST(Safetensors, ByteLayoutMatchesTheFormat) {
   EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1),
             R"({"a":{"data_offsets":[0,24],"dtype":"F32","shape":[2,3]}})");
   EXPECT_EQ(std::memcmp(b.data() + 8 + n, a.raw(), 24), 0);
+}
+
+// The streamed writer, fed in pieces of odd sizes that cross tensor ends
+// (and an empty tensor at the end), against the file built here by hand: the
+// length, the header with each tensor's CRC (written last, at the start of
+// the file) and the data; and the same bytes as write_safetensors.
+TEST(Safetensors, StreamedWriterInPiecesMatchesTheHandBuiltFile) {
+  const fs::path p = tmp_dir() / "streamed.safetensors", q = tmp_dir() / "whole.safetensors";
+  Tensor a = iota({2, 3}, 1.f), e = Tensor::empty({0}, DType::F32), b = iota({5}, -2.f);
+  std::string data(reinterpret_cast<const char*>(a.raw()), 24);
+  data.append(reinterpret_cast<const char*>(b.raw()), 20);
+  {
+    SafetensorsWriter w(p.string(), {{"a", DType::F32, {2, 3}}, {"b", DType::F32, {5}}, {"e", DType::F32, {0}}},
+                        {{"k", "v"}});
+    for (size_t at = 0, piece = 7; at < data.size(); at += piece) w.write(data.data() + at, std::min(piece, data.size() - at));
+    w.finish();
+  }
+  char crc_a[9], crc_b[9];
+  std::snprintf(crc_a, sizeof crc_a, "%08x", crc32(a.raw(), 24));
+  std::snprintf(crc_b, sizeof crc_b, "%08x", crc32(b.raw(), 20));
+  std::string header = std::string(R"({"__metadata__":{"crc32.a":")") + crc_a + R"(","crc32.b":")" + crc_b +
+                       R"(","crc32.e":"00000000","k":"v"},"a":{"data_offsets":[0,24],"dtype":"F32","shape":[2,3]},)"
+                       R"("b":{"data_offsets":[24,44],"dtype":"F32","shape":[5]},)"
+                       R"("e":{"data_offsets":[44,44],"dtype":"F32","shape":[0]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string expected(8, '\0');
+  for (int i = 0; i < 8; ++i) expected[size_t(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  expected += header + data;
+  EXPECT_EQ(slurp(p), expected);
+  write_safetensors(q.string(), {{"a", a}, {"b", b}, {"e", e}}, {{"k", "v"}});
+  EXPECT_EQ(slurp(q), expected);
+  read_all(p);
+}
+
+TEST(Safetensors, StreamedWriterChecksWhatItIsGiven) {
+  const fs::path p = tmp_dir() / "short.safetensors";
+  Tensor a = iota({4}, 0.f);
+  SafetensorsWriter w(p.string(), {{"a", DType::F32, {4}}}, {});
+  w.write(a.raw(), 12);
+  EXPECT_THROW(w.finish(), tripod::Error);  // a tensor not written in full
+  EXPECT_THROW(w.write(a.raw(), 8), tripod::Error);  // past the declared bytes
 }
 
 TEST(Safetensors, RoundTripWithMetadataAndDtypes) {
