@@ -153,7 +153,7 @@ TEST(PlanCpuMemory, ShardingStrategiesWithin10Percent) {
 // compute copy (10 + 16/D bytes a parameter under optim, 6 + 16/D under
 // optim_grads), and the CPU backend widens each op's bf16 operands to f32
 // copies, the loss head's logits and dlogits the largest
-// (plan::cpu_half_scratch_bytes; predicted 13% to 35% low without them).
+// (plan::cpu_half_scratch_bytes; predicted 11% to 35% low without them).
 TEST(PlanCpuMemory, ShardingStrategiesBf16Within10Percent) {
   const char* strategies[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
   for (const char* s : strategies) {
