@@ -535,5 +535,36 @@ TEST(PlanMemory, MoeLayerByHand) {
   EXPECT_DOUBLE_EQ(u.model_states, double(P2 - 100352) * 14.0 + 25344.0 * 18.0);
 }
 
+// The CPU's f32 copies of bf16 operands (plan::cpu_half_scratch_bytes), for
+// the CPU parity model (4 layers, hidden 128, seq 128, vocab 2000 padded to
+// 2048, micro-batch 2: N = R = 256 rows, V = 2048):
+//   loss head: ce backward 2 R V 4 = 4,194,304; output layer's backward
+//   (R V + V C + 2 N C) 4 = 3,407,872; the larger: 4,194,304
+//   a layer: fc2's backward (2 N 512 + N 128 + 512 x 128) 4 = 1,441,792
+// ZeRO-2 holds the embedding group's f32 gradient (E = 2048 x 128 + 128 x
+// 128 positions = 278,528) in the loss head: 1,114,112 + 4,194,304 less the
+// layers' moment sharded_working_bytes counts. 0 at fp32.
+TEST(PlanMemory, CpuHalfScratchByHand) {
+  const GptConfig m = gpt_model(4, 128, 4, 128, 2000);
+  Layout l = layout(2);
+  l.micro_batch = 2, l.global_batch = 8, l.dtype = DType::BF16;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, l, 0), 4194304.0);
+  Layout p = layout(2, 1, 2);  // pp 2: stage 0 has no loss head
+  p.micro_batch = 2, p.global_batch = 8, p.dtype = DType::BF16;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, p, 0), 1441792.0);
+  l.distributed_optimizer = true, l.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, l, 0), 1114112.0 + 4194304.0 - sharded_working_bytes(m, l, 0));
+  l.dtype = DType::F32;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, l, 0), 0.0);
+  // On the GPU (o.cuda) nothing is added; on the CPU it is workspace.
+  l.dtype = DType::BF16, l.zero_stage = 0, l.distributed_optimizer = false;
+  MemoryOptions cpu;
+  cpu.cuda = false;
+  MemoryOptions gpu;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l, cpu).workspace - 4194304.0,
+                   estimate_memory(m, l, gpu).workspace - double(32 << 20) -
+                       cudnn_dq_workspace_bytes(m, 2, 1, DType::BF16));
+}
+
 }  // namespace
 }  // namespace tripod::plan
