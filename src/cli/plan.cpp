@@ -40,6 +40,10 @@ nlohmann::json to_json(const plan::Candidate& c) {  // megatron_flags added by t
           {"num_microbatches", l.num_microbatches()},
           {"sequence_parallel", l.sp()},
           {"use_distributed_optimizer", l.distributed_optimizer},
+          {"data_parallel_sharding_strategy", l.zero_stage == 3   ? "optim_grads_params"
+                                              : l.zero_stage == 2 ? "optim_grads"
+                                              : l.distributed_optimizer ? "optim"
+                                                                        : "no_shard"},
           {"recompute", plan::to_string(l.recompute)},
           {"memory_gib",
            {{"total", c.mem.total() / kGiB},
@@ -106,7 +110,8 @@ void print_table(const config::GptConfig& m, const plan::Machine& mc, const plan
     const auto& l = c.layout;
     std::printf("%3d %3d %3d %4d %3d %4lld %4lld %2s %2s %-9s %8.1f %8.1f %8.1f %9.3f %11.0f %5.2f%s%s\n", i + 1, l.tp,
                 l.pp, l.dp, l.vpp, (long long)l.micro_batch, (long long)l.num_microbatches(), l.sp() ? "y" : "-",
-                l.distributed_optimizer ? "y" : "-", plan::to_string(l.recompute).c_str(), c.mem.total() / kGiB,
+                l.zero_stage >= 2 ? (l.zero_stage == 3 ? "z3" : "z2") : l.distributed_optimizer ? "y" : "-",
+                plan::to_string(l.recompute).c_str(), c.mem.total() / kGiB,
                 c.mem.model_states / kGiB, c.mem.activations / kGiB, c.time.total(), c.tokens_per_second, c.mfu,
                 cp ? fmt::format(" {:3d}", l.cp).c_str() : "", ep ? fmt::format(" {:3d}", l.ep).c_str() : "");
   }
@@ -188,8 +193,10 @@ int run_plan(int argc, char** argv) {
   app.add_option("--virtual-pipeline-search", vpp_list, "vpp values to try when PP > 1")->capture_default_str();
   app.add_flag("--sequence-parallel", sp_flag, "force SP on (default: on whenever TP > 1)");
   app.add_flag("--no-sequence-parallel", no_sp, "never use SP");
-  app.add_flag("--use-distributed-optimizer", dopt, "force the distributed optimizer (default: try both)");
-  app.add_flag("--no-distributed-optimizer", no_dopt, "never use it");
+  app.add_flag("--use-distributed-optimizer", dopt,
+               "force the distributed optimizer, optim (default: try no_shard, optim, optim_grads and "
+               "optim_grads_params at DP > 1)");
+  app.add_flag("--no-distributed-optimizer", no_dopt, "never shard (no_shard)");
   bool overlap_param_gather = false;
   app.add_flag("--overlap-param-gather", overlap_param_gather,
                "with --data-parallel-sharding-strategy optim_grads_params: the next layer's all-gather prefetched "

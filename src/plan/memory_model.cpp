@@ -48,10 +48,13 @@ double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, 
   // Half precision: 2 (bf16/fp16 param) + 4 (fp32 grad) + 4 (fp32 master) + 8 (Adam m, v).
   // fp32: 4 (param = master) + 4 (grad) + 8 (Adam). The distributed optimizer
   // shards what only the optimizer touches (master + m + v) over dp.
+  // tripod keeps the whole f32 values (the ParamStore) next to the compute
+  // copy unless ZeRO-3 shards them: 4 + 2 more than Megatron's bf16 param.
   const bool half = p != DType::F32;
-  if (zero_stage == 2) return (half ? 2.0 : 4.0) + (tripod || half ? 16.0 : 12.0) / dp;
+  if (zero_stage == 2) return (half ? (tripod ? 6.0 : 2.0) : 4.0) + (tripod || half ? 16.0 : 12.0) / dp;
   if (zero_stage == 3) return (half && !tripod ? 18.0 : 16.0) / dp;
-  const double kept = half ? 6.0 : 8.0, sharded = tripod && distributed_optimizer ? 16.0 : half ? 12.0 : 8.0;
+  const double kept = half ? (tripod && distributed_optimizer ? 10.0 : 6.0) : 8.0;
+  const double sharded = tripod && distributed_optimizer ? 16.0 : half ? 12.0 : 8.0;
   return kept + sharded / (distributed_optimizer ? dp : 1);
 }
 
@@ -108,6 +111,33 @@ double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage) {
   // last stage) next to its gradients and the last layer's being reduced.
   const double in_embedding = E > 0 ? (E + G) * 4.0 + E * p : 0.0;
   return std::max(in_layer, in_embedding);
+}
+
+// The embedding group's elements held on `stage` (E of sharded_working_bytes).
+static double embedding_group_elems(const GptConfig& m, const Layout& l, int stage) {
+  const bool first = stage == 0, last = stage == l.pp - 1;
+  if (!(first || (last && (l.pp > 1 || m.untie_embeddings_and_output_weights)))) return 0.0;
+  const double pos = first && m.learned_positions() ? double(m.max_position_embeddings * m.hidden_size) : 0.0;
+  return double(m.padded_vocab_size(l.tp) * m.hidden_size / l.tp) + pos;
+}
+
+double cpu_half_scratch_bytes(const GptConfig& m, const Layout& l, int stage) {
+  if (l.dtype == DType::F32) return 0.0;
+  const double N = double(l.micro_batch * m.seq_length), C = double(m.hidden_size), t = l.tp;
+  const double Q = double(m.qkv_width()), F = double(m.ffn_hidden_size), F1 = double(m.fc1_width());
+  // A linear's backward widens dout, the input, the weight and dinp.
+  auto linear = [&](double in, double out) { return 4.0 * (2.0 * N * in + N * out + in * out); };
+  const double layer = std::max({linear(C, Q / t), linear(C / t, C), linear(C, F1 / t), linear(F / t, C)});
+  const double W = sharded_working_bytes(m, l, stage);
+  if (stage != l.pp - 1) return layer;
+  const double V = double(m.padded_vocab_size(l.tp) / l.tp);
+  const double R = double(config::head_chunk_rows(l.micro_batch * m.seq_length, int64_t(V), 2));
+  const double head = std::max(2.0 * R * V * 4.0, 4.0 * (R * V + V * C + 2.0 * N * C));
+  // What ZeRO-2/-3 hold in the loss head: the embedding's f32 gradient
+  // (and under ZeRO-3 its gathered compute copy); the layers' are not bound yet.
+  const double E = l.zero_stage >= 2 ? embedding_group_elems(m, l, stage) : 0.0;
+  const double at_head = E * (l.zero_stage == 3 ? 6.0 : 4.0);
+  return std::max(layer, at_head + head - W);
 }
 
 double zero3_startup_bytes(const GptConfig& m, const Layout& l, int stage) {
@@ -385,9 +415,13 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
       mb.model_states += double(kept) * expert_bpp - double(experts) * mb.bytes_per_param;
     }
     if (o.model == MemoryModelKind::kTripod) {
+      const double step_states = mb.model_states;
       mb.model_states = std::max(mb.model_states, zero3_startup_bytes(m, l, stage));
       tripod_stage(m, l, stage, o, mb);
       mb.workspace += cp_ring_workspace_bytes(m, l, stage);
+      // The CPU's widened copies exist in the step only, not at ZeRO-3's start-up.
+      if (!o.cuda)
+        mb.workspace += std::max(0.0, step_states + cpu_half_scratch_bytes(m, l, stage) - mb.model_states);
     } else {
       mb.activations = stage_activations(m, l, stage);
       const double fixed = o.workspace_fixed_gib < 0 ? 2.0 : o.workspace_fixed_gib;

@@ -93,10 +93,13 @@ struct MemoryBreakdown {
 //   bf16/fp16: 2 (param) + 4 (grad) + 12 (fp32 master + Adam m, v) = 18,
 //              sharded: 6 + 12/DP;  fp32: 16, sharded: 8 + 8/DP.
 // tripod's distributed optimizer (`tripod` below) also keeps the f32
-// reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and,
-// at fp32 too, an f32 value shard: kept + 16/DP for every precision.
-//   ZeRO-2 (zero_stage 2) keeps the param (2, fp32: 4) whole and shards the
-//   grad too: + 16/DP; ZeRO-3 keeps nothing whole: Megatron-FSDP (bf16
+// reduce-scattered gradient shard (distributed/param_and_grad_buffer.h) and
+// an f32 value shard: + 16/DP for every precision; and it keeps the whole
+// f32 values (model/param_table.h's ParamStore) next to the bf16/fp16
+// compute copy: 10 + 16/DP at bf16/fp16, 8 + 16/DP at fp32.
+//   ZeRO-2 (zero_stage 2) keeps the param (2, fp32: 4; tripod at bf16/fp16
+//   the f32 values and the compute copy, 6) whole and shards the grad too:
+//   + 16/DP; ZeRO-3 keeps nothing whole: Megatron-FSDP (bf16
 //   param + fp32 grad + 12) / DP = 18/DP, tripod (fp32 param shard, grad
 //   shard, m, v) 16/DP, fp32 16/DP. The full-size buffers of the layers in
 //   use come on top (sharded_working_bytes).
@@ -123,6 +126,19 @@ double model_state_bytes_per_param(DType p, bool distributed_optimizer, int dp, 
 // 0 for zero_stage < 2. Measured on the CPU within 3% of the allocator peak
 // (tests/cli/test_plan_cpu_memory.cpp, docs/plan.md).
 double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage);
+// The CPU backend at bf16/fp16 (backend/cpu/half.h): each op widens its
+// half-precision operands to f32 copies for the call, so the largest op's
+// copies come on top of the GPU's count. On the last stage the loss head's:
+// the cross-entropy backward widens the logits chunk (R rows of V = V_pad/tp)
+// and dlogits, 2 R V x 4; the output layer's backward dout, weight, input
+// and dinp, (R V + V C + 2 N C) x 4, the larger; ZeRO-2 (-3) then also hold
+// the embedding group's f32 gradient E x 4 (and its gathered copy E x 2),
+// while sharded_working_bytes W counts the layers' moment: max(0, that - W).
+// Elsewhere (and at least) a layer's largest linear backward,
+// (2 N in + N out + in out) x 4 over qkv, proj, fc1, fc2 per tp rank. 0 at
+// fp32. Measured within 1% at dp 2, dp 4 and tp 2 x dp 2 for every
+// sharding strategy (tests/cli/test_plan_cpu_memory.cpp).
+double cpu_half_scratch_bytes(const GptConfig& m, const Layout& l, int stage);
 // ZeRO-3's start-up (tripod model): each rank initialises (or loads) the
 // whole parameters of its stage before it keeps its shards, so for a moment
 // it holds the whole f32 values (and the bf16/fp16 compute copy, c = 2, else

@@ -76,6 +76,13 @@ void add_reasons(const GptConfig& m, const Machine& mc, Candidate& c) {
                           100.0 * c.mem.total() / gpu));
 }
 
+// How a layout shards its state over dp, for the notes.
+std::string sharding_words(const Layout& l) {
+  if (l.zero_stage == 3) return "ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params) sharding everything";
+  if (l.zero_stage == 2) return "ZeRO-2 (--data-parallel-sharding-strategy optim_grads) sharding gradients and optimizer state";
+  return "the distributed optimizer sharding the optimizer state";
+}
+
 // The plan's header when some plain-DP layout fits: what row 1 is, in the
 // ranking's own terms. "Fits one GPU" only when the replicated model state
 // fits (not only with the distributed optimizer sharding it over DP).
@@ -87,14 +94,14 @@ std::string ranking_note(const std::vector<Candidate>& fits) {
   const bool replicated_fits = std::any_of(fits.begin(), fits.end(), plain(false));
   if (is_plain_dp(first.layout)) {
     if (replicated_fits) return "the model fits one GPU: plain DP is predicted fastest (row 1)";
-    return fmt::format("plain DP is predicted fastest (row 1) but fits only with the distributed optimizer sharding "
-                       "the optimizer state over its {} data-parallel GPUs; the replicated model state does not fit "
-                       "one GPU", first.layout.dp);
+    return fmt::format("plain DP is predicted fastest (row 1) but fits only with {} over its {} data-parallel "
+                       "GPUs; the replicated model state does not fit one GPU",
+                       sharding_words(first.layout), first.layout.dp);
   }
   const auto it = std::find_if(fits.begin(), fits.end(), [](const Candidate& c) { return is_plain_dp(c.layout); });
   return fmt::format("plain DP fits too{} (row {}, {}: {:.3f} s per step), but {} is predicted faster ({:.3f} s, "
                      "row 1)",
-                     it->layout.distributed_optimizer ? " with the distributed optimizer" : "",
+                     it->layout.distributed_optimizer ? " with " + sharding_words(it->layout) : "",
                      it - fits.begin() + 1, it->layout.str(), it->time.total(), first.layout.str(),
                      first.time.total());
 }
@@ -117,8 +124,11 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
       std::vector<bool> sps = {false};
       if (tp > 1 && o.sequence_parallel == Choice::kOn) sps = {true};
       if (tp > 1 && o.sequence_parallel == Choice::kSearch) sps = {false, true};
-      std::vector<bool> dos = {o.distributed_optimizer == Choice::kOn};
-      if (dp > 1 && o.distributed_optimizer == Choice::kSearch) dos = {false, true};
+      // The sharding strategies tried (0 no_shard, 1 optim, 2 optim_grads,
+      // 3 optim_grads_params): the one given, else at dp > 1 all four.
+      std::vector<int> stages = {o.distributed_optimizer == Choice::kOn ? 1 : 0};
+      if (dp > 1 && o.zero_stage >= 2) stages = {o.zero_stage};
+      else if (dp > 1 && o.distributed_optimizer == Choice::kSearch) stages = {0, 1, 2, 3};
       std::vector<int> vpps = pp > 1 ? o.vpp : std::vector<int>{1};
       std::vector<int> eps = {1};
       if (o.ep > 0) eps = {o.ep};
@@ -129,17 +139,17 @@ std::vector<Layout> enumerate(const GptConfig& m, const Machine& mc, const Searc
       for (int vpp : vpps)
         for (int64_t mb : mbs)
           for (bool sp : sps)
-            for (bool dopt : dos)
+            for (int stage : stages)
               for (Recompute rc : o.recompute) {
+                const bool dopt = stage >= 1;
                 Layout l{config::Layout::make(world, tp, pp, 1, cp)};
                 l.vpp = vpp, l.micro_batch = mb, l.dtype = o.dtype;
                 l.global_batch = o.global_batch, l.sequence_parallel = sp;
                 l.distributed_optimizer = dopt, l.recompute = rc, l.cp_comm = o.cp_comm;
                 l.ep = ep;
-                if (o.zero_stage >= 2 && dp > 1) {
-                  if (!dopt) continue;  // the strategy implies the distributed optimizer
-                  l.zero_stage = o.zero_stage;
-                  l.overlap_param_gather = o.overlap_param_gather && o.zero_stage == 3;
+                if (stage >= 2) {  // the strategy implies the distributed optimizer
+                  l.zero_stage = stage;
+                  l.overlap_param_gather = o.overlap_param_gather && stage == 3;
                 }
                 if (o.dist_opt_instances > 1 && dopt) {
                   if ((dp * cp) % o.dist_opt_instances != 0) continue;
@@ -249,7 +259,7 @@ PlanResult plan_layouts(const GptConfig& m, const Machine& mc, const SearchOptio
   // all-reduces, no bubble), then fewer moving parts (no interleaving, less
   // recompute), then more memory headroom. Buckets keep the order transitive.
   auto bucket = [](const Candidate& c) { return int64_t(std::floor(std::log(c.time.total()) / std::log(1.01))); };
-  auto complexity = [](const Layout& l) { return int(l.vpp > 1) + int(l.recompute); };
+  auto complexity = [](const Layout& l) { return int(l.vpp > 1) + int(l.recompute) + std::max(0, l.zero_stage - 1); };
   std::stable_sort(res.fits.begin(), res.fits.end(), [&](const Candidate& a, const Candidate& b) {
     if (bucket(a) != bucket(b)) return bucket(a) < bucket(b);
     if (is_plain_dp(a.layout) != is_plain_dp(b.layout)) return is_plain_dp(a.layout);
@@ -311,7 +321,7 @@ std::string megatron_flags(const GptConfig& m, const Layout& l) {
   if (l.zero_stage >= 2)
     s += l.zero_stage == 3 ? " --data-parallel-sharding-strategy optim_grads_params"
                            : " --data-parallel-sharding-strategy optim_grads";
-  else if (l.distributed_optimizer) s += " --use-distributed-optimizer";
+  if (l.distributed_optimizer) s += " --use-distributed-optimizer";  // Megatron-FSDP v1 needs it too
   if (l.zero_stage == 3 && l.overlap_param_gather) s += " --overlap-grad-reduce --overlap-param-gather";
   if (l.dist_opt_instances > 1 && (l.zero_stage >= 2 || l.distributed_optimizer))
     s += fmt::format(" --num-distributed-optimizer-instances {}", l.dist_opt_instances);

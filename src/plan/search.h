@@ -1,5 +1,5 @@
 // Search over parallel layouts: every TP x PP x DP (x micro-batch, virtual
-// pipeline, recompute, sequence parallel, distributed optimizer) that obeys
+// pipeline, recompute, sequence parallel, sharding strategy) that obeys
 // the layout rules, kept when its predicted memory fits one GPU, ordered
 // best first with the reasons spelled out. Backs `tripod plan`; the trainer
 // can call plan_layouts() to suggest a layout after an out-of-memory error.
@@ -13,7 +13,8 @@
 //   and DP, with TP 1.
 // Order: by predicted step time (times within 1% count as equal), then plain
 // DP (TP = PP = 1: no TP all-reduces, no bubble) before model parallelism,
-// then fewer moving parts (no vpp, less recompute), then less memory. The
+// then fewer moving parts (no vpp, less recompute, less sharding: ZeRO-2
+// counts one, ZeRO-3 two), then less memory. The
 // notes describe row 1 in those terms (whether plain DP fits, with or
 // without the distributed optimizer, and where it ranks).
 //
@@ -50,9 +51,15 @@ struct SearchOptions {
   std::vector<int> vpp = {1, 2, 4};
   std::vector<Recompute> recompute = {Recompute::None, Recompute::Selective, Recompute::Full};
   Choice sequence_parallel = Choice::kOn;  // kOn: on whenever TP > 1 (same comm volume, less memory)
+  // kSearch: every layout with dp > 1 is tried with each sharding strategy,
+  // no_shard, optim, optim_grads (ZeRO-2) and optim_grads_params (ZeRO-3),
+  // each with its memory (estimate_memory) and its time (ZeRO-2: a
+  // reduce-scatter per micro-batch; ZeRO-3 also the parameter all-gathers,
+  // zero3_param_gather_seconds); kOn: optim only; kOff: no_shard only.
   Choice distributed_optimizer = Choice::kSearch;
   // 2 / 3: every layout with dp > 1 uses ZeRO-2 / ZeRO-3
-  // (--data-parallel-sharding-strategy given to plan); 0: not searched.
+  // (--data-parallel-sharding-strategy given to plan); 0: as
+  // distributed_optimizer says.
   int zero_stage = 0;
   // --num-distributed-optimizer-instances N: sharded layouts shard within N
   // instances (layouts whose dp x cp N does not divide are skipped).

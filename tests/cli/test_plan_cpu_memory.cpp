@@ -1,6 +1,6 @@
 // `tripod plan --device cpu` predicts what each layout of the parity suite
 // really allocates: the layout runs through `tripod launch ... train
-// --device cpu` (fp32, 2 iterations), every rank logs its allocator peak
+// --device cpu` (fp32 unless a case says --bf16, 2 iterations), every rank logs its allocator peak
 // ("memory on rank ...: ... allocator peak X MiB"), and the plan's
 // allocator_peak (busiest stage) must be within 10% of the largest.
 #include <gtest/gtest.h>
@@ -27,6 +27,7 @@ struct Case {
   const char* layout;     // train and plan flags
   const char* plan_only;  // pins the plan's search to the same layout
   const char* train_only = "";
+  bool bf16 = false;  // --bf16 for train and plan (else fp32)
 };
 
 const Case kCases[] = {
@@ -48,7 +49,7 @@ const Case kCases[] = {
 double measured_peak_mib(const Case& c) {
   const std::string np = std::to_string(c.nproc);
   const auto run = tripod::testing::run_tripod("launch --nproc-per-node " + np + " train --device cpu " + kModel +
-                                                   " " + c.layout + " " + c.train_only +
+                                                   (c.bf16 ? " --bf16 " : " ") + c.layout + " " + c.train_only +
                                                    " --mock-data --train-iters 2 --log-interval 1 --eval-interval 0",
                                                "OMP_NUM_THREADS=1");
   EXPECT_EQ(run.code, 0) << run.output;
@@ -64,7 +65,7 @@ double measured_peak_mib(const Case& c) {
 // `tripod plan`'s allocator peak (MiB) for the case's layout.
 double plan_peak_mib(const Case& c) {
   const auto plan = tripod::testing::run_tripod("plan " + kModel + " --gpus-per-node " + std::to_string(c.nproc) +
-                                                " --fp32 " + c.layout + " " + c.plan_only +
+                                                (c.bf16 ? " --bf16 " : " --fp32 ") + c.layout + " " + c.plan_only +
                                                 " --recompute-search none --device cpu --op-times assumed --json");
   EXPECT_EQ(plan.code, 0) << plan.output;
   if (plan.code != 0 || plan.output.find("{\n") == std::string::npos) return -1;
@@ -146,6 +147,24 @@ TEST(PlanCpuMemory, ShardingStrategiesWithin10Percent) {
   }
   check_case({"dp4 zero3 prefetch", 4, "--data-parallel-sharding-strategy optim_grads_params --overlap-param-gather",
               "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1", "--overlap-grad-reduce"});
+}
+
+// The same at --bf16: tripod keeps the whole f32 values next to the bf16
+// compute copy (10 + 16/D bytes a parameter under optim, 6 + 16/D under
+// optim_grads), and the CPU backend widens each op's bf16 operands to f32
+// copies, the loss head's logits and dlogits the largest
+// (plan::cpu_half_scratch_bytes; predicted 11% to 35% low without them).
+TEST(PlanCpuMemory, ShardingStrategiesBf16Within10Percent) {
+  const char* strategies[] = {"no_shard", "optim", "optim_grads", "optim_grads_params"};
+  for (const char* s : strategies) {
+    SCOPED_TRACE(s);
+    const std::string layout = std::string("--data-parallel-sharding-strategy ") + s;
+    const std::string tp = "--tensor-model-parallel-size 2 --sequence-parallel " + layout;
+    const char* pin = "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1";
+    check_case({"dp2 bf16", 2, layout.c_str(), pin, "", true});
+    check_case({"dp4 bf16", 4, layout.c_str(), pin, "", true});
+    check_case({"tp2 dp2 sp bf16", 4, tp.c_str(), "--pipeline-model-parallel-size 1", "", true});
+  }
 }
 
 // Expert parallelism: each rank stores E / ep experts (their optimizer

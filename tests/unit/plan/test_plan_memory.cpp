@@ -37,12 +37,15 @@ TEST(PlanMemory, BytesPerParamAsMegatronDoc) {
 
 TEST(PlanMemory, ZeroStagesByHand) {
   // docs/zero.md. Per parameter, bf16, dp 8: ZeRO-2 keeps the bf16 param
-  // (2) and shards grad + master + m + v: Megatron 2 + 16/8 = 4, tripod the
-  // same (its f32 grad shard is the grad); ZeRO-3 shards all: Megatron
+  // (2) and shards grad + master + m + v: Megatron 2 + 16/8 = 4; tripod
+  // keeps the whole f32 values next to the bf16 copy (6) and shards its
+  // grad, value, m, v: 6 + 16/8 = 8; ZeRO-3 shards all: Megatron
   // (2 + 4 + 12)/8 = 2.25, tripod (4 + 4 + 8)/8 = 2. fp32, dp 4: ZeRO-2
   // 4 + 12/4 = 7 (Megatron: the master is the param), tripod 4 + 16/4 = 8.
   EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, false, 2), 4.0);
-  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, true, 2), 4.0);
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, true, 2), 8.0);
+  // ZeRO-1, tripod: the f32 values, the bf16 copy and the f32 grads whole (10) + 16/8.
+  EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, true, 0), 12.0);
   EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, false, 3), 2.25);
   EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::BF16, true, 8, true, 3), 2.0);
   EXPECT_DOUBLE_EQ(model_state_bytes_per_param(DType::F32, true, 4, false, 2), 7.0);
@@ -65,14 +68,14 @@ TEST(PlanMemory, ZeroStagesByHand) {
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 0.0);
   l.zero_stage = 2;
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 214382592.0);
-  // model states: 124,475,904 x 4 + 214,382,592 = 712,286,208.
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 712286208.0);
+  // model states: 124,475,904 x 8 + 214,382,592 = 1,210,189,824.
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1210189824.0);
   l.zero_stage = 3;
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 264870912.0);
   // The step: 124,475,904 x 2 + 264,870,912 = 513,822,720; but start-up
   // holds the whole f32 values and bf16 copy next to the grad and value
   // shards, P (4 + 2) + 8 P / 8 = 7 P = 871,331,328, the larger (ZeRO-1:
-  // x 8 = 995,807,232).
+  // x 12 = 1,493,710,848).
   EXPECT_DOUBLE_EQ(double(params_on_stage(m, 1, 1, 0)) * 2 + 264870912.0, 513822720.0);
   EXPECT_DOUBLE_EQ(zero3_startup_bytes(m, l, 0), 871331328.0);
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 871331328.0);
@@ -80,17 +83,17 @@ TEST(PlanMemory, ZeroStagesByHand) {
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 264870912.0);
   l.overlap_param_gather = false;
   l.zero_stage = 0;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1493710848.0);
   // Hybrid sharding, 2 instances of 4 ranks: every sharded term / 4, not / 8;
   // the layers in use are the same.
-  //   ZeRO-1: x (6 + 16/4) = 1,244,759,040
-  //   ZeRO-2: x (2 + 16/4) + 214,382,592 = 746,855,424 + 214,382,592 = 961,238,016
+  //   ZeRO-1: x (10 + 16/4) = 1,742,662,656
+  //   ZeRO-2: x (6 + 16/4) + 214,382,592 = 1,244,759,040 + 214,382,592 = 1,459,141,632
   //   ZeRO-3: x 16/4 + 264,870,912 = 762,774,528; start-up 6 P + 8 P / 4 = 995,807,232
   l.dist_opt_instances = 2;
   EXPECT_EQ(l.shard_ranks(), 4);
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1244759040.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1742662656.0);
   l.zero_stage = 2;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 961238016.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1459141632.0);
   l.zero_stage = 3;
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
   // pp 2 x dp 4, fp32 ZeRO-3 (f32 grads, f32 params gathered): both ends
@@ -283,10 +286,11 @@ TEST(PlanMemory, TripodModelPieces) {
   EXPECT_DOUBLE_EQ(mb.reserved, double(1 << 30));
   EXPECT_DOUBLE_EQ(mb.allocator_peak(), mb.model_states + mb.activations + mb.workspace);
   // tripod's distributed optimizer shards master + Adam state over dp and
-  // keeps the reduce-scattered f32 gradient shard (Megatron's table: 6 + 12/dp).
+  // keeps the reduce-scattered f32 gradient shard and the whole f32 values
+  // next to the bf16 copy (Megatron's table: 6 + 12/dp).
   Layout l4 = layout(4);
   l4.micro_batch = 32, l4.global_batch = 128, l4.distributed_optimizer = true;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l4).model_states, 124475904.0 * (6 + 16.0 / 4));
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l4).model_states, 124475904.0 * (10 + 16.0 / 4));
   MemoryOptions meg;
   meg.model = MemoryModelKind::kMegatron;
   EXPECT_DOUBLE_EQ(estimate_memory(m, l4, meg).model_states, 124475904.0 * (6 + 12.0 / 4));
@@ -309,8 +313,8 @@ TEST(PlanMemory, ContextParallelSplitsTheSequence) {
   Layout ref = layout(4);  // the same rows per rank at cp 1: seq 512, dp 4
   ref.micro_batch = 1, ref.global_batch = 4, ref.distributed_optimizer = true;
   const MemoryBreakdown a = estimate_memory(m, cp), b = estimate_memory(half, ref);
-  // Master + Adam + f32 grad shard over dp x cp = 8: 6 + 16 / 8 bytes per parameter.
-  EXPECT_DOUBLE_EQ(a.bytes_per_param, 6 + 16.0 / 8);
+  // Master + Adam + f32 grad shard over dp x cp = 8: 10 + 16 / 8 bytes per parameter.
+  EXPECT_DOUBLE_EQ(a.bytes_per_param, 10 + 16.0 / 8);
   EXPECT_EQ(a.params_per_gpu, 124475904);  // all of them: CP splits no parameter
   EXPECT_DOUBLE_EQ(a.activations, b.activations);
   // Ring: 5 x 2 bytes x 512 rows x 2 x 12 heads x 64 = 7,864,320; the first stage's position rows
@@ -495,8 +499,8 @@ TEST(PlanMemory, MoeLayerByHand) {
   EXPECT_EQ(g.params_per_gpu, P - 50176);
   EXPECT_DOUBLE_EQ(g.model_states, double(P - 50176) * 18.0);
   // The distributed optimizer at dp 4, ep 2 (tripod model): the dense part
-  // sharded over dp 4 at 6 + 16 / 4 = 10 bytes, the 50,176 local expert
-  // parameters over edp 2 at 6 + 16 / 2 = 14 bytes.
+  // sharded over dp 4 at 10 + 16 / 4 = 14 bytes, the 50,176 local expert
+  // parameters over edp 2 at 10 + 16 / 2 = 18 bytes.
   Layout l4(config::Layout::make(4, 1, 1).with_expert_parallel(2));
   l4.dtype = DType::BF16;
   l4.global_batch = 4;
@@ -504,7 +508,7 @@ TEST(PlanMemory, MoeLayerByHand) {
   o.model = MemoryModelKind::kTripod;
   const MemoryBreakdown z = estimate_memory(m, l4, o);
   EXPECT_EQ(z.params_per_gpu, P - 50176);
-  EXPECT_DOUBLE_EQ(z.model_states, double(P - 100352) * 10.0 + 50176.0 * 14.0);
+  EXPECT_DOUBLE_EQ(z.model_states, double(P - 100352) * 14.0 + 50176.0 * 18.0);
 
   // The experts split over tp (--expert-tensor-parallel-size = tp 2): a
   // routed expert's piece is fc1 32 x 64 + 32, fc2 64 x 16 and fc2's whole
@@ -520,15 +524,46 @@ TEST(PlanMemory, MoeLayerByHand) {
   EXPECT_EQ(t.params_per_gpu, P2 - 100352 + 50688);
   EXPECT_DOUBLE_EQ(t.model_states, double(P2 - 100352 + 50688) * 18.0);
   // etp 2 x ep 2 at tp 2 x dp 4 (8 ranks, edp 2) with the distributed
-  // optimizer: 4 of 8 experts' pieces, 25,344, over edp 2 at 14 bytes; the
-  // dense part over dp 4 at 10.
+  // optimizer: 4 of 8 experts' pieces, 25,344, over edp 2 at 10 + 16/2 = 18
+  // bytes; the dense part over dp 4 at 10 + 16/4 = 14.
   Layout e8(config::Layout::make(8, 2, 1).with_expert_parallel(2, 2));
   e8.dtype = DType::BF16;
   e8.global_batch = 4;
   e8.distributed_optimizer = true;
   const MemoryBreakdown u = estimate_memory(m, e8, o);
   EXPECT_EQ(u.params_per_gpu, P2 - 100352 + 25344);
-  EXPECT_DOUBLE_EQ(u.model_states, double(P2 - 100352) * 10.0 + 25344.0 * 14.0);
+  EXPECT_DOUBLE_EQ(u.model_states, double(P2 - 100352) * 14.0 + 25344.0 * 18.0);
+}
+
+// The CPU's f32 copies of bf16 operands (plan::cpu_half_scratch_bytes), for
+// the CPU parity model (4 layers, hidden 128, seq 128, vocab 2000 padded to
+// 2048, micro-batch 2: N = R = 256 rows, V = 2048):
+//   loss head: ce backward 2 R V 4 = 4,194,304; output layer's backward
+//   (R V + V C + 2 N C) 4 = 3,407,872; the larger: 4,194,304
+//   a layer: fc2's backward (2 N 512 + N 128 + 512 x 128) 4 = 1,441,792
+// ZeRO-2 holds the embedding group's f32 gradient (E = 2048 x 128 + 128 x
+// 128 positions = 278,528) in the loss head: 1,114,112 + 4,194,304 less the
+// layers' moment sharded_working_bytes counts. 0 at fp32.
+TEST(PlanMemory, CpuHalfScratchByHand) {
+  const GptConfig m = gpt_model(4, 128, 4, 128, 2000);
+  Layout l = layout(2);
+  l.micro_batch = 2, l.global_batch = 8, l.dtype = DType::BF16;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, l, 0), 4194304.0);
+  Layout p = layout(2, 1, 2);  // pp 2: stage 0 has no loss head
+  p.micro_batch = 2, p.global_batch = 8, p.dtype = DType::BF16;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, p, 0), 1441792.0);
+  l.distributed_optimizer = true, l.zero_stage = 2;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, l, 0), 1114112.0 + 4194304.0 - sharded_working_bytes(m, l, 0));
+  l.dtype = DType::F32;
+  EXPECT_DOUBLE_EQ(cpu_half_scratch_bytes(m, l, 0), 0.0);
+  // On the GPU (o.cuda) nothing is added; on the CPU it is workspace.
+  l.dtype = DType::BF16, l.zero_stage = 0, l.distributed_optimizer = false;
+  MemoryOptions cpu;
+  cpu.cuda = false;
+  MemoryOptions gpu;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l, cpu).workspace - 4194304.0,
+                   estimate_memory(m, l, gpu).workspace - double(32 << 20) -
+                       cudnn_dq_workspace_bytes(m, 2, 1, DType::BF16));
 }
 
 }  // namespace

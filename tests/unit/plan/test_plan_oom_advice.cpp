@@ -4,7 +4,10 @@
 // and test_doctor_fit.cpp drive the same code through `tripod`.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "plan/oom_advice.h"
+#include "plan/search.h"
 #include "unit/plan/plan_models.h"
 
 namespace tripod::plan {
@@ -56,6 +59,36 @@ TEST(OomAdvice, NamesTheRankAndTheLayout) {
   // Without the device's capacity there is nothing to plan against.
   const OutOfMemoryError unknown("cudaMalloc failed", "", 1, 1, 0);
   EXPECT_EQ(oom_advice(unknown, job, JobShape{}).find("more:"), std::string::npos);
+}
+
+// The layouts the advice lists come from the plan's search, which tries each
+// sharding strategy: on GPUs with room only for ZeRO-3 layouts (a capacity
+// below every other layout's prediction), every layout listed is ZeRO-3 and
+// its flags say so.
+TEST(OomAdvice, ListsTheShardingStrategyThatFits) {
+  Job job = gpt2_job(8);
+  Machine mc;
+  mc.gpu_memory_gb = 1000;
+  SearchOptions o;
+  o.global_batch = job.layout.global_batch;
+  const PlanResult all = plan_layouts(job.model, mc, o);
+  double others = 1e30, zero3 = 1e30;
+  for (const auto& c : all.fits) (c.layout.zero_stage == 3 ? zero3 : others) = std::min(
+      c.layout.zero_stage == 3 ? zero3 : others, c.mem.total());
+  ASSERT_LT(zero3, others);  // ZeRO-3 holds the least of all
+  const double capacity = (zero3 + others) / 2;
+  const OutOfMemoryError e("cudaMalloc failed", "", size_t(1) << 30, size_t(1) << 30, size_t(capacity));
+  const std::string s = oom_advice(e, job, JobShape{});
+  const std::string listed = "layouts predicted to fit 8 GPU(s)";
+  ASSERT_NE(s.find(listed), std::string::npos) << s;
+  int rows = 0;
+  for (size_t at = s.find("\n  ", s.find(listed)); at != std::string::npos; at = s.find("\n  ", at + 1), ++rows) {
+    const std::string row = s.substr(at + 1, s.find('\n', at + 1) - at - 1);
+    EXPECT_NE(row.find(" zero3 "), std::string::npos) << row;
+    EXPECT_NE(row.find("--data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer"),
+              std::string::npos) << row;
+  }
+  EXPECT_GE(rows, 1) << s;
 }
 
 }  // namespace

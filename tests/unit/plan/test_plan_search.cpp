@@ -4,6 +4,8 @@
 // 13B-class model on 8 x 80 GB.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "plan/search.h"
 #include "unit/plan/plan_models.h"
 
@@ -228,6 +230,60 @@ TEST(PlanSearch, PinnedTpOrPpDoesNotDenyThatPlainDpFits) {
   const PlanResult r = plan_layouts(gpt_13b(), big, o);
   ASSERT_FALSE(r.fits.empty());
   EXPECT_TRUE(has_note(r, "TP 2 pinned; the model does not fit one GPU with plain DP either"));
+}
+
+// The sharding strategy is searched (docs/zero.md): plain dp 8, one
+// micro-batch a rank, a 1.3B model in bf16. With room for everything,
+// optim is the fastest (its bf16 all-gather moves less than no_shard's fp32
+// all-reduce; ZeRO-2 the same bytes plus a latency per layer, ZeRO-3 also
+// the parameter all-gathers: slower). With room between ZeRO-3's peak and
+// every other strategy's, only ZeRO-3 is listed, and its flags say so.
+TEST(PlanSearch, ShardingStrategyIsSearched) {
+  const GptConfig m = gpt_model(24, 2048, 16);
+  Machine mc;  // 1 x 8
+  SearchOptions o;
+  o.global_batch = 8, o.micro_batch = 1, o.tp = 1, o.pp = 1;
+  o.recompute = {Recompute::None};
+  mc.gpu_memory_gb = 1000;
+  const PlanResult all = plan_layouts(m, mc, o);
+  ASSERT_EQ(all.fits.size(), 4u);  // one layout, four strategies
+  const Candidate& best = all.fits.front();
+  EXPECT_TRUE(best.layout.distributed_optimizer);
+  EXPECT_EQ(best.layout.zero_stage, 0) << best.layout.str();
+  EXPECT_NE(megatron_flags(m, best.layout).find("--use-distributed-optimizer"), std::string::npos);
+  EXPECT_EQ(megatron_flags(m, best.layout).find("--data-parallel-sharding-strategy"), std::string::npos);
+  double mem[4] = {0, 0, 0, 0}, time[4] = {0, 0, 0, 0};
+  for (const auto& c : all.fits) {
+    const int s = c.layout.zero_stage ? c.layout.zero_stage : c.layout.distributed_optimizer ? 1 : 0;
+    mem[s] = c.mem.total(), time[s] = c.time.total();
+  }
+  for (int s : {0, 2, 3}) EXPECT_GT(time[s], time[1]) << s;
+  // ZeRO-3's extra time over ZeRO-2 (the same reduce-scatters): its two
+  // all-gathers of the bf16 parameters (zero3_param_gather_seconds) less
+  // ZeRO-2's one after the step, 7/8 P 2 bytes over the node's bandwidth.
+  const Candidate& z3 = *std::find_if(all.fits.begin(), all.fits.end(),
+                                      [](const Candidate& c) { return c.layout.zero_stage == 3; });
+  const double P = double(params_on_stage(m, 1, 1, 0));
+  EXPECT_DOUBLE_EQ(z3.time.dp_param_gather, 2 * (7.0 / 8 * P * 2 / (mc.intra_node_bw_gbs * 1e9) +
+                                                  24 * mc.intra_node_latency_us * 1e-6));
+  EXPECT_NEAR(time[3] - time[2], z3.time.dp_param_gather - 7.0 / 8 * P * 2 / (mc.intra_node_bw_gbs * 1e9), 1e-9);
+  // Memory: each stronger strategy needs less, ZeRO-3 the least.
+  EXPECT_LT(mem[3], mem[2]);
+  EXPECT_LT(mem[2], mem[1]);
+  EXPECT_LT(mem[1], mem[0]);
+  // Room for ZeRO-3 only.
+  mc.gpu_memory_gb = (mem[3] + mem[2]) / 2 / double(1ll << 30);
+  const PlanResult tight = plan_layouts(m, mc, o);
+  ASSERT_EQ(tight.fits.size(), 1u);
+  EXPECT_EQ(tight.fits.front().layout.zero_stage, 3);
+  EXPECT_NE(megatron_flags(m, tight.fits.front().layout)
+                .find("--data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer"),
+            std::string::npos)
+      << megatron_flags(m, tight.fits.front().layout);
+  // Pinned by the flags: one strategy only.
+  o.distributed_optimizer = Choice::kOn;
+  mc.gpu_memory_gb = 1000;
+  EXPECT_EQ(plan_layouts(m, mc, o).fits.size(), 1u);
 }
 
 }  // namespace
