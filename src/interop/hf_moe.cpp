@@ -68,7 +68,9 @@ void moe_config_from_hf(const json& j, const std::string& arch, const std::strin
                       "{}: router_jitter_noise {} is not supported (tripod's router adds no noise)", path, noise);
     m.router_pre_softmax = false;
   } else {
-    m.num_experts = j.at("num_experts").get<int64_t>();
+    // transformers 5 writes Qwen3-MoE's expert count as num_local_experts
+    // (its attribute map still answers to num_experts); older files say num_experts.
+    m.num_experts = (j.contains("num_experts") ? j.at("num_experts") : j.at("num_local_experts")).get<int64_t>();
     m.ffn_hidden_size = j.at("moe_intermediate_size").get<int64_t>();
     m.router_pre_softmax = !j.value("norm_topk_prob", false);
     const int64_t fs = j.value("shared_expert_intermediate_size", int64_t{0});

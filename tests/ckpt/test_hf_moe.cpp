@@ -386,6 +386,14 @@ TEST(HfMoe, Qwen2MoeHubNamesAndRefusals) {
               stack2(find(w, "model.layers.0.mlp.gate_proj.weight"), find(w, "model.layers.0.mlp.up_proj.weight")),
               "dense fc1");
 
+  // transformers 5 saves a Qwen MoE config's expert count as num_local_experts.
+  json renamed = cfg;
+  renamed.erase("num_experts");
+  renamed["num_local_experts"] = E;
+  write_folder(s / "hub5", renamed, w);
+  ASSERT_EQ(convert(s, s / "hub5", s / "ck5"), 0) << slurp(s / "log");
+  EXPECT_EQ(ckpt::CheckpointReader::open((s / "ck5").string()).config().moe.num_experts, E);
+
   // A q/k/v bias tripod cannot hold is refused by name.
   for (auto& [n, t] : w)
     if (n == "model.layers.1.self_attn.k_proj.bias") t.data<float>()[3] = 0.5f;
