@@ -111,8 +111,6 @@ void run_bench(const CommArgs& a, const parallel::ProcessGroups& pg, int local_w
 int run_comm(const CommArgs& a) {
   const auto timeout = std::chrono::milliseconds(int64_t(a.timeout_minutes * 60e3));
   comm::RankInfo info = comm::resolve_rank_info();
-  TRIPOD_CHECK_HINT(!a.check || a.device == "cpu", "run --check with --device cpu",
-                    "--check verifies the CPU communicators only");
   // GPU runs: buffers live on this rank's GPU (LOCAL_RANK) and NCCL moves them.
   // With --distributed-backend gloo, Gloo moves them through pinned host
   // buffers and ranks may share a GPU (the staged collectives' correctness).
@@ -136,11 +134,17 @@ int run_comm(const CommArgs& a) {
   if (a.check) {
     Timer t;
     auto sizes = a.check_sizes.empty() ? parallel::default_check_sizes() : a.check_sizes;
-    auto rep = parallel::check_process_groups(pg, sizes);
+    // On a GPU the buffers live on the device, so the check covers what the
+    // training run's communicators move: NCCL, or Gloo/IPC staging the GPU.
+    std::unique_ptr<parallel::CheckDevice> dev;
+    if (be)
+      dev.reset(new parallel::CheckDevice{be->device(), [&](Tensor& d, const Tensor& s) { be->copy(d, s); },
+                                          [&] { be->synchronize(); }});
+    auto rep = parallel::check_process_groups(pg, sizes, dev.get());
     if (ctx->rank() == 0)
-      std::printf("comm check passed: %s, launcher %s, %d groups per rank, %lld ops per rank, "
+      std::printf("comm check passed: %s on %s, launcher %s, %d groups per rank, %lld ops per rank, "
                   "sizes 1..%lld elements, %.2f s\n",
-                  layout.str().c_str(), info.launcher.c_str(), rep.groups_checked,
+                  layout.str().c_str(), a.device.c_str(), info.launcher.c_str(), rep.groups_checked,
                   (long long)rep.ops_checked, (long long)sizes.back(), t.seconds());
     std::fflush(stdout);
     return 0;

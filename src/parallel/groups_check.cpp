@@ -32,62 +32,94 @@ void expect(const char* group, const char* op, int64_t n, int64_t i, double want
                group, op, n, i, got, want);
 }
 
-void check_group(const Group& g, int me, int64_t n, GroupCheckReport& rep) {
+// A host buffer and, under a CheckDevice, its device twin: the collective
+// runs on on(); put() copies the host values there, get() brings them back.
+struct Buf {
+  Tensor host, dev;
+  const CheckDevice* d;
+  Buf(int64_t n, const CheckDevice* dv) : host(Tensor::empty({n}, DType::F32)), d(dv) {
+    if (d) dev = Tensor::empty({n}, DType::F32, d->device);
+  }
+  float* f() { return host.data<float>(); }
+  Tensor& on() { return d ? dev : host; }
+  void put() {
+    if (d) d->copy(dev, host);
+  }
+  void get() {
+    if (!d) return;
+    d->copy(host, dev);
+    d->sync();
+  }
+};
+
+void check_group(const Group& g, int me, int64_t n, GroupCheckReport& rep, const CheckDevice* dev) {
   Communicator& c = *g.comm;
   const int size = c.size(), gr = c.rank();
   TRIPOD_CHECK(size == int(g.members.size()) && g.members[size_t(gr)] == me,
                "group {}: communicator says rank {} of {}, the layout says global rank {} of {}",
                g.name, gr, size, me, g.members.size());
-  auto f = [](const Tensor& t) { return t.data<float>(); };
 
   // all_reduce sum: t[i] = (rank+1) * (i%7+1)  ->  (i%7+1) * sum(rank+1)
-  Tensor t = Tensor::empty({n}, DType::F32);
-  for (int64_t i = 0; i < n; ++i) f(t)[i] = float((me + 1) * (i % 7 + 1));
-  c.all_reduce(t, {comm::ReduceOp::Sum})->wait();
+  Buf t(n, dev);
+  for (int64_t i = 0; i < n; ++i) t.f()[i] = float((me + 1) * (i % 7 + 1));
+  t.put();
+  c.all_reduce(t.on(), {comm::ReduceOp::Sum})->wait();
+  t.get();
   double rank_sum = 0;
   for (int r : g.members) rank_sum += r + 1;
-  for (int64_t i = 0; i < n; ++i) expect(g.name, "all_reduce(sum)", n, i, rank_sum * double(i % 7 + 1), f(t)[i]);
+  for (int64_t i = 0; i < n; ++i) expect(g.name, "all_reduce(sum)", n, i, rank_sum * double(i % 7 + 1), t.f()[i]);
 
   // all_reduce max: t[i] = rank * (i%3)  ->  max(rank) * (i%3)
   const int rank_max = *std::max_element(g.members.begin(), g.members.end());
-  for (int64_t i = 0; i < n; ++i) f(t)[i] = float(me * (i % 3));
-  c.all_reduce(t, {comm::ReduceOp::Max})->wait();
-  for (int64_t i = 0; i < n; ++i) expect(g.name, "all_reduce(max)", n, i, double(rank_max * (i % 3)), f(t)[i]);
+  for (int64_t i = 0; i < n; ++i) t.f()[i] = float(me * (i % 3));
+  t.put();
+  c.all_reduce(t.on(), {comm::ReduceOp::Max})->wait();
+  t.get();
+  for (int64_t i = 0; i < n; ++i) expect(g.name, "all_reduce(max)", n, i, double(rank_max * (i % 3)), t.f()[i]);
 
   // all_gather of m = ceil(n/size) per rank: in[i] = rank*1000 + i%1000
   const int64_t m = std::max<int64_t>(1, (n + size - 1) / size);
-  Tensor in = Tensor::empty({m}, DType::F32), out = Tensor::empty({m * size}, DType::F32);
-  for (int64_t i = 0; i < m; ++i) f(in)[i] = float(me * 1000 + i % 1000);
-  c.all_gather(out, in)->wait();
+  Buf in(m, dev), out(m * size, dev);
+  for (int64_t i = 0; i < m; ++i) in.f()[i] = float(me * 1000 + i % 1000);
+  in.put();
+  c.all_gather(out.on(), in.on())->wait();
+  out.get();
   for (int k = 0; k < size; ++k)
     for (int64_t i = 0; i < m; ++i)
-      expect(g.name, "all_gather", m, k * m + i, double(g.members[size_t(k)] * 1000 + i % 1000), f(out)[k * m + i]);
+      expect(g.name, "all_gather", m, k * m + i, double(g.members[size_t(k)] * 1000 + i % 1000),
+             out.f()[k * m + i]);
 
   // reduce_scatter: in[j] = (rank+1) * (j%13+1); this rank gets chunk gr.
-  for (int64_t j = 0; j < m * size; ++j) f(out)[j] = float((me + 1) * (j % 13 + 1));
-  c.reduce_scatter(in, out)->wait();
+  for (int64_t j = 0; j < m * size; ++j) out.f()[j] = float((me + 1) * (j % 13 + 1));
+  out.put();
+  c.reduce_scatter(in.on(), out.on())->wait();
+  in.get();
   for (int64_t i = 0; i < m; ++i)
-    expect(g.name, "reduce_scatter", m, i, rank_sum * double((gr * m + i) % 13 + 1), f(in)[i]);
+    expect(g.name, "reduce_scatter", m, i, rank_sum * double((gr * m + i) % 13 + 1), in.f()[i]);
 
   // broadcast from the last group rank.
   const int root = size - 1;
-  for (int64_t i = 0; i < n; ++i) f(t)[i] = gr == root ? float(me * 1000 + i % 1000) : -1.0f;
-  c.broadcast(t, {root})->wait();
+  for (int64_t i = 0; i < n; ++i) t.f()[i] = gr == root ? float(me * 1000 + i % 1000) : -1.0f;
+  t.put();
+  c.broadcast(t.on(), {root})->wait();
+  t.get();
   for (int64_t i = 0; i < n; ++i)
-    expect(g.name, "broadcast", n, i, double(g.members[size_t(root)] * 1000 + i % 1000), f(t)[i]);
+    expect(g.name, "broadcast", n, i, double(g.members[size_t(root)] * 1000 + i % 1000), t.f()[i]);
   rep.ops_checked += 5;
 
   if (size > 1) {
     // send to the next group rank, recv from the previous (both in flight).
     const int next = (gr + 1) % size, prev = (gr + size - 1) % size;
-    for (int64_t i = 0; i < n; ++i) f(t)[i] = float(me * 1000 + i % 1000);
-    Tensor r = Tensor::empty({n}, DType::F32);
-    auto rw = c.recv(r, prev, {7});
-    auto sw = c.send(t, next, {7});
+    for (int64_t i = 0; i < n; ++i) t.f()[i] = float(me * 1000 + i % 1000);
+    t.put();
+    Buf r(n, dev);
+    auto rw = c.recv(r.on(), prev, {7});
+    auto sw = c.send(t.on(), next, {7});
     sw->wait();
     rw->wait();
+    r.get();
     for (int64_t i = 0; i < n; ++i)
-      expect(g.name, "send/recv", n, i, double(g.members[size_t(prev)] * 1000 + i % 1000), f(r)[i]);
+      expect(g.name, "send/recv", n, i, double(g.members[size_t(prev)] * 1000 + i % 1000), r.f()[i]);
     rep.ops_checked += 1;
   }
   c.barrier();
@@ -101,7 +133,8 @@ std::vector<int64_t> default_check_sizes() {
   return {1, 2, 3, 7, 64, 1023, 4097, 65539, 1500001};
 }
 
-GroupCheckReport check_process_groups(const ProcessGroups& pg, const std::vector<int64_t>& sizes) {
+GroupCheckReport check_process_groups(const ProcessGroups& pg, const std::vector<int64_t>& sizes,
+                                      const CheckDevice* dev) {
   const Layout& l = pg.layout;
   const int me = pg.global_rank;
   std::vector<int> world(static_cast<size_t>(l.world_size));
@@ -123,7 +156,7 @@ GroupCheckReport check_process_groups(const ProcessGroups& pg, const std::vector
   // only among its members, so ranks of other groups need not wait.
   for (const auto& g : groups) {
     TRIPOD_CHECK(g.comm, "global rank {}: group {} is missing", me, g.name);
-    for (int64_t n : sizes) check_group(g, me, n, rep);
+    for (int64_t n : sizes) check_group(g, me, n, rep, dev);
     ++rep.groups_checked;
   }
   pg.world->barrier();

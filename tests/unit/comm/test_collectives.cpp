@@ -8,6 +8,8 @@
 #include <functional>
 #include <thread>
 
+#include <cstring>
+
 #include "base/error.h"
 #include "comm/context.h"
 #include "parallel/groups.h"
@@ -28,6 +30,39 @@ TEST(GlooCollectives, EveryGroupOfTp2Pp2Dp2) {
     ops += rep.ops_checked;
   });
   EXPECT_EQ(ops.load(), 8 * 6 * 4 * 7);
+}
+
+// The device-buffer path of the check (what `bench comm --check --device
+// cuda` takes), here with host "device" buffers: the values go through the
+// copies both ways, and a copy that loses them fails the check.
+TEST(GlooCollectives, CheckThroughDeviceCopies) {
+  std::atomic<int64_t> copies{0};
+  run_ranks(4, 20s, [&](int rank, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(4, 2, 1));
+    parallel::CheckDevice dev{Device::cpu(), [&](Tensor& d, const Tensor& s) {
+                                std::memcpy(d.raw(), s.raw(), size_t(s.numel()) * 4);
+                                ++copies;
+                              },
+                              [] {}};
+    auto rep = parallel::check_process_groups(pg, {1, 1000}, &dev);
+    EXPECT_EQ(rep.groups_checked, 6);  // world, tp, dp, pp, mp, embd (pp 1: every rank is first and last)
+  });
+  EXPECT_GT(copies.load(), 0);
+  std::atomic<int> failed{0};
+  run_ranks(2, 20s, [&](int rank, comm::DistContext& ctx) {
+    auto pg = parallel::make_process_groups(ctx, parallel::Layout::make(2, 1, 1));
+    parallel::CheckDevice lossy{Device::cpu(), [](Tensor& d, const Tensor& s) {
+                                  std::memcpy(d.raw(), s.raw(), size_t(s.numel()) * 4);
+                                  if (d.numel() > 0) d.data<float>()[0] += 1.f;  // a wrong byte on the way
+                                },
+                                [] {}};
+    try {
+      parallel::check_process_groups(pg, {8}, &lossy);
+    } catch (const Error& e) {
+      ++failed;
+    }
+  });
+  EXPECT_EQ(failed.load(), 2);
 }
 
 TEST(GlooCollectives, OtherDtypes) {
