@@ -49,7 +49,15 @@ void add_context_parallel_cases(std::vector<OpCase>& v) {
                // Decoding with a KV cache (generate/inference_context.h): one query row
                // against the first rows of a longer cache, grouped-query and multi-head.
                Bk{"_decode_hs64", 1, 1, 40, 8, 2, 64, {0, 1, 0, 29, false}, false},
-               Bk{"_decode_hs128", 1, 1, 300, 4, 4, 128, {0, 1, 0, 300, false}, false}}) {
+               Bk{"_decode_hs128", 1, 1, 300, 4, 4, 128, {0, 1, 0, 300, false}, false},
+               // Windows of 64 rows and more: on the GPU in bf16/f16 cuDNN's fused attention
+               // runs them (NOTE [Block attention kernels]): a diagonal block written in place,
+               // an off-diagonal one merged, and a query window starting off a 4-row boundary
+               // (the forward through scratch, the backward on the kernels).
+               Bk{"_cudnn_diag_hs64", 2, 160, 144, 4, 2, 64, {32, 64, 16, 64, true}, false},
+               Bk{"_cudnn_off_merge_hs128", 1, 192, 128, 4, 2, 128, {64, 128, 0, 96, false}, true},
+               Bk{"_cudnn_off_hs128", 1, 192, 128, 4, 4, 128, {64, 128, 8, 96, false}, false},
+               Bk{"_cudnn_diag_start2_hs64", 1, 70, 70, 2, 1, 64, {2, 64, 2, 64, true}, false}}) {
     const int64_t B = s.b, Tq = s.tq, Tk = s.tk, HS = s.hs;
     const int nh = s.nh, g = s.g;
     const int64_t W = (nh + 2 * g) * HS, KV = 2 * g * HS, C = nh * HS;
@@ -74,14 +82,16 @@ void add_context_parallel_cases(std::vector<OpCase>& v) {
   }
   // The backward of a block whose (out, lse) are the merge over two blocks
   // (the ring's case: p over one block sums to less than 1).
-  {
-    const int64_t B = 2, Tq = 16, Tk = 16, HS = 64;
+  // Half-windows of 8 rows (the kernels) and of 64 (cuDNN on the GPU).
+  for (const int64_t half : {8, 64}) {
+    const int64_t B = 2, Tq = 2 * half, Tk = 2 * half, HS = 64;
     const int nh = 4, g = 2;
     const int64_t W = (nh + 2 * g) * HS, KV = 2 * g * HS, C = nh * HS;
-    const AttentionBlock diag{8, 8, 8, 8, true}, past{8, 8, 0, 8, false};
+    const AttentionBlock diag{half, half, half, half, true}, past{half, half, 0, half, false};
+    const std::string sz = half == 8 ? "" : "_cudnn";
     for (const auto& [tag, b] : {std::pair<const char*, AttentionBlock>{"_ring_diag", diag}, {"_ring_past", past}}) {
       const AttentionBlock blk = b;
-      v.push_back({std::string("attention_block_backward") + tag,
+      v.push_back({std::string("attention_block_backward") + tag + sz,
                    {acc("dqkv", {B, Tq, W}), acc("dkv", {B, Tk, KV}), in("dout", {B, Tq, C}),
                     in("qkv", {B, Tq, W}), in("kv", {B, Tk, KV}), in("out", {B, Tq, C}),
                     in("lse", {B, nh, Tq}, Kind::F32)},

@@ -4,6 +4,12 @@
 // attention_block.cpp; contracts in backend/ops.h.
 //
 // NOTE [Block attention kernels]
+// In bf16/f16 the blocks run on cuDNN's fused flash attention
+// (cudnn_attention_block_*, the graphs of cudnn_attention.cpp with a query
+// window against a K/V window, causal only on the diagonal); its result
+// merges into (out, lse) by block_merge_kernel, its gradients add into dqkv
+// and dkv by add_rows_kernel. The kernels below are the f32 path, the
+// reference the op harness holds cuDNN to, and the fallback.
 // Straightforward, not tuned: one warp per row, a lane holding the row's
 // elements e = lane + 32k (k < KPL = ceil(HS / 32)) in registers, dot
 // products by warp shuffles, f32 math on CUDA cores. No atomics, so the
@@ -19,6 +25,11 @@
 // causal block). Each adds its sums to the gradient rows once.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/context_parallel.cuh"
+
+#include <string>
+
+#include "backend/cuda/attention_tc.cuh"
+#include "backend/cuda/cudnn_attention.cuh"
 
 namespace tripod::backend::cuda {
 
@@ -240,6 +251,59 @@ __global__ void rope_positions_table_kernel(float* table, const int32_t* positio
 
 unsigned warp_grid(int64_t warps) { return static_cast<unsigned>(ceil_div(warps, kWarps)); }
 
+// cuDNN's block result (o compact (B, q_len, C), l (B, NH, q_len)) into the
+// window rows of (out, lse): merged by log-sum-exp as block_forward_kernel
+// merges (accumulate), else copied. A thread per (b, h, row, element).
+template <typename T>
+__global__ void block_merge_kernel(T* out, float* lse, const T* o, const float* l, int64_t B, int64_t Tq, int NH,
+                                   int HS, BlockWindow w, bool accumulate) {
+  const int64_t C = int64_t(NH) * HS, n = B * w.q_len * C;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % C, i = (x / C) % w.q_len, b = x / (C * w.q_len);
+    const int h = static_cast<int>(e / HS);
+    const float lb = l[(b * NH + h) * w.q_len + i];
+    float* lt = lse + (b * NH + h) * Tq + w.q_start + i;
+    T* y = out + (b * Tq + w.q_start + i) * C + e;
+    const float old = *lt;
+    if (accumulate && isfinite(old)) {
+      const float hi = fmaxf(old, lb), merged = hi + logf(expf(old - hi) + expf(lb - hi));
+      *y = from_f<T>(expf(old - merged) * to_f(*y) + expf(lb - merged) * to_f(o[x]));
+    } else {
+      *y = o[x];
+    }
+  }
+}
+
+// The lse rows after block_merge_kernel read them (a second pass, so no
+// thread of the merge sees a row's lse already replaced).
+__global__ void block_merge_lse_kernel(float* lse, const float* l, int64_t B, int64_t Tq, int NH, BlockWindow w,
+                                       bool accumulate) {
+  const int64_t n = B * NH * w.q_len;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = x % w.q_len, bh = x / w.q_len;
+    float* lt = lse + bh * Tq + w.q_start + i;
+    const float old = *lt, lb = l[x];
+    if (accumulate && isfinite(old)) {
+      const float hi = fmaxf(old, lb);
+      *lt = hi + logf(expf(old - hi) + expf(lb - hi));
+    } else {
+      *lt = lb;
+    }
+  }
+}
+
+// dst rows (batch stride dst_batch, row stride dst_row) += src (B, rows, width) compact.
+template <typename T>
+__global__ void add_rows_kernel(T* dst, const T* src, int64_t B, int64_t rows, int64_t width, int64_t dst_batch,
+                                int64_t dst_row) {
+  const int64_t n = B * rows * width;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < n; x += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = x % width, r = (x / width) % rows, b = x / (width * rows);
+    T* y = dst + b * dst_batch + r * dst_row + e;
+    *y = from_f<T>(to_f(*y) + to_f(src[x]));
+  }
+}
+
 }  // namespace
 
 void attention_kv_copy(void* dst, const void* src, int64_t B, int64_t T, int NH, int G, int HS, bool from_qkv,
@@ -271,11 +335,67 @@ void gather_rows(void* out, const void* inp, const int32_t* index, int64_t rows,
   TRIPOD_LAUNCH_CHECK();
 }
 
+void attention_block_merge(void* out, float* lse, const void* o, const float* l, int64_t B, int64_t Tq, int NH,
+                           int HS, const BlockWindow& w, bool accumulate, DType dt, cudaStream_t stream) {
+  const int64_t n = B * w.q_len * int64_t(NH) * HS;
+  if (n == 0) return;
+  constexpr int kBlock = 256;
+  TRIPOD_DISPATCH_ACT(dt, A, {
+    block_merge_kernel<A><<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<A*>(out), lse, static_cast<const A*>(o), l, B, Tq, NH, HS, w, accumulate);
+  });
+  TRIPOD_LAUNCH_CHECK();
+  block_merge_lse_kernel<<<elementwise_grid(B * NH * w.q_len, kBlock), kBlock, 0, stream>>>(lse, l, B, Tq, NH, w,
+                                                                                         accumulate);
+  TRIPOD_LAUNCH_CHECK();
+}
+
+void add_rows(void* dst, const void* src, int64_t B, int64_t rows, int64_t width, int64_t dst_batch,
+              int64_t dst_row, DType dt, cudaStream_t stream) {
+  const int64_t n = B * rows * width;
+  if (n == 0) return;
+  constexpr int kBlock = 256;
+  TRIPOD_DISPATCH_ACT(dt, A, {
+    add_rows_kernel<A><<<elementwise_grid(n, kBlock), kBlock, 0, stream>>>(
+        static_cast<A*>(dst), static_cast<const A*>(src), B, rows, width, dst_batch, dst_row);
+  });
+  TRIPOD_LAUNCH_CHECK();
+}
+
+// cuDNN runs the block when the choice allows it (bf16/f16, TRIPOD_CUDA_ATTENTION
+// auto or cudnn) and the windows are long enough for a plan per shape to pay
+// (not the one-row queries of generation); the kernels below otherwise.
+static bool cudnn_block(DType dt, const BlockWindow& w) {
+  const AttentionImpl impl = attention_impl();
+  return dt != DType::F32 && (impl == AttentionImpl::kAuto || impl == AttentionImpl::kCudnn) && w.q_len >= 64 &&
+         w.kv_len >= 64;
+}
+
+static bool cudnn_block_ran(bool ran, const std::string& why, DType dt, const char* pass) {
+  const char* dts = dt == DType::BF16 ? "bf16" : "f16";
+  if (ran) {
+    note_attention_path(std::string("block attention (context parallelism) ") + pass + " " + dts +
+                        ": cuDNN fused flash attention");
+    return true;
+  }
+  if (attention_impl() == AttentionImpl::kCudnn)
+    fail(std::string("TRIPOD_CUDA_ATTENTION=cudnn but cuDNN cannot run the block attention ") + pass + ": " + why);
+  note_attention_path(std::string("block attention (context parallelism) ") + pass + " " + dts +
+                      ": own kernels (cuDNN: " + why + ")");
+  return false;
+}
+
 void attention_block_forward(void* out, float* lse, const void* qkv, const void* kv, int64_t B, int64_t Tq,
                              int64_t Tk, int NH, int G, int HS, const BlockWindow& w, bool accumulate, DType dt,
                              cudaStream_t stream) {
   const int64_t warps = B * NH * w.q_len;
   if (warps == 0) return;
+  if (cudnn_block(dt, w)) {
+    std::string why;
+    const bool ran = cudnn_attention_block_forward(out, lse, qkv, kv, B, Tq, Tk, NH, G, HS, w, accumulate, dt,
+                                                   stream, &why);
+    if (cudnn_block_ran(ran, why, dt, "forward")) return;
+  }
   const float scale = 1.f / sqrtf(static_cast<float>(HS));
   TRIPOD_DISPATCH_ACT(dt, A, TRIPOD_DISPATCH_KPL(HS, KPL, {
     block_forward_kernel<A, KPL><<<warp_grid(warps), 32 * kWarps, 0, stream>>>(
@@ -287,9 +407,17 @@ void attention_block_forward(void* out, float* lse, const void* qkv, const void*
 
 void attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv, const void* kv,
                               const void* out, const float* lse, int64_t B, int64_t Tq, int64_t Tk, int NH, int G,
-                              int HS, const BlockWindow& w, float* scratch, DType dt, cudaStream_t stream) {
+                              int HS, const BlockWindow& w, float* scratch, DType dt, cudaStream_t stream,
+                              bool deterministic) {
   const int64_t q_warps = B * NH * w.q_len, kv_warps = B * G * w.kv_len;
   if (q_warps == 0 || kv_warps == 0) return;
+  if (cudnn_block(dt, w)) {
+    std::string why;
+    const bool ran = cudnn_attention_block_backward(dqkv, dkv, dout, qkv, kv, out, lse, scratch, B, Tq, Tk, NH, G,
+                                                    HS, w, deterministic ? CudnnDq::kDeterministic : CudnnDq::kAtomic,
+                                                    dt, stream, &why);
+    if (cudnn_block_ran(ran, why, dt, "backward")) return;
+  }
   const float scale = 1.f / sqrtf(static_cast<float>(HS));
   TRIPOD_DISPATCH_ACT(dt, A, TRIPOD_DISPATCH_KPL(HS, KPL, {
     const A* o = static_cast<const A*>(out);

@@ -44,7 +44,17 @@ void attention_block_forward(void* out, float* lse, const void* qkv, const void*
 // scratch: B * NH * q_len floats (D_i = dout_i . out_i).
 void attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv, const void* kv,
                               const void* out, const float* lse, int64_t B, int64_t Tq, int64_t Tk, int NH, int G,
-                              int HS, const BlockWindow& w, float* scratch, DType dt, cudaStream_t stream);
+                              int HS, const BlockWindow& w, float* scratch, DType dt, cudaStream_t stream,
+                              bool deterministic = false);
+
+// cuDNN's block result o (B, w.q_len, NH * HS) and l (B, NH, w.q_len) into
+// the window rows of out (B, Tq, NH * HS) and lse (B, NH, Tq): merged by
+// log-sum-exp (accumulate) or copied.
+void attention_block_merge(void* out, float* lse, const void* o, const float* l, int64_t B, int64_t Tq, int NH,
+                           int HS, const BlockWindow& w, bool accumulate, DType dt, cudaStream_t stream);
+// dst (B rows-blocks at dst_batch apart, rows dst_row apart) += src (B, rows, width) compact.
+void add_rows(void* dst, const void* src, int64_t B, int64_t rows, int64_t width, int64_t dst_batch,
+              int64_t dst_row, DType dt, cudaStream_t stream);
 
 // The (cos, sin) table of cuda::rope for rows t < T at angle positions[t] *
 // base^(-2i/rot_dim) (double, rounded to f32 as the CPU reference):

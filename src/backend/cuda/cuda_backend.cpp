@@ -254,7 +254,7 @@ class CudaBackend final : public Backend {
     float* scratch = scratch_floats(size_t(B * n_head * blk.q_len));
     cuda::attention_block_backward(dqkv.raw(), dkv.raw(), dout.raw(), qkv.raw(), kv.raw(), out.raw(),
                                    lse.data<float>(), B, Tq, kv.size(1), n_head, n_kv_head, static_cast<int>(HS),
-                                   window(blk), scratch, qkv.dtype(), stream_);
+                                   window(blk), scratch, qkv.dtype(), stream_, deterministic_);
   }
   static cuda::BlockWindow window(const AttentionBlock& b) {
     return {b.q_start, b.q_len, b.kv_start, b.kv_len, b.causal};

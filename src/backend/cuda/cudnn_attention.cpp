@@ -38,6 +38,7 @@
 #include <tuple>
 
 #include "backend/cuda/allocator.cuh"
+#include "backend/cuda/context_parallel.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "base/log.h"
@@ -69,10 +70,9 @@ struct Plan {
 
 struct Key {
   int device, dtype, kind;  // kind: 0 forward, 1 backward deterministic dQ, 2 backward atomic dQ
-  int64_t B, T, NH, G, HS;
+  std::vector<int64_t> shape;  // Shapes::signature()
   bool operator<(const Key& o) const {
-    return std::tie(device, dtype, kind, B, T, NH, G, HS) <
-           std::tie(o.device, o.dtype, o.kind, o.B, o.T, o.NH, o.G, o.HS);
+    return std::tie(device, dtype, kind, shape) < std::tie(o.device, o.dtype, o.kind, o.shape);
   }
 };
 
@@ -107,21 +107,39 @@ cudnnDataType_t cudnn_type(DType dt) { return dt == DType::BF16 ? CUDNN_DATA_BFL
 
 using Dims = std::vector<int64_t>;
 
-// H query heads, G K/V heads of size D; C = H*D (out), W = (H+2G)*D (qkv).
+// H query heads against G K/V heads of size D: Tq query rows, Tk K/V rows.
+// The strides (4-d, of the (B, heads, rows, D) views) say where each tensor
+// lives: self-attention reads Q, K, V from qkv (B, T, H + 2G, D) and writes
+// dQ, dK, dV into dqkv alike (self()); context parallelism's block attention
+// reads a window of qkv's Q rows and one of kv's (B, Tk, 2G, D) rows and
+// writes its gradients into compact scratch (cudnn_attention_block_*).
 struct Shapes {
-  int64_t B, T, H, G, D, C, W;
-  Dims qkv_dims() const { return {B, H, T, D}; }
-  Dims qkv_strides() const { return {T * W, D, W, 1}; }        // Q, K, V (and dQ, dK, dV)
-  Dims kv_dims() const { return {B, G, T, D}; }                // K, V, dK, dV
-  Dims kv_t_dims() const { return {B, G, D, T}; }
-  Dims qkv_t_strides() const { return {T * W, D, 1, W}; }      // K^T, V^T
-  Dims full_strides() const { return {H * T * D, T * D, D, 1}; }  // per-query-head dK, dV (GQA)
-  Dims o_strides() const { return {T * C, D, C, 1}; }          // O, dO
-  Dims row_dims() const { return {B, H, T, 1}; }
-  Dims row_strides() const { return {H * T, T, 1, 1}; }        // stats, rowsums
-  Dims s_dims() const { return {B, H, T, T}; }
-  Dims s_strides() const { return {H * T * T, T * T, T, 1}; }
-  Dims st_strides() const { return {H * T * T, T * T, 1, T}; } // S^T view
+  int64_t B, Tq, Tk, H, G, D;
+  bool causal = true;  // row >= col kept (Tq == Tk)
+  Dims q_str, kv_str, o_str, stats_str, dq_str, dkv_str;  // Q; K and V; O and dO; stats; dQ; dK and dV
+
+  static Shapes self(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
+    const int64_t W = (H + 2 * G) * D, C = H * D;
+    Dims in = {T * W, D, W, 1};
+    return {B, T, T, H, G, D, true, in, in, {T * C, D, C, 1}, {H * T, T, 1, 1}, in, in};
+  }
+  static Dims t(const Dims& s) { return {s[0], s[1], s[3], s[2]}; }  // the last two dims swapped
+  Dims q_dims() const { return {B, H, Tq, D}; }                      // Q, O, dO, dQ
+  Dims kv_dims() const { return {B, G, Tk, D}; }                     // K, V, dK, dV
+  Dims kv_t_dims() const { return {B, G, D, Tk}; }                   // K^T, V^T
+  Dims full_dims() const { return {B, H, Tk, D}; }                   // per-query-head dK, dV (GQA)
+  Dims full_strides() const { return {H * Tk * D, Tk * D, D, 1}; }
+  Dims row_dims() const { return {B, H, Tq, 1}; }
+  Dims row_strides() const { return {H * Tq, Tq, 1, 1}; }            // virtual rows, the rowsum scratch
+  Dims s_dims() const { return {B, H, Tq, Tk}; }
+  Dims s_strides() const { return {H * Tq * Tk, Tq * Tk, Tk, 1}; }
+  Dims st_dims() const { return {B, H, Tk, Tq}; }                    // S^T view
+  Dims st_strides() const { return {H * Tq * Tk, Tq * Tk, 1, Tk}; }
+  std::vector<int64_t> signature() const {
+    std::vector<int64_t> v = {B, Tq, Tk, H, G, D, causal ? 1 : 0};
+    for (const Dims* d : {&q_str, &kv_str, &o_str, &stats_str, &dq_str, &dkv_str}) v.insert(v.end(), d->begin(), d->end());
+    return v;
+  }
 };
 
 float masked_value() {
@@ -130,10 +148,12 @@ float masked_value() {
                                   : -std::numeric_limits<float>::infinity();
 }
 
-// Causal mask on score tensor s (F32 [B,H,T,T]): keeps row >= col.
+// Causal mask on score tensor s (F32 [B,H,Tq,Tk]): keeps row >= col; s
+// itself when the shapes are not causal.
 // variant: 0 = the graph as described in the NOTE; 1 = integer math for the
 // index ops and an f32 view of K (tried when 0 yields no plan).
 int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int64_t masked, int variant) {
+  if (!sh.causal) return s;
   int64_t row = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
   int64_t col = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
   int64_t keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, sh.s_dims(), sh.s_strides());
@@ -152,11 +172,11 @@ Plan build_forward(const Shapes& sh, DType dt, int variant) {
   p.graph = std::make_unique<Graph>();
   Graph& g = *p.graph;
   const cudnnDataType_t io = cudnn_type(dt), F = CUDNN_DATA_FLOAT;
-  int64_t q = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t kt = g.tensor({io, sh.kv_t_dims(), sh.qkv_t_strides()});
-  int64_t v = g.tensor({io, sh.kv_dims(), sh.qkv_strides()});
-  int64_t o = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
-  int64_t stats = g.tensor({F, sh.row_dims(), sh.row_strides()});
+  int64_t q = g.tensor({io, sh.q_dims(), sh.q_str});
+  int64_t kt = g.tensor({io, sh.kv_t_dims(), Shapes::t(sh.kv_str)});
+  int64_t v = g.tensor({io, sh.kv_dims(), sh.kv_str});
+  int64_t o = g.tensor({io, sh.q_dims(), sh.o_str});
+  int64_t stats = g.tensor({F, sh.row_dims(), sh.stats_str});
   int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
   int64_t masked = g.scalar(masked_value());
 
@@ -190,19 +210,19 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   p.deterministic = deterministic;
   Graph& g = *p.graph;
   const cudnnDataType_t io = cudnn_type(dt), F = CUDNN_DATA_FLOAT;
-  int64_t q = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t kt = g.tensor({io, sh.kv_t_dims(), sh.qkv_t_strides()});
-  int64_t vt = g.tensor({io, sh.kv_t_dims(), sh.qkv_t_strides()});
-  int64_t o = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
-  int64_t dout = g.tensor({io, sh.qkv_dims(), sh.o_strides()});
-  int64_t stats = g.tensor({F, sh.row_dims(), sh.row_strides()});
-  int64_t dq = g.tensor({io, sh.qkv_dims(), sh.qkv_strides()});
-  int64_t dk = g.tensor({io, sh.kv_dims(), sh.qkv_strides()});
-  int64_t dv = g.tensor({io, sh.kv_dims(), sh.qkv_strides()});
+  int64_t q = g.tensor({io, sh.q_dims(), sh.q_str});
+  int64_t kt = g.tensor({io, sh.kv_t_dims(), Shapes::t(sh.kv_str)});
+  int64_t vt = g.tensor({io, sh.kv_t_dims(), Shapes::t(sh.kv_str)});
+  int64_t o = g.tensor({io, sh.q_dims(), sh.o_str});
+  int64_t dout = g.tensor({io, sh.q_dims(), sh.o_str});
+  int64_t stats = g.tensor({F, sh.row_dims(), sh.stats_str});
+  int64_t dq = g.tensor({io, sh.q_dims(), sh.dq_str});
+  int64_t dk = g.tensor({io, sh.kv_dims(), sh.dkv_str});
+  int64_t dv = g.tensor({io, sh.kv_dims(), sh.dkv_str});
   // GQA: dK, dV per query head first, then summed over each group.
   const bool grouped = sh.G != sh.H;
   auto per_query_head = [&](int64_t dst) {
-    return grouped ? g.virtual_tensor(io, sh.qkv_dims(), sh.full_strides()) : dst;
+    return grouped ? g.virtual_tensor(io, sh.full_dims(), sh.full_strides()) : dst;
   };
   auto sum_groups = [&](int64_t full, int64_t dst) {
     if (grouped) g.reduction(CUDNN_REDUCE_TENSOR_ADD, full, dst);
@@ -213,7 +233,7 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   int64_t one = g.scalar(1.f);
 
   // rowsum = sum_d dO * O
-  int64_t prod = g.virtual_tensor(F, sh.qkv_dims(), {sh.H * sh.T * sh.D, sh.T * sh.D, sh.H * sh.D, 1});
+  int64_t prod = g.virtual_tensor(F, sh.q_dims(), {sh.H * sh.Tq * sh.D, sh.Tq * sh.D, sh.H * sh.D, 1});
   g.pointwise(CUDNN_POINTWISE_MUL, dout, prod, o);
   int64_t red = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, prod, red);
@@ -231,7 +251,7 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   g.pointwise(CUDNN_POINTWISE_EXP, sm, e);
 
   // dV = P^T dO
-  int64_t pt = g.virtual_tensor(io, sh.s_dims(), sh.st_strides());
+  int64_t pt = g.virtual_tensor(io, sh.st_dims(), sh.st_strides());
   g.reshape(e, pt);
   int64_t dv_full = per_query_head(dv);
   g.matmul(pt, dout, dv_full);
@@ -248,24 +268,24 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   g.pointwise(CUDNN_POINTWISE_MUL, d2, ds, scale);
 
   // dK = dS^T Q
-  int64_t dst = g.virtual_tensor(io, sh.s_dims(), sh.st_strides());
+  int64_t dst = g.virtual_tensor(io, sh.st_dims(), sh.st_strides());
   g.reshape(ds, dst);
   int64_t dk_full = per_query_head(dk);
   g.matmul(dst, q, dk_full);
   sum_groups(dk_full, dk);
 
   // dQ = dS K
-  int64_t k = g.virtual_tensor(variant == 0 ? io : F, sh.kv_dims(), sh.qkv_strides());
+  int64_t k = g.virtual_tensor(variant == 0 ? io : F, sh.kv_dims(), sh.kv_str);
   g.reshape(kt, k);
   p.uids = {q, kt, vt, o, dout, stats, dq, dk, dv, rowsum};
   if (deterministic) {
     g.matmul(ds, k, dq);
   } else {
-    int64_t acc = g.tensor({F, sh.qkv_dims(), {sh.H * sh.T * sh.D, sh.T * sh.D, sh.D, 1}});
+    int64_t acc = g.tensor({F, sh.q_dims(), {sh.H * sh.Tq * sh.D, sh.Tq * sh.D, sh.D, 1}});
     g.matmul(ds, k, acc);
     g.pointwise(CUDNN_POINTWISE_IDENTITY, acc, dq);
     p.uids.push_back(acc);
-    p.accum_bytes = sh.B * sh.H * sh.T * sh.D * int64_t(sizeof(float));
+    p.accum_bytes = sh.B * sh.H * sh.Tq * sh.D * int64_t(sizeof(float));
   }
   return p;
 }
@@ -296,10 +316,12 @@ const Plan* plan_for(const Key& key, const Shapes& sh, DType dt, std::string* wh
       try {
         p = key.kind == 0 ? build_forward(sh, dt, variant) : build_backward(sh, dt, key.kind == 1, variant);
         p.graph->build(cudnn::handle_for_current_device());
-        log::info("cuDNN {} attention {} plan B={} T={} NH={} G={} HS={}: graph variant {}, {}, workspace {} bytes",
+        log::info("cuDNN {} attention {} plan B={} Tq={} Tk={} NH={} G={} HS={}{}: graph variant {}, {}, workspace {} "
+                  "bytes",
                   cudnn::version(),
                   key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
-                  key.B, key.T, key.NH, key.G, key.HS, variant, p.graph->engine_note(), p.graph->workspace_bytes());
+                  sh.B, sh.Tq, sh.Tk, sh.H, sh.G, sh.D, sh.causal ? " causal" : "", variant,
+                  p.graph->engine_note(), p.graph->workspace_bytes());
         errors.clear();
         break;
       } catch (const cudnn::GraphError& e) {
@@ -326,8 +348,8 @@ bool cudnn_attention_forward(void* out, float* lse, const void* qkv, int64_t B, 
   if (!served(dt, HS, C, ptrs, 2, why)) return false;
   int dev = 0;
   cudaGetDevice(&dev);
-  const Shapes sh{B, T, NH, G, HS, C, int64_t(NH + 2 * G) * HS};
-  const Plan* p = plan_for({dev, int(dt), 0, B, T, NH, G, HS}, sh, dt, why);
+  const Shapes sh = Shapes::self(B, T, NH, G, HS);
+  const Plan* p = plan_for({dev, int(dt), 0, sh.signature()}, sh, dt, why);
   if (!p) return false;
   const size_t es = dtype_size(dt);
   char* base = static_cast<char*>(const_cast<void*>(qkv));
@@ -349,14 +371,14 @@ bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, con
   if (!served(dt, HS, C, ptrs, 4, why)) return false;
   int dev = 0;
   cudaGetDevice(&dev);
-  const Shapes sh{B, T, NH, G, HS, C, int64_t(NH + 2 * G) * HS};
+  const Shapes sh = Shapes::self(B, T, NH, G, HS);
   // The deterministic algorithm keeps dS (2 bytes per score, 64-padded) in
   // cuDNN's workspace: used up to 1 GiB of it unless forced. On the H200 it
   // costs 8-16% of the backward against atomics (bench/RESULTS.md).
   const int64_t tp = (T + 63) / 64 * 64;
   bool det = dq == CudnnDq::kDeterministic ||
              (dq == CudnnDq::kAuto && B * NH * tp * tp * 2 <= (int64_t(1) << 30));
-  const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, B, T, NH, G, HS}, sh, dt, why);
+  const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, sh.signature()}, sh, dt, why);
   if (!p) return false;
   const size_t es = dtype_size(dt);
   const int64_t voff = (C + int64_t(G) * HS) * es;
@@ -380,6 +402,110 @@ bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, con
   return true;
 }
 
+
+// ---- context parallelism's block attention ----
+
+namespace {
+
+// A window pair's shapes: Q rows of qkv (B, Tq_buf, NH + 2G, HS) against K/V
+// rows of kv (B, Tk_buf, 2G, HS); o_str/stats_str are filled by the caller.
+Shapes block_shapes(int64_t B, int64_t Tq_buf, int64_t Tk_buf, int NH, int G, int HS, const BlockWindow& w) {
+  const int64_t W = int64_t(NH + 2 * G) * HS, KW = int64_t(2 * G) * HS, C = int64_t(NH) * HS;
+  Shapes sh{B, w.q_len, w.kv_len, NH, G, HS, w.causal, {Tq_buf * W, HS, W, 1}, {Tk_buf * KW, HS, KW, 1},
+            {}, {}, {w.q_len * C, HS, C, 1}, {w.kv_len * KW, HS, KW, 1}};
+  return sh;
+}
+
+}  // namespace
+
+bool cudnn_attention_block_forward(void* out, float* lse, const void* qkv, const void* kv, int64_t B, int64_t Tq,
+                                   int64_t Tk, int NH, int G, int HS, const BlockWindow& w, bool accumulate,
+                                   DType dt, cudaStream_t stream, std::string* why) {
+  const int64_t C = int64_t(NH) * HS, W = int64_t(NH + 2 * G) * HS, KW = int64_t(2 * G) * HS;
+  const size_t es = dtype_size(dt);
+  const char* q = static_cast<const char*>(qkv) + w.q_start * W * es;
+  const char* k = static_cast<const char*>(kv) + w.kv_start * KW * es;
+  // The first block writes the rows in place (when the stats rows are
+  // 16-byte aligned); later ones land in scratch and merge by log-sum-exp.
+  const bool direct = !accumulate && w.q_start % 4 == 0;
+  const void* ptrs[] = {out, qkv, kv, q, k};
+  if (!served(dt, HS, C, ptrs, 5, why)) return false;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  Shapes sh = block_shapes(B, Tq, Tk, NH, G, HS, w);
+  sh.o_str = direct ? Dims{Tq * C, HS, C, 1} : Dims{w.q_len * C, HS, C, 1};
+  sh.stats_str = direct ? Dims{NH * Tq, Tq, 1, 1} : Dims{NH * w.q_len, w.q_len, 1, 1};
+  const Plan* p = plan_for({dev, int(dt), 0, sh.signature()}, sh, dt, why);
+  if (!p) return false;
+  const size_t cws = (size_t(p->graph->workspace_bytes()) + 255) / 256 * 256;
+  const size_t o_bytes = (size_t(B * w.q_len * C) * es + 255) / 256 * 256;
+  char* ws = static_cast<char*>(workspace(dev, cws + (direct ? 0 : o_bytes + size_t(B * NH * w.q_len) * 4), stream));
+  char* o = direct ? static_cast<char*>(out) + w.q_start * C * es : ws + cws;
+  float* st = direct ? lse + w.q_start : reinterpret_cast<float*>(ws + cws + o_bytes);
+  std::vector<void*> ptr = {const_cast<char*>(q), const_cast<char*>(k), const_cast<char*>(k) + int64_t(G) * HS * es,
+                            o, st};
+  try {
+    p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, cws ? ws : nullptr);
+  } catch (const cudnn::GraphError& e) {
+    fail(std::string("cuDNN block attention forward: ") + e.what());
+  }
+  if (!direct) attention_block_merge(out, lse, o, st, B, Tq, NH, HS, w, accumulate, dt, stream);
+  return true;
+}
+
+bool cudnn_attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv, const void* kv,
+                                    const void* out, const float* lse, float* scratch, int64_t B, int64_t Tq,
+                                    int64_t Tk, int NH, int G, int HS, const BlockWindow& w, CudnnDq dq, DType dt,
+                                    cudaStream_t stream, std::string* why) {
+  const int64_t C = int64_t(NH) * HS, W = int64_t(NH + 2 * G) * HS, KW = int64_t(2 * G) * HS;
+  const size_t es = dtype_size(dt);
+  if (w.q_start % 4 != 0) {  // the stats rows must be 16-byte aligned
+    if (why) *why = "query window start not a multiple of 4";
+    return false;
+  }
+  const char* q = static_cast<const char*>(qkv) + w.q_start * W * es;
+  const char* k = static_cast<const char*>(kv) + w.kv_start * KW * es;
+  const char* o = static_cast<const char*>(out) + w.q_start * C * es;
+  const char* d_o = static_cast<const char*>(dout) + w.q_start * C * es;
+  const void* ptrs[] = {dqkv, dkv, dout, qkv, kv, out, q, k, o, d_o};
+  if (!served(dt, HS, C, ptrs, 10, why)) return false;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  Shapes sh = block_shapes(B, Tq, Tk, NH, G, HS, w);
+  sh.o_str = {Tq * C, HS, C, 1};
+  sh.stats_str = {NH * Tq, Tq, 1, 1};
+  const int64_t qp = (w.q_len + 63) / 64 * 64, kp = (w.kv_len + 63) / 64 * 64;
+  const bool det = dq == CudnnDq::kDeterministic ||
+                   (dq == CudnnDq::kAuto && B * NH * qp * kp * 2 <= (int64_t(1) << 30));
+  const Plan* p = plan_for({dev, int(dt), det ? 1 : 2, sh.signature()}, sh, dt, why);
+  if (!p) return false;
+  // workspace: cuDNN's | the f32 dQ accumulator | dQ | dK, dV (compact; added into the gradients after)
+  const size_t cws = (size_t(p->graph->workspace_bytes()) + 255) / 256 * 256;
+  const size_t acc = (size_t(p->accum_bytes) + 255) / 256 * 256;
+  const size_t dq_bytes = (size_t(B * w.q_len * C) * es + 255) / 256 * 256;
+  const size_t dkv_bytes = size_t(B * w.kv_len * KW) * es;
+  char* ws = static_cast<char*>(workspace(dev, cws + acc + dq_bytes + dkv_bytes, stream));
+  char* dq_s = ws + cws + acc;
+  char* dkv_s = dq_s + dq_bytes;
+  std::vector<void*> ptr = {const_cast<char*>(q), const_cast<char*>(k), const_cast<char*>(k) + int64_t(G) * HS * es,
+                            const_cast<char*>(o), const_cast<char*>(d_o), const_cast<float*>(lse) + w.q_start,
+                            dq_s, dkv_s, dkv_s + int64_t(G) * HS * es, scratch};
+  try {
+    if (p->accum_bytes) {
+      ptr.push_back(ws + cws);
+      if (cudnn::version() < 90600 && cudaMemsetAsync(ws + cws, 0, size_t(p->accum_bytes), stream) != cudaSuccess)
+        fail("cuDNN block attention backward: clearing the dQ accumulator failed");
+    }
+    p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, ws);
+  } catch (const cudnn::GraphError& e) {
+    fail(std::string("cuDNN block attention backward: ") + e.what());
+  }
+  // dqkv's Q columns of the window rows += dQ; dkv's window rows += dK, dV.
+  add_rows(static_cast<char*>(dqkv) + w.q_start * W * es, dq_s, B, w.q_len, C, Tq * W, W, dt, stream);
+  add_rows(static_cast<char*>(dkv) + w.kv_start * KW * es, dkv_s, B, w.kv_len, KW, Tk * KW, KW, dt, stream);
+  return true;
+}
+
 #else  // !TRIPOD_HAVE_CUDNN_GRAPH
 
 bool cudnn_attention_forward(void*, float*, const void*, int64_t, int64_t, int, int, int, DType, cudaStream_t,
@@ -389,6 +515,18 @@ bool cudnn_attention_forward(void*, float*, const void*, int64_t, int64_t, int, 
 }
 bool cudnn_attention_backward(void*, const void*, const void*, const void*, const float*, float*, int64_t,
                               int64_t, int, int, int, DType, CudnnDq, cudaStream_t, std::string* why) {
+  if (why) *why = "built without cudnn_graph.h";
+  return false;
+}
+
+bool cudnn_attention_block_forward(void*, float*, const void*, const void*, int64_t, int64_t, int64_t, int, int, int,
+                                   const BlockWindow&, bool, DType, cudaStream_t, std::string* why) {
+  if (why) *why = "built without cudnn_graph.h";
+  return false;
+}
+bool cudnn_attention_block_backward(void*, void*, const void*, const void*, const void*, const void*, const float*,
+                                    float*, int64_t, int64_t, int64_t, int, int, int, const BlockWindow&, CudnnDq,
+                                    DType, cudaStream_t, std::string* why) {
   if (why) *why = "built without cudnn_graph.h";
   return false;
 }

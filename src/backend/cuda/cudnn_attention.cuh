@@ -32,6 +32,22 @@ bool cudnn_attention_backward(void* dqkv, const void* dout, const void* qkv, con
                               const float* lse, float* scratch, int64_t B, int64_t T, int NH, int G,
                               int HS, DType dt, CudnnDq dq, cudaStream_t stream, std::string* why);
 
+// Context parallelism's block attention (contracts of context_parallel.cuh's
+// attention_block_forward/backward): Q rows w.q_* of qkv (B, Tq, NH + 2G, HS)
+// against K/V rows w.kv_* of kv (B, Tk, 2G, HS), causal only on the
+// diagonal block. The forward writes the first block's rows in place and
+// merges later ones by log-sum-exp (attention_block_merge); the backward
+// takes the final out and lse rows and adds dQ, dK, dV into dqkv and dkv
+// (add_rows). scratch: B * NH * w.q_len floats. Same fallbacks as above.
+struct BlockWindow;
+bool cudnn_attention_block_forward(void* out, float* lse, const void* qkv, const void* kv, int64_t B, int64_t Tq,
+                                   int64_t Tk, int NH, int G, int HS, const BlockWindow& w, bool accumulate,
+                                   DType dt, cudaStream_t stream, std::string* why);
+bool cudnn_attention_block_backward(void* dqkv, void* dkv, const void* dout, const void* qkv, const void* kv,
+                                    const void* out, const float* lse, float* scratch, int64_t B, int64_t Tq,
+                                    int64_t Tk, int NH, int G, int HS, const BlockWindow& w, CudnnDq dq, DType dt,
+                                    cudaStream_t stream, std::string* why);
+
 // Logs `message` once per process (the attention path that runs).
 void note_attention_path(const std::string& message);
 
