@@ -488,4 +488,10 @@ TEST(SaveFailure, FullDiskNamesFolderAndBytesAndLeavesNoTemporary) {
 
 TEST(SaveFailure, Tp2Dp2) { failure_case("fail_tp2dp2", 4, "--tensor-model-parallel-size 2", {1, 3}); }
 
+// Under ZeRO-3 the rank file is written while the other rank sends its
+// pieces (NOTE [Streamed shard save]): a write that fails (operation 2, the
+// rank file) is held until the gathers end, so every rank stops cleanly, and
+// the run resumes from the earlier checkpoint bit for bit.
+TEST(SaveFailure, Zero3Dp2WriteFailsMidGather) { failure_case("fail_zero3", 2, kZero3, {2}); }
+
 }  // namespace
