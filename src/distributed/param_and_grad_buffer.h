@@ -205,9 +205,10 @@ class ParamAndGradBuffer {
   bool params_gathered(size_t b) const { return gathered_[b].defined() && !z3_work_[b]; }
   bool gather_in_flight(size_t b) const { return z3_work_[b] != nullptr; }
   int64_t gathered_numel() const;  // full-size parameter elements held right now
-  // Whole parameters in the ParamStore's flat buffers (checkpoints, dumps),
+  // Whole parameters in the ParamStore's flat buffers (weight dumps, the MoE
+  // expert-bias update; a checkpoint save streams from the shards instead),
   // then back to shards (take_back: the shard from the full values first,
-  // after a load wrote them).
+  // after something wrote them).
   void materialize_params();
   void unmaterialize_params(bool take_back);
   // Which buckets hold parameters of this parameter index.
