@@ -60,6 +60,7 @@ DebugConfig read_debug_config() {
   c.testing_data_sleep_ms = non_negative("TRIPOD_TESTING_DATA_SLEEP_MS");
   c.ckpt_kill_at = non_negative("TRIPOD_CKPT_KILL_AT");
   c.ckpt_trace = env::get_int_or("TRIPOD_CKPT_TRACE", 0) != 0;
+  c.ckpt_save_window = non_negative("TRIPOD_CKPT_SAVE_WINDOW");
   if (const std::string f = env::get_or("TRIPOD_FAULT", ""); !f.empty()) {
     const auto at = f.find('@'), colon = f.find(':');
     const std::string kind = f.substr(0, at);

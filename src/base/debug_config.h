@@ -61,6 +61,10 @@ struct DebugConfig {
   // and what it is to stderr ("TRIPOD_CKPT_TRACE: 3 rename ..."), so that a
   // test can count a save's operations and aim TRIPOD_CKPT_KILL_AT.
   bool ckpt_trace = false;
+  // TRIPOD_CKPT_SAVE_WINDOW=n: a checkpoint save gathers and writes at most
+  // n elements of a parameter at a time (NOTE [Streamed shard save]; the
+  // same bytes whatever n), 0: the default (train/checkpointing.cpp).
+  int64_t ckpt_save_window = 0;
   // TRIPOD_FAULT=KIND@RANK:ITER: global rank RANK, just before training
   // iteration ITER (1-based), KIND = kill (SIGKILL itself), stop (SIGSTOP
   // itself: a hung rank), exit (exit(1) without a message), abort

@@ -1,6 +1,7 @@
 // Implementation of distributed/distributed_optimizer.h.
 #include "distributed/distributed_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/debug_config.h"
@@ -22,6 +23,80 @@ bool counts_in_grad_norm(const model::Param& p, const model::StageConfig& st, in
                          bool experts_apart) {
   if (tp_rank != 0 && p.spec.shard == model::ShardDim::None && !(experts_apart && p.spec.expert >= 0)) return false;
   return !(pipeline && st.post_process && !st.pre_process && p.spec.role == model::ParamRole::WordEmbeddings);
+}
+
+// Which rank of each bucket's group writes its parameters (-1: none of
+// them; hybrid sharding's other instances and cp ranks > 0 hold copies that
+// are not written), agreed once per group: a Max all-reduce of (rank,
+// size - 1 - rank) of the ranks that write, so that two writers in one group
+// are caught. Groups in the order the buckets first name them, the same on
+// every rank of a group (their buffers have the same layout).
+std::vector<int> writer_ranks(ParamAndGradBuffer& buf, backend::Backend& be,
+                              const std::function<bool(const model::Param&)>& writes) {
+  const auto& ps = buf.params().params();
+  std::vector<comm::Communicator*> groups;
+  std::vector<bool> writes_in;  // per group: this rank writes a parameter of it
+  for (size_t b = 0; b < buf.buckets().size(); ++b) {
+    comm::Communicator* g = &buf.bucket_group(b);
+    const size_t k = static_cast<size_t>(std::find(groups.begin(), groups.end(), g) - groups.begin());
+    if (k == groups.size()) {
+      groups.push_back(g);
+      writes_in.push_back(false);
+    }
+    const BucketRange& r = buf.buckets()[b];
+    for (int i = r.first_param; i < r.end_param; ++i) writes_in[k] = writes_in[k] || writes(ps[static_cast<size_t>(i)]);
+  }
+  std::vector<int> root_of_group;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    comm::Communicator& g = *groups[k];
+    const int32_t v[2] = {writes_in[k] ? g.rank() : -1, writes_in[k] ? g.size() - 1 - g.rank() : -1};
+    Tensor h = Tensor::empty({2}, DType::I32);
+    std::copy(v, v + 2, h.data<int32_t>());
+    if (g.size() > 1) {
+      Tensor d = be.empty({2}, DType::I32);
+      be.copy(d, h);
+      comm::AllReduceOptions o;
+      o.op = comm::ReduceOp::Max;
+      g.all_reduce(d, o)->wait();
+      be.copy(h, d);
+      be.synchronize();
+    }
+    const int last = h.data<int32_t>()[0], first = g.size() - 1 - h.data<int32_t>()[1];
+    TRIPOD_CHECK(last < 0 || last == first, "checkpoint save: ranks {} and {} of group {} both write its parameters",
+                 first, last, g.name());
+    root_of_group.push_back(last);
+  }
+  std::vector<int> root;
+  for (size_t b = 0; b < buf.buckets().size(); ++b)
+    root.push_back(root_of_group[static_cast<size_t>(
+        std::find(groups.begin(), groups.end(), &buf.bucket_group(b)) - groups.begin())]);
+  return root;
+}
+
+// out (on `root`) <- elements [begin, begin + numel) of the flat buffer,
+// inside bucket b, from the ranks' `shard`s: root copies its own part, the
+// other holders send theirs to it (at most two ranks when numel <= the
+// piece length). Collective over b's group.
+void gather_piece(ParamAndGradBuffer& buf, backend::Backend& be, size_t b, int64_t begin, int64_t numel,
+                  const Tensor& shard, int root, Tensor& out) {
+  comm::Communicator& g = buf.bucket_group(b);
+  const int me = g.rank();
+  std::vector<Tensor> views;
+  std::vector<std::shared_ptr<comm::Work>> works;
+  const auto parts = buf.shard_parts(b, begin, numel);
+  views.reserve(parts.size());
+  for (const auto& part : parts) {
+    if (me != root && me != part.rank) continue;
+    const Tensor src = shard.flat(part.shard_offset, {part.numel});
+    if (me != root) {
+      works.push_back(g.send(src, root));
+      continue;
+    }
+    views.push_back(out.flat(part.begin - begin, {part.numel}));
+    if (part.rank == root) be.copy(views.back(), src);
+    else works.push_back(g.recv(views.back(), part.rank));
+  }
+  for (auto& w : works) w->wait();
 }
 
 }  // namespace
@@ -192,6 +267,65 @@ void DistributedOptimizer::load_state(int chunk, const std::function<Tensor(cons
     buf.fill_shard(*moments[k], [&](const model::Param& p) { return moment(p, k); });
   }
   cs.adam->set_steps(steps);
+}
+
+// NOTE [Streamed shard save]: a checkpoint holds each parameter's whole
+// (tp-local) value and moments, in full-parameter order, but under the
+// distributed optimizer the moments, and under ZeRO-3 the values, exist only
+// as the dp ranks' shards. Instead of gathering them whole on every rank
+// (12 bytes a parameter), the writer of each group receives one piece at a
+// time, at most `window` elements of one parameter: for each parameter in
+// ParamStore order, its value, exp_avg and exp_avg_sq, each cut into
+// pieces; the ranks whose shard holds part of a piece send that part to the
+// writer (ParamAndGradBuffer::shard_parts), which copies its own part and
+// hands the piece to write(), in the file's order, so the bytes are those of
+// the whole-tensor save. Whole tensors (the values under ZeRO-1/2 and
+// without sharding, the moments without the distributed optimizer) are
+// copied to the host piece by piece too. So the writer holds two buffers of
+// min(window, largest parameter it writes) elements (the piece on the device
+// and its host copy; one on the CPU backend, where they are the same), the
+// other ranks nothing beyond the send of a view of their shard.
+void DistributedOptimizer::save_state(int chunk, const std::function<bool(const model::Param&)>& writes,
+                                      const std::function<void(const float*, int64_t)>& write, int64_t window) {
+  TRIPOD_CHECK(window > 0, "save_state: window {} must be positive", window);
+  ChunkState& cs = chunks_.at(static_cast<size_t>(chunk));
+  ParamAndGradBuffer& buf = ddp_.buffer(chunk);
+  const auto& ps = buf.params().params();
+  // The value, exp_avg and exp_avg_sq: laid out as the shard, or whole (flat-buffer order).
+  const Tensor* source[3] = {buf.shards_params() ? &buf.value_shard() : &buf.params().values(), &cs.adam->exp_avg(),
+                             &cs.adam->exp_avg_sq()};
+  const bool in_shards[3] = {buf.shards_params(), sharded_, sharded_};
+  const std::vector<int> root = sharded_ ? writer_ranks(buf, be_, writes) : std::vector<int>{};
+  int64_t largest = 0;
+  for (const auto& p : ps)
+    if (writes(p)) largest = std::max(largest, shape_numel(p.shape));
+  const bool on_host = be_.device().type == DeviceType::CPU;
+  Tensor stage, host;  // the writer's piece, reused: where it is gathered (the device) and its host copy
+  if (largest > 0) {
+    stage = be_.empty({std::min(window, largest)}, DType::F32);
+    host = on_host ? stage : Tensor::empty(stage.shape(), DType::F32);
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const model::Param& p = ps[i];
+    const size_t b = static_cast<size_t>(buf.bucket_of(i));
+    const bool mine = writes(p);
+    if ((sharded_ ? root[b] : mine ? 0 : -1) < 0) continue;  // nobody in this group writes it
+    const int64_t n = shape_numel(p.shape);
+    for (int k = 0; k < 3; ++k)
+      for (int64_t lo = 0; lo < n; lo += window) {
+        const int64_t len = std::min(window, n - lo);
+        Tensor piece = mine ? stage.flat(0, {len}) : Tensor();
+        if (in_shards[k]) gather_piece(buf, be_, b, p.offset + lo, len, *source[k], root[b], piece);
+        else if (mine) be_.copy(piece, source[k]->flat(p.offset + lo, {len}));
+        if (!mine) continue;
+        if (!on_host) {
+          Tensor h = host.flat(0, {len});
+          be_.copy(h, piece);
+        }
+        be_.synchronize();
+        write(host.data<float>(), len);
+      }
+  }
 }
 
 }  // namespace tripod::distributed

@@ -20,8 +20,9 @@
 //
 // Per iteration: reduce_grads() -> get_grad_norm() -> (clip) step().
 // Checkpoints see the moments in full-parameter order whatever the shard
-// layout (state() gathers over dp, set_state() takes this rank's pieces), so
-// the checkpoint format does not depend on the layout.
+// layout (save_state() streams them from the shards one piece at a time,
+// load_state()/set_state() take this rank's pieces), so the checkpoint
+// format does not depend on the layout.
 //
 // Relates to: distributed/distributed_data_parallel.h (the buffers),
 // distributed/finalize_model_grads.h, optim/adamw.h (the update),
@@ -86,6 +87,14 @@ class DistributedOptimizer {
   // parameters this rank's shard overlaps are asked for, one at a time
   // (NOTE [Streamed shard load] in param_and_grad_buffer.cpp).
   void load_state(int chunk, const std::function<Tensor(const model::Param&, int)>& moment, int64_t steps);
+  // A checkpoint save without whole moments or (ZeRO-3) values: for each
+  // parameter of the chunk in ParamStore order, its fp32 value, exp_avg and
+  // exp_avg_sq (tp-local, flat) go to write() on the rank for which
+  // writes(p) holds, in pieces of at most `window` elements gathered from
+  // the shards (NOTE [Streamed shard save]). Collective over the chunk's dp
+  // (and edp) groups: every rank calls it, writing or not.
+  void save_state(int chunk, const std::function<bool(const model::Param&)>& writes,
+                  const std::function<void(const float*, int64_t)>& write, int64_t window);
 
  private:
   struct ChunkState {

@@ -539,6 +539,18 @@ void ParamAndGradBuffer::fill_shard(Tensor& shard, const std::function<Tensor(co
   }
 }
 
+std::vector<ParamAndGradBuffer::ShardPart> ParamAndGradBuffer::shard_parts(size_t b, int64_t begin,
+                                                                          int64_t numel) const {
+  TRIPOD_CHECK(distributed_, "shard_parts: the distributed optimizer's shards only");
+  const BucketRange& r = buckets_[b];
+  std::vector<ShardPart> parts;
+  for (int q = 0; q < size_of(b); ++q) {
+    const auto [lo, hi] = in_piece(begin - r.begin, begin - r.begin + numel, q, piece_len_[b]);
+    if (lo < hi) parts.push_back({q, r.begin + lo, hi - lo, shard_offset_[b] + lo - q * piece_len_[b]});
+  }
+  return parts;
+}
+
 void ParamAndGradBuffer::materialize_params() {
   if (!shard_params_ || params_.has_flat_values()) return;
   for (size_t b = 0; b < buckets_.size(); ++b) release_params(b);

@@ -188,15 +188,27 @@ class ParamAndGradBuffer {
   // it). Parameters this rank holds nothing of are never asked for; the
   // padding between parameters is left as it is.
   void fill_shard(Tensor& shard, const std::function<Tensor(const model::Param&)>& local_value);
+  // A checkpoint save without whole values or moments (NOTE [Streamed
+  // shard save] in distributed_optimizer.cpp): where elements [begin,
+  // begin + numel) of the flat buffer, inside bucket b, lie in the shards
+  // of the ranks of b's group: for each rank holding part of them, that
+  // part's buffer offset, length and offset in the rank's shard.
+  struct ShardPart {
+    int rank = 0;
+    int64_t begin = 0, numel = 0, shard_offset = 0;
+  };
+  std::vector<ShardPart> shard_parts(size_t b, int64_t begin, int64_t numel) const;
+  comm::Communicator& bucket_group(size_t b) const { return comm_of(b); }
   void start_gather(size_t b);
   void wait_gather_params(size_t b);
   void release_params(size_t b);
   bool params_gathered(size_t b) const { return gathered_[b].defined() && !z3_work_[b]; }
   bool gather_in_flight(size_t b) const { return z3_work_[b] != nullptr; }
   int64_t gathered_numel() const;  // full-size parameter elements held right now
-  // Whole parameters in the ParamStore's flat buffers (checkpoints, dumps),
+  // Whole parameters in the ParamStore's flat buffers (weight dumps, the MoE
+  // expert-bias update; a checkpoint save streams from the shards instead),
   // then back to shards (take_back: the shard from the full values first,
-  // after a load wrote them).
+  // after something wrote them).
   void materialize_params();
   void unmaterialize_params(bool take_back);
   // Which buckets hold parameters of this parameter index.

@@ -140,12 +140,6 @@ double cpu_half_scratch_bytes(const GptConfig& m, const Layout& l, int stage) {
   return std::max(layer, at_head + head - W);
 }
 
-double zero3_startup_bytes(const GptConfig& m, const Layout& l, int stage) {
-  if (l.zero_stage != 3) return 0.0;
-  const double P = double(params_on_stage(m, l.tp, l.pp, stage)), c = l.dtype == DType::F32 ? 0.0 : 2.0;
-  return P * (4.0 + c) + 8.0 * P / std::max(1, l.shard_ranks());
-}
-
 // ---- activations ----
 
 double paper_layer_activation_bytes(const GptConfig& m, int64_t b, int tp, bool sp, Recompute r) {
@@ -415,13 +409,17 @@ MemoryBreakdown estimate_memory(const GptConfig& full, const Layout& l, const Me
       mb.model_states += double(kept) * expert_bpp - double(experts) * mb.bytes_per_param;
     }
     if (o.model == MemoryModelKind::kTripod) {
-      const double step_states = mb.model_states;
-      mb.model_states = std::max(mb.model_states, zero3_startup_bytes(m, l, stage));
+      // The step is the peak under every strategy. ZeRO-3 never holds the
+      // whole parameters outside it: its initialization (NOTE [Sharded
+      // init]) and a load (NOTE [Streamed shard load]) hold one parameter at
+      // a time on the host, and a save (NOTE [Streamed shard save]) a piece
+      // buffer of at most the largest parameter (4 bytes an element) on the
+      // writing rank, next to the shards alone, while the step holds at
+      // least that parameter's f32 gradient (sharded_working_bytes) besides
+      // the same shards, and the activations.
       tripod_stage(m, l, stage, o, mb);
       mb.workspace += cp_ring_workspace_bytes(m, l, stage);
-      // The CPU's widened copies exist in the step only, not at ZeRO-3's start-up.
-      if (!o.cuda)
-        mb.workspace += std::max(0.0, step_states + cpu_half_scratch_bytes(m, l, stage) - mb.model_states);
+      if (!o.cuda) mb.workspace += cpu_half_scratch_bytes(m, l, stage);
     } else {
       mb.activations = stage_activations(m, l, stage);
       const double fixed = o.workspace_fixed_gib < 0 ? 2.0 : o.workspace_fixed_gib;

@@ -139,14 +139,6 @@ double sharded_working_bytes(const GptConfig& m, const Layout& l, int stage);
 // fp32. Measured within 1% at dp 2, dp 4 and tp 2 x dp 2 for every
 // sharding strategy (tests/cli/test_plan_cpu_memory.cpp).
 double cpu_half_scratch_bytes(const GptConfig& m, const Layout& l, int stage);
-// ZeRO-3's start-up (tripod model): each rank initialises (or loads) the
-// whole parameters of its stage before it keeps its shards, so for a moment
-// it holds the whole f32 values (and the bf16/fp16 compute copy, c = 2, else
-// 0) next to the f32 gradient and value shards: P (4 + c) + 8 P / D, with
-// D = shard_ranks(). estimate_memory takes the larger of this and the
-// step's model state, so at large D the start-up is what limits ZeRO-3.
-// 0 for zero_stage < 3.
-double zero3_startup_bytes(const GptConfig& m, const Layout& l, int stage);
 // The model as one context-parallel rank runs it: seq_length / cp rows of
 // every sequence (cp 1: m itself). The memory and time models read it.
 GptConfig local_sequence(const GptConfig& m, int cp);

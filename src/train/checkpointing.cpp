@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "base/debug_config.h"
 #include "base/error.h"
 #include "base/log.h"
 #include "base/timer.h"
@@ -30,6 +31,15 @@ namespace tripod::train {
 namespace {
 
 using json = nlohmann::json;
+
+// A save gathers and writes at most this many elements of a parameter at a
+// time (NOTE [Streamed shard save]): the writer's two piece buffers are 16 MiB
+// each at most. TRIPOD_CKPT_SAVE_WINDOW overrides it (tests: pieces that cut
+// parameters and shards anywhere).
+int64_t save_window() {
+  const int64_t n = debug_config().ckpt_save_window;
+  return n > 0 ? n : int64_t{1} << 22;
+}
 
 bool is_rank0(const parallel::ProcessGroups& g) { return !g.world || g.global_rank == 0; }
 
@@ -76,10 +86,8 @@ void Trainer::save_checkpoint() {
   const bool rank0 = is_rank0(groups_);
   ckpt::reset_fault_points();
   const std::string tmp = ckpt::tmp_dir_for(dir, iteration_);
-  ddp_->materialize_params();  // ZeRO-3: the whole parameters, as every strategy writes them
   try {
     save_checkpoint_steps(tmp);
-    ddp_->unmaterialize_params(false);
   } catch (...) {
     // Every rank is past its write (collective_step agreed on the failure):
     // the partial iter_N.tmp/ goes, so that it does not keep a disk full.
@@ -97,10 +105,6 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
   const std::string& dir = args_.checkpoint.save;
   const bool rank0 = is_rank0(groups_);
   collective_step(groups_, be_, "prepare", [&] { if (rank0) ckpt::prepare_save(dir, iteration_); });
-  // Every model chunk's shards go into this rank's one file (the names are global).
-  std::vector<std::pair<Tensor, Tensor>> moments;
-  for (size_t c = 0; c < models_.size(); ++c)
-    moments.push_back(optimizer_->state(static_cast<int>(c)));  // collective with the distributed optimizer
   collective_step(groups_, be_, "write", [&] {
     // dp and cp replicas hold the same shards. Expert parallelism: each rank
     // holds its ep rank's experts, replicated over edp, so the ep ranks of
@@ -108,44 +112,55 @@ void Trainer::save_checkpoint_steps(const std::string& tmp) {
     // others into model_rank_<tp>_<pp>_ep<e> (ckpt/sharded_checkpoint.h).
     const bool dense_writer = dp_rank_ == 0 && cp_rank_ == 0;
     const bool expert_writer = groups_.edp && groups_.edp->rank() == 0 && cp_rank_ == 0;
-    if (!dense_writer && !expert_writer) return;
-    // Streamed (ckpt::RankFileWriter): the tensors are declared first, then
-    // written one at a time, so the writer holds one parameter's host copy
-    // besides the moments instead of the whole file twice.
-    std::vector<ckpt::RankFileWriter::Declared> declared;
-    for (size_t c = 0; c < models_.size(); ++c) {
-      for (const auto& p : models_[c]->params().params()) {
-        const auto& s = p.spec;
-        if (!dense_writer && s.expert < 0) continue;
-        for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."})
-          declared.push_back({prefix + s.name, s.global_shape, s.shard, p.shape});
+    const auto writes = [&](const model::Param& p) { return dense_writer || (expert_writer && p.spec.expert >= 0); };
+    // Streamed both ways: the file (ckpt::RankFileWriter) is declared first,
+    // then written one piece at a time as the distributed optimizer gathers
+    // it from the shards (NOTE [Streamed shard save]), so that no rank holds
+    // whole parameters or moments. A failed write is kept until the pieces
+    // are all sent (the other ranks are inside the same gathers), then thrown.
+    std::exception_ptr failed;
+    std::unique_ptr<ckpt::RankFileWriter> file;
+    const auto attempt = [&](const auto& f) {
+      if (failed) return;
+      try {
+        f();
+      } catch (...) {
+        failed = std::current_exception();
       }
-      if (model::Fp8State* f = models_[c]->fp8_state(); dense_writer && f && f->config().delayed())
-        for (auto& [name, t] : f->state_tensors())
-          declared.push_back({"fp8." + name, {t.numel()}, model::ShardDim::None, t.shape()});
-    }
-    ckpt::RankFileWriter file(tmp, tp_rank_, groups_.layout.tp, pp_rank_, declared,
-                              dense_writer ? 0 : groups_.layout.ep_rank(groups_.global_rank));
+    };
+    if (dense_writer || expert_writer)
+      attempt([&] {
+        std::vector<ckpt::RankFileWriter::Declared> declared;
+        for (size_t c = 0; c < models_.size(); ++c) {
+          for (const auto& p : models_[c]->params().params()) {
+            const auto& s = p.spec;
+            if (!writes(p)) continue;
+            for (const char* prefix : {"model.", "optim.exp_avg.", "optim.exp_avg_sq."})
+              declared.push_back({prefix + s.name, s.global_shape, s.shard, p.shape});
+          }
+          if (model::Fp8State* f = models_[c]->fp8_state(); dense_writer && f && f->config().delayed())
+            for (auto& [name, t] : f->state_tensors())
+              declared.push_back({"fp8." + name, {t.numel()}, model::ShardDim::None, t.shape()});
+        }
+        file = std::make_unique<ckpt::RankFileWriter>(tmp, tp_rank_, groups_.layout.tp, pp_rank_, declared,
+                                                      dense_writer ? 0 : groups_.layout.ep_rank(groups_.global_rank));
+      });
     for (size_t c = 0; c < models_.size(); ++c) {
-      const Tensor m = to_host(be_, moments[c].first), v = to_host(be_, moments[c].second);
-      auto& store = models_[c]->params();
-      for (const auto& p : store.params()) {
-        if (!dense_writer && p.spec.expert < 0) continue;
-        const Tensor value = store.value_to_host(p);
-        file.write(value.data<float>(), value.numel());
-        file.write(m.data<float>() + p.offset, shape_numel(p.shape));
-        file.write(v.data<float>() + p.offset, shape_numel(p.shape));
-      }
+      optimizer_->save_state(static_cast<int>(c), writes, [&](const float* values, int64_t n) {
+        attempt([&] { file->write(values, n); });
+      }, save_window());
       // FP8 delayed scaling (model/fp8_meta.h): the same on every tp and dp
       // rank after its reductions, so saved as replicated tensors. A run
       // without FP8 writes none (its checkpoint bytes do not change).
       if (model::Fp8State* f = models_[c]->fp8_state(); dense_writer && f && f->config().delayed())
-        for (auto& [name, t] : f->state_tensors()) {
-          const Tensor h = to_host(be_, t);
-          file.write(h.data<float>(), h.numel());
-        }
+        for (auto& [name, t] : f->state_tensors())
+          attempt([&] {
+            const Tensor h = to_host(be_, t);
+            file->write(h.data<float>(), h.numel());
+          });
     }
-    file.finish();
+    if (file) attempt([&] { file->finish(); });
+    if (failed) std::rethrow_exception(failed);
   });
   collective_step(groups_, be_, "commit", [&] {
     if (!rank0) return;

@@ -5,20 +5,24 @@
 // optim_grads_params (both checked below, so the cap lies between them);
 // under optim the run stops with the out-of-memory advice, which names
 // optim_grads_params for the same layout; under optim_grads_params it
-// trains. A save and a resume of the same run reproduce the capped run's
-// losses. The resume runs under the cap: the load streams each rank's
-// shard of the parameters and moments one parameter at a time (NOTE
-// [Streamed shard load]); it ran out of memory when the load wrote whole
-// parameters first. The save still runs without the cap: it gathers the
-// whole parameters and moments (docs/zero.md, "Not done yet"). The same
-// checkpoint resumes under plain `optim` at dp2 (its moments streamed into
-// that layout's shards) within 1e-5 of the uninterrupted run (another dp
-// size sums the gradients in another order).
+// trains, saves and resumes, all under the cap. The save gathers each
+// parameter's value and moments from the shards a piece at a time (NOTE
+// [Streamed shard save]; it needed 167 MiB on the writing rank when it
+// gathered them whole); the load streams each rank's shard one parameter at
+// a time (NOTE [Streamed shard load]). The resumed run's losses equal the
+// uninterrupted capped run's bit for bit: the checkpoint holds the exact
+// fp32 values, moments and step count, the data position and the seed, and
+// a ZeRO-3 run at one layout sums in a fixed order, so iterations 3 and 4
+// repeat the same arithmetic (compared at full precision, from
+// --metrics-file). The same checkpoint resumes under plain `optim` at dp2
+// (its moments streamed into that layout's shards) within 1e-5 of the
+// uninterrupted run (another dp size sums the gradients in another order).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -56,6 +60,15 @@ std::vector<double> losses(const std::string& out) {
   return v;
 }
 
+// The losses at full precision, from a --metrics-file.
+std::vector<double> exact_losses(const std::string& metrics_file) {
+  std::vector<double> v;
+  std::ifstream in(metrics_file);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) v.push_back(nlohmann::json::parse(line)["lm_loss"].get<double>());
+  return v;
+}
+
 TEST(ZeroFit, OnlyOptimGradsParamsFitsAndTrains) {
   EXPECT_GT(predicted_mib("optim"), 64.0);
   EXPECT_LT(predicted_mib("optim_grads_params"), 64.0);
@@ -66,33 +79,37 @@ TEST(ZeroFit, OnlyOptimGradsParamsFitsAndTrains) {
   EXPECT_NE(oom.output.find("this layout fits with --data-parallel-sharding-strategy optim_grads_params"),
             std::string::npos) << oom.output;
 
-  const auto full = run_tripod(train("optim_grads_params", "--train-iters 4"), kLimit);
-  ASSERT_EQ(full.code, 0) << full.output;
-  const std::vector<double> ref = losses(full.output);
-  ASSERT_EQ(ref.size(), 4u) << full.output;
-
   const std::string dir = (std::filesystem::temp_directory_path() /
                            ("tripod_zero_fit_" + std::to_string(::getpid()))).string();
   std::filesystem::remove_all(dir);
-  const auto first = run_tripod(train("optim_grads_params", "--train-iters 2 --save " + dir + " --save-interval 2"),
-                                "OMP_NUM_THREADS=1");
+  std::filesystem::create_directories(dir);
+  const auto metrics = [&](const std::string& name) { return " --metrics-file " + dir + "/" + name + ".jsonl"; };
+  const auto full = run_tripod(train("optim_grads_params", "--train-iters 4" + metrics("full")), kLimit);
+  ASSERT_EQ(full.code, 0) << full.output;
+  const std::vector<double> ref = exact_losses(dir + "/full.jsonl");
+  ASSERT_EQ(ref.size(), 4u) << full.output;
+
+  const std::string ck = dir + "/ck";
+  const auto first = run_tripod(
+      train("optim_grads_params", "--train-iters 2 --save " + ck + " --save-interval 2" + metrics("first")), kLimit);
   ASSERT_EQ(first.code, 0) << first.output;
-  const auto resumed = run_tripod(train("optim_grads_params", "--train-iters 4 --load " + dir), kLimit);
+  ASSERT_NE(first.output.find("saved checkpoint at iteration 2"), std::string::npos) << first.output;
+  const auto resumed = run_tripod(train("optim_grads_params", "--train-iters 4 --load " + ck + metrics("resumed")),
+                                  kLimit);
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   const auto dp2 = run_tripod("launch --nproc-per-node 2 train --device cpu " + kModel +
                               " --data-parallel-sharding-strategy optim --lr-decay-iters 4 --mock-data "
-                              "--log-interval 1 --eval-interval 0 --train-iters 4 --load " + dir, "OMP_NUM_THREADS=1");
+                              "--log-interval 1 --eval-interval 0 --train-iters 4 --load " + ck, "OMP_NUM_THREADS=1");
   ASSERT_EQ(dp2.code, 0) << dp2.output;
   const std::vector<double> c = losses(dp2.output);
   ASSERT_EQ(c.size(), 2u) << dp2.output;
   for (int i = 0; i < 2; ++i)
     EXPECT_NEAR(c[size_t(i)], ref[size_t(i) + 2], 1e-5 * ref[size_t(i) + 2]) << "dp2 optim, iteration " << i + 3;
-  const std::vector<double> a = losses(first.output), b = losses(resumed.output);
+  const std::vector<double> a = exact_losses(dir + "/first.jsonl"), b = exact_losses(dir + "/resumed.jsonl");
   ASSERT_EQ(a.size(), 2u) << first.output;
   ASSERT_EQ(b.size(), 2u) << resumed.output;
-  for (int i = 0; i < 2; ++i) EXPECT_NEAR(a[size_t(i)], ref[size_t(i)], 1e-6 * ref[size_t(i)]) << "iteration " << i + 1;
-  for (int i = 0; i < 2; ++i)
-    EXPECT_NEAR(b[size_t(i)], ref[size_t(i) + 2], 1e-6 * ref[size_t(i) + 2]) << "iteration " << i + 3;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(a[size_t(i)], ref[size_t(i)]) << "iteration " << i + 1;
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(b[size_t(i)], ref[size_t(i) + 2]) << "iteration " << i + 3 << " after resume";
   std::filesystem::remove_all(dir);
 }
 

@@ -82,8 +82,10 @@ TEST(PlanCli, Json) {
   EXPECT_EQ(j["layouts"][0]["pipeline_model_parallel_size"].get<int>(), 1);
   EXPECT_EQ(j["layouts"][0]["data_parallel_size"].get<int>(), 8);
 
+  // 13B under the distributed optimizer needs model parallelism (ZeRO-3
+  // fits it on plain dp 8: PlanSearch.Model13bOn8x80NeedsModelParallel).
   r = run("", "plan --num-layers 40 --hidden-size 5120 --num-attention-heads 40 --seq-length 2048 "
-              "--global-batch-size 512 --bf16 --gpus-per-node 8 --json");
+              "--global-batch-size 512 --bf16 --gpus-per-node 8 --use-distributed-optimizer --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   j = nlohmann::json::parse(r.out);
   EXPECT_FALSE(j["plain_dp_fits"].get<bool>());

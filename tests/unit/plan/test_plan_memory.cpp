@@ -72,13 +72,15 @@ TEST(PlanMemory, ZeroStagesByHand) {
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1210189824.0);
   l.zero_stage = 3;
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 264870912.0);
-  // The step: 124,475,904 x 2 + 264,870,912 = 513,822,720; but start-up
-  // holds the whole f32 values and bf16 copy next to the grad and value
-  // shards, P (4 + 2) + 8 P / 8 = 7 P = 871,331,328, the larger (ZeRO-1:
-  // x 12 = 1,493,710,848).
+  // The step: P = 124,475,904 x 16/8 + 264,870,912 = 513,822,720, the
+  // model state. Nothing else holds more: the sharded init and a load hold
+  // one parameter at a time on the host, a save a piece of at most the
+  // largest parameter, the word embeddings' 38,633,472 x 4 = 154,533,888
+  // bytes (4 Mi x 4 = 16,777,216 with the save's window), next to the
+  // shards alone, below the step's working set (NOTE [Streamed shard save]).
+  // (ZeRO-1: x 12 = 1,493,710,848.)
   EXPECT_DOUBLE_EQ(double(params_on_stage(m, 1, 1, 0)) * 2 + 264870912.0, 513822720.0);
-  EXPECT_DOUBLE_EQ(zero3_startup_bytes(m, l, 0), 871331328.0);
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 871331328.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 513822720.0);
   l.overlap_param_gather = true;  // the embedding's moment is still the larger
   EXPECT_DOUBLE_EQ(sharded_working_bytes(m, l, 0), 264870912.0);
   l.overlap_param_gather = false;
@@ -88,14 +90,14 @@ TEST(PlanMemory, ZeroStagesByHand) {
   // the layers in use are the same.
   //   ZeRO-1: x (10 + 16/4) = 1,742,662,656
   //   ZeRO-2: x (6 + 16/4) + 214,382,592 = 1,244,759,040 + 214,382,592 = 1,459,141,632
-  //   ZeRO-3: x 16/4 + 264,870,912 = 762,774,528; start-up 6 P + 8 P / 4 = 995,807,232
+  //   ZeRO-3: x 16/4 + 264,870,912 = 762,774,528
   l.dist_opt_instances = 2;
   EXPECT_EQ(l.shard_ranks(), 4);
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1742662656.0);
   l.zero_stage = 2;
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 1459141632.0);
   l.zero_stage = 3;
-  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 995807232.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).model_states, 762774528.0);
   // pp 2 x dp 4, fp32 ZeRO-3 (f32 grads, f32 params gathered): both ends
   // hold the (tied) embedding, the last stage without the position
   // embedding (E' = 38,633,472); the middle of a deeper pipeline holds none.

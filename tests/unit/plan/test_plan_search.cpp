@@ -61,6 +61,14 @@ TEST(PlanSearch, Model13bOn8x80NeedsModelParallel) {
   Machine mc;
   SearchOptions o;
   o.global_batch = 512;
+  // ZeRO-3 shards everything at rest (2 B/param at dp 8, and no start-up
+  // or checkpoint holds the whole parameters): plain dp 8 fits with it.
+  PlanResult z = plan_layouts(m, mc, o);
+  EXPECT_TRUE(z.plain_dp_fits);
+  for (const auto& c : z.fits)
+    if (c.layout.tp * c.layout.pp == 1) EXPECT_EQ(c.layout.zero_stage, 3) << c.layout.str();
+  // Without it (the distributed optimizer, ZeRO-1) it needs model parallelism.
+  o.distributed_optimizer = Choice::kOn;
   const PlanResult r = plan_layouts(m, mc, o);
   ASSERT_GE(r.fits.size(), 3u);
   EXPECT_FALSE(r.plain_dp_fits);
@@ -223,10 +231,12 @@ TEST(PlanSearch, PinnedTpOrPpDoesNotDenyThatPlainDpFits) {
     EXPECT_FALSE(has_note(r, "does not fit one GPU"));
     EXPECT_TRUE(has_note(r, "also fits one GPU with plain DP (tp1 pp1 dp8"));
   }
-  // A 13B model pinned to TP 2 on 8 x 80 GiB: plain DP really does not fit.
+  // A 13B model pinned to TP 2 on 8 x 80 GiB: plain DP really does not fit
+  // (with the distributed optimizer; ZeRO-3 would fit it).
   Machine big;
   big.gpu_memory_gb = 80;
   o.tp = 2, o.pp = 0, o.global_batch = 256;
+  o.distributed_optimizer = Choice::kOn;
   const PlanResult r = plan_layouts(gpt_13b(), big, o);
   ASSERT_FALSE(r.fits.empty());
   EXPECT_TRUE(has_note(r, "TP 2 pinned; the model does not fit one GPU with plain DP either"));
