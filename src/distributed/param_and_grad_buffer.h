@@ -201,6 +201,12 @@ class ParamAndGradBuffer {
   void unmaterialize_params(bool take_back);
   // Which buckets hold parameters of this parameter index.
   int bucket_of(size_t param) const { return bucket_of_[param]; }
+  // Bucket b's piece per rank (padded numel / its group's size), where this
+  // rank's piece sits in the shard, and the group that shards the bucket
+  // (dp, or edp for experts): distributed/fp8_param_gather.h.
+  int64_t piece_len(size_t b) const { return piece_len_[b]; }
+  int64_t shard_offset(size_t b) const { return shard_offset_[b]; }
+  comm::Communicator& bucket_group(size_t b) const { return comm_of(b); }
   // Called at every gather start, gather wait and release (tests: the
   // prefetch order). what: 0 start, 1 waited, 2 released.
   std::function<void(int bucket, int what)> on_gather;

@@ -1,0 +1,68 @@
+// The FP8 parameter all-gather (Megatron's --fp8-param-gather with
+// Transformer Engine's FP8 weights; docs/fp8.md, "--fp8-param-gather").
+//
+// NOTE [FP8 parameter all-gather]
+// With the distributed optimizer each rank steps its shard of the fp32
+// master weights and the all-gather brings every rank the whole weights.
+// For the weights the FP8 GEMMs consume (qkv, proj, fc1, fc2 of the FP8
+// layers) the GEMMs only read the FP8 codes, so each rank casts its shard
+// of such a weight to FP8 straight from the fp32 master (no bf16 step in
+// between, as Transformer Engine's cast of the master shard in the
+// optimizer step) and the all-gather moves the codes: 1 byte per element.
+// The scale is the weight's:
+//   tensorwise  the whole tensor's amax: each rank's amax of its part of
+//               the weight, max-reduced over the group that shards the
+//               bucket (dp; edp for experts) and then over tp (which
+//               splits the weight itself), then scale = fp8_max / amax /
+//               2^margin; every rank casts its part with that one scale.
+//   delayed     the scale as it stands (from the amax history); the parts'
+//               amaxes accumulate into the weight's amax, which
+//               Fp8State::end_iteration reduces over tp and dp (the dp
+//               group contains the shard group) as it does today.
+// The gathered buffer holds, per bucket, the codes of the whole padded
+// bucket; the elements of other parameters (norms, biases, the embedding)
+// are zero there and keep coming through the f32 gather.
+//
+// Relates to: distributed/param_and_grad_buffer.h (the shard layout),
+// model/fp8_meta.h (the weight metas and the FP8 GEMMs).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/fp8_config.h"
+#include "distributed/param_and_grad_buffer.h"
+#include "model/fp8_meta.h"
+
+namespace tripod::distributed {
+
+class Fp8ParamGather {
+ public:
+  // One FP8 weight: its ParamStore index and its weight meta (E4M3).
+  struct Weight {
+    size_t param = 0;
+    model::Fp8TensorMeta* meta = nullptr;
+  };
+  // tp: the group that splits the weights (null: tp size 1).
+  Fp8ParamGather(ParamAndGradBuffer& buffer, backend::Backend& be, const config::Fp8Config& config,
+                 std::vector<Weight> weights, comm::Communicator* tp);
+
+  // After the optimizer step: casts this rank's part of every FP8 weight
+  // from value_shard (the fp32 master shard) and all-gathers the codes of
+  // each bucket that holds one (synchronous).
+  void gather(const Tensor& value_shard);
+  // Weight k's gathered codes, in its Param's (local) shape.
+  Tensor codes(size_t k) const;
+  const std::vector<Weight>& weights() const { return weights_; }
+
+ private:
+  ParamAndGradBuffer& buffer_;
+  backend::Backend& be_;
+  config::Fp8Config config_;
+  std::vector<Weight> weights_;
+  comm::Communicator* tp_;
+  std::vector<size_t> buckets_;         // the buckets holding an FP8 weight, in forward order
+  std::vector<Tensor> codes_, send_;    // per bucket (padded) and this rank's piece; undefined elsewhere
+};
+
+}  // namespace tripod::distributed
