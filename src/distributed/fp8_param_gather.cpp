@@ -7,6 +7,8 @@
 namespace tripod::distributed {
 namespace {
 
+void copy_to(backend::Backend& be, Tensor dst, const Tensor& src) { be.copy(dst, src); }
+
 void all_reduce_max(comm::Communicator* group, Tensor& t) {
   if (!group || group->size() == 1) return;
   comm::AllReduceOptions o;
@@ -92,10 +94,109 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
   }
 }
 
+void Fp8ParamGather::gather_from_values() {
+  Tensor shard = be_.empty({buffer_.shard_numel()}, DType::F32);
+  buffer_.take_shard(shard, buffer_.params().values());
+  gather(shard);
+}
+
+std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer, backend::Backend& be,
+                                                      model::Fp8State& fp8, comm::Communicator* tp) {
+  const auto& params = buffer.params().params();
+  std::vector<Fp8ParamGather::Weight> weights;
+  std::vector<size_t> indices;
+  for (int i = 0; i < fp8.num_linears(); ++i) {
+    model::Fp8Linear& lin = fp8.linear(i);
+    const size_t index = static_cast<size_t>(&lin.weight() - params.data());
+    TRIPOD_CHECK(index < params.size(), "FP8 linear {}: its weight is not in this chunk's buffer", lin.name());
+    weights.push_back({index, &lin.weight_meta()});
+    indices.push_back(index);
+  }
+  auto g = std::make_unique<Fp8ParamGather>(buffer, be, fp8.config(), std::move(weights), tp);
+  buffer.skip_in_param_sync(indices);
+  for (int i = 0; i < fp8.num_linears(); ++i) fp8.linear(i).use_gathered_weight(g->codes(static_cast<size_t>(i)));
+  return g;
+}
+
 Tensor Fp8ParamGather::codes(size_t k) const {
   const model::Param& p = buffer_.params().params()[weights_[k].param];
   const size_t b = static_cast<size_t>(buffer_.bucket_of(weights_[k].param));
   return codes_[b].flat(p.offset - buffer_.buckets()[b].begin, p.shape);
+}
+
+// ---- ParamAndGradBuffer: the f32 all-gather without the FP8 weights ----
+
+void ParamAndGradBuffer::skip_in_param_sync(const std::vector<size_t>& skipped) {
+  TRIPOD_CHECK(distributed_ && !shard_params_, "skipping parameters in the all-gather needs the distributed "
+               "optimizer without sharded parameters");
+  std::vector<bool> skip(params_.params().size(), false);
+  for (size_t i : skipped) skip[i] = true;
+  const size_t nb = buckets_.size();
+  packed_runs_.assign(nb, {});
+  packed_len_.assign(nb, 0);
+  packed_send_.assign(nb, Tensor());
+  packed_recv_.assign(nb, Tensor());
+  const auto& ps = params_.params();
+  for (size_t b = 0; b < nb; ++b) {
+    const BucketRange& r = buckets_[b];
+    bool any = false;
+    for (int i = r.first_param; i < r.end_param; ++i) any = any || skip[static_cast<size_t>(i)];
+    if (!any) continue;
+    const int n = size_of(b);
+    packed_runs_[b].resize(static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      const int64_t piece = r.begin + q * piece_len_[b], end = std::min(piece + piece_len_[b], r.end);
+      auto& runs = packed_runs_[b][static_cast<size_t>(q)];
+      int64_t total = 0;
+      for (int i = r.first_param; i < r.end_param; ++i) {
+        if (skip[static_cast<size_t>(i)]) continue;
+        const model::Param& p = ps[static_cast<size_t>(i)];
+        const int64_t lo = std::max(p.offset, piece), hi = std::min(p.offset + shape_numel(p.shape), end);
+        if (hi <= lo) continue;
+        if (!runs.empty() && runs.back().second == lo)
+          runs.back().second = hi;
+        else
+          runs.emplace_back(lo, hi);
+        total += hi - lo;
+      }
+      packed_len_[b] = std::max(packed_len_[b], total);
+    }
+    packed_len_[b] = std::max<int64_t>(packed_len_[b], 1);  // every rank sends at least one element
+  }
+  skips_params_ = true;
+}
+
+void ParamAndGradBuffer::start_packed_sync(size_t b, const Tensor& value_shard) {
+  const BucketRange& r = buckets_[b];
+  const int me = rank_of(b);
+  const int64_t piece = r.begin + me * piece_len_[b], own = std::min(piece_len_[b], r.end - piece);
+  // This rank's piece of every parameter (the FP8 weights too: the next
+  // step's take_shard reads the master weights from here).
+  if (own > 0)
+    copy_to(be_, params_.values().flat(piece, {own}), value_shard.flat(shard_offset_[b], {own}));
+  packed_send_[b] = be_.empty({packed_len_[b]}, DType::F32);
+  be_.zero(packed_send_[b]);
+  packed_recv_[b] = be_.empty({packed_len_[b] * size_of(b)}, DType::F32);
+  int64_t pos = 0;
+  for (const auto& [lo, hi] : packed_runs_[b][static_cast<size_t>(me)]) {
+    copy_to(be_, packed_send_[b].flat(pos, {hi - lo}), value_shard.flat(shard_offset_[b] + lo - piece, {hi - lo}));
+    pos += hi - lo;
+  }
+  gather_work_[b] = comm_of(b).all_gather(packed_recv_[b], packed_send_[b]);
+}
+
+void ParamAndGradBuffer::finish_packed_sync(size_t b) {
+  const int me = rank_of(b);
+  for (int q = 0; q < size_of(b); ++q) {
+    if (q == me) continue;
+    int64_t pos = q * packed_len_[b];
+    for (const auto& [lo, hi] : packed_runs_[b][static_cast<size_t>(q)]) {
+      copy_to(be_, params_.values().flat(lo, {hi - lo}), packed_recv_[b].flat(pos, {hi - lo}));
+      pos += hi - lo;
+    }
+  }
+  packed_send_[b] = Tensor();
+  packed_recv_[b] = Tensor();
 }
 
 }  // namespace tripod::distributed

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "config/fp8_config.h"
@@ -51,6 +52,10 @@ class Fp8ParamGather {
   // from value_shard (the fp32 master shard) and all-gathers the codes of
   // each bucket that holds one (synchronous).
   void gather(const Tensor& value_shard);
+  // gather() from the master weights in the buffer's values() (this rank's
+  // pieces, which the distributed optimizer's step and a checkpoint load
+  // keep current).
+  void gather_from_values();
   // Weight k's gathered codes, in its Param's (local) shape.
   Tensor codes(size_t k) const;
   const std::vector<Weight>& weights() const { return weights_; }
@@ -64,5 +69,11 @@ class Fp8ParamGather {
   std::vector<size_t> buckets_;         // the buckets holding an FP8 weight, in forward order
   std::vector<Tensor> codes_, send_;    // per bucket (padded) and this rank's piece; undefined elsewhere
 };
+
+// --fp8-param-gather for one model chunk: the gather of the chunk's FP8
+// linears' weights, which then read their codes from it; the buffer leaves
+// those weights out of its f32 all-gather.
+std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer, backend::Backend& be,
+                                                      model::Fp8State& fp8, comm::Communicator* tp);
 
 }  // namespace tripod::distributed

@@ -224,6 +224,15 @@ class ParamAndGradBuffer {
   void finish_param_sync(const std::vector<size_t>& params);
   void finish_param_sync();  // waits for all
   bool param_sync_pending() const;
+  // NOTE [FP8 parameter all-gather] (distributed/fp8_param_gather.h): these
+  // parameters' f32 values stay out of the all-gather above (their FP8 codes
+  // are gathered instead): each bucket holding one gathers the other
+  // parameters' elements of every rank's piece, packed (padded to the
+  // longest rank's part), and this rank's own piece is copied locally, so
+  // values() holds every rank's pieces of the others and this rank's piece
+  // of all; materialize_params() gathers the whole values (checkpoints).
+  // Defined in fp8_param_gather.cpp.
+  void skip_in_param_sync(const std::vector<size_t>& params);
 
  private:
   void launch(size_t b);
@@ -272,6 +281,16 @@ class ParamAndGradBuffer {
   std::vector<Tensor> z3_send_, fp32_send_, fp32_out_;  // in flight: this rank's cast piece, fp32 part, gathered parts
   std::vector<std::shared_ptr<comm::Work>> fp32_work_;
   void unpack_fp32(size_t b);  // fp32_out_ -> gathered_ (the fp32 parameters, packed)
+  // NOTE [FP8 parameter all-gather]; per bucket: the kept parameters'
+  // [begin, end) runs of each rank's piece (flat-buffer offsets; empty: the
+  // bucket gathers as usual), the longest rank's total, and in flight the
+  // packed send and receive buffers.
+  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> packed_runs_;
+  std::vector<int64_t> packed_len_;
+  std::vector<Tensor> packed_send_, packed_recv_;
+  bool skips_params_ = false;
+  void start_packed_sync(size_t b, const Tensor& value_shard);
+  void finish_packed_sync(size_t b);
 };
 
 }  // namespace tripod::distributed

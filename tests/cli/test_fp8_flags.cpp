@@ -33,7 +33,7 @@ TEST(Fp8Flags, WhatIsNotSupportedSaysWhy) {
   struct Case { const char* flags; const char* says; };
   for (Case c : {Case{"--fp8-format hybrid --fp8-recipe blockwise", "block-scaled FP8 GEMMs"},
                  Case{"--fp8-format hybrid --fp8-recipe mxfp8", "Blackwell"},
-                 Case{"--fp8-format hybrid --fp8-param-gather", "FP8 copies of the weights in the distributed optimizer"},
+                 Case{"--fp8-format hybrid --fp8-param-gather", "--fp8-param-gather needs the distributed optimizer"},
                  Case{"--fp8-format e5m2", "--fp8-format e5m2 is not one of e4m3, hybrid"},
                  Case{"--fp8-format hybrid --fp8-amax-compute-algo mean", "not one of most_recent, max"}}) {
     const auto run = run_tripod(kParse + c.flags);
