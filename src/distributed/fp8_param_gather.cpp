@@ -27,54 +27,63 @@ Fp8ParamGather::Fp8ParamGather(ParamAndGradBuffer& buffer, backend::Backend& be,
                     "--fp8-param-gather needs the distributed optimizer (it gathers the optimizer's shards)");
   TRIPOD_CHECK_HINT(config_.enabled(), "add --fp8-format hybrid (or e4m3)",
                     "--fp8-param-gather needs FP8 GEMMs");
+  const auto& params = buffer_.params().params();
   const size_t nb = buffer_.buckets().size();
-  codes_.resize(nb);
-  send_.resize(nb);
   std::vector<bool> has(nb, false);
   for (const Weight& w : weights_) {
     TRIPOD_CHECK(w.meta && w.meta->dtype == DType::E4M3, "FP8 weight {}: needs an E4M3 weight meta",
-                 buffer_.params().params()[w.param].spec.name);
+                 params[w.param].spec.name);
     has[static_cast<size_t>(buffer_.bucket_of(w.param))] = true;
   }
-  for (size_t b = nb; b-- > 0;)  // forward order: the last bucket holds the first layers
-    if (has[b]) {
-      const int64_t piece = buffer_.piece_len(b), n = buffer_.bucket_group(b).size();
-      codes_[b] = be_.empty({piece * n}, DType::E4M3);
-      send_[b] = be_.empty({piece}, DType::E4M3);
-      be_.zero(codes_[b]);
-      be_.zero(send_[b]);
-      buckets_.push_back(b);
+  for (size_t b = nb; b-- > 0;) {  // forward order: the last bucket holds the first layers
+    if (!has[b]) continue;
+    const BucketRange& r = buffer_.buckets()[b];
+    const int64_t plen = buffer_.piece_len(b);
+    const int n = buffer_.bucket_group(b).size();
+    Bucket g;
+    g.index = b;
+    g.runs.resize(static_cast<size_t>(n));
+    for (int q = 0; q < n; ++q) {  // rank q's piece: the FP8 weights' elements in it, packed
+      const int64_t piece = r.begin + q * plen;
+      int64_t pos = 0;
+      for (size_t k = 0; k < weights_.size(); ++k) {
+        const size_t i = weights_[k].param;
+        if (static_cast<size_t>(buffer_.bucket_of(i)) != b) continue;
+        const int64_t lo = std::max(params[i].offset, piece);
+        const int64_t hi = std::min(params[i].offset + shape_numel(params[i].shape), piece + plen);
+        g.runs[static_cast<size_t>(q)].push_back({k, lo, std::max(lo, hi), pos});
+        pos += std::max<int64_t>(0, hi - lo);
+      }
+      g.packed_len = std::max(g.packed_len, pos);
     }
+    g.packed_len = std::max<int64_t>(g.packed_len, 1);  // every rank sends at least one byte
+    g.codes = be_.empty({r.numel()}, DType::E4M3);
+    g.send = be_.empty({g.packed_len}, DType::E4M3);
+    g.recv = be_.empty({g.packed_len * n}, DType::E4M3);
+    be_.zero(g.codes);
+    be_.zero(g.send);
+    buckets_.push_back(std::move(g));
+  }
 }
 
 void Fp8ParamGather::gather(const Tensor& value_shard) {
-  const auto& params = buffer_.params().params();
   const float fp8_max = tripod::fp8_max(DType::E4M3);
-  for (size_t b : buckets_) {
-    const BucketRange& r = buffer_.buckets()[b];
+  for (Bucket& g : buckets_) {
+    const size_t b = g.index;
     comm::Communicator& group = buffer_.bucket_group(b);
-    const int64_t plen = buffer_.piece_len(b), piece = r.begin + group.rank() * plen;
-    // Each weight of the bucket: [lo, hi) of it in this rank's piece (maybe empty).
-    struct Part {
-      const Weight* w;
-      int64_t lo, hi;
-    };
-    std::vector<Part> parts;
-    for (const Weight& w : weights_) {
-      if (static_cast<size_t>(buffer_.bucket_of(w.param)) != b) continue;
-      const model::Param& p = params[w.param];
-      const int64_t lo = std::max(p.offset, piece), hi = std::min(p.offset + shape_numel(p.shape), piece + plen);
-      parts.push_back({&w, lo, std::max(lo, hi)});
-    }
-    auto shard_part = [&](const Part& q) {
+    const int64_t piece = buffer_.buckets()[b].begin + group.rank() * buffer_.piece_len(b);
+    const auto& mine = g.runs[static_cast<size_t>(group.rank())];
+    // This rank's part [lo, hi) of each weight of the bucket (maybe empty),
+    // read from the master shard and cast to its packed place.
+    auto shard_part = [&](const Run& q) {
       return value_shard.flat(buffer_.shard_offset(b) + q.lo - piece, {q.hi - q.lo});
     };
-    auto send_part = [&](const Part& q) { return send_[b].flat(q.lo - piece, {q.hi - q.lo}); };
+    auto send_part = [&](const Run& q) { return g.send.flat(q.pos, {q.hi - q.lo}); };
     if (!config_.delayed()) {
       // Current scaling: the whole weight's amax, from every rank's part
       // (over the shard group) and every tp rank's shard of it (over tp).
-      for (const Part& q : parts) {
-        model::Fp8TensorMeta& m = *q.w->meta;
+      for (const Run& q : mine) {
+        model::Fp8TensorMeta& m = *weights_[q.weight].meta;
         be_.zero(m.amax);
         if (q.hi > q.lo) {
           Tensor out = send_part(q);
@@ -85,13 +94,27 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
         be_.fp8_update_scale(m.scale, m.scale_inv, nullptr, m.amax, fp8_max, config_.margin, false);
       }
     }
-    for (const Part& q : parts) {
+    for (const Run& q : mine) {
       if (q.hi == q.lo) continue;
       Tensor out = send_part(q);  // the amax accumulates (delayed: this iteration's)
-      be_.fp8_quantize(out, q.w->meta->amax, shard_part(q), q.w->meta->scale);
+      be_.fp8_quantize(out, weights_[q.weight].meta->amax, shard_part(q), weights_[q.weight].meta->scale);
     }
-    group.all_gather(codes_[b], send_[b])->wait();
+    group.all_gather(g.recv, g.send)->wait();
+    // Every rank's packed parts to their places in the bucket's codes.
+    const int64_t begin = buffer_.buckets()[b].begin;
+    for (size_t r = 0; r < g.runs.size(); ++r)
+      for (const Run& q : g.runs[r]) {
+        if (q.hi == q.lo) continue;
+        Tensor dst = g.codes.flat(q.lo - begin, {q.hi - q.lo});
+        copy_to(be_, dst, g.recv.flat(static_cast<int64_t>(r) * g.packed_len + q.pos, {q.hi - q.lo}));
+      }
   }
+}
+
+int64_t Fp8ParamGather::gathered_bytes() const {
+  int64_t n = 0;
+  for (const Bucket& g : buckets_) n += g.packed_len;
+  return n;
 }
 
 void Fp8ParamGather::gather_from_values() {
@@ -121,7 +144,10 @@ std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer
 Tensor Fp8ParamGather::codes(size_t k) const {
   const model::Param& p = buffer_.params().params()[weights_[k].param];
   const size_t b = static_cast<size_t>(buffer_.bucket_of(weights_[k].param));
-  return codes_[b].flat(p.offset - buffer_.buckets()[b].begin, p.shape);
+  for (const Bucket& g : buckets_)
+    if (g.index == b) return g.codes.flat(p.offset - buffer_.buckets()[b].begin, p.shape);
+  TRIPOD_CHECK(false, "FP8 weight {}: not in a gathered bucket", p.spec.name);
+  return Tensor();
 }
 
 // ---- ParamAndGradBuffer: the f32 all-gather without the FP8 weights ----

@@ -19,9 +19,13 @@
 //               amaxes accumulate into the weight's amax, which
 //               Fp8State::end_iteration reduces over tp and dp (the dp
 //               group contains the shard group) as it does today.
-// The gathered buffer holds, per bucket, the codes of the whole padded
-// bucket; the elements of other parameters (norms, biases, the embedding)
-// are zero there and keep coming through the f32 gather.
+// Each rank packs the codes of its parts of the FP8 weights of a bucket
+// (the longest rank's packed length, so 1 byte per element, plus padding
+// up to the longest rank's part); the elements of the other parameters
+// (norms, biases, the embedding) keep coming through the f32 gather, which
+// leaves the FP8 weights out (ParamAndGradBuffer::skip_in_param_sync). The
+// gathered codes are unpacked into a per-bucket buffer in the flat layout,
+// where the FP8 linears read them in place.
 //
 // Relates to: distributed/param_and_grad_buffer.h (the shard layout),
 // model/fp8_meta.h (the weight metas and the FP8 GEMMs).
@@ -59,15 +63,29 @@ class Fp8ParamGather {
   // Weight k's gathered codes, in its Param's (local) shape.
   Tensor codes(size_t k) const;
   const std::vector<Weight>& weights() const { return weights_; }
+  // The bytes this rank sends per gather (each bucket's packed part, the
+  // longest rank's: about 1 per FP8 weight element of this rank's pieces).
+  int64_t gathered_bytes() const;
 
  private:
+  // One FP8 weight's part [lo, hi) (flat-buffer offsets) in one rank's
+  // piece, and where it sits in that rank's packed send buffer.
+  struct Run {
+    size_t weight = 0;
+    int64_t lo = 0, hi = 0, pos = 0;
+  };
+  struct Bucket {
+    size_t index = 0;
+    std::vector<std::vector<Run>> runs;  // per rank of the bucket's group
+    int64_t packed_len = 0;              // the longest rank's packed part (>= 1)
+    Tensor codes, send, recv;            // (bucket numel): zero off the FP8 weights; (packed); (packed x group)
+  };
   ParamAndGradBuffer& buffer_;
   backend::Backend& be_;
   config::Fp8Config config_;
   std::vector<Weight> weights_;
   comm::Communicator* tp_;
-  std::vector<size_t> buckets_;         // the buckets holding an FP8 weight, in forward order
-  std::vector<Tensor> codes_, send_;    // per bucket (padded) and this rank's piece; undefined elsewhere
+  std::vector<Bucket> buckets_;  // those holding an FP8 weight, in forward order
 };
 
 // --fp8-param-gather for one model chunk: the gather of the chunk's FP8

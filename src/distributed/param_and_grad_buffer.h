@@ -233,6 +233,7 @@ class ParamAndGradBuffer {
   // of all; materialize_params() gathers the whole values (checkpoints).
   // Defined in fp8_param_gather.cpp.
   void skip_in_param_sync(const std::vector<size_t>& params);
+  bool skips_params() const { return skips_params_; }
 
  private:
   void launch(size_t b);
