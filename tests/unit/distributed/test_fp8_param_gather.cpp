@@ -115,6 +115,59 @@ TEST(Fp8ParamGather, TensorwiseCastsEachWeightWithItsWholeAmaxOneBytePerElement)
 
 TEST(Fp8ParamGather, DelayedCastsWithTheScaleAsItStands) { run_case(config::Fp8Recipe::Delayed); }
 
+// What --fp8-param-gather changes against the plain FP8 path under --bf16:
+// the plain path casts the bf16 compute copy (master -> bf16 -> FP8, with
+// the amax of the bf16 values), the gather casts the fp32 master (master
+// -> FP8, the amax of the fp32 values). Both round the same value v: the
+// scaled operands v * s and bf16(v) * s' differ by at most 2^-8 relative
+// (bf16 keeps 8 bits: 2^-9 from bf16(v), 2^-9 from bf16(amax) in s'), less
+// than one E4M3 step (at least 2^-4 of the value: 3 mantissa bits), so the
+// two codes are equal or adjacent: at most one code step apart, the same
+// sign. The amax element itself maps to 448 in both. Some codes do differ
+// (the bound is not vacuous), most do not.
+TEST(Fp8ParamGather, ShardCastIsTheBf16PathsCodeOrTheNextOne) {
+  using namespace std::chrono_literals;
+  testing::run_ranks(2, 20s, [&](int rank, comm::DistContext& ctx) {
+    auto be = backend::make_cpu_backend();
+    model::ParamStore store({{"w", {40, 50}, model::ShardDim::None, model::InitKind::Zeros, true, -1},
+                             {"b", {40}, model::ShardDim::None, model::InitKind::Zeros, false, -1}},
+                            1, 0, *be, 2);
+    auto dp = ctx.world();
+    ParamAndGradBuffer gb(store, *dp, *be, 0, true, {false, false});
+    float* v = store.values().data<float>();
+    for (int64_t i = 0; i < store.padded_numel(); ++i)  // generic fp32 values over several binades
+      v[i] = static_cast<float>(std::sin(1.3 * static_cast<double>(i) + 0.1) * std::exp2(static_cast<double>(i % 13) - 6));
+    Tensor shard = Tensor::zeros({gb.shard_numel()}, DType::F32);
+    gb.take_shard(shard, store.values());
+    config::Fp8Config cfg;
+    cfg.format = config::Fp8Format::Hybrid;
+    cfg.recipe = config::Fp8Recipe::Tensorwise;
+    model::Fp8TensorMeta m;
+    m.scale = Tensor::zeros({1}, DType::F32);
+    m.scale_inv = Tensor::zeros({1}, DType::F32);
+    m.amax = Tensor::zeros({1}, DType::F32);
+    Fp8ParamGather fg(gb, *be, cfg, {{0, &m}}, nullptr);
+    fg.gather(shard);
+
+    const int64_t n = 40 * 50;
+    auto bf16 = [](float x) { return bf16_to_f32(f32_to_bf16(x)); };
+    float amax = 0.f;
+    for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(bf16(v[i])));
+    const float scale = 448.f / amax;  // the plain path's scale (Fp8State::quantize of the bf16 copy)
+    const auto* got = static_cast<const uint8_t*>(fg.codes(0).raw());
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t plain = f32_to_fp8(bf16(v[i]) * scale, DType::E4M3);
+      const int mag_a = got[i] & 0x7f, mag_b = plain & 0x7f;
+      EXPECT_LE(std::abs(mag_a - mag_b), 1) << "element " << i << " rank " << rank;
+      if (mag_a != 0 && mag_b != 0) EXPECT_EQ(got[i] & 0x80, plain & 0x80) << "element " << i;
+      differ += got[i] != plain;
+    }
+    EXPECT_GT(differ, 0);
+    EXPECT_LT(differ, n / 10);
+  });
+}
+
 TEST(Fp8ParamGather, RefusesWithoutTheDistributedOptimizerOrFp8) {
   auto be = backend::make_cpu_backend();
   comm::LocalCommunicator one{"dp"};
