@@ -57,7 +57,13 @@ Fp8ParamGather::Fp8ParamGather(ParamAndGradBuffer& buffer, backend::Backend& be,
       g.packed_len = std::max(g.packed_len, pos);
     }
     g.packed_len = std::max<int64_t>(g.packed_len, 1);  // every rank sends at least one byte
-    g.codes = be_.empty({r.numel()}, DType::E4M3);
+    for (size_t k = 0; k < weights_.size(); ++k)  // the bucket's FP8 weights, one after another
+      if (static_cast<size_t>(buffer_.bucket_of(weights_[k].param)) == b) {
+        g.weights.push_back(k);
+        g.codes_offset.push_back(g.codes_len);
+        g.codes_len += shape_numel(params[weights_[k].param].shape);
+      }
+    g.codes = be_.empty({g.codes_len}, DType::E4M3);
     g.send = be_.empty({g.packed_len}, DType::E4M3);
     g.recv = be_.empty({g.packed_len * n}, DType::E4M3);
     be_.zero(g.codes);
@@ -67,6 +73,7 @@ Fp8ParamGather::Fp8ParamGather(ParamAndGradBuffer& buffer, backend::Backend& be,
 }
 
 void Fp8ParamGather::gather(const Tensor& value_shard) {
+  const auto& params = buffer_.params().params();
   const float fp8_max = tripod::fp8_max(DType::E4M3);
   for (Bucket& g : buckets_) {
     const size_t b = g.index;
@@ -100,12 +107,14 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
       be_.fp8_quantize(out, weights_[q.weight].meta->amax, shard_part(q), weights_[q.weight].meta->scale);
     }
     group.all_gather(g.recv, g.send)->wait();
-    // Every rank's packed parts to their places in the bucket's codes.
-    const int64_t begin = buffer_.buckets()[b].begin;
+    // Every rank's packed parts to their places in the weights' codes.
     for (size_t r = 0; r < g.runs.size(); ++r)
       for (const Run& q : g.runs[r]) {
         if (q.hi == q.lo) continue;
-        Tensor dst = g.codes.flat(q.lo - begin, {q.hi - q.lo});
+        const size_t j = static_cast<size_t>(
+            std::find(g.weights.begin(), g.weights.end(), q.weight) - g.weights.begin());
+        const int64_t at = g.codes_offset[j] + q.lo - params[weights_[q.weight].param].offset;
+        Tensor dst = g.codes.flat(at, {q.hi - q.lo});
         copy_to(be_, dst, g.recv.flat(static_cast<int64_t>(r) * g.packed_len + q.pos, {q.hi - q.lo}));
       }
   }
@@ -114,6 +123,12 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
 int64_t Fp8ParamGather::gathered_bytes() const {
   int64_t n = 0;
   for (const Bucket& g : buckets_) n += g.packed_len;
+  return n;
+}
+
+int64_t Fp8ParamGather::buffer_bytes() const {
+  int64_t n = 0;
+  for (const Bucket& g : buckets_) n += g.codes.nbytes() + g.send.nbytes() + g.recv.nbytes();
   return n;
 }
 
@@ -145,7 +160,8 @@ Tensor Fp8ParamGather::codes(size_t k) const {
   const model::Param& p = buffer_.params().params()[weights_[k].param];
   const size_t b = static_cast<size_t>(buffer_.bucket_of(weights_[k].param));
   for (const Bucket& g : buckets_)
-    if (g.index == b) return g.codes.flat(p.offset - buffer_.buckets()[b].begin, p.shape);
+    for (size_t j = 0; j < g.weights.size(); ++j)
+      if (g.weights[j] == k) return g.codes.flat(g.codes_offset[j], p.shape);
   TRIPOD_CHECK(false, "FP8 weight {}: not in a gathered bucket", p.spec.name);
   return Tensor();
 }

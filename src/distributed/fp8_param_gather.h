@@ -66,6 +66,10 @@ class Fp8ParamGather {
   // The bytes this rank sends per gather (each bucket's packed part, the
   // longest rank's: about 1 per FP8 weight element of this rank's pieces).
   int64_t gathered_bytes() const;
+  // The bytes this gather holds: the codes (1 per FP8 weight element; the
+  // linears' FP8 weight copies are these, not copies of their own) and the
+  // packed send and receive buffers.
+  int64_t buffer_bytes() const;
 
  private:
   // One FP8 weight's part [lo, hi) (flat-buffer offsets) in one rank's
@@ -78,7 +82,10 @@ class Fp8ParamGather {
     size_t index = 0;
     std::vector<std::vector<Run>> runs;  // per rank of the bucket's group
     int64_t packed_len = 0;              // the longest rank's packed part (>= 1)
-    Tensor codes, send, recv;            // (bucket numel): zero off the FP8 weights; (packed); (packed x group)
+    std::vector<size_t> weights;         // the bucket's FP8 weights (indices into weights_)
+    std::vector<int64_t> codes_offset;   // and where each one's codes start in `codes`
+    int64_t codes_len = 0;
+    Tensor codes, send, recv;            // (codes_len): the weights' codes, whole; (packed); (packed x group)
   };
   ParamAndGradBuffer& buffer_;
   backend::Backend& be_;
