@@ -60,8 +60,8 @@ Fp8ParamGather::Fp8ParamGather(ParamAndGradBuffer& buffer, backend::Backend& be,
     for (size_t k = 0; k < weights_.size(); ++k)  // the bucket's FP8 weights, one after another
       if (static_cast<size_t>(buffer_.bucket_of(weights_[k].param)) == b) {
         g.weights.push_back(k);
-        g.codes_offset.push_back(g.codes_len);
-        g.codes_len += shape_numel(params[weights_[k].param].shape);
+        g.codes_offset.push_back(g.codes_len);  // 256-byte aligned: the FP8 GEMMs' operand alignment
+        g.codes_len += (shape_numel(params[weights_[k].param].shape) + 255) / 256 * 256;
       }
     g.codes = be_.empty({g.codes_len}, DType::E4M3);
     g.send = be_.empty({g.packed_len}, DType::E4M3);
@@ -158,7 +158,6 @@ std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer
 
 Tensor Fp8ParamGather::codes(size_t k) const {
   const model::Param& p = buffer_.params().params()[weights_[k].param];
-  const size_t b = static_cast<size_t>(buffer_.bucket_of(weights_[k].param));
   for (const Bucket& g : buckets_)
     for (size_t j = 0; j < g.weights.size(); ++j)
       if (g.weights[j] == k) return g.codes.flat(g.codes_offset[j], p.shape);
