@@ -106,7 +106,9 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
       Tensor out = send_part(q);  // the amax accumulates (delayed: this iteration's)
       be_.fp8_quantize(out, weights_[q.weight].meta->amax, shard_part(q), weights_[q.weight].meta->scale);
     }
-    group.all_gather(g.recv, g.send)->wait();
+    // The codes move as bytes (U8: every communicator moves those; NCCL has no FP8 type to name).
+    Tensor recv = Tensor::wrap(g.recv.raw(), {g.recv.numel()}, DType::U8, g.recv.device());
+    group.all_gather(recv, Tensor::wrap(g.send.raw(), {g.send.numel()}, DType::U8, g.send.device()))->wait();
     // Every rank's packed parts to their places in the weights' codes.
     for (size_t r = 0; r < g.runs.size(); ++r)
       for (const Run& q : g.runs[r]) {

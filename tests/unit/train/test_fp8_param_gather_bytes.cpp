@@ -1,11 +1,12 @@
 // --fp8-param-gather through the real training path (train::Trainer on 2
 // threads-as-ranks with the distributed optimizer, NOTE [FP8 parameter
 // all-gather]): a counting decorator on the dp group adds up the bytes each
-// rank puts into the parameter all-gathers of one training step, by dtype.
+// rank puts into the parameter all-gathers of one training step, by dtype
+// (the FP8 codes move as U8 bytes).
 //  - without the flag: 4 bytes (f32) per element of this rank's pieces, the
 //    whole padded buffer over dp;
 //  - with it: the FP8 weights (qkv, proj, fc1, fc2 of every layer, counted
-//    here from the model's shapes) move as E4M3 codes, 1 byte per element
+//    here from the model's shapes) move as E4M3 codes, 1 byte (U8) per element
 //    of this rank's parts, and the f32 gather carries only the others.
 // GPT, 2 layers, hidden 32, ffn 128: per layer qkv 96x32, proj 32x32, fc1
 // 128x32, fc2 32x128 = 12 x 32^2 = 12288 FP8 weight elements, 24576 in all.
@@ -87,12 +88,12 @@ train::TrainArgs args(bool param_gather) {
   return a;
 }
 
-// Per rank: the {f32, E4M3} bytes put into the dp all-gathers in one step
-// (the second), and the {f32, E4M3} bytes the hand count expects with the
+// Per rank: the {f32, FP8 code (U8)} bytes put into the dp all-gathers in one step
+// (the second), and the {f32, FP8 code} bytes the hand count expects with the
 // flag: per bucket of the buffer, split in 2 pieces of piece_len, the FP8
 // weights' elements in each rank's piece and the other parameters'
 // elements; an all-gather moves equal sizes, so each rank sends the longer
-// rank's count: E4M3 bytes = max over ranks of its FP8 elements, f32 bytes
+// rank's count: code bytes = max over ranks of its FP8 elements, f32 bytes
 // = 4 x max over ranks of its other elements (a bucket without FP8
 // weights: 4 x piece_len, as without the flag).
 struct Bytes {
@@ -119,7 +120,7 @@ std::vector<Bytes> step_bytes(bool param_gather) {
     counting->gathered.clear();
     trainer.train_step();
     Bytes& o = out[static_cast<size_t>(rank)];
-    o.got = {counting->gathered[DType::F32], counting->gathered[DType::E4M3]};
+    o.got = {counting->gathered[DType::F32], counting->gathered[DType::U8]};
     const auto& params = trainer.model().params().params();
     const auto& buf = trainer.ddp().buffer(0);
     for (const auto& p : params)
@@ -152,9 +153,9 @@ TEST(Fp8ParamGatherTraining, FP8WeightsMoveOneBytePerElement) {
     const Bytes& p = plain[static_cast<size_t>(r)];
     const Bytes& f = fp8[static_cast<size_t>(r)];
     EXPECT_EQ(f.fp8_elems, 2 * 12 * 32 * 32);  // qkv, proj, fc1, fc2 of 2 layers, by hand
-    EXPECT_EQ(p.got[1], 0) << "rank " << r << ": E4M3 gathered without the flag";
+    EXPECT_EQ(p.got[1], 0) << "rank " << r << ": bytes (U8) gathered without the flag";
     ASSERT_GT(p.got[0], 0) << "rank " << r;
-    EXPECT_EQ(f.got[1], f.want[1]) << "rank " << r << ": E4M3 bytes";
+    EXPECT_EQ(f.got[1], f.want[1]) << "rank " << r << ": FP8 code bytes";
     EXPECT_EQ(f.got[0], f.want[0]) << "rank " << r << ": f32 bytes";
     // 1 byte per FP8 weight element, over both ranks: at least all of
     // them, and at most the padding to the longer rank's part more (here
