@@ -64,15 +64,16 @@ Fp8ParamGather::Fp8ParamGather(ParamAndGradBuffer& buffer, backend::Backend& be,
         g.codes_len += (shape_numel(params[weights_[k].param].shape) + 255) / 256 * 256;
       }
     g.codes = be_.empty({g.codes_len}, DType::E4M3);
-    g.send = be_.empty({g.packed_len}, DType::E4M3);
-    g.recv = be_.empty({g.packed_len * n}, DType::E4M3);
     be_.zero(g.codes);
-    be_.zero(g.send);
     buckets_.push_back(std::move(g));
   }
 }
 
-void Fp8ParamGather::gather(const Tensor& value_shard) {
+void Fp8ParamGather::gather(const Tensor& value_shard) { run(&value_shard); }
+
+void Fp8ParamGather::gather_from_values() { run(nullptr); }
+
+void Fp8ParamGather::run(const Tensor* value_shard) {
   const auto& params = buffer_.params().params();
   const float fp8_max = tripod::fp8_max(DType::E4M3);
   for (Bucket& g : buckets_) {
@@ -82,10 +83,14 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
     const auto& mine = g.runs[static_cast<size_t>(group.rank())];
     // This rank's part [lo, hi) of each weight of the bucket (maybe empty),
     // read from the master shard and cast to its packed place.
-    auto shard_part = [&](const Run& q) {
-      return value_shard.flat(buffer_.shard_offset(b) + q.lo - piece, {q.hi - q.lo});
+    auto shard_part = [&](const Run& q) {  // from the shard, or from this rank's pieces of values()
+      return value_shard ? value_shard->flat(buffer_.shard_offset(b) + q.lo - piece, {q.hi - q.lo})
+                         : buffer_.params().values().flat(q.lo, {q.hi - q.lo});
     };
-    auto send_part = [&](const Run& q) { return g.send.flat(q.pos, {q.hi - q.lo}); };
+    // The packed buffers live for this bucket's gather only.
+    Tensor send = be_.empty({g.packed_len}, DType::E4M3), recv = be_.empty({g.packed_len * group.size()}, DType::E4M3);
+    be_.zero(send);
+    auto send_part = [&](const Run& q) { return send.flat(q.pos, {q.hi - q.lo}); };
     if (!config_.delayed()) {
       // Current scaling: the whole weight's amax, from every rank's part
       // (over the shard group) and every tp rank's shard of it (over tp).
@@ -107,8 +112,8 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
       be_.fp8_quantize(out, weights_[q.weight].meta->amax, shard_part(q), weights_[q.weight].meta->scale);
     }
     // The codes move as bytes (U8: every communicator moves those; NCCL has no FP8 type to name).
-    Tensor recv = Tensor::wrap(g.recv.raw(), {g.recv.numel()}, DType::U8, g.recv.device());
-    group.all_gather(recv, Tensor::wrap(g.send.raw(), {g.send.numel()}, DType::U8, g.send.device()))->wait();
+    Tensor recv8 = Tensor::wrap(recv.raw(), {recv.numel()}, DType::U8, recv.device());
+    group.all_gather(recv8, Tensor::wrap(send.raw(), {send.numel()}, DType::U8, send.device()))->wait();
     // Every rank's packed parts to their places in the weights' codes.
     for (size_t r = 0; r < g.runs.size(); ++r)
       for (const Run& q : g.runs[r]) {
@@ -117,7 +122,7 @@ void Fp8ParamGather::gather(const Tensor& value_shard) {
             std::find(g.weights.begin(), g.weights.end(), q.weight) - g.weights.begin());
         const int64_t at = g.codes_offset[j] + q.lo - params[weights_[q.weight].param].offset;
         Tensor dst = g.codes.flat(at, {q.hi - q.lo});
-        copy_to(be_, dst, g.recv.flat(static_cast<int64_t>(r) * g.packed_len + q.pos, {q.hi - q.lo}));
+        copy_to(be_, dst, recv.flat(static_cast<int64_t>(r) * g.packed_len + q.pos, {q.hi - q.lo}));
       }
   }
 }
@@ -130,14 +135,8 @@ int64_t Fp8ParamGather::gathered_bytes() const {
 
 int64_t Fp8ParamGather::buffer_bytes() const {
   int64_t n = 0;
-  for (const Bucket& g : buckets_) n += g.codes.nbytes() + g.send.nbytes() + g.recv.nbytes();
+  for (const Bucket& g : buckets_) n += static_cast<int64_t>(g.codes.nbytes());
   return n;
-}
-
-void Fp8ParamGather::gather_from_values() {
-  Tensor shard = be_.empty({buffer_.shard_numel()}, DType::F32);
-  buffer_.take_shard(shard, buffer_.params().values());
-  gather(shard);
 }
 
 std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer, backend::Backend& be,

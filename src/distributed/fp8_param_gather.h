@@ -66,9 +66,10 @@ class Fp8ParamGather {
   // The bytes this rank sends per gather (each bucket's packed part, the
   // longest rank's: about 1 per FP8 weight element of this rank's pieces).
   int64_t gathered_bytes() const;
-  // The bytes this gather holds: the codes (1 per FP8 weight element; the
-  // linears' FP8 weight copies are these, not copies of their own) and the
-  // packed send and receive buffers.
+  // The bytes this gather holds between gathers: the codes (1 per FP8
+  // weight element, each weight 256-byte aligned; the linears' FP8 weight
+  // copies are these, not copies of their own). The packed send and
+  // receive buffers live during a bucket's gather only.
   int64_t buffer_bytes() const;
 
  private:
@@ -85,7 +86,7 @@ class Fp8ParamGather {
     std::vector<size_t> weights;         // the bucket's FP8 weights (indices into weights_)
     std::vector<int64_t> codes_offset;   // and where each one's codes start in `codes`
     int64_t codes_len = 0;
-    Tensor codes, send, recv;            // (codes_len): the weights' codes, whole; (packed); (packed x group)
+    Tensor codes;                        // (codes_len): the weights' codes, whole
   };
   ParamAndGradBuffer& buffer_;
   backend::Backend& be_;
@@ -93,6 +94,7 @@ class Fp8ParamGather {
   std::vector<Weight> weights_;
   comm::Communicator* tp_;
   std::vector<Bucket> buckets_;  // those holding an FP8 weight, in forward order
+  void run(const Tensor* value_shard);  // null: this rank's pieces of the buffer's values()
 };
 
 // --fp8-param-gather for one model chunk: the gather of the chunk's FP8

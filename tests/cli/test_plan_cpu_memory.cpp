@@ -90,6 +90,20 @@ TEST(PlanCpuMemory, EveryParityLayoutWithin10Percent) {
   for (const Case& c : kCases) check_case(c);
 }
 
+// FP8 with --fp8-param-gather at dp 2 (the distributed optimizer): the
+// packed f32 gather of the other parameters is the largest buffer the flag
+// adds (plan::Fp8Bytes::param_gather). Measured: 28.7 MiB without the flag,
+// 31.9 MiB with it; the plan says 28.6 and 31.9.
+TEST(PlanCpuMemory, Fp8ParamGatherWithin10Percent) {
+  const Case cases[] = {
+      {"dp2 fp8", 2, "--use-distributed-optimizer --fp8-format hybrid",
+       "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"},
+      {"dp2 fp8 param gather", 2, "--use-distributed-optimizer --fp8-format hybrid --fp8-param-gather",
+       "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1"},
+  };
+  for (const Case& c : cases) check_case(c);
+}
+
 // Context parallelism: each rank's activations and scratch for s/cp rows,
 // the K/V ring's buffers, the whole parameters.
 TEST(PlanCpuMemory, ContextParallelWithin10Percent) {
