@@ -141,6 +141,7 @@ int64_t Fp8ParamGather::buffer_bytes() const {
 
 std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer, backend::Backend& be,
                                                       model::Fp8State& fp8, comm::Communicator* tp) {
+  if (fp8.num_linears() == 0) return nullptr;  // a chunk of high-precision layers only
   const auto& params = buffer.params().params();
   std::vector<Fp8ParamGather::Weight> weights;
   std::vector<size_t> indices;

@@ -99,7 +99,8 @@ class Fp8ParamGather {
 
 // --fp8-param-gather for one model chunk: the gather of the chunk's FP8
 // linears' weights, which then read their codes from it; the buffer leaves
-// those weights out of its f32 all-gather.
+// those weights out of its f32 all-gather. Null for a chunk without FP8
+// linears (--first-last-layers-bf16 can leave a pipeline stage none).
 std::unique_ptr<Fp8ParamGather> make_fp8_param_gather(ParamAndGradBuffer& buffer, backend::Backend& be,
                                                       model::Fp8State& fp8, comm::Communicator* tp);
 

@@ -277,7 +277,8 @@ void Trainer::build_chunks() {
   if (args_.model.fp8.param_gather)  // the FP8 linears read their weights from the FP8 all-gather
     for (int c = 0; c < V; ++c)
       if (model::Fp8State* f = models_[static_cast<size_t>(c)]->fp8_state())
-        fp8_gathers_.push_back(distributed::make_fp8_param_gather(ddp_->buffer(c), be_, *f, groups_.tp.get()));
+        if (auto g = distributed::make_fp8_param_gather(ddp_->buffer(c), be_, *f, groups_.tp.get()))
+          fp8_gathers_.push_back(std::move(g));
 }
 
 parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
