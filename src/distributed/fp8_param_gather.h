@@ -24,8 +24,18 @@
 // up to the longest rank's part); the elements of the other parameters
 // (norms, biases, the embedding) keep coming through the f32 gather, which
 // leaves the FP8 weights out (ParamAndGradBuffer::skip_in_param_sync). The
-// gathered codes are unpacked into a per-bucket buffer in the flat layout,
-// where the FP8 linears read them in place.
+// codes move as U8 (NCCL has no FP8 type) and are unpacked into one buffer
+// per bucket holding its FP8 weights one after another (each 256-byte
+// aligned for the FP8 GEMM), where the FP8 linears read them in place; the
+// dgrad transpose is made from them (model::Fp8Linear::use_gathered_weight).
+// The trainer gathers at the start of each step (after the FP8 state's
+// begin_iteration) and before an evaluation, from this rank's pieces of the
+// master values, which the optimizer step and a checkpoint load keep
+// current (the other ranks' pieces of the FP8 weights there are stale
+// until materialize_params gathers them for a save or a weight dump).
+// Against the plain FP8 path the codes differ only by the rounding: master
+// -> FP8 here, master -> bf16 -> FP8 there (the same code or the adjacent
+// one; in fp32 the same).
 //
 // Relates to: distributed/param_and_grad_buffer.h (the shard layout),
 // model/fp8_meta.h (the weight metas and the FP8 GEMMs).

@@ -76,6 +76,7 @@ void run_case(config::Fp8Recipe recipe) {
       if (entries[e].op == "all_gather") gathered += entries[e].bytes;
     EXPECT_EQ(gathered, 19u + 20u) << ctx.recorder()->dump();
     EXPECT_EQ(fg.gathered_bytes(), 19 + 20);
+    EXPECT_EQ(fg.buffer_bytes(), 256 + 256);  // each weight's codes, 256-byte aligned, one per bucket
 
     for (size_t k = 0; k < 2; ++k) {
       const model::Param& p = store.params()[k == 0 ? 0 : 2];
