@@ -205,6 +205,11 @@ void ParamAndGradBuffer::skip_in_param_sync(const std::vector<size_t>& skipped) 
       packed_len_[b] = std::max(packed_len_[b], total);
     }
     packed_len_[b] = std::max<int64_t>(packed_len_[b], 1);  // every rank sends at least one element
+    // Packing holds a send and a receive buffer, 4 (n + 1) bytes per packed
+    // element, for the gather; where the longest rank's part is over half
+    // its piece (the embedding's bucket) the bytes saved do not pay for
+    // them: that bucket's f32 gather stays whole, straight into values().
+    if (2 * packed_len_[b] > piece_len_[b]) packed_runs_[b].clear();
   }
   skips_params_ = true;
 }

@@ -228,9 +228,11 @@ class ParamAndGradBuffer {
   // parameters' f32 values stay out of the all-gather above (their FP8 codes
   // are gathered instead): each bucket holding one gathers the other
   // parameters' elements of every rank's piece, packed (padded to the
-  // longest rank's part), and this rank's own piece is copied locally, so
-  // values() holds every rank's pieces of the others and this rank's piece
-  // of all; materialize_params() gathers the whole values (checkpoints).
+  // longest rank's part; a bucket where that is over half a piece gathers
+  // whole, as without the flag), and this rank's own piece is copied
+  // locally, so values() holds every rank's pieces of the others and this
+  // rank's piece of all; materialize_params() gathers the whole values
+  // (checkpoints).
   // Defined in fp8_param_gather.cpp.
   void skip_in_param_sync(const std::vector<size_t>& params);
   bool skips_params() const { return skips_params_; }

@@ -360,11 +360,12 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
   }
   if (pg_gathered > 0) {
     // --fp8-param-gather: the f32 all-gather of the other parameters goes
-    // through packed send and receive buffers: each rank sends the longest
-    // rank's count of them, at most its piece P/d and at most all P - W of
-    // them (P: the stage's parameters), 4 (d + 1) bytes each.
-    const double P = double(mb.params_per_gpu), d = pg_ranks;
-    pg_transient = std::max(pg_transient, 4.0 * (d + 1.0) * std::min(P / d, P - pg_gathered));
+    // through packed send and receive buffers, 4 (d + 1) bytes for each of
+    // the longest rank's count of them (at most all P - W, P the stage's
+    // parameters), unless that is over half the piece P/d (then the gather
+    // stays whole, without them).
+    const double P = double(mb.params_per_gpu), d = pg_ranks, packed = P - pg_gathered;
+    if (2.0 * packed <= P / d) pg_transient = std::max(pg_transient, 4.0 * (d + 1.0) * packed);
   }
   fp8_fixed += pg_transient;
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute, l.dtype);

@@ -279,8 +279,9 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               elements, `gathered`), and the dgrad transpose made from
 //               the codes, an f32 and an FP8 copy of the largest weight,
 //               5 C max(Q, C, F1, F) / t. (The f32 gather of the other
-//               parameters, packed, is estimate_memory's: it needs the
-//               stage's parameter count.) The bf16 compute copy of the FP8
+//               parameters, packed, 4 (d + 1) (P - W) unless P - W is over
+//               half the piece P / d, is estimate_memory's: it needs the
+//               stage's parameter count P.) The bf16 compute copy of the FP8
 //               weights stays in the parameters (model_state_bytes_per_param):
 //               nothing reads it, but the flat buffer holds every parameter.
 struct Fp8Bytes {

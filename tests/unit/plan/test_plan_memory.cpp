@@ -446,12 +446,14 @@ TEST(PlanMemory, Fp8ParamGatherHandCount) {
   EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 1, 2).param_gather, 0.0);
 }
 
-// In the estimate (one stage, dp 2 with the distributed optimizer): the
-// flag adds the largest of those buffers to the workspace. GPT-2 124M has
-// P = 124,475,904 parameters (with the padded vocabulary 50,304), W =
-// 84,934,656 of them FP8 weights: the packed f32 gather of the other
-// 39,541,248 is min(P / 2, P - W) x 4 x 3 = 474,494,976 bytes, more than
-// the FP8 gather's 127,401,984.
+// In the estimate (one stage, the distributed optimizer): the flag adds
+// the largest of those buffers to the workspace. GPT-2 124M has P =
+// 124,475,904 parameters (with the padded vocabulary 50,304), W =
+// 84,934,656 of them FP8 weights, P - W = 39,541,248 others. At dp 2 they
+// are over half the piece (31,118,976): no packed f32 gather, so the FP8
+// gather's 127,401,984. With 6 more layers (P = 167,003,136, W =
+// 127,401,984, P - W = 39,601,152 < half of 83,501,568) the packed f32
+// gather's 4 x 3 x 39,601,152 = 475,213,824 bytes are the largest.
 TEST(PlanMemory, Fp8ParamGatherInTheEstimate) {
   GptConfig plain = gpt2_124m(), pg = gpt2_124m();
   plain.fp8.format = pg.fp8.format = config::Fp8Format::Hybrid;
@@ -461,9 +463,13 @@ TEST(PlanMemory, Fp8ParamGatherInTheEstimate) {
   l.distributed_optimizer = true;
   const MemoryBreakdown a = estimate_memory(plain, l), b = estimate_memory(pg, l);
   EXPECT_EQ(a.params_per_gpu, 124475904);
-  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 474494976.0);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 127401984.0);
   EXPECT_DOUBLE_EQ(b.activations, a.activations);
   EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
+  plain.num_layers = pg.num_layers = 18;
+  const MemoryBreakdown a18 = estimate_memory(plain, l), b18 = estimate_memory(pg, l);
+  EXPECT_EQ(a18.params_per_gpu, 167003136);
+  EXPECT_DOUBLE_EQ(b18.workspace - a18.workspace, 475213824.0);
   // Without the distributed optimizer the flag does not apply: nothing.
   l.distributed_optimizer = false;
   EXPECT_DOUBLE_EQ(estimate_memory(pg, l).workspace, estimate_memory(plain, l).workspace);

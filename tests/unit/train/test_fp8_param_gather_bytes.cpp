@@ -95,7 +95,8 @@ train::TrainArgs args(bool param_gather) {
 // elements; an all-gather moves equal sizes, so each rank sends the longer
 // rank's count: code bytes = max over ranks of its FP8 elements, f32 bytes
 // = 4 x max over ranks of its other elements (a bucket without FP8
-// weights: 4 x piece_len, as without the flag).
+// weights, or where that max is over half a piece: 4 x piece_len, as
+// without the flag).
 struct Bytes {
   std::array<int64_t, 2> got{}, want{};
   int64_t want_plain = 0;  // without the flag: 4 x piece_len per bucket
@@ -142,7 +143,8 @@ std::vector<Bytes> step_bytes(bool param_gather) {
         o.want[0] += 4 * plen;
         continue;
       }
-      o.want[0] += 4 * std::max<int64_t>(1, std::max(other[0], other[1]));
+      const int64_t packed = std::max<int64_t>(1, std::max(other[0], other[1]));
+      o.want[0] += 2 * packed > plen ? 4 * plen : 4 * packed;  // over half a piece: gathered whole
       o.want[1] += std::max(fp8[0], fp8[1]);
     }
   });
