@@ -30,6 +30,11 @@
 #                GAP_VARIANTS (default "bf16 fp8") at the 8B
 #                layer shape, 14 iterations, the last GAP_PROFILER_WINDOW_MS
 #                (default 1800) of the timeline
+#   param_gather --fp8-param-gather (not run by default): GPT-2 124M shape, bf16,
+#                dp2 with the distributed optimizer (ranks sharing the GPU over
+#                Gloo), both recipes, with and without the flag: loss within 1e-3
+#                relative (the layouts' tolerance), step time and peak memory
+# Exits 1 when a check printed FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 stage=""; data_dir=""; checks="layouts convergence determinism speed"
@@ -38,7 +43,7 @@ while [[ $# -gt 0 ]]; do
     --stage) stage="$2"; shift 2 ;;
     --data) data_dir="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
     *) echo "gpu_fp8_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -202,6 +207,21 @@ print(f'$m fp8 / bf16 = {g(f) / g(b):.3f}' if g(b) else '$m: no ratio')" "$b" "$
   done
 fi
 
+if has param_gather; then
+  note "---- --fp8-param-gather: dp2 with the distributed optimizer (bf16, ranks sharing the GPU) ----"
+  pg=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
+      --mock-data --vocab-size 50257 --micro-batch-size 4 --global-batch-size 16 --train-iters 20 --lr 3e-4
+      --log-interval 1 --eval-interval 0 --bf16 --device cuda --distributed-backend gloo --deterministic-mode
+      --fp8-format hybrid --use-distributed-optimizer)
+  for recipe in delayed tensorwise; do
+    run pg_plain_$recipe launch --nproc-per-node 2 train "${pg[@]}" --fp8-recipe $recipe
+    run pg_flag_$recipe launch --nproc-per-node 2 train "${pg[@]}" --fp8-recipe $recipe --fp8-param-gather
+    note "$recipe --fp8-param-gather vs without: $(compare pg_plain_$recipe pg_flag_$recipe 1e-3)"
+    note "$recipe without the flag: $(speed pg_plain_$recipe)"
+    note "$recipe with the flag:    $(speed pg_flag_$recipe)"
+  done
+fi
+
 if has gaps; then
   note "---- where the GPU idles (CUPTI), the 8B layer shape ----"
   if [[ -f ${GAP_PROFILER:-} ]]; then
@@ -222,3 +242,5 @@ if has gaps; then
     note "gaps: set GAP_PROFILER to libgap_profiler.so"
   fi
 fi
+if grep -q -- "-> FAIL" "$summary"; then note "gpu_fp8_check: FAIL"; exit 1; fi
+note "gpu_fp8_check: done"

@@ -40,6 +40,7 @@ std::string Fp8Config::describe() const {
   if (first_last_layers_bf16)
     s += fmt::format("; first {} and last {} layers in high precision", num_layers_at_start_in_bf16,
                      num_layers_at_end_in_bf16);
+  if (param_gather) s += "; the FP8 weights all-gathered as FP8 codes (--fp8-param-gather)";
   return s;
 }
 

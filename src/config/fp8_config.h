@@ -38,6 +38,9 @@ struct Fp8Config {
   bool first_last_layers_bf16 = false;
   int64_t num_layers_at_start_in_bf16 = 1;
   int64_t num_layers_at_end_in_bf16 = 1;
+  // --fp8-param-gather: the distributed optimizer gathers the FP8 layers'
+  // linear weights as FP8 codes (distributed/fp8_param_gather.h).
+  bool param_gather = false;
 
   bool enabled() const { return format != Fp8Format::None; }
   bool delayed() const { return recipe == Fp8Recipe::Delayed; }

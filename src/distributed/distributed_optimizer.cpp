@@ -215,10 +215,14 @@ void DistributedOptimizer::step(double lr, float grad_scale, double decoupled_lr
     // next forward, which also casts the compute copies).
     buf.take_shard(cs.value_shard, params.values());
     cs.adam->step(cs.value_shard, buf.reduced_grads(), cs.segments, lr, grad_scale, nullptr, decoupled_lr);
-    if (overlap)
+    if (overlap) {
       buf.start_param_sync(cs.value_shard);
-    else
+    } else if (buf.skips_params()) {  // --fp8-param-gather: the f32 gather without the FP8 weights
+      buf.start_param_sync(cs.value_shard);
+      buf.finish_param_sync();
+    } else {
       buf.gather_shards(params.values(), cs.value_shard);
+    }
   }
   // Sharded: the bf16/fp16 compute copies from the gathered fp32 masters
   // (this rank updated only its shard; the all-gather moves the fp32

@@ -552,6 +552,13 @@ std::vector<ParamAndGradBuffer::ShardPart> ParamAndGradBuffer::shard_parts(size_
 }
 
 void ParamAndGradBuffer::materialize_params() {
+  if (skips_params_) {  // NOTE [FP8 parameter all-gather]: the skipped values, whole again
+    finish_param_sync();
+    Tensor shard = be_.empty({shard_numel_}, DType::F32);
+    take_shard(shard, params_.values());
+    gather_shards(params_.values(), shard);
+    return;
+  }
   if (!shard_params_ || params_.has_flat_values()) return;
   for (size_t b = 0; b < buckets_.size(); ++b) release_params(b);
   params_.allocate_flat(true, false);
@@ -576,6 +583,10 @@ void ParamAndGradBuffer::start_param_sync(const Tensor& value_shard) {
   finish_param_sync();
   for (size_t k = buckets_.size(); k-- > 0;) {  // forward order: the first layers first
     const BucketRange& r = buckets_[k];
+    if (skips_params_ && !packed_runs_[k].empty()) {  // NOTE [FP8 parameter all-gather]
+      start_packed_sync(k, value_shard);
+      continue;
+    }
     if (!staging_[k].defined() && piece_len_[k] * size_of(k) != r.numel())  // ZeRO-2: until wait_gather
       staging_[k] = be_.empty({piece_len_[k] * size_of(k)}, DType::F32);
     Tensor out = staging_[k].defined() ? staging_[k] : params_.values().flat(r.begin, {r.numel()});
@@ -588,7 +599,9 @@ void ParamAndGradBuffer::wait_gather(size_t b) {
   gather_work_[b]->wait();
   gather_work_[b].reset();
   const BucketRange& r = buckets_[b];
-  if (staging_[b].defined())
+  if (skips_params_ && !packed_runs_[b].empty()) {
+    finish_packed_sync(b);
+  } else if (staging_[b].defined())
     copy_to(be_, params_.values().flat(r.begin, {r.numel()}), staging_[b].flat(0, {r.numel()}));
   if (shard_grads_) staging_[b] = Tensor();
   params_.sync_compute(r.begin, r.numel());

@@ -213,6 +213,12 @@ class ParamAndGradBuffer {
   void unmaterialize_params(bool take_back);
   // Which buckets hold parameters of this parameter index.
   int bucket_of(size_t param) const { return bucket_of_[param]; }
+  // Bucket b's piece per rank (padded numel / its group's size), where this
+  // rank's piece sits in the shard, and the group that shards the bucket
+  // (dp, or edp for experts): distributed/fp8_param_gather.h.
+  int64_t piece_len(size_t b) const { return piece_len_[b]; }
+  int64_t shard_offset(size_t b) const { return shard_offset_[b]; }
+  comm::Communicator& bucket_group(size_t b) const { return comm_of(b); }
   // Called at every gather start, gather wait and release (tests: the
   // prefetch order). what: 0 start, 1 waited, 2 released.
   std::function<void(int bucket, int what)> on_gather;
@@ -230,6 +236,18 @@ class ParamAndGradBuffer {
   void finish_param_sync(const std::vector<size_t>& params);
   void finish_param_sync();  // waits for all
   bool param_sync_pending() const;
+  // NOTE [FP8 parameter all-gather] (distributed/fp8_param_gather.h): these
+  // parameters' f32 values stay out of the all-gather above (their FP8 codes
+  // are gathered instead): each bucket holding one gathers the other
+  // parameters' elements of every rank's piece, packed (padded to the
+  // longest rank's part; a bucket where that is over half a piece gathers
+  // whole, as without the flag), and this rank's own piece is copied
+  // locally, so values() holds every rank's pieces of the others and this
+  // rank's piece of all; materialize_params() gathers the whole values
+  // (checkpoints).
+  // Defined in fp8_param_gather.cpp.
+  void skip_in_param_sync(const std::vector<size_t>& params);
+  bool skips_params() const { return skips_params_; }
 
  private:
   void launch(size_t b);
@@ -278,6 +296,16 @@ class ParamAndGradBuffer {
   std::vector<Tensor> z3_send_, fp32_send_, fp32_out_;  // in flight: this rank's cast piece, fp32 part, gathered parts
   std::vector<std::shared_ptr<comm::Work>> fp32_work_;
   void unpack_fp32(size_t b);  // fp32_out_ -> gathered_ (the fp32 parameters, packed)
+  // NOTE [FP8 parameter all-gather]; per bucket: the kept parameters'
+  // [begin, end) runs of each rank's piece (flat-buffer offsets; empty: the
+  // bucket gathers as usual), the longest rank's total, and in flight the
+  // packed send and receive buffers.
+  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> packed_runs_;
+  std::vector<int64_t> packed_len_;
+  std::vector<Tensor> packed_send_, packed_recv_;
+  bool skips_params_ = false;
+  void start_packed_sync(size_t b, const Tensor& value_shard);
+  void finish_packed_sync(size_t b);
 };
 
 }  // namespace tripod::distributed

@@ -160,8 +160,26 @@ Fp8Linear::Fp8Linear(Fp8State& state, int index, const Param& weight)
   w8_t_ = state.backend().empty({W[1], W[0]}, DType::E4M3);
 }
 
+void Fp8Linear::use_gathered_weight(Tensor codes) {
+  TRIPOD_CHECK(codes.dtype() == w_.dtype && codes.numel() == w8_.numel(), "FP8 linear {}: gathered codes {}",
+               weight_->spec.name, codes.str());
+  w8_ = codes.view(w8_.shape());
+  gathered_ = true;
+  weight_valid_ = false;
+}
+
 void Fp8Linear::ensure_weight() {
   if (weight_valid_) return;
+  if (gathered_) {  // the transpose from the gathered codes (their amax already counted by the gather)
+    backend::Backend& be = state_->backend();
+    Tensor wide = be.empty(w8_.shape(), DType::F32), again = be.empty(w8_.shape(), w_.dtype);
+    Tensor amax = be.empty({1}, DType::F32);
+    be.zero(amax);
+    be.fp8_dequantize(wide, w8_, w_.scale_inv);
+    be.fp8_cast_transpose(again, w8_t_, amax, wide, w_.scale);
+    weight_valid_ = true;
+    return;
+  }
   // Every tp rank holds a shard of W (rows or columns): its amax is the whole weight's over tp.
   state_->quantize(w_, w8_, &w8_t_, weight_->compute, true, /*activation=*/false);
   weight_valid_ = true;

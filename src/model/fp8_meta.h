@@ -90,6 +90,14 @@ class Fp8Linear {
   // high precision (when given). With a kept input x gives only its shape.
   void wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Tensor& x, bool x_split);
   void invalidate_weight() { weight_valid_ = false; }
+  // --fp8-param-gather (distributed/fp8_param_gather.h): the weight's FP8
+  // codes come gathered, cast from the fp32 master with the weight meta's
+  // scale; the GEMMs read them in place and the dgrad transpose is made
+  // from them (codes -> f32 -> the same codes, transposed: exact, as a
+  // code times scale_inv times scale rounds back to itself).
+  void use_gathered_weight(Tensor codes);
+  const Param& weight() const { return *weight_; }
+  Fp8TensorMeta& weight_meta() { return w_; }
   int index() const { return index_; }
   const std::string& name() const { return name_; }  // the weight's name less ".weight"
 
@@ -102,6 +110,7 @@ class Fp8Linear {
   std::string name_;
   Fp8TensorMeta x_, w_, dy_;
   Tensor w8_, w8_t_;  // (OC, IC), (IC, OC) E4M3: the cached FP8 weight
+  bool gathered_ = false;  // w8_ is a view of the gathered codes
   bool weight_valid_ = false;
   KeptInput kept_;
 };
@@ -120,6 +129,8 @@ class Fp8State {
 
   // The next linear's FP8 GEMMs (call num_linears times; the state owns them).
   Fp8Linear* add_linear(const Param& weight);
+  int num_linears() const { return static_cast<int>(linears_.size()); }
+  Fp8Linear& linear(int i) { return *linears_[static_cast<size_t>(i)]; }
   const config::Fp8Config& config() const { return config_; }
   backend::Backend& backend() { return *be_; }
 

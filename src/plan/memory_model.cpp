@@ -286,7 +286,7 @@ std::vector<int> chunk_slot_peaks(int pp, int vpp, int64_t m, int rank) {
 }
 
 Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, int64_t first_layer,
-                          int64_t num_layers) {
+                          int64_t num_layers, int shard_ranks) {
   Fp8Bytes f;
   if (!m.fp8.enabled()) return f;
   int64_t fp8_layers = 0;
@@ -299,6 +299,10 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
   if (r != Recompute::Full) f.per_microbatch = n * (N * (C + C / t + C + F / t) + 64.0);
   const double x = N * std::max(C, F / t);
   f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  if (m.fp8.param_gather && shard_ranks > 0) {
+    f.gathered = n * C * (Q + C + F1 + F) / t;
+    f.param_gather = std::max(f.gathered * (1.0 + 1.0 / shard_ranks), 5.0 * C * std::max({Q, C, F1, F}) / t);
+  }
   return f;
 }
 
@@ -314,6 +318,8 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
   const std::vector<int> peaks = chunk_slot_peaks(l.pp, l.vpp, l.num_microbatches(), stage);
   mb.activations = 0;
   double fp8_fixed = 0;  // FP8 weight copies and cast scratch (Fp8Bytes)
+  double pg_transient = 0, pg_gathered = 0;  // --fp8-param-gather (Fp8Bytes::param_gather)
+  const int pg_ranks = l.distributed_optimizer && l.zero_stage != 3 ? l.shard_ranks() : 0;
   const int64_t chunk_layers = int64_t(layers) / l.vpp;
   for (int c = 0; c < l.vpp; ++c) {
     const double slots = peaks[size_t(c)];
@@ -321,9 +327,11 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
     if (post && c == l.vpp - 1) mb.activations += slots * head;
     // Chunk c of pipeline rank `stage` holds global layers from (c pp + stage) x chunk_layers.
     const Fp8Bytes f8 = tripod_fp8_bytes(m, l.micro_batch, l.tp, l.recompute,
-                                         (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers);
+                                         (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers, pg_ranks);
     mb.activations += slots * f8.per_microbatch;
     fp8_fixed += f8.weights + f8.scratch;
+    pg_transient = std::max(pg_transient, f8.param_gather);
+    pg_gathered += f8.gathered;
     // MoE layers keep MoeActs instead of the dense fc1 and act; the
     // chunk's scratch adds the largest MoE backward's (and under full
     // recompute the MoE layer being rebuilt).
@@ -344,6 +352,16 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
     mb.activations += slots * moe_kept;
     fp8_fixed += moe_scratch;
   }
+  if (pg_gathered > 0) {
+    // --fp8-param-gather: the f32 all-gather of the other parameters goes
+    // through packed send and receive buffers, 4 (d + 1) bytes for each of
+    // the longest rank's count of them (at most all P - W, P the stage's
+    // parameters), unless that is over half the piece P/d (then the gather
+    // stays whole, without them).
+    const double P = double(mb.params_per_gpu), d = pg_ranks, packed = P - pg_gathered;
+    if (2.0 * packed <= P / d) pg_transient = std::max(pg_transient, 4.0 * (d + 1.0) * packed);
+  }
+  fp8_fixed += pg_transient;
   const double chunk_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), false, l.recompute, l.dtype);
   const double head_ws = tripod_model_workspace_bytes(m, l.micro_batch, l.tp, l.sp(), true, l.recompute, l.dtype) - chunk_ws;
   mb.workspace = double(l.vpp) * chunk_ws + (post ? head_ws : 0.0) + fp8_fixed;

@@ -260,11 +260,27 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               FP8 copy N max(C, F/t) (and its transpose under full
 //               recompute, which casts x again in backward), dy's copy and
 //               transpose 2 N max(Q/t, C, F1/t).
+//   param_gather with --fp8-param-gather (distributed/fp8_param_gather.h),
+//               over d = the ranks that shard the buffer (shard_ranks; 0:
+//               no distributed optimizer, or ZeRO-3, where the flag does
+//               not apply): the gathered codes take the place of the
+//               weights' FP8 copies (counted above), and the step adds
+//               buffers that live for a while, the largest of: the FP8
+//               gather's packed send and receive buffers, W (1 + 1/d)
+//               bytes (W = n C (Q + C + F1 + F) / t, the chunk's FP8 weight
+//               elements, `gathered`), and the dgrad transpose made from
+//               the codes, an f32 and an FP8 copy of the largest weight,
+//               5 C max(Q, C, F1, F) / t. (The f32 gather of the other
+//               parameters, packed, 4 (d + 1) (P - W) unless P - W is over
+//               half the piece P / d, is estimate_memory's: it needs the
+//               stage's parameter count P.) The bf16 compute copy of the FP8
+//               weights stays in the parameters (model_state_bytes_per_param):
+//               nothing reads it, but the flat buffer holds every parameter.
 struct Fp8Bytes {
-  double weights = 0, per_microbatch = 0, scratch = 0;
+  double weights = 0, per_microbatch = 0, scratch = 0, param_gather = 0, gathered = 0;
 };
 Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t micro_batch, int tp, Recompute r, int64_t first_layer,
-                          int64_t num_layers);
+                          int64_t num_layers, int shard_ranks = 1);
 
 // Full estimate for the busiest stage (the larger of the first and last),
 // with the model o.model. The tripod model counts FP8 (Fp8Bytes): the

@@ -302,6 +302,11 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "with --first-last-layers-bf16: layers at the start kept out of FP8").agreed().plan().defaulted());
   t.push_back(flag("--num-layers-at-end-in-bf16", MEMBER(model.fp8.num_layers_at_end_in_bf16),
                    "with --first-last-layers-bf16: layers at the end kept out of FP8").agreed().plan().defaulted());
+  t.push_back(flag("--fp8-param-gather", MEMBER(model.fp8.param_gather),
+                   "with --fp8-format and the distributed optimizer (optim or optim_grads): the FP8 layers' linear "
+                   "weights are cast to FP8 from each rank's fp32 master shard and all-gathered as FP8 codes, 1 "
+                   "byte per element instead of 4 (docs/fp8.md)")
+                  .agreed().plan());
   t.push_back(flag("--recompute-activations", MEMBER(parallel.recompute_activations),
                    "selective recompute: the attention core is recomputed in backward").agreed());
   t.push_back(flag("--recompute-granularity", MEMBER(parallel.recompute_granularity),

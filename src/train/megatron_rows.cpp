@@ -96,7 +96,6 @@ const MegatronRow kRows[] = {
     {"--flight-recorder-dump-path", V, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
     {"--flight-recorder-include-stack-trace", N, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
     {"--flight-recorder-trace-buffer-size", V, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
-    {"--fp8-param-gather", N, P, "planned: not yet: it needs FP8 copies of the weights in the distributed optimizer's parameter buffer (the all-gather then moves 1 byte per weight) with their scales updated in the optimizer step; drop the flag: the weights are gathered as today and cast to FP8 once per step (docs/fp8.md)", "fp8"},
     {"--fp8-interval", V, A, "deprecated in Megatron-LM (Transformer Engine ignores it): the amax history advances every iteration"},
     {"--fp8-output-proj", N, P, "planned: FP8 training has --fp8-format with the delayed and tensorwise recipes (docs/fp8.md); this option of it is not in this version of tripod: drop the flag", "fp8"},
     {"--fp8-quantizer-factory", V, P, "planned: FP8 training has --fp8-format with the delayed and tensorwise recipes (docs/fp8.md); this option of it is not in this version of tripod: drop the flag", "fp8"},

@@ -26,6 +26,7 @@ StepResult Trainer::train_step() {
   ddp_->zero_grad_buffer();
   for (auto& m : models_)  // FP8: amaxes from zero, weights cast again at first use (model/fp8_meta.h)
     if (model::Fp8State* f = m->fp8_state()) f->begin_iteration();
+  for (auto& g : fp8_gathers_) g->gather_from_values();  // --fp8-param-gather: this step's weights, in FP8
   StepResult r;
   // fp16: the loss gradient carries the loss scale, so every gradient is
   // scaled by it; the norm and the optimizer divide it out again.

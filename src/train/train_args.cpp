@@ -114,6 +114,17 @@ void TrainArgs::finalize() {
   ddp.use_distributed_optimizer = ddp.sharding >= distributed::ShardingStrategy::Optim;
   ddp.grad_comm_dtype = resolve_grad_comm_dtype(parallel, precision);
   apply_fp8_flags(precision, model);
+  if (model.fp8.param_gather) {
+    TRIPOD_CHECK_HINT(model.fp8.enabled(), "add --fp8-format hybrid (or e4m3), or drop --fp8-param-gather",
+                      "--fp8-param-gather needs FP8 GEMMs (--fp8-format)");
+    TRIPOD_CHECK_HINT(ddp.use_distributed_optimizer,
+                      "add --use-distributed-optimizer (or --data-parallel-sharding-strategy optim or optim_grads)",
+                      "--fp8-param-gather needs the distributed optimizer: it gathers the optimizer's shards");
+    TRIPOD_CHECK_HINT(!ddp.shards_params(),
+                      "use --data-parallel-sharding-strategy optim or optim_grads with it, or drop the flag",
+                      "--fp8-param-gather with optim_grads_params (ZeRO-3) is not supported yet: its per-layer "
+                      "gathers move the compute dtype");
+  }
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {
     // Megatron: warmup = fraction x decay steps; here in whole iterations

@@ -274,6 +274,11 @@ void Trainer::build_chunks() {
   // ZeRO-2/-3: the model asks for each layer's parameters through this seam.
   for (int c = 0; c < V; ++c) models_[static_cast<size_t>(c)]->set_param_gatherer(ddp_->param_gatherer(c));
   optimizer_ = std::make_unique<distributed::DistributedOptimizer>(*ddp_, dp_groups, be_, args_.optimizer.adam);
+  if (args_.model.fp8.param_gather)  // the FP8 linears read their weights from the FP8 all-gather
+    for (int c = 0; c < V; ++c)
+      if (model::Fp8State* f = models_[static_cast<size_t>(c)]->fp8_state())
+        if (auto g = distributed::make_fp8_param_gather(ddp_->buffer(c), be_, *f, groups_.tp.get()))
+          fp8_gathers_.push_back(std::move(g));
 }
 
 parallel::ScheduleConfig Trainer::schedule_config(bool forward_only) const {
@@ -294,6 +299,7 @@ BatchSource Trainer::batches(const data::TokenDataset& dataset, int64_t first_sa
 double Trainer::evaluate() {
   TRIPOD_CHECK_HINT(data_.valid != nullptr, "give the validation split a share in --split (e.g. 949,50,1)",
                     "evaluation requested but the validation split is empty");
+  for (auto& g : fp8_gathers_) g->gather_from_values();  // --fp8-param-gather: the stepped weights
   double total = 0;
   int64_t tokens = 0;
   // Megatron walks the validation set from its start at each evaluation.

@@ -24,6 +24,7 @@
 #include "comm/context.h"
 #include "distributed/distributed_data_parallel.h"
 #include "distributed/distributed_optimizer.h"
+#include "distributed/fp8_param_gather.h"
 #include "model/gpt_model.h"
 #include "optim/lr_schedule.h"
 #include "parallel/groups.h"
@@ -126,6 +127,8 @@ class Trainer {
   std::vector<std::unique_ptr<model::GptModel>> models_;
   std::unique_ptr<distributed::DistributedDataParallel> ddp_;
   std::unique_ptr<distributed::DistributedOptimizer> optimizer_;
+  // --fp8-param-gather: per model chunk with FP8 layers (distributed/fp8_param_gather.h).
+  std::vector<std::unique_ptr<distributed::Fp8ParamGather>> fp8_gathers_;
   std::unique_ptr<GptPipelineStage> stage_;
   optim::LrSchedule schedule_;
   std::optional<optim::LrSchedule> decoupled_schedule_;  // --decoupled-lr: the embedding and output layer

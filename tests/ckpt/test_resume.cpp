@@ -17,6 +17,8 @@
 //                      saved at EP1 (every expert in one file, as before) and loaded at EP2;
 //                      the experts split over tp (ETP2 at TP2) saved, loaded whole on one
 //                      process, at TP2 x ETP1 and EP2 x ETP2; saved at TP2 x ETP1, loaded at ETP2
+//   fp8_param_gather   --fp8-param-gather saves the bytes a run without it saves, and
+//                      each resumes from the other's checkpoint bit for bit (fp32, dp2)
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
 //   zero_*             ZeRO-2/-3: the same checkpoint bytes as the distributed
 //                      optimizer and as no sharding (the streamed save, also in
@@ -115,6 +117,38 @@ TEST(Fp8Checkpoint, CrossPrecisionLoads) {
   for (size_t i = 0; i < 4; ++i) differs |= fresh[i].second != straight[i + 4].second;
   EXPECT_TRUE(differs);
   EXPECT_NE(slurp(s / "fp8_from_plain.log").find("FP8 delayed scaling state: 0 tensors loaded"), std::string::npos);
+  if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
+}
+
+// --fp8-param-gather changes no checkpoint: a save with the flag writes the
+// bytes a save without it writes (the whole fp32 masters, gathered for the
+// save, and the same FP8 state), and each run resumes from the other's
+// checkpoint. In fp32 the flag's run is the plain FP8 run bit for bit (the
+// parity suite's fp8_param_gather_*_fp32_bitwise), so both resumes give the
+// uninterrupted plain run's losses bit for bit.
+TEST(Fp8Checkpoint, ParamGatherSameBytesResumesBothWays) {
+  Scratch s("fp8_param_gather");
+  const std::string pg = kFp8Delayed + " --use-distributed-optimizer";
+  run(s, "straight", 2, pg + " --train-iters 8");
+  run(s, "plain4", 2, pg + " --train-iters 4 --save " + (s / "plain").string());
+  run(s, "pg4", 2, pg + " --fp8-param-gather --train-iters 4 --save " + (s / "pg").string());
+  size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(s / "plain")) {
+    if (!e.is_regular_file()) continue;
+    const fs::path rel = fs::relative(e.path(), s / "plain");
+    EXPECT_EQ(slurp(s / "pg" / rel), slurp(e.path())) << rel << " differs";
+    ++files;
+  }
+  EXPECT_GE(files, 3u);  // metadata, the ranks' tensors, the latest-iteration marker
+  run(s, "pg_from_plain", 2, pg + " --fp8-param-gather --train-iters 8 --load " + (s / "plain").string());
+  run(s, "plain_from_pg", 2, pg + " --train-iters 8 --load " + (s / "pg").string());
+  const auto full = losses(s / "straight.jsonl");
+  ASSERT_EQ(full.size(), 8u);
+  for (const char* name : {"pg_from_plain", "plain_from_pg"}) {
+    const auto got = losses(s / (std::string(name) + ".jsonl"));
+    ASSERT_EQ(got.size(), 4u) << name;
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[i], full[i + 4]) << name << ": iteration " << i + 5;
+  }
   if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
 }
 

@@ -33,13 +33,45 @@ TEST(Fp8Flags, WhatIsNotSupportedSaysWhy) {
   struct Case { const char* flags; const char* says; };
   for (Case c : {Case{"--fp8-format hybrid --fp8-recipe blockwise", "block-scaled FP8 GEMMs"},
                  Case{"--fp8-format hybrid --fp8-recipe mxfp8", "Blackwell"},
-                 Case{"--fp8-format hybrid --fp8-param-gather", "FP8 copies of the weights in the distributed optimizer"},
                  Case{"--fp8-format e5m2", "--fp8-format e5m2 is not one of e4m3, hybrid"},
                  Case{"--fp8-format hybrid --fp8-amax-compute-algo mean", "not one of most_recent, max"}}) {
     const auto run = run_tripod(kParse + c.flags);
     EXPECT_NE(run.code, 0) << c.flags;
     EXPECT_TRUE(contains(run.output, c.says)) << c.flags << ": " << run.output;
   }
+}
+
+// --fp8-param-gather's refusals name what is missing and the fix.
+TEST(Fp8Flags, ParamGatherRefusals) {
+  struct Case { const char* flags; const char* says; const char* fix; };
+  for (Case c : {Case{"--fp8-param-gather --use-distributed-optimizer", "--fp8-param-gather needs FP8 GEMMs",
+                      "add --fp8-format hybrid"},
+                 Case{"--fp8-format hybrid --fp8-param-gather", "--fp8-param-gather needs the distributed optimizer",
+                      "add --use-distributed-optimizer"},
+                 Case{"--fp8-format hybrid --fp8-param-gather --data-parallel-sharding-strategy optim_grads_params",
+                      "with optim_grads_params (ZeRO-3) is not supported yet", "use --data-parallel-sharding-strategy "
+                      "optim or optim_grads"}}) {
+    const auto run = run_tripod(kParse + c.flags);
+    EXPECT_NE(run.code, 0) << c.flags;
+    EXPECT_TRUE(contains(run.output, c.says)) << c.flags << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, c.fix)) << c.flags << ": " << run.output;
+  }
+  for (const char* ok : {"--use-distributed-optimizer", "--data-parallel-sharding-strategy optim_grads"}) {
+    const auto run = run_tripod(kParse + "--fp8-format hybrid --fp8-param-gather " + ok);
+    EXPECT_EQ(run.code, 0) << ok << ": " << run.output;
+  }
+}
+
+// One process with the distributed optimizer (its shard is the whole
+// buffer): the flag trains and the start-up log says so.
+TEST(Fp8Flags, TinyRunWithParamGather) {
+  const auto run = run_tripod(
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --mock-data --vocab-size 64 "
+      "--micro-batch-size 2 --train-iters 3 --log-interval 1 --eval-interval 0 --fp8-format hybrid "
+      "--fp8-param-gather --use-distributed-optimizer");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "the FP8 weights all-gathered as FP8 codes (--fp8-param-gather)")) << run.output;
+  EXPECT_TRUE(contains(run.output, "iteration        3/")) << run.output;
 }
 
 TEST(Fp8Flags, TinyRunTrainsInFp8) {

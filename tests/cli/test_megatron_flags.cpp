@@ -70,6 +70,7 @@ std::string with_value(const Row& r) {
   if (r.flag == "--fp8-format") return r.flag + " hybrid";
   if (r.flag == "--fp8-recipe") return r.flag + " tensorwise";
   if (r.flag == "--fp8-amax-compute-algo") return r.flag + " max";
+  if (r.flag == "--fp8-param-gather") return r.flag + " --fp8-format hybrid --use-distributed-optimizer";  // what it needs
   if (r.flag == "--data-parallel-sharding-strategy") return r.flag + " optim_grads";
   if (r.flag == "--megatron-fsdp-grad-comm-dtype" || r.flag == "--megatron-fsdp-main-grads-dtype") return r.flag + " bf16";
   if (r.flag == "--megatron-fsdp-main-params-dtype") return r.flag + " fp32";
@@ -290,8 +291,8 @@ TEST(MegatronFlags, ProfileWindowAndRanks) {
 // with SP and the distributed optimizer), samples and the --profile window
 // scaled down. It trains to the end, saves, and a second job with the
 // same script resumes from the checkpoint (the script passes --load and
-// --save the same folder). Left out: --fp8-param-gather (not in tripod
-// yet) and --tensorboard-dir (only to keep the test's folder small).
+// --save the same folder). Left out: --tensorboard-dir (only to keep the
+// test's folder small).
 TEST(MegatronFlags, Llama3Fp8RecipeTrainsShrunk) {
   const std::string dir = ::testing::TempDir() + "/tripod_llama3_recipe_" + std::to_string(::getpid());
   const std::string recipe =
@@ -304,7 +305,8 @@ TEST(MegatronFlags, Llama3Fp8RecipeTrainsShrunk) {
       "--min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --lr-decay-style cosine --clip-grad 1.0 "
       "--weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16 --cross-entropy-loss-fusion "
       "--calculate-per-token-loss --manual-gc --empty-unused-memory-level 1 --exit-duration-in-mins 235 "
-      "--fp8-format hybrid --fp8-amax-history-len 16 --fp8-amax-compute-algo max --tensor-model-parallel-size 2 "
+      "--fp8-format hybrid --fp8-amax-history-len 16 --fp8-amax-compute-algo max --fp8-param-gather "
+      "--tensor-model-parallel-size 2 "
       "--context-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce "
       "--overlap-param-gather --log-interval 1 --eval-iters 1 --eval-interval 2 --save-interval 2 --log-throughput "
       "--profile --profile-step-start 1 --profile-step-end 2 --ckpt-format torch_dist --distributed-timeout-minutes 5 "
