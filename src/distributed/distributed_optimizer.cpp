@@ -295,10 +295,19 @@ void DistributedOptimizer::save_state(int chunk, const std::function<bool(const 
   ChunkState& cs = chunks_.at(static_cast<size_t>(chunk));
   ParamAndGradBuffer& buf = ddp_.buffer(chunk);
   const auto& ps = buf.params().params();
+  // --fp8-param-gather under ZeRO-1/2: the f32 all-gather leaves the FP8
+  // weights out (NOTE [FP8 parameter all-gather]), so the whole values hold
+  // only this rank's pieces of them current: the values are saved from the
+  // shards too, this rank's taken from the values (current after a step and
+  // after a load alike).
+  const bool values_skipped = sharded_ && !buf.shards_params() && buf.skips_params();
+  if (values_skipped) buf.take_shard(cs.value_shard, buf.params().values());
   // The value, exp_avg and exp_avg_sq: laid out as the shard, or whole (flat-buffer order).
-  const Tensor* source[3] = {buf.shards_params() ? &buf.value_shard() : &buf.params().values(), &cs.adam->exp_avg(),
-                             &cs.adam->exp_avg_sq()};
-  const bool in_shards[3] = {buf.shards_params(), sharded_, sharded_};
+  const Tensor* source[3] = {buf.shards_params()  ? &buf.value_shard()
+                             : values_skipped     ? &cs.value_shard
+                                                  : &buf.params().values(),
+                             &cs.adam->exp_avg(), &cs.adam->exp_avg_sq()};
+  const bool in_shards[3] = {buf.shards_params() || values_skipped, sharded_, sharded_};
   const std::vector<int> root = sharded_ ? writer_ranks(buf, be_, writes) : std::vector<int>{};
   int64_t largest = 0;
   for (const auto& p : ps)

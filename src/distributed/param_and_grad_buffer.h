@@ -198,7 +198,6 @@ class ParamAndGradBuffer {
     int64_t begin = 0, numel = 0, shard_offset = 0;
   };
   std::vector<ShardPart> shard_parts(size_t b, int64_t begin, int64_t numel) const;
-  comm::Communicator& bucket_group(size_t b) const { return comm_of(b); }
   void start_gather(size_t b);
   void wait_gather_params(size_t b);
   void release_params(size_t b);
