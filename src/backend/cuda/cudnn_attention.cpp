@@ -152,8 +152,13 @@ float masked_value() {
 // itself when the shapes are not causal.
 // variant: 0 = the graph as described in the NOTE; 1 = integer math for the
 // index ops and an f32 view of K (tried when 0 yields no plan).
-int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int64_t masked, int variant) {
+// The masked value's scalar exists only in a causal graph: execute() puts
+// every scalar in the variant pack, and a uid that no operation reads makes
+// cuDNN refuse the pack (CUDNN_STATUS_BAD_PARAM_NULL_POINTER from
+// isCompatibleVariantPack, as a non-causal block's forward did).
+int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int variant) {
   if (!sh.causal) return s;
+  const int64_t masked = g.scalar(masked_value());
   int64_t row = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
   int64_t col = g.virtual_tensor(CUDNN_DATA_INT32, sh.s_dims(), sh.s_strides());
   int64_t keep = g.virtual_tensor(CUDNN_DATA_BOOLEAN, sh.s_dims(), sh.s_strides());
@@ -178,13 +183,12 @@ Plan build_forward(const Shapes& sh, DType dt, int variant) {
   int64_t o = g.tensor({io, sh.q_dims(), sh.o_str});
   int64_t stats = g.tensor({F, sh.row_dims(), sh.stats_str});
   int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
-  int64_t masked = g.scalar(masked_value());
 
   int64_t s = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.matmul(q, kt, s);
   int64_t ss = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.pointwise(CUDNN_POINTWISE_MUL, s, ss, scale);
-  int64_t sm = causal_mask(g, sh, ss, masked, variant);
+  int64_t sm = causal_mask(g, sh, ss, variant);
   int64_t mx = g.virtual_tensor(F, sh.row_dims(), sh.row_strides());
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
   int64_t sub = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
@@ -229,7 +233,6 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   };
   int64_t rowsum = g.tensor({F, sh.row_dims(), sh.row_strides()});
   int64_t scale = g.scalar(1.f / std::sqrt(float(sh.D)));
-  int64_t masked = g.scalar(masked_value());
   int64_t one = g.scalar(1.f);
 
   // rowsum = sum_d dO * O
@@ -246,7 +249,7 @@ Plan build_backward(const Shapes& sh, DType dt, bool deterministic, int variant)
   g.pointwise(CUDNN_POINTWISE_MUL, s, ss, scale);
   int64_t sub = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.pointwise(CUDNN_POINTWISE_SUB, ss, sub, stats);
-  int64_t sm = causal_mask(g, sh, sub, masked, variant);
+  int64_t sm = causal_mask(g, sh, sub, variant);
   int64_t e = g.virtual_tensor(F, sh.s_dims(), sh.s_strides());
   g.pointwise(CUDNN_POINTWISE_EXP, sm, e);
 
