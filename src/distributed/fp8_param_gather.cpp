@@ -9,11 +9,9 @@ namespace {
 
 void copy_to(backend::Backend& be, Tensor dst, const Tensor& src) { be.copy(dst, src); }
 
-void all_reduce_max(comm::Communicator* group, Tensor& t) {
-  if (!group || group->size() == 1) return;
-  comm::AllReduceOptions o;
-  o.op = comm::ReduceOp::Max;
-  group->all_reduce(t, o)->wait();
+// The amax over a group (none, or alone: this rank's own).
+void max_over(comm::Communicator* group, Tensor& t) {
+  if (group && group->size() > 1) group->all_reduce(t, {comm::ReduceOp::Max})->wait();
 }
 
 }  // namespace
@@ -101,8 +99,8 @@ void Fp8ParamGather::run(const Tensor* value_shard) {
           Tensor out = send_part(q);
           be_.fp8_quantize(out, m.amax, shard_part(q), m.scale);  // codes discarded
         }
-        all_reduce_max(&group, m.amax);
-        all_reduce_max(tp_, m.amax);
+        max_over(&group, m.amax);
+        max_over(tp_, m.amax);
         be_.fp8_update_scale(m.scale, m.scale_inv, nullptr, m.amax, fp8_max, config_.margin, false);
       }
     }
