@@ -290,6 +290,9 @@ int run_cp_bench(const CpBenchArgs& a) {
   model::check_context_parallel_seq_length(a.seq_length, info.world_size);
   const comm::CommBackend backend = comm_backend_for(a.device, a.backend);
   std::unique_ptr<backend::Backend> be = make_backend(a.device, info, backend);
+  // Overlapped and serialized rings are checked byte for byte: the block
+  // attention's sums must not depend on timing (cuDNN's atomic dQ does).
+  be->set_deterministic(true);
   auto ctx = comm::DistContext::init(info, be->device().type,
                                      std::chrono::milliseconds(int64_t(a.timeout_minutes * 60e3)), backend);
   if (be->device().type == DeviceType::CUDA) ctx->set_device_stream(be->native_stream());
