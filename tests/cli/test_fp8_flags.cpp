@@ -62,23 +62,24 @@ TEST(Fp8Flags, ParamGatherRefusals) {
   }
 }
 
+// Three iterations of a tiny model in FP8, with `flags` added.
+auto tiny_fp8_run(const std::string& flags) {
+  return run_tripod(
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --mock-data --vocab-size 64 "
+      "--micro-batch-size 2 --train-iters 3 --log-interval 1 --eval-interval 0 --fp8-format hybrid " + flags);
+}
+
 // One process with the distributed optimizer (its shard is the whole
 // buffer): the flag trains and the start-up log says so.
 TEST(Fp8Flags, TinyRunWithParamGather) {
-  const auto run = run_tripod(
-      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --mock-data --vocab-size 64 "
-      "--micro-batch-size 2 --train-iters 3 --log-interval 1 --eval-interval 0 --fp8-format hybrid "
-      "--fp8-param-gather --use-distributed-optimizer");
+  const auto run = tiny_fp8_run("--fp8-param-gather --use-distributed-optimizer");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "the FP8 weights all-gathered as FP8 codes (--fp8-param-gather)")) << run.output;
   EXPECT_TRUE(contains(run.output, "iteration        3/")) << run.output;
 }
 
 TEST(Fp8Flags, TinyRunTrainsInFp8) {
-  const auto run = run_tripod(
-      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --mock-data --vocab-size 64 "
-      "--micro-batch-size 2 --train-iters 3 --log-interval 1 --eval-interval 0 --fp8-format hybrid "
-      "--fp8-recipe tensorwise --fp8-margin 1");
+  const auto run = tiny_fp8_run("--fp8-recipe tensorwise --fp8-margin 1");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "FP8 GEMMs in the transformer layers: hybrid, tensorwise (margin 1)"))
       << run.output;
