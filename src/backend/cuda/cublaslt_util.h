@@ -33,6 +33,17 @@ inline int alignment_of(const void* p) {
   return align;
 }
 
+// The bucket of a GEMM dimension (NOTE [Algorithms for shapes that vary] in
+// matmul.cpp): d itself up to 128, else d rounded up to a multiple of an
+// eighth of its largest power of two (1000 -> 1024, 1100 -> 1152).
+inline int64_t shape_bucket(int64_t d) {
+  if (d <= 128) return d;
+  int64_t p = 1;
+  while (p * 2 <= d) p *= 2;
+  const int64_t g = p / 8;
+  return (d + g - 1) / g * g;
+}
+
 struct MatmulDesc {
   cublasLtMatmulDesc_t d = nullptr;
   ~MatmulDesc() { if (d) cublasLtMatmulDescDestroy(d); }

@@ -75,8 +75,29 @@ bool BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
   Key key{trans_a, trans_b, m, n, k, static_cast<int>(ab_dt), static_cast<int>(d_dt),
           bias != nullptr, beta != 0.f, align, static_cast<int>(epilogue)};
   if (unsupported_.count(key)) return false;
+  float alpha = 1.f;
+  auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle_, desc.d, &alpha, A, la.l, B, lb.l, &beta, D, ld.l, D, ld.l, &algo, workspace_,
+                          workspace_bytes_, stream);
+  };
   auto it = algos_.find(key);
   if (it == algos_.end()) {
+    // NOTE [Algorithms for shapes that vary]
+    // A mixture of experts' GEMMs see new row counts every step (the tokens
+    // each expert got), and a heuristic query per new shape costs the host
+    // more than the GEMM takes on the GPU. A shape not seen before first
+    // tries the algorithm chosen for the first shape of its bucket (each
+    // dimension rounded up to an eighth of its power of two); cuBLASLt
+    // refuses an algorithm that does not fit the problem or the workspace
+    // (CUBLAS_STATUS_INVALID_VALUE / NOT_SUPPORTED, before launching), and
+    // then the shape gets a query of its own. Fixed shapes (a dense model)
+    // always find their own query's algorithm first.
+    Key bkey = key;
+    std::get<2>(bkey) = lt::shape_bucket(m);
+    std::get<3>(bkey) = lt::shape_bucket(n);
+    std::get<4>(bkey) = lt::shape_bucket(k);
+    auto b = bucket_algos_.find(bkey);
+    if (b != bucket_algos_.end() && run(b->second) == CUBLAS_STATUS_SUCCESS) return true;
     Preference pref;
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -96,10 +117,9 @@ bool BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     TRIPOD_CHECK(found > 0, "cuBLASLt found no algorithm for m={} n={} k={} ({} -> {}, bias={}, epilogue={})",
                  m, n, k, dtype_name(ab_dt), dtype_name(d_dt), bias != nullptr, static_cast<int>(epilogue));
     it = algos_.emplace(key, result.algo).first;
+    bucket_algos_.emplace(bkey, result.algo);
   }
-  float alpha = 1.f;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmul(handle_, desc.d, &alpha, A, la.l, B, lb.l, &beta, D, ld.l, D,
-                                     ld.l, &it->second, workspace_, workspace_bytes_, stream));
+  TRIPOD_CUBLAS_CHECK(run(it->second));
   return true;
 }
 

@@ -48,6 +48,7 @@ class BlasLt {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
+  std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;  // NOTE [Algorithms for shapes that vary]
   std::map<Key, bool> unsupported_;  // BGradB shapes without an algorithm
 };
 
