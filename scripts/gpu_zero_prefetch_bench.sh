@@ -15,8 +15,10 @@
 #  a step, 12 iterations: the mean iteration time of iterations 4-12 (the
 #  largest rank's, as logged) for optim, optim_grads, and optim_grads_params
 #  with and without the prefetch, at dp2 and dp4; the prefetch's saving.
-#  Also checks that the two ZeRO-3 runs log the same losses (the prefetch
-#  moves when bytes travel, not what is computed).
+#  Also checks that the two ZeRO-3 runs log the same losses within 1e-4 (the
+#  prefetch moves when bytes travel, not what is computed; on the GPU two
+#  runs without --deterministic-mode differ in the last bits: cuDNN's dQ and
+#  the embedding gradient sum with atomics).
 # Exit status: the number of FAIL lines (0: all ran).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,7 +72,7 @@ for n in 2 4; do
   if [[ -f $a.ms && -f $b.ms ]]; then
     note "dp$n ZeRO-3 prefetch: $(cat "$b.ms") ms against $(cat "$a.ms") ms without," \
       "$(python3 -c "print(f'step time {100 * ($(cat "$b.ms") / $(cat "$a.ms") - 1):+.1f}% with the prefetch')")"
-    note "dp$n ZeRO-3 losses with and without the prefetch: $(compare_metrics "$a.jsonl" "$b.jsonl" lm_loss 0)"
+    note "dp$n ZeRO-3 losses with and without the prefetch: $(compare_metrics "$a.jsonl" "$b.jsonl" lm_loss 1e-4)"
   fi
 done
 
