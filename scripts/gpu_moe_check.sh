@@ -13,7 +13,8 @@
 #      GPU must give the same bits (deterministic kernels).
 #   3. speed: the Mixtral-shaped model (MOE_LAYERS layers, default 16; hidden
 #      2048, 32 heads, 8 query groups, 8 experts, top-2, expert ffn 5632,
-#      seq 2048, micro-batch 2, vocab 32000) bf16 with tripod, then
+#      seq 2048, micro-batch 2, vocab 32000) bf16 with tripod, with
+#      --moe-grouped-gemm and with the per-expert loop, then
 #      bench/model/torch_moe_bench.py in the same lease: tokens/s,
 #      active-parameter MFU, peak memory and the ratio.
 #
@@ -55,7 +56,7 @@ LLAMA=(--group-query-attention --position-embedding-type rope --normalization RM
 if has ops; then
   note "---- op harness: MoE cases, CUDA vs CPU f64 ----"
   if [[ -x $BIN_OPS ]]; then
-    timeout 300 "$BIN_OPS" --gtest_filter='*moe*' > "$OUT/ops.log" 2>&1; rc=$?
+    timeout 300 "$BIN_OPS" --gtest_filter='*moe*:*grouped_matmul*' > "$OUT/ops.log" 2>&1; rc=$?
     cases=$(grep -c '^\[       OK \]' "$OUT/ops.log")
     grep -E '^\[  FAILED  \] All' "$OUT/ops.log" | tee -a "$summary"
     worst=$(awk '/nmse=/ {split($0,a,"nmse="); split(a[2],b," "); v=b[1]+0; if (v>w) w=v} END {printf "%.3e", w}' \
@@ -78,8 +79,9 @@ if has parity; then
     [sigmoid]="--moe-router-topk 2 --moe-router-score-function sigmoid --moe-router-enable-expert-bias
                --moe-router-topk-scaling-factor 2.5 --moe-shared-expert-intermediate-size 64 --moe-aux-loss-coeff 1e-2"
     [capacity]="--moe-router-topk 2 --moe-expert-capacity-factor 1.0 --moe-token-drop-policy probs
-                --moe-aux-loss-coeff 1e-2 --moe-router-pre-softmax")
-  for v in mixtral sigmoid capacity; do
+                --moe-aux-loss-coeff 1e-2 --moe-router-pre-softmax"
+    [grouped]="--moe-router-topk 2 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3 --moe-grouped-gemm")
+  for v in mixtral sigmoid capacity grouped; do
     read -ra extra <<< "${variant[$v]//$'\n'/ }"
     OMP_NUM_THREADS=$(nproc) timeout 120 "$BIN_TRIPOD" train --device cpu "${small[@]}" "${extra[@]}" \
       --metrics-file "$OUT/${v}_cpu.jsonl" > "$OUT/${v}_cpu.log" 2>&1; rc_c=$?
@@ -89,7 +91,7 @@ if has parity; then
       verdict "FAIL parity $v: cpu rc=$rc_c gpu rc=$rc_g (see $OUT/${v}_gpu.log)"; tail -3 "$OUT/${v}_gpu.log"; continue
     fi
     for k in lm_loss grad_norm; do verdict "parity $v $(compare_metrics "$OUT/${v}_cpu.jsonl" "$OUT/${v}_gpu.jsonl" $k 1e-4)"; done
-    [[ $v == capacity || $v == mixtral ]] &&
+    [[ $v == capacity || $v == mixtral || $v == grouped ]] &&
       verdict "parity $v $(compare_metrics "$OUT/${v}_cpu.jsonl" "$OUT/${v}_gpu.jsonl" moe_load_balancing_loss 1e-4)"
   done
   read -ra extra <<< "${variant[mixtral]}"
@@ -102,31 +104,39 @@ if has speed; then
   L=${MOE_LAYERS:-16}
   note "---- Mixtral-shaped speed: L$L, hidden 2048, 8 experts top-2, expert ffn 5632, seq 2048, mbs 2, bf16 ----"
   shape=(--num-layers "$L" --hidden-size 2048 --num-attention-heads 32 --num-query-groups 8 --seq-length 2048
-         --vocab-size 32000 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 5632 --moe-aux-loss-coeff 1e-2
-         --moe-grouped-gemm)
-  timeout 400 "$BIN_TRIPOD" train --device cuda --bf16 "${shape[@]}" "${LLAMA[@]}" --mock-data \
-    --micro-batch-size 2 --global-batch-size 2 --train-iters 30 --log-interval 10 --eval-interval 0 --lr 1e-4 \
-    --metrics-file "$OUT/speed_tripod.jsonl" > "$OUT/speed_tripod.log" 2>&1; rc=$?
-  tripod_line=$(python3 - "$OUT/speed_tripod.jsonl" <<'PY' 2>&1
+         --vocab-size 32000 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 5632 --moe-aux-loss-coeff 1e-2)
+  declare -A speed_tps
+  for kind in grouped loop; do  # --moe-grouped-gemm (one cuBLAS grouped GEMM) and the per-expert loop
+    extra=(); [[ $kind == grouped ]] && extra=(--moe-grouped-gemm)
+    timeout 300 "$BIN_TRIPOD" train --device cuda --bf16 "${shape[@]}" "${extra[@]}" "${LLAMA[@]}" --mock-data \
+      --micro-batch-size 2 --global-batch-size 2 --train-iters 30 --log-interval 10 --eval-interval 0 --lr 1e-4 \
+      --metrics-file "$OUT/speed_tripod_$kind.jsonl" > "$OUT/speed_tripod_$kind.log" 2>&1; rc=$?
+    tripod_line=$(python3 - "$OUT/speed_tripod_$kind.jsonl" <<'PY' 2>&1
 import json, sys
 r = [x for x in map(json.loads, open(sys.argv[1])) if x["iteration"] > 10]
 ms = sum(x["elapsed_ms"] for x in r) / len(r)
 tps = sum(x["tokens_per_sec"] * x["elapsed_ms"] for x in r) / len(r) / ms
 mfu = r[-1]["mfu"] * tps / r[-1]["tokens_per_sec"] if r[-1].get("mfu") else float("nan")
 peak = max(x.get("mem_peak_bytes", 0) for x in r) / 2**30
-print(f"{tps:.0f} {100 * mfu:.1f} {peak:.1f}")
+print(f"{tps:.0f} {100 * mfu:.1f} {peak:.1f} {ms:.1f}")
 PY
 )
-  read -r t_tps t_mfu t_peak <<< "$tripod_line"
-  note "tripod moe rc=$rc: ${t_tps:-?} tok/s  active-parameter MFU ${t_mfu:-?}%  peak ${t_peak:-?} GiB"
-  grep -m1 "memory on rank 0" "$OUT/speed_tripod.log" | tee -a "$summary"
-  [[ $rc == 0 ]] || { tail -5 "$OUT/speed_tripod.log" | tee -a "$summary"; failed=1; }
+    read -r t_tps t_mfu t_peak t_ms <<< "$tripod_line"
+    speed_tps[$kind]=${t_tps:-}
+    note "tripod moe $kind rc=$rc: ${t_tps:-?} tok/s  ${t_ms:-?} ms/iteration  active-parameter MFU ${t_mfu:-?}%  peak ${t_peak:-?} GiB"
+    grep -m1 "memory on rank 0" "$OUT/speed_tripod_$kind.log" | tee -a "$summary"
+    grep -m1 "refused a grouped GEMM" "$OUT/speed_tripod_$kind.log" | tee -a "$summary"
+    [[ $rc == 0 ]] || { tail -5 "$OUT/speed_tripod_$kind.log" | tee -a "$summary"; failed=1; }
+  done
+  t_tps=${speed_tps[grouped]:-}
   timeout 600 python3 bench/model/torch_moe_bench.py "$L" 2048 32 8 8 2 5632 2 2048 32000 30 \
     > "$OUT/speed_torch.log" 2>&1; rc=$?
   note "torch moe rc=$rc: $(tail -1 "$OUT/speed_torch.log")"
   p_tps=$(grep -oE '[0-9,]+ tok/s' "$OUT/speed_torch.log" | tail -1 | tr -d ', tok/s')
   if [[ -n ${t_tps:-} && -n $p_tps ]]; then
-    note "ratio tripod / torch: $(python3 -c "print(f'{$t_tps / $p_tps:.2f}x')")"
+    note "ratio tripod (--moe-grouped-gemm) / torch: $(python3 -c "print(f'{$t_tps / $p_tps:.2f}x')")"
+    [[ -n ${speed_tps[loop]:-} ]] &&
+      note "ratio tripod (per-expert loop) / torch: $(python3 -c "print(f'{${speed_tps[loop]} / $p_tps:.2f}x')")"
   fi
 fi
 note "gpu_moe_check: $([[ $failed == 0 ]] && echo ALL PASS || echo FAILED)"

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -392,6 +393,17 @@ class Backend {
   void moe_unpermute_backward(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
                               const Tensor& row_map, const Tensor& probs);
 
+  // The experts' GEMMs (--moe-grouped-gemm): group g owns the rows[g] rows
+  // of inp / out after the groups before it; out's rows = inp's rows @
+  // weights[g]^T, weights[g] (OC, C) of inp's dtype, no bias. A null
+  // weights[g] skips its rows (left as they are: padding). inp (R, C),
+  // out (R, OC), R >= the rows' sum. As matmul_forward per group (the
+  // default), in one launch where the backend can.
+  void grouped_matmul_forward(Tensor& out, const Tensor& inp, const std::vector<const Tensor*>& weights,
+                              const std::vector<int64_t>& rows);
+  // Its data gradient: dinp's rows = dout's rows @ weights[g] (overwrite).
+  void grouped_matmul_backward_data(Tensor& dinp, const Tensor& dout, const std::vector<const Tensor*>& weights,
+                                    const std::vector<int64_t>& rows);
  protected:
   // One per public op, called after its checks passed (see ops.cpp).
   virtual void copy_impl(Tensor& dst, const Tensor& src) = 0;
@@ -498,6 +510,13 @@ class Backend {
   virtual void moe_unpermute_impl(Tensor& out, const Tensor& inp, const Tensor& row_map, const Tensor& probs);
   virtual void moe_unpermute_backward_impl(Tensor& dinp, Tensor& dprobs, const Tensor& dout, const Tensor& inp,
                                            const Tensor& row_map, const Tensor& probs);
+  // Grouped matmuls: the defaults loop over the groups with matmul_forward /
+  // matmul_backward (any backend runs them).
+  virtual void grouped_matmul_forward_impl(Tensor& out, const Tensor& inp, const std::vector<const Tensor*>& weights,
+                                           const std::vector<int64_t>& rows);
+  virtual void grouped_matmul_backward_data_impl(Tensor& dinp, const Tensor& dout,
+                                                 const std::vector<const Tensor*>& weights,
+                                                 const std::vector<int64_t>& rows);
 };
 
 // The statistics dtype of activations of dtype `act`: f64 for f64, else f32.

@@ -132,6 +132,72 @@ void Backend::moe_unpermute_backward(Tensor& dinp, Tensor& dprobs, const Tensor&
   moe_unpermute_backward_impl(dinp, dprobs, dout, inp, row_map, probs);
 }
 
+namespace {
+// out (R, OC) = inp (R, C) @ weights^T by groups: the weights' shapes and dtypes, and the rows' sum.
+void grouped_shapes(const Checks& k, const Tensor& out, const Tensor& inp, const std::vector<const Tensor*>& weights,
+                    const std::vector<int64_t>& rows, const char* out_name, const char* inp_name, bool forward) {
+  k.on_device(out, out_name);
+  k.on_device(inp, inp_name);
+  k.dim(out, out_name, 2, "(R, N)");
+  k.dim(inp, inp_name, 2, "(R, K)");
+  k.that(weights.size() == rows.size(),
+         fmt::format("{} weights for {} row counts (one of each per group)", weights.size(), rows.size()));
+  k.that(out.size(0) == inp.size(0), fmt::format("{} {} and {} {} must have the same rows", out_name, out.str(),
+                                                 inp_name, inp.str()));
+  k.that(out.dtype() == inp.dtype(), fmt::format("{} {} must have {}'s dtype", out_name, out.str(), inp_name));
+  int64_t total = 0;
+  for (size_t g = 0; g < rows.size(); ++g) {
+    k.that(rows[g] >= 0, fmt::format("group {} has {} rows", g, rows[g]));
+    total += rows[g];
+    if (!weights[g]) continue;
+    const Tensor& w = *weights[g];
+    k.on_device(w, "weights[g]");
+    k.dim(w, "weights[g]", 2, "(OC, C)");
+    k.that(w.dtype() == inp.dtype(), fmt::format("weights[{}] {} must have {}'s dtype", g, w.str(), inp_name));
+    const int64_t want_out = forward ? w.size(0) : w.size(1), want_in = forward ? w.size(1) : w.size(0);
+    k.that(out.size(1) == want_out && inp.size(1) == want_in,
+           fmt::format("weights[{}] {} does not map {} {} to {} {}", g, w.str(), inp_name, inp.str(), out_name,
+                       out.str()));
+  }
+  k.that(total <= inp.size(0), fmt::format("the groups' {} rows exceed {} {}", total, inp_name, inp.str()));
+}
+}  // namespace
+
+void Backend::grouped_matmul_forward(Tensor& out, const Tensor& inp, const std::vector<const Tensor*>& weights,
+                                     const std::vector<int64_t>& rows) {
+  Checks k(*this, "grouped_matmul_forward");
+  grouped_shapes(k, out, inp, weights, rows, "out", "inp", true);
+  grouped_matmul_forward_impl(out, inp, weights, rows);
+}
+
+void Backend::grouped_matmul_backward_data(Tensor& dinp, const Tensor& dout, const std::vector<const Tensor*>& weights,
+                                           const std::vector<int64_t>& rows) {
+  Checks k(*this, "grouped_matmul_backward_data");
+  grouped_shapes(k, dinp, dout, weights, rows, "dinp", "dout", false);
+  grouped_matmul_backward_data_impl(dinp, dout, weights, rows);
+}
+
+void Backend::grouped_matmul_forward_impl(Tensor& out, const Tensor& inp, const std::vector<const Tensor*>& weights,
+                                          const std::vector<int64_t>& rows) {
+  int64_t at = 0;
+  for (size_t g = 0; g < rows.size(); at += rows[g], ++g) {
+    if (!weights[g] || rows[g] == 0) continue;
+    Tensor o = out.narrow(at, rows[g]);
+    matmul_forward(o, inp.narrow(at, rows[g]), *weights[g], nullptr);
+  }
+}
+
+void Backend::grouped_matmul_backward_data_impl(Tensor& dinp, const Tensor& dout,
+                                                const std::vector<const Tensor*>& weights,
+                                                const std::vector<int64_t>& rows) {
+  int64_t at = 0;
+  for (size_t g = 0; g < rows.size(); at += rows[g], ++g) {
+    if (!weights[g] || rows[g] == 0) continue;
+    Tensor d = dinp.narrow(at, rows[g]);
+    matmul_backward(&d, nullptr, nullptr, dout.narrow(at, rows[g]), d, *weights[g]);  // inp: its shape (no dweight asked)
+  }
+}
+
 // ---- defaults: no kernel ----
 
 void Backend::moe_router_topk_impl(Tensor&, Tensor&, const Tensor&, const Tensor*, const MoeRouting&) {

@@ -22,7 +22,7 @@
 //                                        dropped (default: dropless)
 //   --moe-layer-freq 1 | N | "[1,0,1,...]" | "([1]*3+[0])*2"   which layers are MoE
 //   --moe-token-dispatcher-type alltoall | allgather
-//   --moe-grouped-gemm                   accepted: the experts' GEMMs on the GPU are the backend's choice
+//   --moe-grouped-gemm                   the experts' forward and data-gradient GEMMs grouped (model/moe_experts.cpp)
 // Which layers are MoE is GptConfig::layer_spec(i).mlp (is_moe_layer below):
 // the one rule for the model, the planner and the checkpoint. docs/moe.md is
 // the guide.
@@ -53,7 +53,7 @@ struct MoeConfig {
   std::string token_drop_policy = "probs";  // probs | position
   std::string layer_freq = "1";           // --moe-layer-freq, as spelled
   std::string token_dispatcher_type = "alltoall";  // alltoall | allgather
-  bool grouped_gemm = false;              // accepted; no effect on the numbers
+  bool grouped_gemm = false;              // grouped expert GEMMs; the same numbers as the loop
 
   bool enabled() const { return num_experts > 0; }
   bool sigmoid() const { return router_score_function == "sigmoid"; }

@@ -1,6 +1,7 @@
 // The routed experts of model/moe_layer.h on the rows the token dispatcher
 // gave this rank, unsplit or split over the tp group.
 #include <algorithm>
+#include <functional>
 
 #include "base/error.h"
 #include "model/moe_layer.h"
@@ -61,6 +62,85 @@ void copy_first(backend::Backend& be, Tensor& dst, const Tensor& src, int64_t n)
 
 }  // namespace
 
+// NOTE [Grouped expert GEMMs, the model's side] (--moe-grouped-gemm, as
+// Megatron's GroupedMLP against its SequentialMLP loop): fc1 of every
+// local expert in one grouped GEMM, the activation once over each tp
+// block's rows, fc2 in one grouped GEMM; backward the data gradients
+// grouped and the weight gradients one GEMM per expert (they accumulate
+// into f32). The groups are the experts' rows in the order the loop takes
+// them, each tp block's padding a group without weight, so every expert
+// computes what the loop computes: on the CPU both give the same bits.
+// Experts with biases take the loop.
+bool MoeLayer::grouped_gemm(const MoeActs&) const {
+  if (!config_->moe.grouped_gemm) return false;
+  for (const ExpertParams& p : params_.experts)
+    if (p.fc1_bias || p.fc2_bias) return false;
+  return true;
+}
+
+MoeLayer::ExpertGroups MoeLayer::expert_groups(const MoeActs& a) const {
+  const int T = stage_->etp_size();
+  const int64_t El = static_cast<int64_t>(a.expert_rows.size());
+  ExpertGroups g;
+  for (int t = 0; t < T; ++t) {
+    int64_t n = 0;
+    for (int64_t el = 0; el < El; ++el) {
+      const ExpertParams& p = params_.experts[static_cast<size_t>(a.first_local_expert + el - params_.first_expert)];
+      const int64_t c = a.etp_rows[static_cast<size_t>(t * El + el)];
+      g.rows.push_back(c);
+      g.fc1.push_back(&p.fc1_weight->compute);
+      g.fc2.push_back(&p.fc2_weight->compute);
+      g.fc1_param.push_back(p.fc1_weight);
+      g.fc2_param.push_back(p.fc2_weight);
+      n += c;
+    }
+    if (T > 1 && t + 1 < T) {  // the block's padding up to the next block
+      g.rows.push_back(a.etp_rmax - n);
+      g.fc1.push_back(nullptr);
+      g.fc2.push_back(nullptr);
+      g.fc1_param.push_back(nullptr);
+      g.fc2_param.push_back(nullptr);
+    }
+  }
+  return g;
+}
+
+void MoeLayer::for_each_block(const MoeActs& a, const std::function<void(int64_t, int64_t)>& fn) const {
+  const int T = stage_->etp_size();
+  const int64_t El = static_cast<int64_t>(a.expert_rows.size());
+  for (int t = 0; t < T; ++t) {
+    int64_t n = 0;
+    for (int64_t el = 0; el < El; ++el) n += a.etp_rows[static_cast<size_t>(t * El + el)];
+    if (n > 0) fn(t * a.etp_rmax, n);
+  }
+}
+
+void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx) const {
+  backend::Backend& be = *be_;
+  const ExpertGroups g = expert_groups(a);
+  Tensor dfc1 = be.empty(a.fc1.shape(), a.fc1.dtype());
+  {
+    Tensor dact = be.empty(a.act.shape(), a.act.dtype());
+    be.grouped_matmul_backward_data(dact, dy, g.fc2, g.rows);
+    int64_t row = 0;
+    for (size_t i = 0; i < g.rows.size(); row += g.rows[i], ++i)
+      if (g.fc2[i] && g.rows[i] > 0)
+        be.matmul_backward(nullptr, &g.fc2_param[i]->grad, nullptr,
+                           dy.narrow(row, g.rows[i]), a.act.narrow(row, g.rows[i]), *g.fc2[i]);
+    for_each_block(a, [&](int64_t r, int64_t n) {
+      Tensor d = dfc1.narrow(r, n);
+      if (spec_.swiglu) be.swiglu_backward(d, a.fc1.narrow(r, n), dact.narrow(r, n));
+      else be.gelu_backward(d, a.fc1.narrow(r, n), dact.narrow(r, n));
+    });
+  }
+  be.grouped_matmul_backward_data(dx, dfc1, g.fc1, g.rows);
+  int64_t row = 0;
+  for (size_t i = 0; i < g.rows.size(); row += g.rows[i], ++i)
+    if (g.fc1[i] && g.rows[i] > 0)
+      be.matmul_backward(nullptr, &g.fc1_param[i]->grad, nullptr,
+                         dfc1.narrow(row, g.rows[i]), a.xe.narrow(row, g.rows[i]), *g.fc1[i]);
+}
+
 void MoeLayer::experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const {
   backend::Backend& be = *be_;
   const MoeParams& P = params_;
@@ -102,6 +182,16 @@ void MoeLayer::experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const {
   Tensor y = T == 1 ? yd : be.empty({std::max<int64_t>(Rall, 1), C}, dt);
   if (T > 1) be.zero(y);  // the padding rows take part in the reduce-scatter
   const bool fc2_bias = stage_->tp_rank() == 0 || T == 1;  // one partial sum carries the whole bias
+  if (grouped_gemm(a)) {
+    const ExpertGroups g = expert_groups(a);
+    be.grouped_matmul_forward(a.fc1, a.xe, g.fc1, g.rows);
+    for_each_block(a, [&](int64_t row, int64_t n) {
+      Tensor act = a.act.narrow(row, n);
+      if (spec_.swiglu) be.swiglu_forward(act, a.fc1.narrow(row, n));
+      else be.gelu_forward(act, a.fc1.narrow(row, n));
+    });
+    be.grouped_matmul_forward(y, a.act, g.fc2, g.rows);
+  } else {
   for (int t = 0; t < T; ++t) {
     int64_t row = t * a.etp_rmax;
     for (int64_t el = 0; el < El; ++el) {  // each local expert on its contiguous rows
@@ -112,6 +202,7 @@ void MoeLayer::experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const {
                      fc1, act, yr, fc2_bias);
       row += c;
     }
+  }
   }
   if (T > 1 && a.etp_rmax > 0) {
     Tensor mine = be.empty({a.etp_rmax, C}, dt);
@@ -138,6 +229,9 @@ void MoeLayer::experts_backward(MoeActs& a, const Tensor& dyd, Tensor& dxd) cons
     dx = be.empty({Rall, C}, dt);
     be.zero(dx);
   }
+  if (grouped_gemm(a)) {
+    grouped_experts_backward(a, dy, dx);
+  } else {
   for (int t = 0; t < T; ++t) {
     int64_t row = t * a.etp_rmax;
     for (int64_t el = 0; el < El; ++el) {
@@ -148,6 +242,7 @@ void MoeLayer::experts_backward(MoeActs& a, const Tensor& dyd, Tensor& dxd) cons
                       dy.narrow(row, c), a.xe.narrow(row, c), a.fc1.narrow(row, c), a.act.narrow(row, c));
       row += c;
     }
+  }
   }
   if (T > 1) {
     Tensor mine = be.empty({a.etp_rmax, C}, dt);

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,19 @@ class MoeLayer {
   // tp group's rows (moe_experts.cpp, NOTE [Expert tensor parallelism]).
   void experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const;
   void experts_backward(MoeActs& a, const Tensor& dyd, Tensor& dxd) const;
+  // --moe-grouped-gemm (moe_experts.cpp, NOTE [Grouped expert GEMMs, the
+  // model's side]): the groups of the experts' rows in expert order, each tp
+  // block's padding a group without weight.
+  struct ExpertGroups {
+    std::vector<int64_t> rows;
+    std::vector<const Tensor*> fc1, fc2;  // the compute weights (null: padding)
+    std::vector<Param*> fc1_param, fc2_param;
+  };
+  bool grouped_gemm(const MoeActs& a) const;
+  ExpertGroups expert_groups(const MoeActs& a) const;
+  // fn(first row, rows) for each tp block with rows.
+  void for_each_block(const MoeActs& a, const std::function<void(int64_t, int64_t)>& fn) const;
+  void grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx) const;
   void add_f32(Tensor& dx, const Tensor& d32) const;  // dx += d32 (cast to dx's dtype first)
   // The auxiliary losses over the whole micro-batch's router logits
   // (gathered over tp under SP and over cp), their gradient's rows of this

@@ -130,7 +130,8 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "alltoall | allgather (the same numbers; how tokens reach the expert-parallel ranks)")
                   .agreed().defaulted());
   t.push_back(flag("--moe-grouped-gemm", MEMBER(model.moe.grouped_gemm),
-                   "accepted: the experts' GEMMs are the backend's choice (one loop over the local experts on CPU)"));
+                   "the local experts' forward and data-gradient GEMMs as one grouped GEMM each (Megatron's GroupedMLP; "
+                   "cuBLAS on the GPU, the same loop on the CPU); experts with biases keep the per-expert loop"));
   // ---- batch ----
   t.push_back(flag("--micro-batch-size", MEMBER(batch.micro_batch_size), "samples per micro-batch")
                   .agreed().defaulted());

@@ -9,7 +9,10 @@
 // the experts, with widths the 16-byte packs take (C a multiple of 8) and
 // one they do not. Where the inputs must agree (the indices come from the
 // router, the row map from the indices), `prepare` derives them on the
-// reference; the dispatch order is integers, compared bit for bit.
+// reference; the dispatch order is integers, compared bit for bit. Also the
+// experts' grouped GEMMs.
+#include <memory>
+
 #include "cases.h"
 
 namespace tripod::testing {
@@ -162,12 +165,50 @@ void add_dispatch_cases(std::vector<OpCase>& v) {
   }
 }
 
+// The experts' grouped GEMMs (--moe-grouped-gemm): groups of 5, 0, 17 and 3
+// rows, a group without weight (padding: its rows keep their values, so
+// out is an accumulator here and the untouched rows are compared too) and
+// rows past the groups; widths cuBLAS's grouped call takes and odd ones.
+void add_grouped_matmul_cases(std::vector<OpCase>& v) {
+  struct Grouped {
+    const char* tag;
+    int64_t C, OC;
+  };
+  const std::vector<int64_t> rows = {5, 0, 4, 17, 3};
+  const std::vector<bool> weighted = {true, true, false, true, true};
+  const int64_t R = 33, G = 4;  // 29 rows in groups, 4 past them
+  for (Grouped s : {Grouped{"", 24, 40}, Grouped{"_odd", 13, 7}}) {
+    const int64_t C = s.C, OC = s.OC;
+    auto weights = [=](const Tensor& w) {  // views of the stacked (G, OC, C) weights; null for padding
+      auto views = std::make_shared<std::vector<Tensor>>();
+      std::vector<const Tensor*> ptrs;
+      int64_t e = 0;
+      for (size_t g = 0; g < rows.size(); ++g) views->push_back(weighted[g] ? w.flat(OC * C * e++, {OC, C}) : Tensor());
+      for (size_t g = 0; g < rows.size(); ++g) ptrs.push_back(weighted[g] ? &(*views)[g] : nullptr);
+      return std::make_pair(views, ptrs);
+    };
+    v.push_back({std::string("grouped_matmul_forward") + s.tag,
+                 {acc("out", {R, OC}), in("inp", {R, C}), in("w", {G, OC, C}, Kind::Act, 0.3)},
+                 [=](Backend& be, Args& t) {
+                   auto [keep, w] = weights(t[2]);
+                   be.grouped_matmul_forward(t[0], t[1], w, rows);
+                 }});
+    v.push_back({std::string("grouped_matmul_backward_data") + s.tag,
+                 {acc("dinp", {R, C}), in("dout", {R, OC}), in("w", {G, OC, C}, Kind::Act, 0.3)},
+                 [=](Backend& be, Args& t) {
+                   auto [keep, w] = weights(t[2]);
+                   be.grouped_matmul_backward_data(t[0], t[1], w, rows);
+                 }});
+  }
+}
+
 }  // namespace
 
 void add_moe_cases(std::vector<OpCase>& v) {
   add_router_cases(v);
   add_aux_loss_cases(v);
   add_dispatch_cases(v);
+  add_grouped_matmul_cases(v);
 }
 
 }  // namespace tripod::testing

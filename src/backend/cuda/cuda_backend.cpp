@@ -16,6 +16,7 @@
 #include <cuda_profiler_api.h>
 
 #include "base/error.h"
+#include "base/log.h"
 
 #include "backend/cuda/adamw.cuh"
 #include "backend/cuda/allocator.cuh"
@@ -26,6 +27,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/grouped_matmul.cuh"
 #include "backend/cuda/layernorm.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
@@ -177,6 +179,40 @@ class CudaBackend final : public Backend {
       cuda::bias_backward(dbias->raw(), dbias->dtype(), dout.raw(), dout.dtype(), N, OC, scratch,
                           stream_);
     }
+  }
+
+  // ---- grouped matmul: one cuBLAS launch for all groups (NOTE [Grouped
+  // expert GEMMs]); the default loop where cuBLAS refuses ----
+  void grouped_matmul_forward_impl(Tensor& out, const Tensor& inp, const std::vector<const Tensor*>& weights,
+                                   const std::vector<int64_t>& rows) override {
+    const int64_t OC = out.size(1), C = inp.size(1);
+    if (!grouped(true, OC, C, C, C, OC, out, inp, weights, rows, C, OC))
+      Backend::grouped_matmul_forward_impl(out, inp, weights, rows);
+  }
+  void grouped_matmul_backward_data_impl(Tensor& dinp, const Tensor& dout, const std::vector<const Tensor*>& weights,
+                                         const std::vector<int64_t>& rows) override {
+    const int64_t C = dinp.size(1), OC = dout.size(1);
+    if (!grouped(false, C, OC, C, OC, C, dinp, dout, weights, rows, OC, C))
+      Backend::grouped_matmul_backward_data_impl(dinp, dout, weights, rows);
+  }
+  // d's rows (width d_w) from b's rows (width b_w) per group with weight A.
+  bool grouped(bool trans_a, int64_t m, int64_t k, int64_t lda, int64_t ldb, int64_t ldd, Tensor& d, const Tensor& b,
+               const std::vector<const Tensor*>& weights, const std::vector<int64_t>& rows, int64_t b_w, int64_t d_w) {
+    if (grouped_refused_) return false;
+    const size_t es = dtype_size(d.dtype());
+    std::vector<cuda::GroupedProblem> problems;
+    int64_t at = 0;
+    for (size_t g = 0; g < rows.size(); at += rows[g], ++g) {
+      if (!weights[g] || rows[g] == 0) continue;
+      problems.push_back({weights[g]->raw(), static_cast<const char*>(b.raw()) + at * b_w * es,
+                          static_cast<char*>(d.raw()) + at * d_w * es, rows[g]});
+    }
+    if (!grouped_) grouped_ = std::make_unique<cuda::GroupedGemm>();
+    if (grouped_->run(trans_a, m, k, lda, ldb, ldd, problems, d.dtype(), device_, stream_)) return true;
+    grouped_refused_ = true;
+    log::warn("cuBLAS refused a grouped GEMM ({} groups, m {} k {}, {}): the experts' GEMMs run one per expert",
+              problems.size(), m, k, dtype_name(d.dtype()));
+    return false;
   }
 
   // bf16/f16 through the cuBLASLt GELU epilogues; f32 (and widths or
@@ -500,7 +536,9 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<BlasLt> blas_;
-  std::unique_ptr<Fp8Gemm> fp8_gemm_;  // FP8 GEMMs: own cuBLASLt handle, workspace at first use
+  std::unique_ptr<Fp8Gemm> fp8_gemm_;
+  std::unique_ptr<cuda::GroupedGemm> grouped_;  // cuBLAS handle for the grouped GEMMs, at first use
+  bool grouped_refused_ = false;  // FP8 GEMMs: own cuBLASLt handle, workspace at first use
   Tensor scratch_;  // f32 (n)
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
   bool deterministic_ = false;  // set_deterministic

@@ -222,4 +222,28 @@ void moe_unpermute_backward(void* dinp, float* dprobs, const void* dout, const v
   TRIPOD_LAUNCH_CHECK();
 }
 
+// ---- the grouped GEMMs' pointer arrays (grouped_matmul.cpp) ----
+
+namespace {
+constexpr int kPtrsPerLaunch = 256;  // 2 KiB of kernel arguments
+
+struct PtrBatch {
+  const void* p[kPtrsPerLaunch];
+  int n;
+};
+
+__global__ void fill_pointers_kernel(PtrBatch batch, void** out) {
+  for (int i = threadIdx.x; i < batch.n; i += blockDim.x) out[i] = const_cast<void*>(batch.p[i]);
+}
+}  // namespace
+
+void fill_pointers(void** out, const void* const* ptrs, int64_t n, cudaStream_t stream) {
+  for (int64_t at = 0; at < n; at += kPtrsPerLaunch) {
+    PtrBatch b{};
+    b.n = static_cast<int>(n - at < kPtrsPerLaunch ? n - at : kPtrsPerLaunch);
+    for (int i = 0; i < b.n; ++i) b.p[i] = ptrs[at + i];
+    fill_pointers_kernel<<<1, 128, 0, stream>>>(b, out + at);
+  }
+}
+
 }  // namespace tripod::backend::cuda
