@@ -115,6 +115,17 @@ void MoeLayer::for_each_block(const MoeActs& a, const std::function<void(int64_t
   }
 }
 
+// Each expert's weight gradient from its rows: grad += dout^T inp (one
+// f32-accumulating GEMM per expert).
+void MoeLayer::weight_grads(const ExpertGroups& g, const std::vector<const Tensor*>& w,
+                            const std::vector<Param*>& params, const Tensor& dout, const Tensor& inp) const {
+  int64_t row = 0;
+  for (size_t i = 0; i < g.rows.size(); row += g.rows[i], ++i)
+    if (w[i] && g.rows[i] > 0)
+      be_->matmul_backward(nullptr, &params[i]->grad, nullptr, dout.narrow(row, g.rows[i]), inp.narrow(row, g.rows[i]),
+                           *w[i]);
+}
+
 void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx) const {
   backend::Backend& be = *be_;
   const ExpertGroups g = expert_groups(a);
@@ -122,11 +133,7 @@ void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx
   {
     Tensor dact = be.empty(a.act.shape(), a.act.dtype());
     be.grouped_matmul_backward_data(dact, dy, g.fc2, g.rows);
-    int64_t row = 0;
-    for (size_t i = 0; i < g.rows.size(); row += g.rows[i], ++i)
-      if (g.fc2[i] && g.rows[i] > 0)
-        be.matmul_backward(nullptr, &g.fc2_param[i]->grad, nullptr,
-                           dy.narrow(row, g.rows[i]), a.act.narrow(row, g.rows[i]), *g.fc2[i]);
+    weight_grads(g, g.fc2, g.fc2_param, dy, a.act);
     for_each_block(a, [&](int64_t r, int64_t n) {
       Tensor d = dfc1.narrow(r, n);
       if (spec_.swiglu) be.swiglu_backward(d, a.fc1.narrow(r, n), dact.narrow(r, n));
@@ -134,11 +141,7 @@ void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx
     });
   }
   be.grouped_matmul_backward_data(dx, dfc1, g.fc1, g.rows);
-  int64_t row = 0;
-  for (size_t i = 0; i < g.rows.size(); row += g.rows[i], ++i)
-    if (g.fc1[i] && g.rows[i] > 0)
-      be.matmul_backward(nullptr, &g.fc1_param[i]->grad, nullptr,
-                         dfc1.narrow(row, g.rows[i]), a.xe.narrow(row, g.rows[i]), *g.fc1[i]);
+  weight_grads(g, g.fc1, g.fc1_param, dfc1, a.xe);
 }
 
 void MoeLayer::experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const {

@@ -149,6 +149,8 @@ class MoeLayer {
   // fn(first row, rows) for each tp block with rows.
   void for_each_block(const MoeActs& a, const std::function<void(int64_t, int64_t)>& fn) const;
   void grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx) const;
+  void weight_grads(const ExpertGroups& g, const std::vector<const Tensor*>& w, const std::vector<Param*>& params,
+                    const Tensor& dout, const Tensor& inp) const;
   void add_f32(Tensor& dx, const Tensor& d32) const;  // dx += d32 (cast to dx's dtype first)
   // The auxiliary losses over the whole micro-batch's router logits
   // (gathered over tp under SP and over cp), their gradient's rows of this
