@@ -1,0 +1,132 @@
+// The FP8 terms of tripod plan's memory and time model (--fp8-format,
+// --fp8-param-gather) against hand-computed values for GPT-2 124M (every
+// number is worked out in the comment next to it from docs/plan.md and
+// docs/fp8.md, not from the code under test).
+#include <gtest/gtest.h>
+
+#include "plan/memory_model.h"
+#include "plan/time_model.h"
+#include "unit/plan/plan_models.h"
+
+namespace tripod::plan {
+namespace {
+
+// FP8 (--fp8-format): Fp8Bytes by hand for GPT-2 124M at micro-batch 4
+// (N = 4096, C 768, Q 2304, F = F1 3072), tp 1.
+TEST(PlanMemory, Fp8BytesHandCount) {
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  // weights: 2 x 768 x (2304 + 768 + 3072 + 3072) = 14,155,776 per layer;
+  // kept transposes 4096 x (768 + 768 + 768 + 3072) + 64 = 22,020,160;
+  // scratch 4096 x 3072 (x) + 2 x 4096 x 3072 (dy and its transpose) = 37,748,736.
+  Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * 22020160.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
+  // Full recompute keeps no transposes and casts x again: x's transpose scratch too.
+  f = tripod_fp8_bytes(m, 4, 1, Recompute::Full, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 + 4096 * 3072.0);
+  // --first-last-layers-bf16: layers 1..10 only; a chunk of layers 0 and 11 has none.
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12).weights, 10 * 14155776.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 1).weights, 0.0);
+  // tp 2: weights and the row-parallel inputs halve: 2 x 768 x 9216 / 2; 4096 x (768 + 384 + 768 + 1536) + 64.
+  m.fp8.first_last_layers_bf16 = false;
+  f = tripod_fp8_bytes(m, 4, 2, Recompute::None, 0, 1);
+  EXPECT_DOUBLE_EQ(f.weights, 7077888.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 4096 * 3456.0 + 64);
+  // scratch: x 4096 x max(768, 1536); dy 2 x 4096 x max(1152, 768, 1536).
+  EXPECT_DOUBLE_EQ(f.scratch, 4096 * 1536.0 + 2 * 4096 * 1536.0);
+  // No FP8 anywhere without --fp8-format.
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(gpt2_124m(), 4, 1, Recompute::None, 0, 12).weights, 0.0);
+  EXPECT_DOUBLE_EQ(f.param_gather, 0.0);  // nor a gather without --fp8-param-gather
+}
+
+// --fp8-param-gather by hand for GPT-2 124M. W = 768 x 9216 = 7,077,888
+// FP8 weight elements per layer, 84,934,656 for the 12; at dp 2 the FP8
+// gather's receive buffer holds W and the send buffer W / 2: 127,401,984,
+// more than the dgrad transpose's copies of the largest weight (fc1 / fc2,
+// 768 x 3072 = 2,359,296, in f32 and FP8: 11,796,480). The weights' FP8
+// copies (the codes) and the rest are as without the flag.
+TEST(PlanMemory, Fp8ParamGatherHandCount) {
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  const Fp8Bytes plain = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12, 2);
+  m.fp8.param_gather = true;
+  Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12, 2);
+  EXPECT_DOUBLE_EQ(f.gathered, 84934656.0);
+  EXPECT_DOUBLE_EQ(f.param_gather, 127401984.0);
+  EXPECT_DOUBLE_EQ(f.weights, plain.weights);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, plain.per_microbatch);
+  EXPECT_DOUBLE_EQ(f.scratch, plain.scratch);
+  // tp 2, dp 4, one layer: W = 3,538,944, x 1.25 = 4,423,680 < the
+  // transpose's 5 x 1,179,648 = 5,898,240.
+  f = tripod_fp8_bytes(m, 4, 2, Recompute::None, 0, 1, 4);
+  EXPECT_DOUBLE_EQ(f.param_gather, 5898240.0);
+  // Not with the distributed optimizer (shard_ranks 0), or no FP8 layer in the chunk: nothing.
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12, 0).param_gather, 0.0);
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 1, 2).param_gather, 0.0);
+}
+
+// In the estimate (one stage, the distributed optimizer): the flag adds
+// the largest of those buffers to the workspace. GPT-2 124M has P =
+// 124,475,904 parameters (with the padded vocabulary 50,304), W =
+// 84,934,656 of them FP8 weights, P - W = 39,541,248 others. At dp 2 they
+// are over half the piece (31,118,976): no packed f32 gather, so the FP8
+// gather's 127,401,984. With 6 more layers (P = 167,003,136, W =
+// 127,401,984, P - W = 39,601,152 < half of 83,501,568) the packed f32
+// gather's 4 x 3 x 39,601,152 = 475,213,824 bytes are the largest.
+TEST(PlanMemory, Fp8ParamGatherInTheEstimate) {
+  GptConfig plain = gpt2_124m(), pg = gpt2_124m();
+  plain.fp8.format = pg.fp8.format = config::Fp8Format::Hybrid;
+  pg.fp8.param_gather = true;
+  Layout l = layout(2);
+  l.micro_batch = 4, l.global_batch = 8;
+  l.distributed_optimizer = true;
+  const MemoryBreakdown a = estimate_memory(plain, l), b = estimate_memory(pg, l);
+  EXPECT_EQ(a.params_per_gpu, 124475904);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 127401984.0);
+  EXPECT_DOUBLE_EQ(b.activations, a.activations);
+  EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
+  plain.num_layers = pg.num_layers = 18;
+  const MemoryBreakdown a18 = estimate_memory(plain, l), b18 = estimate_memory(pg, l);
+  EXPECT_EQ(a18.params_per_gpu, 167003136);
+  EXPECT_DOUBLE_EQ(b18.workspace - a18.workspace, 475213824.0);
+  // Without the distributed optimizer the flag does not apply: nothing.
+  l.distributed_optimizer = false;
+  EXPECT_DOUBLE_EQ(estimate_memory(pg, l).workspace, estimate_memory(plain, l).workspace);
+}
+
+TEST(PlanMemory, Fp8InTheEstimate) {
+  // One GPU, micro-batch 4: one micro-batch in flight, so the estimate grows
+  // by the hand count above (activations: the transposes; workspace: weights + scratch).
+  GptConfig bf16 = gpt2_124m(), fp8 = gpt2_124m();
+  fp8.fp8.format = config::Fp8Format::Hybrid;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const MemoryBreakdown a = estimate_memory(bf16, l), b = estimate_memory(fp8, l);
+  EXPECT_DOUBLE_EQ(b.activations - a.activations, 12 * 22020160.0);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12 * 14155776.0 + 37748736.0);
+  EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
+}
+
+TEST(PlanTime, Fp8GemmsAtTheirRate) {
+  // 6 x 768 x 9216 = 42,467,328 FLOPs per token per FP8 layer, x 12 = 509,607,936.
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(m), 509607936.0);
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(gpt2_124m()), 0.0);
+  // The compute term loses those FLOPs x (1 - 1/1.6) at the bf16 rate.
+  Machine mc;
+  mc.gpus_per_node = 1;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l);
+  const double saved = 509607936.0 * (1 - 1 / 1.6) * 1024 * 4 / rate;
+  EXPECT_NEAR(estimate_time(gpt2_124m(), l, mc).compute - estimate_time(m, l, mc).compute, saved, 1e-12);
+}
+
+}  // namespace
+}  // namespace tripod::plan
