@@ -176,6 +176,7 @@ std::string MoeConfig::describe() const {
   if (router_enable_expert_bias) s += fmt::format(", expert bias (rate {})", router_bias_update_rate);
   if (!dropless()) s += fmt::format(", capacity factor {} ({})", expert_capacity_factor, token_drop_policy);
   if (layer_freq != "1") s += fmt::format(", layers {}", layer_freq);
+  if (grouped_gemm) s += ", grouped expert GEMMs";
   return s;
 }
 
