@@ -1,7 +1,8 @@
 // CUDA backend plumbing: the library check macros (message names the
 // statement, file:line and device; runs without a GPU), a clear error for a
 // missing device, and on a GPU the caching allocator (a freed block is
-// handed out again, peak bytes tracked) and host<->device copies.
+// handed out again, peak bytes tracked) and host<->device copies; the
+// cuBLASLt algorithm buckets.
 // Labels gpu, backend_ops.
 #include <gtest/gtest.h>
 
@@ -10,11 +11,33 @@
 #include <string>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cublaslt_util.h"
 #include "backend/cuda/cuda_check.h"
 #include "base/error.h"
 
 namespace tripod::backend {
 namespace {
+
+// NOTE [Algorithms for shapes that vary] (matmul.cpp): small dimensions are
+// their own bucket; larger ones round up to an eighth of their power of two.
+TEST(CublasLtBuckets, RoundUpToAnEighthOfThePowerOfTwo) {
+  using cuda::lt::shape_bucket;
+  EXPECT_EQ(shape_bucket(1), 1);
+  EXPECT_EQ(shape_bucket(128), 128);
+  EXPECT_EQ(shape_bucket(129), 144);    // 128 / 8 = 16
+  EXPECT_EQ(shape_bucket(1000), 1024);  // 512 / 8 = 64
+  EXPECT_EQ(shape_bucket(1024), 1024);
+  EXPECT_EQ(shape_bucket(1025), 1152);  // 1024 / 8 = 128
+  EXPECT_EQ(shape_bucket(5632), 5632);  // 4096 / 8 = 512: 11 of them
+  EXPECT_EQ(shape_bucket(5633), 6144);
+  for (int64_t d = 129; d < 100000; d += 37) {  // never below d, never more than 1/8 above its power of two
+    const int64_t b = shape_bucket(d);
+    int64_t p = 1;
+    while (p * 2 <= d) p *= 2;
+    EXPECT_GE(b, d);
+    EXPECT_LT(b - d, p / 8) << d;
+  }
+}
 
 TEST(CudaCheck, MessageNamesStatementFileAndDevice) {
   try {

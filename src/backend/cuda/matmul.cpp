@@ -85,19 +85,22 @@ bool BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     // NOTE [Algorithms for shapes that vary]
     // A mixture of experts' GEMMs see new row counts every step (the tokens
     // each expert got), and a heuristic query per new shape costs the host
-    // more than the GEMM takes on the GPU. A shape not seen before first
-    // tries the algorithm chosen for the first shape of its bucket (each
-    // dimension rounded up to an eighth of its power of two); cuBLASLt
-    // refuses an algorithm that does not fit the problem or the workspace
+    // more than the GEMM takes on the GPU. Once a bucket (each dimension
+    // rounded up to an eighth of its power of two) has seen kBucketQueries
+    // shapes of its own, a shape not seen before first tries the algorithm
+    // chosen for the bucket's first shape; cuBLASLt refuses an algorithm
+    // that does not fit the problem or the workspace
     // (CUBLAS_STATUS_INVALID_VALUE / NOT_SUPPORTED, before launching), and
-    // then the shape gets a query of its own. Fixed shapes (a dense model)
-    // always find their own query's algorithm first.
+    // then the shape gets a query of its own. A dense model's few fixed
+    // shapes all get their own queries, as before.
     Key bkey = key;
     std::get<2>(bkey) = lt::shape_bucket(m);
     std::get<3>(bkey) = lt::shape_bucket(n);
     std::get<4>(bkey) = lt::shape_bucket(k);
+    constexpr int kBucketQueries = 2;
     auto b = bucket_algos_.find(bkey);
-    if (b != bucket_algos_.end() && run(b->second) == CUBLAS_STATUS_SUCCESS) return true;
+    if (b != bucket_algos_.end() && b->second.queries >= kBucketQueries && run(b->second.algo) == CUBLAS_STATUS_SUCCESS)
+      return true;
     Preference pref;
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
     TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -117,7 +120,7 @@ bool BlasLt::gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, c
     TRIPOD_CHECK(found > 0, "cuBLASLt found no algorithm for m={} n={} k={} ({} -> {}, bias={}, epilogue={})",
                  m, n, k, dtype_name(ab_dt), dtype_name(d_dt), bias != nullptr, static_cast<int>(epilogue));
     it = algos_.emplace(key, result.algo).first;
-    bucket_algos_.emplace(bkey, result.algo);
+    ++bucket_algos_.try_emplace(bkey, BucketAlgo{result.algo, 0}).first->second.queries;
   }
   TRIPOD_CUBLAS_CHECK(run(it->second));
   return true;

@@ -48,7 +48,11 @@ class BlasLt {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
-  std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;  // NOTE [Algorithms for shapes that vary]
+  struct BucketAlgo {
+    cublasLtMatmulAlgo_t algo;  // the bucket's first shape's
+    int queries;                // shapes of the bucket queried so far
+  };
+  std::map<Key, BucketAlgo> bucket_algos_;  // NOTE [Algorithms for shapes that vary]
   std::map<Key, bool> unsupported_;  // BGradB shapes without an algorithm
 };
 
