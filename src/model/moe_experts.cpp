@@ -71,7 +71,7 @@ void copy_first(backend::Backend& be, Tensor& dst, const Tensor& src, int64_t n)
 // them, each tp block's padding a group without weight, so every expert
 // computes what the loop computes: on the CPU both give the same bits.
 // Experts with biases take the loop.
-bool MoeLayer::grouped_gemm(const MoeActs&) const {
+bool MoeLayer::grouped_gemm() const {
   if (!config_->moe.grouped_gemm) return false;
   for (const ExpertParams& p : params_.experts)
     if (p.fc1_bias || p.fc2_bias) return false;
@@ -117,13 +117,13 @@ void MoeLayer::for_each_block(const MoeActs& a, const std::function<void(int64_t
 
 // Each expert's weight gradient from its rows: grad += dout^T inp (one
 // f32-accumulating GEMM per expert).
-void MoeLayer::weight_grads(const ExpertGroups& g, const std::vector<const Tensor*>& w,
-                            const std::vector<Param*>& params, const Tensor& dout, const Tensor& inp) const {
+void MoeLayer::weight_grads(const std::vector<int64_t>& rows, const std::vector<Param*>& params, const Tensor& dout,
+                            const Tensor& inp) const {
   int64_t row = 0;
-  for (size_t i = 0; i < g.rows.size(); row += g.rows[i], ++i)
-    if (w[i] && g.rows[i] > 0)
-      be_->matmul_backward(nullptr, &params[i]->grad, nullptr, dout.narrow(row, g.rows[i]), inp.narrow(row, g.rows[i]),
-                           *w[i]);
+  for (size_t i = 0; i < rows.size(); row += rows[i], ++i)
+    if (params[i] && rows[i] > 0)
+      be_->matmul_backward(nullptr, &params[i]->grad, nullptr, dout.narrow(row, rows[i]), inp.narrow(row, rows[i]),
+                           params[i]->compute);
 }
 
 void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx) const {
@@ -133,7 +133,7 @@ void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx
   {
     Tensor dact = be.empty(a.act.shape(), a.act.dtype());
     be.grouped_matmul_backward_data(dact, dy, g.fc2, g.rows);
-    weight_grads(g, g.fc2, g.fc2_param, dy, a.act);
+    weight_grads(g.rows, g.fc2_param, dy, a.act);
     for_each_block(a, [&](int64_t r, int64_t n) {
       Tensor d = dfc1.narrow(r, n);
       if (spec_.swiglu) be.swiglu_backward(d, a.fc1.narrow(r, n), dact.narrow(r, n));
@@ -141,7 +141,7 @@ void MoeLayer::grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx
     });
   }
   be.grouped_matmul_backward_data(dx, dfc1, g.fc1, g.rows);
-  weight_grads(g, g.fc1, g.fc1_param, dfc1, a.xe);
+  weight_grads(g.rows, g.fc1_param, dfc1, a.xe);
 }
 
 void MoeLayer::experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const {
@@ -185,7 +185,7 @@ void MoeLayer::experts_forward(MoeActs& a, const Tensor& xd, Tensor& yd) const {
   Tensor y = T == 1 ? yd : be.empty({std::max<int64_t>(Rall, 1), C}, dt);
   if (T > 1) be.zero(y);  // the padding rows take part in the reduce-scatter
   const bool fc2_bias = stage_->tp_rank() == 0 || T == 1;  // one partial sum carries the whole bias
-  if (grouped_gemm(a)) {
+  if (grouped_gemm()) {
     const ExpertGroups g = expert_groups(a);
     be.grouped_matmul_forward(a.fc1, a.xe, g.fc1, g.rows);
     for_each_block(a, [&](int64_t row, int64_t n) {
@@ -232,7 +232,7 @@ void MoeLayer::experts_backward(MoeActs& a, const Tensor& dyd, Tensor& dxd) cons
     dx = be.empty({Rall, C}, dt);
     be.zero(dx);
   }
-  if (grouped_gemm(a)) {
+  if (grouped_gemm()) {
     grouped_experts_backward(a, dy, dx);
   } else {
   for (int t = 0; t < T; ++t) {

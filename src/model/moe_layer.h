@@ -144,13 +144,13 @@ class MoeLayer {
     std::vector<const Tensor*> fc1, fc2;  // the compute weights (null: padding)
     std::vector<Param*> fc1_param, fc2_param;
   };
-  bool grouped_gemm(const MoeActs& a) const;
+  bool grouped_gemm() const;
   ExpertGroups expert_groups(const MoeActs& a) const;
   // fn(first row, rows) for each tp block with rows.
   void for_each_block(const MoeActs& a, const std::function<void(int64_t, int64_t)>& fn) const;
   void grouped_experts_backward(MoeActs& a, const Tensor& dy, Tensor& dx) const;
-  void weight_grads(const ExpertGroups& g, const std::vector<const Tensor*>& w, const std::vector<Param*>& params,
-                    const Tensor& dout, const Tensor& inp) const;
+  void weight_grads(const std::vector<int64_t>& rows, const std::vector<Param*>& params, const Tensor& dout,
+                    const Tensor& inp) const;
   void add_f32(Tensor& dx, const Tensor& d32) const;  // dx += d32 (cast to dx's dtype first)
   // The auxiliary losses over the whole micro-batch's router logits
   // (gathered over tp under SP and over cp), their gradient's rows of this

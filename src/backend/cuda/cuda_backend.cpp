@@ -536,9 +536,9 @@ class CudaBackend final : public Backend {
   std::string name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<BlasLt> blas_;
-  std::unique_ptr<Fp8Gemm> fp8_gemm_;
+  std::unique_ptr<Fp8Gemm> fp8_gemm_;  // FP8 GEMMs: own cuBLASLt handle, workspace at first use
   std::unique_ptr<cuda::GroupedGemm> grouped_;  // cuBLAS handle for the grouped GEMMs, at first use
-  bool grouped_refused_ = false;  // FP8 GEMMs: own cuBLASLt handle, workspace at first use
+  bool grouped_refused_ = false;  // cuBLAS refused a grouped GEMM once: the loop from then on
   Tensor scratch_;  // f32 (n)
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
   bool deterministic_ = false;  // set_deterministic

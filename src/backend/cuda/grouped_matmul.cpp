@@ -16,8 +16,6 @@
 // (OC x C per expert) fill the GPU on their own.
 #include "backend/cuda/grouped_matmul.cuh"
 
-#include <algorithm>
-
 #include "backend/cuda/allocator.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "base/error.h"
