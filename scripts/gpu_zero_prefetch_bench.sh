@@ -32,17 +32,16 @@ DEVICE=${ZERO_DEVICE:-cuda}
 export NCCL_NVLS_ENABLE=0  # shared GPU hosts: NVLink multicast off
 ITERS=${ZERO_ITERS:-12}
 
-shape=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50257
-       --micro-batch-size 4 --bf16)
-[[ $DEVICE == cpu ]] && shape=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
-                               --vocab-size 1000 --micro-batch-size 2)
+mbs=4
+shape=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50257 --bf16)
+[[ $DEVICE == cpu ]] && mbs=2 && shape=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128
+                                        --vocab-size 1000)
+shape+=(--micro-batch-size $mbs)
 
 # time TAG NPROC FLAGS...: mean iteration ms over iterations 4..ITERS (the slowest rank's log).
 time_run() {
   local tag=$1 n=$2; shift 2
-  local mbs gbs t0=$SECONDS rc
-  mbs=$(printf '%s\n' "${shape[@]}" | grep -A1 -x -- --micro-batch-size | tail -1)
-  gbs=$((2 * mbs * n))
+  local gbs=$((2 * mbs * n)) t0=$SECONDS rc
   timeout 200 "$BIN_TRIPOD" launch --nproc-per-node "$n" train "${shape[@]}" --global-batch-size $gbs --mock-data \
     --train-iters "$ITERS" --log-interval 1 --eval-interval 0 --device $DEVICE --distributed-backend gloo \
     --distributed-timeout-minutes 2 --seed 11 --metrics-file "$OUT/$tag.jsonl" "$@" > "$OUT/$tag.log" 2>&1
