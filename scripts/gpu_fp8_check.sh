@@ -21,7 +21,8 @@
 #                binary bit for bit equal (loss and grad norm at every
 #                iteration), and the FP8 run saved at DET_ITERS/2 and resumed:
 #                bit for bit equal to the uninterrupted one
-#   speed        bf16 vs FP8 at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
+#   speed        bf16 vs FP8 (and FP8 with --fp8-dot-product-attention at the 8B
+#                shape: SPEED_DPA_MODELS, CUDNN_LIB_DIR for cuDNN 9.19+) at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
 #                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory
@@ -54,6 +55,8 @@ summary="$OUT/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 source scripts/stage_env.sh
+# CUDNN_LIB_DIR: a directory with another libcudnn.so.9 (tripod opens the first on the search path).
+[[ -n ${CUDNN_LIB_DIR:-} ]] && export LD_LIBRARY_PATH=$CUDNN_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 note "gpu_fp8_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
 use_stage "$stage" /tmp/tripod_fp8_stage
@@ -199,11 +202,21 @@ if has speed; then
     b=$(speed speed_${m}_bf16); f=$(speed speed_${m}_fp8)
     note "$m bf16: $b"
     note "$m fp8:  $f"
-    python3 -c "
-import re,sys
+    ratio() {
+      python3 -c "
+import sys
 b, f = sys.argv[1], sys.argv[2]
 g = lambda s: float(s.split()[0]) if s[0].isdigit() else 0
-print(f'$m fp8 / bf16 = {g(f) / g(b):.3f}' if g(b) else '$m: no ratio')" "$b" "$f" | tee -a "$summary"
+print(f'$m $3 / bf16 = {g(f) / g(b):.3f}' if g(b) else '$m: no ratio')" "$1" "$2" | tee -a "$summary"
+    }
+    ratio "$b" "$f" fp8
+    # FP8 attention too (cuDNN's FP8 attention: head size 128, cuDNN 9.19 or later)
+    if [[ " ${SPEED_DPA_MODELS:-l8} " == *" $m "* ]]; then
+      run speed_${m}_fp8dpa train "${args[@]}" --fp8-format hybrid --fp8-dot-product-attention
+      d=$(speed speed_${m}_fp8dpa)
+      note "$m fp8 + --fp8-dot-product-attention: $d"
+      ratio "$b" "$d" fp8dpa
+    fi
   done
 fi
 

@@ -94,9 +94,15 @@ struct Heads {
 
 // Checks qkv (called `name` in messages) against n_head query heads and n_kv_head K/V heads (0: n_head)
 // and returns the heads (G resolved).
+// fp8: qkv holds FP8 codes (FP8 attention) instead of activations.
 inline Heads check_qkv(const Checks& k, const Tensor& qkv, int n_head, int n_kv_head,
-                       const char* name = "qkv") {
-  k.act(qkv, name);
+                       const char* name = "qkv", bool fp8 = false) {
+  if (fp8) {
+    k.on_device(qkv, name);
+    k.that(qkv.dtype() == DType::E4M3, fmt::format("{} {} must hold E4M3 codes", name, qkv.str()));
+  } else {
+    k.act(qkv, name);
+  }
   k.dim(qkv, name, 3, "(B, T, (n_head + 2*n_kv_head)*HS)");
   k.that(n_head > 0 && n_kv_head >= 0,
          fmt::format("n_head = {} must be > 0 and n_kv_head = {} >= 0 (0: n_head)", n_head, n_kv_head));

@@ -62,6 +62,21 @@ struct AttentionBlock {
   bool causal = false;
 };
 
+// The per-tensor scaling of FP8 attention (attention_fp8_forward/backward):
+// one-element statistics tensors on the device (f32; f64 on the reference
+// under f64 inputs). qkv: Q, K and V, cast with one scale; s: the softmax
+// probabilities P (E4M3); o: the output; dout: the output's gradient; dp:
+// the scores' gradient dS; dqkv: dQ, dK and dV. Each op reads the fields
+// it names and leaves the others undefined if the caller wishes.
+struct Fp8AttentionMeta {
+  Tensor qkv_scale_inv;
+  Tensor s_scale, s_scale_inv, s_amax;
+  Tensor o_scale, o_scale_inv, o_amax;
+  Tensor dout_scale_inv;
+  Tensor dp_scale, dp_scale_inv, dp_amax;
+  Tensor dqkv_scale, dqkv_amax;
+};
+
 struct AdamWStep {
   float lr = 0.f;
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
@@ -359,6 +374,44 @@ class Backend {
   void fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax, float fp8_max,
                         int margin, bool use_max);
 
+  // ---- FP8 attention (Transformer Engine's FP8 dot product attention; validators in ops_fp8.cpp) ----
+  // Causal self-attention (multi-head or grouped-query, qkv's layout as
+  // attention_forward's) on FP8 Q, K, V, as cuDNN's FP8 flash attention
+  // computes it (the graph of cudnn-frontend's FP8 SDPA; NOTE [FP8
+  // attention] in backend/cpu/fp8_attention.cpp states it step by step).
+  // The scales are Fp8AttentionMeta's one-element statistics tensors; a
+  // value v is stored as fp8(v * scale), as the FP8 casts store it.
+  //   forward:  S = (Q8 K8^T) * qkv_scale_inv^2 / sqrt(HS), causal;
+  //             lse = log-sum-exp of S's rows (saved, as attention_forward's);
+  //             P = exp(S - lse);          s_amax  = max(s_amax, max P)
+  //             P8 = E4M3(P * s_scale);
+  //             O = (P8 V8) * s_scale_inv * qkv_scale_inv;
+  //                                        o_amax  = max(o_amax, max |O|)
+  //             out = E4M3(O * o_scale).
+  //   backward: D = rowsum(dout8 * out8) * dout_scale_inv * o_scale_inv;
+  //             P, P8 recomputed from qkv and lse as above;
+  //             dV = (P8^T dout8) * s_scale_inv * dout_scale_inv;
+  //             dS = ((dout8 V8^T) * dout_scale_inv * qkv_scale_inv - D) * P / sqrt(HS);
+  //                                        dp_amax = max(dp_amax, max |dS|)
+  //             dS8 = fmt(dS * dp_scale) (fmt: dout's FP8 dtype);
+  //             dQ = (dS8 K8) * dp_scale_inv * qkv_scale_inv;
+  //             dK = (dS8^T Q8) * dp_scale_inv * qkv_scale_inv;
+  //             dqkv = fmt(d * dqkv_scale) for dQ, dK, dV (dK, dV summed
+  //             over the query heads of the group first);
+  //                                        dqkv_amax = max(dqkv_amax, max |dQ|, |dK|, |dV|).
+  // qkv and out are E4M3; dout and dqkv share one FP8 dtype (E5M2 under
+  // the hybrid format). The amaxes ACCUMULATE, as the casts' amax. Sums in
+  // f32 or better; each FP8 rounding as f32_to_fp8 (so a backend that
+  // forms P or dS in another order may round an element to the adjacent
+  // code). The CUDA backend serves head size 128 on Hopper with cuDNN 9.19
+  // or later (cuDNN's FP8 attention) and stops with why otherwise; it runs a
+  // grouped-query backward as multi-head on repeated K/V and sums each
+  // group's dK, dV codes (one rounding more than the formula's).
+  void attention_fp8_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Fp8AttentionMeta& m, int n_head,
+                             int n_kv_head = 0);
+  void attention_fp8_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                              const Tensor& lse, const Fp8AttentionMeta& m, int n_head, int n_kv_head = 0);
+
   // ---- mixture of experts (validators in ops_moe.cpp; model/moe_layer.h) ----
   // Router logits, probs and losses are statistics tensors (f32; f64 on
   // the reference under f64 activations); indices and row maps are i32.
@@ -495,6 +548,11 @@ class Backend {
                                bool fast_accum) = 0;
   virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                                      float fp8_max, int margin, bool use_max) = 0;
+  // FP8 attention: the default refuses (a backend without the kernels).
+  virtual void attention_fp8_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Fp8AttentionMeta& m,
+                                          int n_head, int n_kv_head);
+  virtual void attention_fp8_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                           const Tensor& lse, const Fp8AttentionMeta& m, int n_head, int n_kv_head);
   // MoE: the CPU and CUDA backends implement these; the defaults stop with
   // an error naming the op, so a backend without the kernels refuses a MoE
   // model rather than run it on a partial path.

@@ -109,4 +109,73 @@ void Backend::fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_hi
   fp8_update_scale_impl(scale, scale_inv, amax_history, amax, fp8_max, margin, use_max);
 }
 
+// ---- FP8 attention ----
+
+namespace {
+
+// The statistics dtype of FP8 attention: lse's (f32; f64 on the reference).
+DType check_fp8_attention_stats(const Checks& k, const Tensor& lse, const Heads& h) {
+  k.on_device(lse, "lse");
+  k.that(lse.dtype() == DType::F32 || lse.dtype() == DType::F64,
+         fmt::format("lse {} must be a statistics tensor (f32, or f64 on the reference)", lse.str()));
+  const DType act = lse.dtype() == DType::F64 ? DType::F64 : DType::F32;
+  k.stat(lse, "lse", act, h.B * h.NH * h.T, "B * n_head * T");
+  return act;
+}
+
+void fp8_codes(const Checks& k, const Tensor& t, const char* name, DType d, int64_t n, const char* what) {
+  k.dtype(t, name, d, "FP8 codes");
+  k.numel(t, name, n, what);
+}
+
+}  // namespace
+
+void Backend::attention_fp8_forward(Tensor& out, Tensor& lse, const Tensor& qkv, const Fp8AttentionMeta& m,
+                                    int n_head, int n_kv_head) {
+  Checks k(*this, "attention_fp8_forward");
+  const Heads h = check_qkv(k, qkv, n_head, n_kv_head, "qkv", true);
+  const DType dt = check_fp8_attention_stats(k, lse, h);
+  fp8_codes(k, out, "out", DType::E4M3, h.B * h.T * h.q_width(), "B * T * n_head * HS");
+  scalar(k, m.qkv_scale_inv, "qkv_scale_inv", dt);
+  scalar(k, m.s_scale, "s_scale", dt);
+  scalar(k, m.s_scale_inv, "s_scale_inv", dt);
+  scalar(k, m.s_amax, "s_amax", dt);
+  scalar(k, m.o_scale, "o_scale", dt);
+  scalar(k, m.o_amax, "o_amax", dt);
+  attention_fp8_forward_impl(out, lse, qkv, m, n_head, static_cast<int>(h.G));
+}
+
+void Backend::attention_fp8_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                     const Tensor& lse, const Fp8AttentionMeta& m, int n_head, int n_kv_head) {
+  Checks k(*this, "attention_fp8_backward");
+  const Heads h = check_qkv(k, qkv, n_head, n_kv_head, "qkv", true);
+  const DType dt = check_fp8_attention_stats(k, lse, h);
+  fp8_codes(k, out, "out", DType::E4M3, h.B * h.T * h.q_width(), "B * T * n_head * HS");
+  fp8(k, dout, "dout");
+  k.numel(dout, "dout", h.B * h.T * h.q_width(), "B * T * n_head * HS");
+  fp8_codes(k, dqkv, "dqkv", dout.dtype(), qkv.numel(), "as many as qkv, in dout's FP8 dtype");
+  scalar(k, m.qkv_scale_inv, "qkv_scale_inv", dt);
+  scalar(k, m.o_scale_inv, "o_scale_inv", dt);
+  scalar(k, m.dout_scale_inv, "dout_scale_inv", dt);
+  scalar(k, m.s_scale, "s_scale", dt);
+  scalar(k, m.s_scale_inv, "s_scale_inv", dt);
+  scalar(k, m.dp_scale, "dp_scale", dt);
+  scalar(k, m.dp_scale_inv, "dp_scale_inv", dt);
+  scalar(k, m.dp_amax, "dp_amax", dt);
+  scalar(k, m.dqkv_scale, "dqkv_scale", dt);
+  scalar(k, m.dqkv_amax, "dqkv_amax", dt);
+  attention_fp8_backward_impl(dqkv, dout, qkv, out, lse, m, n_head, static_cast<int>(h.G));
+}
+
+void Backend::attention_fp8_forward_impl(Tensor&, Tensor&, const Tensor&, const Fp8AttentionMeta&, int, int) {
+  TRIPOD_CHECK_HINT(false, "leave out --fp8-dot-product-attention (attention then runs in the compute dtype)",
+                    "attention_fp8_forward: the {} backend has no FP8 attention", name());
+}
+
+void Backend::attention_fp8_backward_impl(Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                          const Fp8AttentionMeta&, int, int) {
+  TRIPOD_CHECK_HINT(false, "leave out --fp8-dot-product-attention (attention then runs in the compute dtype)",
+                    "attention_fp8_backward: the {} backend has no FP8 attention", name());
+}
+
 }  // namespace tripod::backend

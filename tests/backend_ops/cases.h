@@ -34,6 +34,7 @@ void add_attention_cases(std::vector<OpCase>& cases);  // cases_attention.cpp
 void add_fused_cases(std::vector<OpCase>& cases);      // cases_fused.cpp
 void add_llama_cases(std::vector<OpCase>& cases);      // cases_llama.cpp
 void add_fp8_cases(std::vector<OpCase>& cases);        // cases_fp8.cpp
+void add_fp8_attention_cases(std::vector<OpCase>& cases);  // cases_fp8_attention.cpp
 void add_context_parallel_cases(std::vector<OpCase>& cases);  // cases_context_parallel.cpp
 void add_moe_cases(std::vector<OpCase>& cases);       // cases_moe.cpp
 

@@ -95,6 +95,7 @@ const std::vector<OpCase>& all_cases() {
     add_fused_cases(v);
     add_llama_cases(v);
     add_fp8_cases(v);
+    add_fp8_attention_cases(v);
     add_context_parallel_cases(v);
     add_moe_cases(v);
     return v;

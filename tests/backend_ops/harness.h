@@ -51,6 +51,10 @@ struct OpCase {
   double tol_scale = 1.0;    // multiplies the dtype's NMSE bound (documented per case)
   bool exact = false;        // bit for bit instead of the NMSE gate (the FP8 casts)
   std::function<double(DType)> gate;  // optional: this case's NMSE bound per dtype (documented per case)
+  // optional, instead of the NMSE gate: the largest |got - want| allowed in
+  // each element of output argument i, given the reference's values of it
+  // (`want`, as the target stores them; documented per case).
+  std::function<double(size_t i, const std::vector<double>& want)> bound;
 };
 
 // Max NMSE per tested activation dtype.

@@ -33,6 +33,32 @@ int64_t rows(const Tensor& t) { return t.numel() / t.size(-1); }
 // The bytes of an FP8 (E4M3 / E5M2) tensor.
 uint8_t* fp8_data(const Tensor& t) { return static_cast<uint8_t*>(t.raw()); }
 
+// The scalars of FP8 attention at statistics type S: the fields the forward
+// (or the backward) reads, as NOTE [FP8 attention] names them; the others
+// may be undefined.
+template <typename S>
+cpu::Fp8AttentionScalars<S> fp8_attention_scalars(const Fp8AttentionMeta& m, bool backward) {
+  auto v = [](const Tensor& t) { return t.data<S>()[0]; };
+  cpu::Fp8AttentionScalars<S> sc;
+  sc.qkv_scale_inv = v(m.qkv_scale_inv);
+  sc.s_scale = v(m.s_scale);
+  sc.s_scale_inv = v(m.s_scale_inv);
+  if (!backward) {
+    sc.s_amax = m.s_amax.data<S>();
+    sc.o_scale = v(m.o_scale);
+    sc.o_amax = m.o_amax.data<S>();
+    return sc;
+  }
+  sc.o_scale_inv = v(m.o_scale_inv);
+  sc.dout_scale_inv = v(m.dout_scale_inv);
+  sc.dp_scale = v(m.dp_scale);
+  sc.dp_scale_inv = v(m.dp_scale_inv);
+  sc.dp_amax = m.dp_amax.data<S>();
+  sc.dqkv_scale = v(m.dqkv_scale);
+  sc.dqkv_amax = m.dqkv_amax.data<S>();
+  return sc;
+}
+
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu(); }
@@ -324,6 +350,23 @@ class CpuBackend final : public Backend {
       cpu::fp8_update_scale<float>(scale.data<float>(), scale_inv.data<float>(),
                                    amax_history ? amax_history->data<float>() : nullptr, amax.data<float>(), M, H,
                                    fp8_max, margin, use_max);
+  }
+
+  // ---- FP8 attention (fp8_attention.cpp); T: the statistics type (lse's) ----
+  void attention_fp8_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Fp8AttentionMeta& m,
+                                  int n_head, int n_kv_head) override {
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    TRIPOD_CPU_DISPATCH(lse.dtype(),
+        cpu::attention_fp8_forward<T>(fp8_data(out), lse.data<T>(), fp8_data(qkv), fp8_attention_scalars<T>(m, false),
+                                      B, Tn, n_head, n_kv_head, HS));
+  }
+  void attention_fp8_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                   const Tensor& lse, const Fp8AttentionMeta& m, int n_head, int n_kv_head) override {
+    const int64_t B = qkv.size(0), Tn = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
+    TRIPOD_CPU_DISPATCH(lse.dtype(),
+        cpu::attention_fp8_backward<T>(fp8_data(dqkv), fp8_data(dout), fp8_data(qkv), fp8_data(out), lse.data<T>(),
+                                       fp8_attention_scalars<T>(m, true), dout.dtype(), B, Tn, n_head, n_kv_head,
+                                       HS));
   }
 
   // ---- mixture of experts (cpu/moe.cpp); S: the statistics dtype of the router tensors ----

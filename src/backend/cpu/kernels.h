@@ -105,6 +105,32 @@ template <typename S>
 void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t M, int64_t H, float fp8_max,
                       int margin, bool use_max);
 
+// FP8 attention (fp8_attention.cpp, NOTE [FP8 attention]): the scalars of
+// backend::Fp8AttentionMeta, S the statistics type (f32, or f64 holding f32
+// values); the amaxes are accumulated in place. Each op reads the fields its
+// NOTE step names. qkv (B,T,(NH+2G)*HS) and out (B,T,NH*HS) are E4M3 codes,
+// lse (B,NH,T); dout and dqkv are codes of dtype fmt (E4M3 or E5M2).
+template <typename S>
+struct Fp8AttentionScalars {
+  S qkv_scale_inv = 1;
+  S s_scale = 1, s_scale_inv = 1;
+  S o_scale = 1, o_scale_inv = 1;
+  S dout_scale_inv = 1;
+  S dp_scale = 1, dp_scale_inv = 1;
+  S dqkv_scale = 1;
+  S* s_amax = nullptr;
+  S* o_amax = nullptr;
+  S* dp_amax = nullptr;
+  S* dqkv_amax = nullptr;
+};
+template <typename S>
+void attention_fp8_forward(uint8_t* out, S* lse, const uint8_t* qkv, const Fp8AttentionScalars<S>& sc, int64_t B,
+                           int64_t Tn, int64_t NH, int64_t G, int64_t HS);
+template <typename S>
+void attention_fp8_backward(uint8_t* dqkv, const uint8_t* dout, const uint8_t* qkv, const uint8_t* out,
+                            const S* lse, const Fp8AttentionScalars<S>& sc, DType fmt, int64_t B, int64_t Tn,
+                            int64_t NH, int64_t G, int64_t HS);
+
 // Mixture of experts (moe.cpp). S: the statistics type (float or double).
 template <typename S>
 void moe_router_topk(S* probs, int32_t* indices, const S* logits, const S* bias, int64_t N, int64_t E, int k,

@@ -40,6 +40,7 @@
 #include "backend/cuda/allocator.cuh"
 #include "backend/cuda/context_parallel.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cudnn_attention_graph.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "base/log.h"
 #include "tensor/dtype.h"
@@ -55,42 +56,21 @@ void note_attention_path(const std::string& message) {
 
 #if TRIPOD_HAVE_CUDNN_GRAPH
 
+namespace cudnn_sdpa {
+
 namespace {
-
-using cudnn::Graph;
-
-struct Plan {
-  std::unique_ptr<Graph> graph;
-  std::string error;  // non-empty: no plan for this shape
-  // uids, in the order of the pointers execute() is given
-  std::vector<int64_t> uids;
-  int64_t accum_bytes = 0;  // f32 dQ accumulator placed after cuDNN's workspace
-  bool deterministic = false;
-};
-
-struct Key {
-  int device, dtype, kind;  // kind: 0 forward, 1 backward deterministic dQ, 2 backward atomic dQ
-  std::vector<int64_t> shape;  // Shapes::signature()
-  bool operator<(const Key& o) const {
-    return std::tie(device, dtype, kind, shape) < std::tie(o.device, o.dtype, o.kind, o.shape);
-  }
-};
-
-std::mutex g_mu;
-std::map<Key, Plan> g_plans;
-
 struct Workspace {
   void* ptr = nullptr;
   size_t bytes = 0;
 };
-std::map<int, Workspace> g_ws;
+std::map<std::pair<int, int>, Workspace> g_ws;  // (device, slot)
+}  // namespace
 
-// Grows the device's workspace (cached allocator; kept for reuse).
-void* workspace(int device, size_t bytes, cudaStream_t stream) {
+void* workspace(int device, size_t bytes, cudaStream_t stream, int slot) {
   if (bytes == 0) return nullptr;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  Workspace& w = g_ws[device];
+  Workspace& w = g_ws[{device, slot}];
   if (w.bytes < bytes) {
     Allocator& a = caching_allocator();
     if (w.ptr) {
@@ -102,45 +82,6 @@ void* workspace(int device, size_t bytes, cudaStream_t stream) {
   }
   return w.ptr;
 }
-
-cudnnDataType_t cudnn_type(DType dt) { return dt == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
-
-using Dims = std::vector<int64_t>;
-
-// H query heads against G K/V heads of size D: Tq query rows, Tk K/V rows.
-// The strides (4-d, of the (B, heads, rows, D) views) say where each tensor
-// lives: self-attention reads Q, K, V from qkv (B, T, H + 2G, D) and writes
-// dQ, dK, dV into dqkv alike (self()); context parallelism's block attention
-// reads a window of qkv's Q rows and one of kv's (B, Tk, 2G, D) rows and
-// writes its gradients into compact scratch (cudnn_attention_block_*).
-struct Shapes {
-  int64_t B, Tq, Tk, H, G, D;
-  bool causal = true;  // row >= col kept (Tq == Tk)
-  Dims q_str, kv_str, o_str, stats_str, dq_str, dkv_str;  // Q; K and V; O and dO; stats; dQ; dK and dV
-
-  static Shapes self(int64_t B, int64_t T, int64_t H, int64_t G, int64_t D) {
-    const int64_t W = (H + 2 * G) * D, C = H * D;
-    Dims in = {T * W, D, W, 1};
-    return {B, T, T, H, G, D, true, in, in, {T * C, D, C, 1}, {H * T, T, 1, 1}, in, in};
-  }
-  static Dims t(const Dims& s) { return {s[0], s[1], s[3], s[2]}; }  // the last two dims swapped
-  Dims q_dims() const { return {B, H, Tq, D}; }                      // Q, O, dO, dQ
-  Dims kv_dims() const { return {B, G, Tk, D}; }                     // K, V, dK, dV
-  Dims kv_t_dims() const { return {B, G, D, Tk}; }                   // K^T, V^T
-  Dims full_dims() const { return {B, H, Tk, D}; }                   // per-query-head dK, dV (GQA)
-  Dims full_strides() const { return {H * Tk * D, Tk * D, D, 1}; }
-  Dims row_dims() const { return {B, H, Tq, 1}; }
-  Dims row_strides() const { return {H * Tq, Tq, 1, 1}; }            // virtual rows, the rowsum scratch
-  Dims s_dims() const { return {B, H, Tq, Tk}; }
-  Dims s_strides() const { return {H * Tq * Tk, Tq * Tk, Tk, 1}; }
-  Dims st_dims() const { return {B, H, Tk, Tq}; }                    // S^T view
-  Dims st_strides() const { return {H * Tq * Tk, Tq * Tk, 1, Tk}; }
-  std::vector<int64_t> signature() const {
-    std::vector<int64_t> v = {B, Tq, Tk, H, G, D, causal ? 1 : 0};
-    for (const Dims* d : {&q_str, &kv_str, &o_str, &stats_str, &dq_str, &dkv_str}) v.insert(v.end(), d->begin(), d->end());
-    return v;
-  }
-};
 
 float masked_value() {
   // cuDNN before 9.10 prefers the lowest finite float for masked scores.
@@ -170,6 +111,35 @@ int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int variant) {
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, out, masked, keep);
   return out;
 }
+
+}  // namespace cudnn_sdpa
+
+namespace {
+
+using cudnn::Graph;
+using namespace cudnn_sdpa;
+
+struct Plan {
+  std::unique_ptr<Graph> graph;
+  std::string error;  // non-empty: no plan for this shape
+  // uids, in the order of the pointers execute() is given
+  std::vector<int64_t> uids;
+  int64_t accum_bytes = 0;  // f32 dQ accumulator placed after cuDNN's workspace
+  bool deterministic = false;
+};
+
+struct Key {
+  int device, dtype, kind;  // kind: 0 forward, 1 backward deterministic dQ, 2 backward atomic dQ
+  std::vector<int64_t> shape;  // Shapes::signature()
+  bool operator<(const Key& o) const {
+    return std::tie(device, dtype, kind, shape) < std::tie(o.device, o.dtype, o.kind, o.shape);
+  }
+};
+
+std::mutex g_mu;
+std::map<Key, Plan> g_plans;
+
+cudnnDataType_t cudnn_type(DType dt) { return dt == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF; }
 
 // uids order: q, k^T, v, o, stats
 Plan build_forward(const Shapes& sh, DType dt, int variant) {

@@ -48,6 +48,25 @@ bool cudnn_attention_block_backward(void* dqkv, void* dkv, const void* dout, con
                                     int64_t Tk, int NH, int G, int HS, const BlockWindow& w, CudnnDq dq, DType dt,
                                     cudaStream_t stream, std::string* why);
 
+// FP8 attention (backend/ops.h attention_fp8_forward/backward) on cuDNN's
+// FP8 flash attention (cudnn_attention_fp8.cpp): qkv (B, T, NH + 2G, HS) and
+// out (B, T, NH * HS) E4M3 codes, dout and dqkv in `grad` (E4M3 or E5M2);
+// the scales are device floats (16-byte aligned). amax: where cuDNN writes
+// (not accumulates) the amaxes, each 16-byte aligned: forward {S, O},
+// backward {dP, dQ, dK, dV}. scratch: B * NH * T floats. False, with why,
+// when cuDNN, the GPU or the head size is not served.
+struct Fp8AttentionScales {
+  const float *qkv_descale = nullptr, *s_scale = nullptr, *s_descale = nullptr, *o_scale = nullptr,
+              *o_descale = nullptr, *dout_descale = nullptr, *dp_scale = nullptr, *dp_descale = nullptr,
+              *dqkv_scale = nullptr;
+  float* amax[4] = {nullptr, nullptr, nullptr, nullptr};
+};
+bool cudnn_attention_fp8_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G, int HS,
+                                 const Fp8AttentionScales& s, cudaStream_t stream, std::string* why);
+bool cudnn_attention_fp8_backward(void* dqkv, DType grad, const void* dout, const void* qkv, const void* out,
+                                  const float* lse, float* scratch, int64_t B, int64_t T, int NH, int G, int HS,
+                                  const Fp8AttentionScales& s, cudaStream_t stream, std::string* why);
+
 // Logs `message` once per process (the attention path that runs).
 void note_attention_path(const std::string& message);
 

@@ -236,7 +236,80 @@ __global__ void update_scale_kernel(float* scale, float* scale_inv, float* histo
   scale_inv[m] = __fdiv_rn(1.0f, sc);
 }
 
+// dst = fmaxf(dst, src[i * stride]) over i < n (one thread: n is at most 4).
+__global__ void amax_fold_kernel(float* dst, const float* src, int n, int stride) {
+  float m = *dst;
+  for (int i = 0; i < n; ++i) m = fmaxf(m, src[i * stride]);
+  *dst = m;
+}
+
+// Grouped-query attention as multi-head (attention_fp8_backward on the
+// GPU): rows of qkv (H + 2G heads of D codes) to rows of 3H heads, K and V
+// head g repeated for the H / G query heads of its group; 16 bytes a thread.
+__global__ void expand_kv_kernel(uint4* dst, const uint4* src, int64_t rows, int H, int G, int D) {
+  const int64_t per_head = D / 16, dst_row = int64_t(3) * H * per_head, src_row = int64_t(H + 2 * G) * per_head;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * dst_row) return;
+  const int64_t r = i / dst_row, j = i % dst_row, head = j / per_head, within = j % per_head;
+  const int rep = H / G;
+  int64_t from = head;  // a Q head
+  if (head >= 2 * H) from = H + G + (head - 2 * H) / rep;  // a V head
+  else if (head >= H) from = H + (head - H) / rep;         // a K head
+  dst[i] = src[r * src_row + from * per_head + within];
+}
+
+// The inverse for the gradients: dQ codes copied; dK, dV of group g = the
+// sum of its query heads' decoded codes (all cast with one scale), cast
+// again; amax = max(amax, max |sum| / scale) over the dK and dV elements.
+template <bool kE5M2>
+__global__ void sum_kv_groups_kernel(uint8_t* dst, const uint8_t* src, const float* scale, float* amax, int64_t rows,
+                                     int H, int G, int D) {
+  const int64_t dst_row = int64_t(H + 2 * G) * D, src_row = int64_t(3) * H * D;
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  float m = 0.f;
+  if (i < rows * dst_row) {
+    const int64_t r = i / dst_row, e = i % dst_row, head = e / D, d = e % D;
+    const uint8_t* row = src + r * src_row;
+    if (head < H) {
+      dst[i] = row[e];
+    } else {
+      const int rep = H / G;
+      const int64_t first = head < H + G ? H + (head - H) * rep : 2 * H + (head - H - G) * rep;
+      float sum = 0.f;
+      for (int k = 0; k < rep; ++k) sum += from_fp8(row[(first + k) * D + d], kE5M2);
+      dst[i] = to_fp8<kE5M2>(sum);
+      m = fabsf(sum) / *scale;
+      if (isnan(m)) m = 0.f;
+    }
+  }
+  commit_amax(m, amax);
+}
+
 }  // namespace
+
+void fp8_attention_expand_kv(void* dst, const void* src, int64_t rows, int H, int G, int D, cudaStream_t stream) {
+  const int64_t n = rows * 3 * H * (D / 16);
+  const int threads = 256;
+  expand_kv_kernel<<<unsigned((n + threads - 1) / threads), threads, 0, stream>>>(
+      static_cast<uint4*>(dst), static_cast<const uint4*>(src), rows, H, G, D);
+}
+
+void fp8_attention_sum_kv_groups(void* dst, const void* src, DType fp8, const float* scale, float* amax, int64_t rows,
+                                 int H, int G, int D, cudaStream_t stream) {
+  const int64_t n = rows * (H + 2 * G) * D;
+  const int threads = 256;
+  const unsigned blocks = unsigned((n + threads - 1) / threads);
+  auto* out = static_cast<uint8_t*>(dst);
+  const auto* in = static_cast<const uint8_t*>(src);
+  if (fp8 == DType::E5M2)
+    sum_kv_groups_kernel<true><<<blocks, threads, 0, stream>>>(out, in, scale, amax, rows, H, G, D);
+  else
+    sum_kv_groups_kernel<false><<<blocks, threads, 0, stream>>>(out, in, scale, amax, rows, H, G, D);
+}
+
+void fp8_amax_fold(float* dst, const float* src, int n, int stride, cudaStream_t stream) {
+  amax_fold_kernel<<<1, 1, 0, stream>>>(dst, src, n, stride);
+}
 
 void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* in, DType dt,
                         const float* scale, int64_t R, int64_t C, cudaStream_t stream) {

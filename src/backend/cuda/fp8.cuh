@@ -30,6 +30,21 @@ void fp8_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const 
                          const void* b, DType b_fp8, const float* b_scale_inv, const void* bias,
                          bool accumulate, int64_t N, int64_t K, int64_t OC, cudaStream_t stream);
 
+// dst = max(dst, src[0], src[stride], ..., src[(n-1) stride]) (NaN skipped, as
+// fmaxf): folds amaxes written elsewhere (cuDNN's FP8 attention) into an
+// accumulating one.
+void fp8_amax_fold(float* dst, const float* src, int n, int stride, cudaStream_t stream);
+
+// Grouped-query FP8 attention backward as multi-head (cuda_backend.cpp):
+// expand_kv writes rows of [Q | K | V] with H heads each (K, V head g
+// repeated for its group; D a multiple of 16) from qkv rows of H + 2G heads;
+// sum_kv_groups writes qkv-layout rows from such gradient rows, dK and dV
+// of each group summed (decoded, in f32) and cast again (codes of one
+// scale), amax = max(amax, max |sum| / *scale) over them.
+void fp8_attention_expand_kv(void* dst, const void* src, int64_t rows, int H, int G, int D, cudaStream_t stream);
+void fp8_attention_sum_kv_groups(void* dst, const void* src, DType fp8, const float* scale, float* amax, int64_t rows,
+                                 int H, int G, int D, cudaStream_t stream);
+
 // The scaling update of M tensors (backend/ops.h fp8_update_scale): scale,
 // scale_inv, amax (M) floats on the device, history (M, H) or null.
 void fp8_update_scale(float* scale, float* scale_inv, float* history, const float* amax, int64_t M, int64_t H,
