@@ -14,6 +14,7 @@ bool Fp8Config::uses_fp8(int64_t layer, int64_t num_layers) const {
 }
 
 void Fp8Config::finalize(int64_t num_layers) const {
+  check_dot_product_attention(1);
   if (!enabled()) return;
   TRIPOD_CHECK_HINT(margin >= 0, "use --fp8-margin 0 (the default) or more", "--fp8-margin is {}", margin);
   TRIPOD_CHECK_HINT(amax_history_len >= 1, "use --fp8-amax-history-len 1 (the default) or more",
@@ -30,6 +31,23 @@ void Fp8Config::finalize(int64_t num_layers) const {
   }
 }
 
+void Fp8Config::check_dot_product_attention(int cp) const {
+  if (!dot_product_attention) return;
+  TRIPOD_CHECK_HINT(enabled(), "add --fp8-format hybrid (or e4m3), or drop --fp8-dot-product-attention",
+                    "--fp8-dot-product-attention needs FP8 layers (--fp8-format): it runs their attention in FP8");
+  // cuDNN's FP8 attention quantizes P, O, dP and dQKV inside the kernel, with
+  // scales it is given: current scaling would need each tensor's amax before
+  // the kernel that produces it runs.
+  TRIPOD_CHECK_HINT(delayed(), "use --fp8-recipe delayed (the default) with --fp8-dot-product-attention",
+                    "--fp8-dot-product-attention with --fp8-recipe tensorwise is not supported yet: cuDNN's FP8 "
+                    "attention needs the scales of S, O, dP and dQKV before it runs");
+  TRIPOD_CHECK_HINT(cp <= 1, "drop --fp8-dot-product-attention with --context-parallel-size > 1",
+                    "--fp8-dot-product-attention with context parallelism (--context-parallel-size {}) is not "
+                    "supported yet: the ring, all-gather and all-to-all attention exchange K/V blocks in the "
+                    "compute dtype",
+                    cp);
+}
+
 std::string Fp8Config::describe() const {
   if (!enabled()) return "off";
   std::string s = fmt::format("{}, {}", to_string(format), to_string(recipe));
@@ -41,6 +59,7 @@ std::string Fp8Config::describe() const {
     s += fmt::format("; first {} and last {} layers in high precision", num_layers_at_start_in_bf16,
                      num_layers_at_end_in_bf16);
   if (param_gather) s += "; the FP8 weights all-gathered as FP8 codes (--fp8-param-gather)";
+  if (dot_product_attention) s += "; the FP8 layers' attention in FP8 (--fp8-dot-product-attention)";
   return s;
 }
 

@@ -13,6 +13,8 @@
 //   --fp8-amax-compute-algo most_recent | max   delayed: which amax of the history
 //   --first-last-layers-bf16 with --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16
 //                                 those layers keep high-precision GEMMs
+//   --fp8-dot-product-attention   the FP8 layers' attention core on FP8 Q, K, V
+//                                 (Transformer Engine's fp8_dpa; delayed scaling only)
 // Which layers quantize is GptConfig::layer_spec(i).fp8 (uses_fp8 below):
 // the one rule for the model and the planner. Not part of a checkpoint's
 // model metadata (a checkpoint does not depend on the GEMM precision).
@@ -41,6 +43,10 @@ struct Fp8Config {
   // --fp8-param-gather: the distributed optimizer gathers the FP8 layers'
   // linear weights as FP8 codes (distributed/fp8_param_gather.h).
   bool param_gather = false;
+  // --fp8-dot-product-attention: the attention core of every FP8 layer runs
+  // on FP8 Q, K, V, the compute dtype in and out (model/fp8_meta.h
+  // Fp8Attention); LayerSpec::fp8_attention says where.
+  bool dot_product_attention = false;
 
   bool enabled() const { return format != Fp8Format::None; }
   bool delayed() const { return recipe == Fp8Recipe::Delayed; }
@@ -48,6 +54,9 @@ struct Fp8Config {
   bool uses_fp8(int64_t layer, int64_t num_layers) const;
   // Checks the values (errors name the flag and the fix).
   void finalize(int64_t num_layers) const;
+  // --fp8-dot-product-attention's refusals (without --fp8-format, under
+  // tensorwise scaling, with context parallelism of `cp` ranks).
+  void check_dot_product_attention(int cp) const;
   std::string describe() const;  // "hybrid, delayed (history 1, most_recent, margin 0)"
 };
 

@@ -93,6 +93,7 @@ LayerSpec GptConfig::layer_spec(int64_t layer) const {
   s.bias = add_bias_linear;
   s.qk_layernorm = qk_layernorm;
   s.fp8 = fp8.uses_fp8(layer, num_layers);
+  s.fp8_attention = s.fp8 && fp8.dot_product_attention;
   if (moe.is_moe_layer(layer, num_layers)) {
     s.mlp = MlpKind::Moe;
     s.num_experts = moe.num_experts;

@@ -26,6 +26,9 @@ struct LayerSpec {
   // The four linears' GEMM precision: FP8 (--fp8-format) or the compute
   // dtype (also under --fp8-format for the layers --first-last-layers-bf16 keeps).
   bool fp8 = false;
+  // The attention core on FP8 Q, K, V (--fp8-dot-product-attention), in the
+  // FP8 layers only.
+  bool fp8_attention = false;
   // MlpKind::Moe (config/moe_config.h): E experts of width Fe (fc1 2Fe rows
   // under SwiGLU), a router (E, C), DeepSeek-V3's expert bias (E), and a
   // shared expert of width Fs (0: none) with its sigmoid gate (1, C).

@@ -25,13 +25,15 @@ void all_reduce_max(comm::Communicator* group, Tensor& t) {
 // ---- Fp8State ----
 
 Fp8State::Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp,
-                   comm::Communicator* cp)
-    : config_(config), be_(&be), tp_(tp), cp_(cp), num_linears_(num_linears) {
+                   comm::Communicator* cp, int num_attentions)
+    : config_(config), be_(&be), tp_(tp), cp_(cp), num_linears_(num_linears), num_attentions_(num_attentions) {
   TRIPOD_CHECK(config.enabled(), "Fp8State without --fp8-format");
+  TRIPOD_CHECK(num_attentions == 0 || config.delayed(), "FP8 attention needs delayed scaling");
   const DType grad = config.format == config::Fp8Format::Hybrid ? DType::E5M2 : DType::E4M3;
-  make_group(fwd_, DType::E4M3, 2 * int64_t(num_linears));
-  make_group(bwd_, grad, num_linears);
+  make_group(fwd_, DType::E4M3, 2 * int64_t(num_linears) + 3 * int64_t(num_attentions));
+  make_group(bwd_, grad, int64_t(num_linears) + 3 * int64_t(num_attentions));
   linears_.reserve(static_cast<size_t>(num_linears));
+  attentions_.reserve(static_cast<size_t>(num_attentions));
 }
 
 void Fp8State::make_group(Group& g, DType dtype, int64_t m) {
@@ -61,16 +63,44 @@ Fp8Linear* Fp8State::add_linear(const Param& weight) {
   return linears_.back().get();
 }
 
+Fp8Attention* Fp8State::add_attention(std::string name) {
+  TRIPOD_CHECK(static_cast<int>(attentions_.size()) < num_attentions_, "Fp8State: more than {} FP8 attentions",
+               num_attentions_);
+  attentions_.push_back(
+      std::make_unique<Fp8Attention>(*this, static_cast<int>(attentions_.size()), std::move(name)));
+  return attentions_.back().get();
+}
+
+namespace {
+
+// Tensor t of a group's metas (views of one element, one history row).
+Fp8TensorMeta group_meta(Tensor& scale, Tensor& scale_inv, Tensor& amax, Tensor& history, DType dtype, int64_t t,
+                         int64_t stride, int64_t H) {
+  const int64_t i = stride * t;
+  Fp8TensorMeta m;
+  m.scale = scale.flat(i, {1});
+  m.scale_inv = scale_inv.flat(i, {1});
+  m.amax = amax.flat(i, {1});
+  m.amax_history = history.flat(i * H, {1, H});
+  m.dtype = dtype;
+  return m;
+}
+
+}  // namespace
+
 Fp8TensorMeta Fp8State::meta(int linear, int slot) {
   Group& g = slot == 2 ? bwd_ : fwd_;
-  const int64_t i = kMetaStride * (slot == 2 ? linear : 2 * int64_t(linear) + slot), H = config_.amax_history_len;
-  Fp8TensorMeta m;
-  m.scale = g.scale.flat(i, {1});
-  m.scale_inv = g.scale_inv.flat(i, {1});
-  m.amax = g.amax.flat(i, {1});
-  m.amax_history = g.history.flat(i * H, {1, H});
-  m.dtype = g.dtype;
-  return m;
+  const int64_t t = slot == 2 ? linear : 2 * int64_t(linear) + slot;
+  return group_meta(g.scale, g.scale_inv, g.amax, g.history, g.dtype, t, kMetaStride, config_.amax_history_len);
+}
+
+Fp8TensorMeta Fp8State::attention_meta(int attention, int slot) {
+  TRIPOD_CHECK(attention >= 0 && attention < num_attentions_ && slot >= 0 && slot < Fp8Attention::kSlots,
+               "Fp8State: attention meta ({}, {}) of {} attentions", attention, slot, num_attentions_);
+  const bool fwd = slot < Fp8Attention::kDout;
+  Group& g = fwd ? fwd_ : bwd_;
+  const int64_t t = (fwd ? 2 * int64_t(num_linears_) : int64_t(num_linears_)) + 3 * int64_t(attention) + slot % 3;
+  return group_meta(g.scale, g.scale_inv, g.amax, g.history, g.dtype, t, kMetaStride, config_.amax_history_len);
 }
 
 void Fp8State::quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split,
@@ -102,6 +132,15 @@ Tensor Fp8State::scratch(int slot, bool transposed, int64_t R, int64_t C) {
     s = be_->empty({R * C}, dt);
   }
   return s.flat(0, transposed ? Shape{C, R} : Shape{R, C});
+}
+
+Tensor Fp8State::attention_scratch(int slot, int64_t n) {
+  Tensor& s = attention_scratch_[slot];
+  if (!s.defined() || s.numel() < n) {
+    if (s.defined()) be_->synchronize();  // queued ops may still read the old buffer
+    s = be_->empty({n}, bwd_.dtype);
+  }
+  return s.flat(0, {n});
 }
 
 void Fp8State::begin_iteration() {
@@ -139,7 +178,67 @@ std::vector<std::pair<std::string, Tensor>> Fp8State::state_tensors() {
       v.emplace_back(p + "scale_inv", m.scale_inv);
       v.emplace_back(p + "amax_history", m.amax_history.view({m.amax_history.numel()}));
     }
+  for (const auto& a : attentions_)
+    for (int slot = 0; slot < Fp8Attention::kSlots; ++slot) {
+      const Fp8TensorMeta& m = a->meta(slot);
+      const std::string p = fmt::format("{}.{}.", a->name(), Fp8Attention::slot_name(slot));
+      v.emplace_back(p + "scale", m.scale);
+      v.emplace_back(p + "scale_inv", m.scale_inv);
+      v.emplace_back(p + "amax_history", m.amax_history.view({m.amax_history.numel()}));
+    }
   return v;
+}
+
+// ---- Fp8Attention ----
+
+const char* Fp8Attention::slot_name(int slot) {
+  static const char* names[kSlots] = {"qkv", "s", "o", "dout", "dp", "dqkv"};
+  return names[slot];
+}
+
+Fp8Attention::Fp8Attention(Fp8State& state, int index, std::string name)
+    : state_(&state), index_(index), name_(std::move(name)) {
+  for (int slot = 0; slot < kSlots; ++slot) m_[slot] = state.attention_meta(index, slot);
+}
+
+backend::Fp8AttentionMeta Fp8Attention::op_meta() const {
+  backend::Fp8AttentionMeta m;
+  m.qkv_scale_inv = m_[kQkv].scale_inv;
+  m.s_scale = m_[kS].scale;
+  m.s_scale_inv = m_[kS].scale_inv;
+  m.s_amax = m_[kS].amax;
+  m.o_scale = m_[kO].scale;
+  m.o_scale_inv = m_[kO].scale_inv;
+  m.o_amax = m_[kO].amax;
+  m.dout_scale_inv = m_[kDout].scale_inv;
+  m.dp_scale = m_[kDp].scale;
+  m.dp_scale_inv = m_[kDp].scale_inv;
+  m.dp_amax = m_[kDp].amax;
+  m.dqkv_scale = m_[kDqkv].scale;
+  m.dqkv_amax = m_[kDqkv].amax;
+  return m;
+}
+
+void Fp8Attention::forward(Tensor& att, Tensor& lse, Tensor& qkv8, Tensor& att8, const Tensor& qkv, int n_head,
+                           int n_kv_head) const {
+  backend::Backend& be = state_->backend();
+  // Delayed scaling: each cast uses the scale as it stands and accumulates
+  // this iteration's amax (a recomputation casts the same values again).
+  Tensor qkv_amax = m_[kQkv].amax;
+  be.fp8_quantize(qkv8, qkv_amax, qkv, m_[kQkv].scale);
+  be.attention_fp8_forward(att8, lse, qkv8, op_meta(), n_head, n_kv_head);
+  be.fp8_dequantize(att, att8, m_[kO].scale_inv);
+}
+
+void Fp8Attention::backward(Tensor& dqkv, const Tensor& datt, const Tensor& qkv8, const Tensor& att8,
+                            const Tensor& lse, int n_head, int n_kv_head) const {
+  backend::Backend& be = state_->backend();
+  Tensor datt8 = state_->attention_scratch(0, datt.numel()).view(datt.shape());
+  Tensor dqkv8 = state_->attention_scratch(1, dqkv.numel()).view(dqkv.shape());
+  Tensor dout_amax = m_[kDout].amax;
+  be.fp8_quantize(datt8, dout_amax, datt, m_[kDout].scale);
+  be.attention_fp8_backward(dqkv8, datt8, qkv8, att8, lse, op_meta(), n_head, n_kv_head);
+  be.fp8_dequantize(dqkv, dqkv8, m_[kDqkv].scale_inv);
 }
 
 // ---- Fp8Linear ----

@@ -31,6 +31,9 @@
 // (keep_input: one cast-transpose pass in forward, none in backward);
 // otherwise backward casts the saved high-precision input again with the
 // same scale (the same codes).
+//
+// With --fp8-dot-product-attention an Fp8Attention per FP8 layer runs the
+// attention core on FP8 operands; its six metas join the same two groups.
 #pragma once
 
 #include <cstdint>
@@ -115,22 +118,74 @@ class Fp8Linear {
   KeptInput kept_;
 };
 
+// The FP8 dot product attention of one layer (--fp8-dot-product-attention;
+// Transformer Engine's fp8_dpa without fp8_mha): the attention core on FP8
+// Q, K, V with the compute dtype in and out, through backend/ops.h's
+// attention_fp8_forward/backward. It owns six metas: qkv, s (the softmax
+// P) and o (the output) in the forward group (E4M3), dout, dp (the scores'
+// gradient dS) and dqkv in the gradient group (E5M2 under hybrid), so
+// end_iteration reduces and updates them with the linears'. A tp rank
+// holds a shard of the heads: the max over tp is the whole tensor's amax,
+// and every layout scales alike. Delayed scaling only: the kernel
+// quantizes P, O, dP and dQKV itself, with scales it must have before it
+// runs.
+class Fp8Attention {
+ public:
+  enum Slot { kQkv, kS, kO, kDout, kDp, kDqkv, kSlots };
+  static const char* slot_name(int slot);  // "qkv", "s", "o", "dout", "dp", "dqkv"
+
+  Fp8Attention(Fp8State& state, int index, std::string name);
+
+  // att (B, T, NH_tp HS) and lse from qkv (B, T, W_tp), both in the compute
+  // dtype (qkv after RoPE and the q/k norms): qkv8 = E4M3(qkv), the FP8
+  // attention into att8 (E4M3, att's shape), att = att8 dequantized. qkv8
+  // and att8 are the backward's inputs (the caller keeps them per
+  // micro-batch, or recomputes them: the same codes within an iteration).
+  void forward(Tensor& att, Tensor& lse, Tensor& qkv8, Tensor& att8, const Tensor& qkv, int n_head,
+               int n_kv_head) const;
+  // dqkv (B, T, W_tp) from datt (att's shape), compute dtype: datt cast to
+  // the gradient format, the FP8 backward into dQKV codes, dequantized.
+  void backward(Tensor& dqkv, const Tensor& datt, const Tensor& qkv8, const Tensor& att8, const Tensor& lse,
+                int n_head, int n_kv_head) const;
+
+  // The backend's view of the six metas' scales and amaxes.
+  backend::Fp8AttentionMeta op_meta() const;
+  const Fp8TensorMeta& meta(int slot) const { return m_[slot]; }
+  int index() const { return index_; }
+  const std::string& name() const { return name_; }  // "<layer>.self_attention.core_attention"
+
+ private:
+  Fp8State* state_;
+  int index_;
+  std::string name_;
+  Fp8TensorMeta m_[kSlots];
+};
+
 // The FP8 state of one pipeline stage (model chunk): the metas of its FP8
-// linears in two groups (forward operands x, W: E4M3; gradients dy: E5M2
-// under hybrid), the cast scratch and the per-iteration calls.
+// linears (and FP8 attentions) in two groups (forward operands x, W, and
+// the attention's qkv, s, o: E4M3; gradients dy, and the attention's dout,
+// dp, dqkv: E5M2 under hybrid), the cast scratch and the per-iteration
+// calls.
 class Fp8State {
  public:
   // num_linears: FP8 linears of this stage (4 per FP8 layer); tp: the
   // group that splits their tensors (null: tp size 1); cp: the
   // context-parallel group, which splits every activation and gradient
-  // along the sequence but not the weights (null: cp size 1).
+  // along the sequence but not the weights (null: cp size 1);
+  // num_attentions: FP8 attentions (--fp8-dot-product-attention: 1 per FP8
+  // layer; delayed scaling only).
   Fp8State(const config::Fp8Config& config, int num_linears, backend::Backend& be, comm::Communicator* tp,
-           comm::Communicator* cp = nullptr);
+           comm::Communicator* cp = nullptr, int num_attentions = 0);
 
   // The next linear's FP8 GEMMs (call num_linears times; the state owns them).
   Fp8Linear* add_linear(const Param& weight);
   int num_linears() const { return static_cast<int>(linears_.size()); }
   Fp8Linear& linear(int i) { return *linears_[static_cast<size_t>(i)]; }
+  // The next FP8 attention (call num_attentions times), named for its
+  // checkpoint tensors.
+  Fp8Attention* add_attention(std::string name);
+  int num_attentions() const { return static_cast<int>(attentions_.size()); }
+  Fp8Attention& attention(int i) { return *attentions_[static_cast<size_t>(i)]; }
   const config::Fp8Config& config() const { return config_; }
   backend::Backend& backend() { return *be_; }
 
@@ -147,12 +202,15 @@ class Fp8State {
   // Delayed scaling's state for checkpoints: per FP8 linear and operand,
   // (name, a view on the device): "<linear>.{input,weight,grad}.{scale,
   // scale_inv,amax_history}" with <linear> the weight's name less
-  // ".weight" (global names: any layout loads them). Loading writes into
-  // the views.
+  // ".weight"; then per FP8 attention "<attention>.{qkv,s,o,dout,dp,dqkv}.
+  // {scale,scale_inv,amax_history}" (global names: any layout loads them).
+  // Loading writes into the views.
   std::vector<std::pair<std::string, Tensor>> state_tensors();
 
   // Used by Fp8Linear: the meta of operand `slot` (0 x, 1 W, 2 dy) of linear i.
   Fp8TensorMeta meta(int linear, int slot);
+  // Used by Fp8Attention: the meta of tensor `slot` (Fp8Attention::Slot) of attention i.
+  Fp8TensorMeta attention_meta(int attention, int slot);
   // Casts `in` (R, C) into out (and out_t when given) with m's scale, per
   // the recipe (tensorwise: the scale from this tensor's amax first,
   // reduced over tp when `split`, and over cp for an `activation`: x or dy,
@@ -162,6 +220,9 @@ class Fp8State {
   // tensor (R, C) and its transpose (C, R).
   Tensor scratch(int slot, bool transposed, int64_t R, int64_t C);
   const Fp8Linear* grad_owner = nullptr;  // whose dy the scratch holds
+  // The FP8 attention backward's codes in the gradient format, shared by
+  // the layers: slot 0 dout, 1 dqkv, n elements.
+  Tensor attention_scratch(int slot, int64_t n);
 
  private:
   // The metas of one dtype: tensor m at element kMetaStride * m (16-byte
@@ -178,10 +239,15 @@ class Fp8State {
   backend::Backend* be_;
   comm::Communicator* tp_;
   comm::Communicator* cp_;
-  int num_linears_;
-  Group fwd_, bwd_;  // fwd: x and W of linear i at tensors 2i, 2i+1; bwd: dy of linear i at tensor i
+  int num_linears_, num_attentions_;
+  // fwd: x and W of linear i at tensors 2i, 2i+1, then qkv, s, o of
+  // attention a at 2 L + 3a + {0, 1, 2}; bwd: dy of linear i at tensor i,
+  // then dout, dp, dqkv of attention a at L + 3a + {0, 1, 2} (L = num_linears).
+  Group fwd_, bwd_;
   std::vector<std::unique_ptr<Fp8Linear>> linears_;
+  std::vector<std::unique_ptr<Fp8Attention>> attentions_;
   Tensor scratch_[2][2];  // [x | dy][plain | transposed], grown as needed
+  Tensor attention_scratch_[2];  // [dout | dqkv], grown as needed
 };
 
 }  // namespace tripod::model

@@ -164,9 +164,14 @@ GptModel::GptModel(const GptConfig& config, const StageConfig& stage, backend::B
   ws_ = std::make_unique<Workspace>();
   sp_ = resolve_params(*params_, config_, stage_.first_layer, stage_.num_local_layers, stage_.pre_process,
                        stage_.post_process);
-  int fp8_layers = 0;
-  for (int64_t i = 0; i < stage_.num_local_layers; ++i) fp8_layers += config_.layer_spec(stage_.first_layer + i).fp8;
-  if (fp8_layers > 0) fp8_ = std::make_unique<Fp8State>(config_.fp8, 4 * fp8_layers, be_, stage_.tp, stage_.cp);
+  int fp8_layers = 0, fp8_attentions = 0;
+  for (int64_t i = 0; i < stage_.num_local_layers; ++i) {
+    const config::LayerSpec ls = config_.layer_spec(stage_.first_layer + i);
+    fp8_layers += ls.fp8;
+    fp8_attentions += ls.fp8_attention;
+  }
+  if (fp8_layers > 0)
+    fp8_ = std::make_unique<Fp8State>(config_.fp8, 4 * fp8_layers, be_, stage_.tp, stage_.cp, fp8_attentions);
   layers_.reserve(sp_.layers.size());
   for (size_t i = 0; i < sp_.layers.size(); ++i)
     layers_.emplace_back(config_, stage_, stage_.first_layer + static_cast<int64_t>(i), sp_.layers[i], tp_, be_,

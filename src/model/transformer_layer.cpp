@@ -28,6 +28,7 @@
 #include "model/transformer_layer.h"
 
 #include "backend/philox.h"
+#include "base/error.h"
 #include "model/workspace.h"
 
 namespace tripod::model {
@@ -59,6 +60,13 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
     linear_fc1_.use_fp8(fp8->add_linear(*params.linear_fc1_weight));
     linear_fc2_.use_fp8(fp8->add_linear(*params.linear_fc2_weight));
   }
+  if (fp8 && config.layer_spec(layer_number).fp8_attention) {
+    TRIPOD_CHECK_HINT(stage.cp_size() == 1, "drop --fp8-dot-product-attention with --context-parallel-size > 1",
+                      "--fp8-dot-product-attention with context parallelism is not supported yet");
+    // Megatron's module name of the attention core: <layer>.self_attention.core_attention.
+    const std::string& qkv = params.linear_qkv_weight->spec.name;
+    fp8_attention_ = fp8->add_attention(qkv.substr(0, qkv.rfind("linear_qkv")) + "core_attention");
+  }
 }
 
 LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
@@ -79,6 +87,10 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   if (s.recompute == Recompute::None) {
     a.att = act({B, T, C_tp});
     a.lse = f32({B, NH_tp, T});
+    if (fp8_attention_) {
+      a.fp8_qkv = be_->empty({B, T, QKV_tp}, DType::E4M3);
+      a.fp8_att = be_->empty({B, T, C_tp}, DType::E4M3);
+    }
   }
   a.res1 = act({Ns, C});
   a.ln2_rstd = f32({Ns});
@@ -101,7 +113,7 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
 size_t LayerActs::bytes() const {
   size_t n = 0;
   for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &qk_norm.in, &qk_norm.mean, &qk_norm.rstd, &att, &lse,
-                          &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1, &gelu, &out})
+                          &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1, &gelu, &out, &fp8_qkv, &fp8_att})
     if (t->defined()) n += t->nbytes();
   for (const Fp8Linear::KeptInput& k : fp8_in)
     if (k.x_t.defined()) n += k.x_t.nbytes();
@@ -208,7 +220,9 @@ const Tensor* TransformerLayer::rope_positions(const Workspace& ws) const {
 
 void TransformerLayer::attention_core_forward(LayerActs& a, Workspace& ws, bool qkv_local) const {
   comm::Communicator* cp = stage_->cp_size() > 1 ? stage_->cp : nullptr;
-  if (!cp)
+  if (fp8_attention_)  // no context parallelism (refused at construction)
+    fp8_attention_->forward(a.att, a.lse, a.fp8_qkv, a.fp8_att, a.qkv, num_heads_tp_, kv_groups_tp_);
+  else if (!cp)
     be_->attention_forward(a.att, a.lse, a.qkv, num_heads_tp_, kv_groups_tp_);
   else if (cp_comm_ == config::CpCommType::A2a)
     UlyssesAttention(*cp, *be_, num_heads_tp_, kv_groups_tp_).forward(a.att, a.lse, a.qkv, qkv_local, ws.a2a);
@@ -230,7 +244,9 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
   }
   linear_proj_.backward(be, ws.datt, *datt_out, a.att, ws.full_b);
   comm::Communicator* cp = stage_->cp_size() > 1 ? stage_->cp : nullptr;
-  if (!cp)
+  if (fp8_attention_)
+    fp8_attention_->backward(ws.dqkv, ws.datt, a.fp8_qkv, a.fp8_att, a.lse, num_heads_tp_, kv_groups_tp_);
+  else if (!cp)
     be.attention_backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, num_heads_tp_, kv_groups_tp_);
   else if (cp_comm_ == config::CpCommType::A2a)
     UlyssesAttention(*cp, be, num_heads_tp_, kv_groups_tp_).backward(ws.dqkv, ws.datt, a.qkv, a.att, a.lse, ws.a2a);

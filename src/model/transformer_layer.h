@@ -53,6 +53,10 @@ struct LayerActs {
   // inputs of qkv, proj, fc1, fc2 as cast in forward, for the weight
   // gradients (model/fp8_meta.h, Fp8Linear::keep_input).
   Fp8Linear::KeptInput fp8_in[4];
+  // --fp8-dot-product-attention (model/fp8_meta.h Fp8Attention): the FP8
+  // attention's inputs for its backward, qkv8 (B, T, QKV_tp) and att8 (B,
+  // T, C_tp) E4M3; stored without recomputation, else the workspace's.
+  Tensor fp8_qkv, fp8_att;
   // An MoE layer's MLP state (fc1 and gelu stay undefined there); shared
   // by the copies the workspace hands out (Workspace::layer_acts).
   std::shared_ptr<MoeActs> moe;
@@ -86,14 +90,17 @@ class TransformerLayer {
   // layer_number: the global index of the layer (0-based; it keys the
   // dropout streams). config and stage must outlive the layer (the model
   // that holds it owns both). fp8: the stage's FP8 state, from which the
-  // four linears take their FP8 GEMMs when layer_spec(layer_number).fp8
-  // (null: no FP8 in this stage).
+  // four linears take their FP8 GEMMs when layer_spec(layer_number).fp8,
+  // and the attention core its FP8 attention when .fp8_attention (null: no
+  // FP8 in this stage).
   TransformerLayer(const GptConfig& config, const StageConfig& stage, int64_t layer_number,
                    const LayerParams& params, const TpContext& tp, backend::Backend& be, Fp8State* fp8 = nullptr);
 
   int64_t layer_number() const { return layer_number_; }
   // Whether the four linears run their GEMMs in FP8 (LayerSpec::fp8).
   bool fp8() const { return linear_qkv_.fp8(); }
+  // The attention core in FP8 (LayerSpec::fp8_attention; null: the compute dtype).
+  const Fp8Attention* fp8_attention() const { return fp8_attention_; }
   // The MoE MLP half (null for a dense layer).
   const MoeLayer* moe() const { return moe_.get(); }
   const LayerParams& params() const { return params_; }
@@ -155,6 +162,7 @@ class TransformerLayer {
   ColumnParallelLinear linear_fc1_;
   RowParallelLinear linear_fc2_;
   std::unique_ptr<MoeLayer> moe_;  // an MoE layer's MLP half (LayerSpec::moe())
+  Fp8Attention* fp8_attention_ = nullptr;  // owned by the stage's Fp8State
 };
 
 }  // namespace tripod::model

@@ -41,7 +41,8 @@ struct Workspace {
   Tensor row_max;        // (N)
   Tensor ce_sums;        // (2, N)
   // Recompute: the activations of the layer being recomputed (full: all but
-  // `out`; selective: att and lse only). Shapes as LayerActs.
+  // `out`; selective: att and lse only, and with FP8 attention its qkv8 and
+  // att8). Shapes as LayerActs.
   LayerActs recomputed;
   // Context parallelism (cp > 1): the K/V ring's blocks (model/context_parallel.h),
   // the positions of the local rows (i32 (T): RoPE), and the learned position
@@ -70,6 +71,8 @@ struct Workspace {
       if (rc == Recompute::None) return w;
       w.att = recomputed.att;
       w.lse = recomputed.lse;
+      w.fp8_qkv = recomputed.fp8_qkv;
+      w.fp8_att = recomputed.fp8_att;
       return w;
     }
     w = recomputed;
@@ -127,6 +130,13 @@ struct Workspace {
     if (s.recompute != Recompute::None) {
       recomputed.att = act({b, t, C_tp});
       recomputed.lse = f32({b, NH_tp, t});
+      bool fp8_attention = false;  // --fp8-dot-product-attention in a layer of this stage
+      for (int64_t i = s.first_layer; i < s.first_layer + s.num_local_layers; ++i)
+        fp8_attention |= c.layer_spec(i).fp8_attention;
+      if (fp8_attention) {
+        recomputed.fp8_qkv = be.empty({b, t, QKV_tp}, DType::E4M3);
+        recomputed.fp8_att = be.empty({b, t, C_tp}, DType::E4M3);
+      }
     }
     if (s.cp_size() > 1) {
       const int64_t KV_tp = 2 * (c.query_groups() / tp) * c.head_size();

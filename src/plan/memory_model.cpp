@@ -299,6 +299,11 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
   if (r != Recompute::Full) f.per_microbatch = n * (N * (C + C / t + C + F / t) + 64.0);
   const double x = N * std::max(C, F / t);
   f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  if (m.fp8.dot_product_attention) {  // qkv8 and att8; the backward's dout and dqkv codes
+    const double attention = N * (Q + C) / t;
+    if (r == Recompute::None) f.per_microbatch += n * attention;
+    f.scratch += attention * (r == Recompute::None ? 1.0 : 2.0);
+  }
   if (m.fp8.param_gather && shard_ranks > 0) {
     f.gathered = n * C * (Q + C + F1 + F) / t;
     f.param_gather = std::max(f.gathered * (1.0 + 1.0 / shard_ranks), 5.0 * C * std::max({Q, C, F1, F}) / t);

@@ -260,6 +260,13 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               FP8 copy N max(C, F/t) (and its transpose under full
 //               recompute, which casts x again in backward), dy's copy and
 //               transpose 2 N max(Q/t, C, F1/t).
+//   with --fp8-dot-product-attention (model/fp8_meta.h Fp8Attention):
+//               per micro-batch (without recompute) the FP8 attention's
+//               inputs to its backward, qkv8 and att8, N (Q + C) / t
+//               bytes per FP8 layer; in scratch the backward's dout and
+//               dqkv codes N (C + Q) / t, and under recompute (selective
+//               or full) the workspace's qkv8 and att8 of the layer being
+//               recomputed, N (Q + C) / t more.
 //   param_gather with --fp8-param-gather (distributed/fp8_param_gather.h),
 //               over d = the ranks that shard the buffer (shard_ranks; 0:
 //               no distributed optimizer, or ZeRO-3, where the flag does

@@ -177,6 +177,8 @@ std::string layout_rule_violation(const GptConfig& m, const Machine& mc, const L
       ((m.num_attention_heads / l.tp) % l.cp != 0 || (m.query_groups() / l.tp) % l.cp != 0))
     return fmt::format("--cp-comm-type a2a: heads {} and K/V groups {} per TP rank not both divisible by CP {}",
                        m.num_attention_heads / l.tp, m.query_groups() / l.tp, l.cp);
+  if (l.cp > 1 && m.fp8.enabled() && m.fp8.dot_product_attention)
+    return "--fp8-dot-product-attention: not with context parallelism yet";
   if (l.cp > 1 && l.sp() && (m.seq_length / l.cp) % l.tp != 0)
     return fmt::format("sequence parallel: seq {} / CP {} % TP {} != 0", m.seq_length, l.cp, l.tp);
   if (!allow_tp_across_nodes && group_crosses_nodes(l.tp, mc.gpus_per_node))

@@ -309,6 +309,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "weights are cast to FP8 from each rank's fp32 master shard and all-gathered as FP8 codes, 1 "
                    "byte per element instead of 4 (docs/fp8.md)")
                   .agreed().plan());
+  t.push_back(flag("--fp8-dot-product-attention", MEMBER(model.fp8.dot_product_attention),
+                   "with --fp8-format and --fp8-recipe delayed: the FP8 layers' attention core runs on FP8 Q, K, V "
+                   "(cuDNN's FP8 attention on CUDA; docs/fp8.md); not with context parallelism yet")
+                  .agreed().plan());
   t.push_back(flag("--recompute-activations", MEMBER(parallel.recompute_activations),
                    "selective recompute: the attention core is recomputed in backward").agreed());
   t.push_back(flag("--recompute-granularity", MEMBER(parallel.recompute_granularity),

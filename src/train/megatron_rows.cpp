@@ -97,6 +97,7 @@ const MegatronRow kRows[] = {
     {"--flight-recorder-include-stack-trace", N, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
     {"--flight-recorder-trace-buffer-size", V, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
     {"--fp8-interval", V, A, "deprecated in Megatron-LM (Transformer Engine ignores it): the amax history advances every iteration"},
+    {"--fp8-multi-head-attention", N, P, "planned: FP8 training has --fp8-format and --fp8-dot-product-attention (docs/fp8.md); FP8 multi-head attention also needs the qkv linear to write FP8 Q, K, V directly and the output projection to read the attention's FP8 output, which tripod does not do yet: use --fp8-dot-product-attention, or drop the flag", "fp8"},
     {"--fp8-output-proj", N, P, "planned: FP8 training has --fp8-format with the delayed and tensorwise recipes (docs/fp8.md); this option of it is not in this version of tripod: drop the flag", "fp8"},
     {"--fp8-quantizer-factory", V, P, "planned: FP8 training has --fp8-format with the delayed and tensorwise recipes (docs/fp8.md); this option of it is not in this version of tripod: drop the flag", "fp8"},
     {"--fused-residual-rmsnorm", N, A, "a performance knob of Megatron's own kernels or CUDA graphs; tripod has its own kernels, so the flag has no effect here"},

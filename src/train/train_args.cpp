@@ -125,6 +125,7 @@ void TrainArgs::finalize() {
                       "--fp8-param-gather with optim_grads_params (ZeRO-3) is not supported yet: its per-layer "
                       "gathers move the compute dtype");
   }
+  model.fp8.check_dot_product_attention(parallel.cp);
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {
     // Megatron: warmup = fraction x decay steps; here in whole iterations

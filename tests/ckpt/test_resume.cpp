@@ -17,6 +17,8 @@
 //                      saved at EP1 (every expert in one file, as before) and loaded at EP2;
 //                      the experts split over tp (ETP2 at TP2) saved, loaded whole on one
 //                      process, at TP2 x ETP1 and EP2 x ETP2; saved at TP2 x ETP1, loaded at ETP2
+//   fp8_dpa            --fp8-dot-product-attention: the attention metas saved and
+//                      resumed bit for bit; loads across the flag
 //   fp8_param_gather   --fp8-param-gather saves the bytes a run without it saves, and
 //                      each resumes from the other's checkpoint bit for bit (fp32, dp2)
 //   wrong_args         a contradicting --hidden-size / --seed is an error naming both values
@@ -117,6 +119,45 @@ TEST(Fp8Checkpoint, CrossPrecisionLoads) {
   for (size_t i = 0; i < 4; ++i) differs |= fresh[i].second != straight[i + 4].second;
   EXPECT_TRUE(differs);
   EXPECT_NE(slurp(s / "fp8_from_plain.log").find("FP8 delayed scaling state: 0 tensors loaded"), std::string::npos);
+  if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
+}
+
+// --fp8-dot-product-attention: each FP8 layer's attention adds six metas
+// (qkv, s, o, dout, dp, dqkv), saved as the linears' are, under the global
+// names <layer>.self_attention.core_attention.<tensor>.{scale,scale_inv,
+// amax_history}: the resumed run quantizes Q/K/V, P, O, dO, dS and dQKV
+// with the straight run's scales, bit for bit.
+const std::string kFp8Dpa = kFp8Delayed + " --fp8-dot-product-attention";
+
+TEST(Fp8Checkpoint, DotProductAttentionBitExact) { resume_case("resume_fp8_dpa", 1, kFp8Dpa); }
+
+// The attention's tensors are in the checkpoint; an FP8 run without the
+// flag loads it (ignoring them: its linears' 144 tensors loaded), and a
+// run with the flag loads an FP8 checkpoint without them with fresh
+// attention state (the 72 = 4 layers x 6 x 3 tensors), saying so.
+TEST(Fp8Checkpoint, DotProductAttentionCrossLoads) {
+  Scratch s("fp8_dpa_cross");
+  run(s, "dpa4", 1, kFp8Dpa + " --train-iters 4 --save " + (s / "dpa").string());
+  run(s, "fp84", 1, kFp8Delayed + " --train-iters 4 --save " + (s / "fp8").string());
+  std::string saved;
+  for (const auto& e : fs::recursive_directory_iterator(s / "dpa"))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors") saved += slurp(e.path());
+  for (const char* t : {"qkv", "s", "o", "dout", "dp", "dqkv"})
+    for (const char* f : {"scale", "scale_inv", "amax_history"}) {
+      const std::string name = std::string("fp8.decoder.layers.3.self_attention.core_attention.") + t + "." + f;
+      EXPECT_NE(saved.find("\"" + name + "\""), std::string::npos) << name << " not saved";
+    }
+  run(s, "fp8_from_dpa", 1, kFp8Delayed + " --train-iters 8 --load " + (s / "dpa").string());
+  run(s, "dpa_from_fp8", 1, kFp8Dpa + " --train-iters 8 --load " + (s / "fp8").string());
+  for (const char* name : {"fp8_from_dpa", "dpa_from_fp8"}) {
+    const auto got = losses(s / (std::string(name) + ".jsonl"));
+    ASSERT_EQ(got.size(), 4u) << name;
+    for (const auto& [it, loss] : got) EXPECT_TRUE(std::isfinite(loss)) << name << " iteration " << it;
+  }
+  EXPECT_NE(slurp(s / "fp8_from_dpa.log").find("FP8 delayed scaling state: 144 tensors loaded, 0 fresh"),
+            std::string::npos);
+  EXPECT_NE(slurp(s / "dpa_from_fp8.log").find("FP8 delayed scaling state: 144 tensors loaded, 72 fresh"),
+            std::string::npos);
   if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
 }
 

@@ -1,7 +1,8 @@
 // The FP8 flags through `tripod train` (docs/fp8.md): Megatron's spellings
 // parse, the recipes and options tripod does not have stop with why, the
 // deprecated --fp8-interval is accepted, and a tiny FP8 run trains and says
-// which recipe it used.
+// which recipe it used (also with --fp8-param-gather and
+// --fp8-dot-product-attention).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -62,6 +63,31 @@ TEST(Fp8Flags, ParamGatherRefusals) {
   }
 }
 
+// --fp8-dot-product-attention parses with an FP8 format and delayed
+// scaling; its refusals name what is missing and the fix; Megatron's
+// --fp8-multi-head-attention stops naming what it needs.
+TEST(Fp8Flags, DotProductAttentionRefusals) {
+  const auto ok = run_tripod(kParse + "--fp8-format hybrid --fp8-dot-product-attention");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  struct Case { const char* flags; const char* says; const char* fix; };
+  for (Case c : {Case{"--fp8-dot-product-attention", "--fp8-dot-product-attention needs FP8 layers (--fp8-format)",
+                      "add --fp8-format hybrid"},
+                 Case{"--fp8-format hybrid --fp8-recipe tensorwise --fp8-dot-product-attention",
+                      "cuDNN's FP8 attention needs the scales of S, O, dP and dQKV before it runs",
+                      "use --fp8-recipe delayed"},
+                 Case{"--fp8-format hybrid --fp8-dot-product-attention --context-parallel-size 2",
+                      "with context parallelism (--context-parallel-size 2) is not supported yet",
+                      "drop --fp8-dot-product-attention"},
+                 Case{"--fp8-format hybrid --fp8-multi-head-attention",
+                      "the qkv linear to write FP8 Q, K, V directly and the output projection to read the "
+                      "attention's FP8 output", "use --fp8-dot-product-attention"}}) {
+    const auto run = run_tripod(kParse + c.flags);
+    EXPECT_NE(run.code, 0) << c.flags;
+    EXPECT_TRUE(contains(run.output, c.says)) << c.flags << ": " << run.output;
+    EXPECT_TRUE(contains(run.output, c.fix)) << c.flags << ": " << run.output;
+  }
+}
+
 // Three iterations of a tiny model in FP8, with `flags` added.
 auto tiny_fp8_run(const std::string& flags) {
   return run_tripod(
@@ -75,6 +101,13 @@ TEST(Fp8Flags, TinyRunWithParamGather) {
   const auto run = tiny_fp8_run("--fp8-param-gather --use-distributed-optimizer");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "the FP8 weights all-gathered as FP8 codes (--fp8-param-gather)")) << run.output;
+  EXPECT_TRUE(contains(run.output, "iteration        3/")) << run.output;
+}
+
+TEST(Fp8Flags, TinyRunWithDotProductAttention) {
+  const auto run = tiny_fp8_run("--fp8-dot-product-attention");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "the FP8 layers' attention in FP8 (--fp8-dot-product-attention)")) << run.output;
   EXPECT_TRUE(contains(run.output, "iteration        3/")) << run.output;
 }
 

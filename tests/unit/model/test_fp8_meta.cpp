@@ -2,12 +2,18 @@
 // against hand values (backend fp8_update_scale, the recipes through
 // Fp8State), which layers of a stage quantize, and the FP8 layer under
 // activation recomputation (the backward's second cast of x gives the
-// forward's codes, so recomputation changes no bit).
+// forward's codes, so recomputation changes no bit); the same with the
+// attention core in FP8 (--fp8-dot-product-attention: the recomputed
+// attention casts with the iteration's scales, so the same codes again),
+// and that the FP8 attention is what runs (its six metas saw their
+// tensors, and the losses are not those of the FP8 run without it).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -127,13 +133,16 @@ TEST(Fp8Layers, FirstLastLayersBf16ChangesWhichLayersQuantize) {
 
 struct Result {
   std::vector<float> losses, grads;
+  std::map<std::string, std::vector<float>> state;  // Fp8State::state_tensors() at the end
 };
 
-Result run(config::Fp8Recipe recipe, bool use_fp8, model::Recompute rc, bool llama) {
+// dpa: --fp8-dot-product-attention.
+Result run(config::Fp8Recipe recipe, bool use_fp8, model::Recompute rc, bool llama, bool dpa = false) {
   auto be = backend::make_cpu_backend();
   const testing::TinyShape shape{kL, kC, kNH, kT, kV};
   config::GptConfig cfg = llama ? testing::tiny_llama(shape, 2, 48) : testing::tiny_gpt(shape);
   if (use_fp8) cfg.fp8 = fp8(recipe);
+  cfg.fp8.dot_product_attention = dpa;
   model::StageConfig st;
   st.recompute = rc;
   model::GptModel m(cfg, st, *be);
@@ -154,6 +163,8 @@ Result run(config::Fp8Recipe recipe, bool use_fp8, model::Recompute rc, bool lla
   }
   const Tensor& g = m.params().grads();
   r.grads.assign(g.data<float>(), g.data<float>() + g.numel());
+  if (m.fp8_state())
+    for (auto& [name, t] : m.fp8_state()->state_tensors()) r.state[name] = {t.data<float>(), t.data<float>() + t.numel()};
   return r;
 }
 
@@ -182,6 +193,51 @@ TEST(Fp8Layers, RecomputationChangesNoBitAndFp8StaysNearFp32) {
       EXPECT_LT(rel_diff(none.grads, f32.grads), 0.3) << "llama " << llama;  // E5M2 gradients: 2 mantissa bits
     }
   }
+}
+
+// --fp8-dot-product-attention (delayed scaling, its only recipe): selective
+// recomputation runs the FP8 attention again from the kept qkv, full
+// recomputation the whole layer; both cast with the iteration's scales and
+// give the same bits.
+TEST(Fp8Attention, RecomputationChangesNoBit) {
+  for (bool llama : {false, true}) {  // multi-head (GPT-2) and grouped-query attention with RoPE (Llama)
+    const Result none = run(config::Fp8Recipe::Delayed, true, model::Recompute::None, llama, true);
+    for (auto rc : {model::Recompute::Selective, model::Recompute::Full}) {
+      const Result r = run(config::Fp8Recipe::Delayed, true, rc, llama, true);
+      EXPECT_EQ(r.losses, none.losses) << "llama " << llama << " recompute " << int(rc);
+      EXPECT_EQ(r.grads, none.grads) << "llama " << llama << " recompute " << int(rc);
+      for (const auto& [name, v] : none.state)  // the attention's metas saw the same tensors
+        if (name.find(".core_attention.") != std::string::npos)
+          EXPECT_EQ(r.state.at(name), v) << name << " llama " << llama << " recompute " << int(rc);
+    }
+  }
+}
+
+// The flag changes the attention: after two iterations every FP8 layer's
+// six attention metas have a non-zero amax history (each saw its tensor:
+// Q/K/V, P, O, dO, dS, dQKV) and scales updated from them, the losses
+// differ from the FP8 run without the flag, and both stay near fp32.
+TEST(Fp8Attention, IsWhatRunsWithTheFlag) {
+  const Result dpa = run(config::Fp8Recipe::Delayed, true, model::Recompute::None, false, true);
+  const Result plain = run(config::Fp8Recipe::Delayed, true, model::Recompute::None, false, false);
+  const Result f32 = run(config::Fp8Recipe::Delayed, false, model::Recompute::None, false, false);
+  int metas = 0;
+  for (const auto& [name, v] : dpa.state) {
+    if (name.find(".core_attention.") == std::string::npos) continue;
+    EXPECT_EQ(plain.state.count(name), 0u) << name << " without the flag";
+    if (!name.ends_with(".amax_history")) continue;
+    ++metas;
+    EXPECT_GT(v[0], 0.f) << name;  // the newest amax (history 1)
+    const std::string base = name.substr(0, name.size() - std::string("amax_history").size());
+    EXPECT_NE(dpa.state.at(base + "scale")[0], 1.f) << base << "scale stayed at its initial 1";
+  }
+  EXPECT_EQ(metas, kL * 6);
+  // Every linear's state is there too, under the same names as without the flag.
+  for (const auto& [name, v] : plain.state) EXPECT_EQ(dpa.state.count(name), 1u) << name;
+  EXPECT_NE(dpa.losses, plain.losses);
+  EXPECT_NE(dpa.grads, plain.grads);
+  EXPECT_LT(rel_diff(dpa.losses, f32.losses), 1e-2);
+  EXPECT_LT(rel_diff(dpa.grads, f32.grads), 0.3);
 }
 
 }  // namespace
