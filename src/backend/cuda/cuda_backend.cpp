@@ -23,7 +23,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/context_parallel.cuh"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/cudnn_attention.cuh"
+#include "backend/cuda/cuda_fp8_attention.h"
 #include "backend/cuda/cross_entropy.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/embedding.cuh"
@@ -264,79 +264,15 @@ class CudaBackend final : public Backend {
                              n_kv_head, static_cast<int>(HS), qkv.dtype(), scratch, stream_, deterministic_);
   }
 
-  // ---- FP8 attention (cuDNN's FP8 flash attention, cudnn_attention_fp8.cpp) ----
-  // cuDNN writes its amaxes into fp8_attn_amax_ (4 slots, 16 bytes apart),
-  // zeroed first; they are folded into the caller's accumulating amaxes.
+  // ---- FP8 attention (cuda_fp8_attention.cpp: cuDNN's FP8 flash attention) ----
   void attention_fp8_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Fp8AttentionMeta& m,
                                   int n_head, int n_kv_head) override {
-    const int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
-    float* amax = fp8_attention_amax();
-    cuda::Fp8AttentionScales s;
-    s.qkv_descale = m.qkv_scale_inv.data<float>();
-    s.s_scale = m.s_scale.data<float>();
-    s.s_descale = m.s_scale_inv.data<float>();
-    s.o_scale = m.o_scale.data<float>();
-    for (int i = 0; i < 4; ++i) s.amax[i] = amax + 4 * i;
-    std::string why;
-    const bool ran = cuda::cudnn_attention_fp8_forward(out.raw(), lse.data<float>(), qkv.raw(), B, T, n_head,
-                                                       n_kv_head, static_cast<int>(HS), s, stream_, &why);
-    TRIPOD_CHECK_HINT(ran, "leave out --fp8-dot-product-attention (attention then runs in the compute dtype)",
-                      "attention_fp8_forward: cuDNN's FP8 attention does not serve B={} T={} heads={}/{} HS={}: {}",
-                      B, T, n_head, n_kv_head, HS, why);
-    cuda::fp8_amax_fold(m.s_amax.data<float>(), amax, 1, 4, stream_);
-    cuda::fp8_amax_fold(m.o_amax.data<float>(), amax + 4, 1, 4, stream_);
-    cuda::note_attention_path("attention: cuDNN FP8 flash attention (--fp8-dot-product-attention)");
+    fp8_attention_.forward(*this, stream_, out, lse, qkv, m, n_head, n_kv_head);
   }
   void attention_fp8_backward_impl(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                    const Tensor& lse, const Fp8AttentionMeta& m, int n_head, int n_kv_head) override {
-    const int64_t B = qkv.size(0), T = qkv.size(1), HS = qkv.size(2) / (n_head + 2 * n_kv_head);
-    float* amax = fp8_attention_amax();
-    float* scratch = scratch_floats(size_t(B * n_head * T));
-    cuda::Fp8AttentionScales s;
-    s.qkv_descale = m.qkv_scale_inv.data<float>();
-    s.o_descale = m.o_scale_inv.data<float>();
-    s.dout_descale = m.dout_scale_inv.data<float>();
-    s.s_scale = m.s_scale.data<float>();
-    s.s_descale = m.s_scale_inv.data<float>();
-    s.dp_scale = m.dp_scale.data<float>();
-    s.dp_descale = m.dp_scale_inv.data<float>();
-    s.dqkv_scale = m.dqkv_scale.data<float>();
-    for (int i = 0; i < 4; ++i) s.amax[i] = amax + 4 * i;
-    // Grouped-query attention runs as multi-head on repeated K/V, then each
-    // group's dK, dV are summed: cuDNN's FP8 backward (9.19, H100) took as
-    // long as the bf16 one with grouped K/V and 0.83x as long as multi-head
-    // (bench/RESULTS.md). The per-head dK, dV amaxes are not the sums'; the
-    // sum kernel takes those.
-    const bool grouped = n_kv_head != n_head;
-    const int64_t rows = B * T, wx = 3 * int64_t(n_head) * HS;
-    void* qkv_in = const_cast<void*>(qkv.raw());
-    void* dqkv_out = dqkv.raw();
-    if (grouped) {
-      if (!fp8_attn_x_.defined() || fp8_attn_x_.numel() < 2 * rows * wx)
-        fp8_attn_x_ = empty({2 * rows * wx}, DType::E4M3);
-      qkv_in = fp8_attn_x_.raw();
-      dqkv_out = static_cast<uint8_t*>(fp8_attn_x_.raw()) + rows * wx;
-      cuda::fp8_attention_expand_kv(qkv_in, qkv.raw(), rows, n_head, n_kv_head, static_cast<int>(HS), stream_);
-    }
-    std::string why;
-    const bool ran = cuda::cudnn_attention_fp8_backward(dqkv_out, dqkv.dtype(), dout.raw(), qkv_in, out.raw(),
-                                                        lse.data<float>(), scratch, B, T, n_head,
-                                                        grouped ? n_head : n_kv_head, static_cast<int>(HS), s,
-                                                        stream_, &why);
-    TRIPOD_CHECK_HINT(ran, "leave out --fp8-dot-product-attention (attention then runs in the compute dtype)",
-                      "attention_fp8_backward: cuDNN's FP8 attention does not serve B={} T={} heads={}/{} HS={}: {}",
-                      B, T, n_head, n_kv_head, HS, why);
-    cuda::fp8_amax_fold(m.dp_amax.data<float>(), amax, 1, 4, stream_);
-    cuda::fp8_amax_fold(m.dqkv_amax.data<float>(), amax + 4, grouped ? 1 : 3, 4, stream_);
-    if (grouped)
-      cuda::fp8_attention_sum_kv_groups(dqkv.raw(), dqkv_out, dqkv.dtype(), m.dqkv_scale.data<float>(),
-                                        m.dqkv_amax.data<float>(), rows, n_head, n_kv_head, static_cast<int>(HS),
-                                        stream_);
-  }
-  float* fp8_attention_amax() {
-    if (!fp8_attn_amax_.defined()) fp8_attn_amax_ = empty({16}, DType::F32);
-    TRIPOD_CUDA_CHECK(cudaMemsetAsync(fp8_attn_amax_.raw(), 0, 16 * sizeof(float), stream_));
-    return fp8_attn_amax_.data<float>();
+    float* scratch = scratch_floats(size_t(qkv.size(0) * n_head * qkv.size(1)));
+    fp8_attention_.backward(*this, stream_, scratch, dqkv, dout, qkv, out, lse, m, n_head, n_kv_head);
   }
 
   // ---- context parallelism: K/V copy and block attention (context_parallel.cu) ----
@@ -616,8 +552,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::GroupedGemm> grouped_;  // cuBLAS handle for the grouped GEMMs, at first use
   bool grouped_refused_ = false;  // cuBLAS refused a grouped GEMM once: the loop from then on
   Tensor scratch_;  // f32 (n)
-  Tensor fp8_attn_amax_;  // f32 (16): cuDNN's FP8 attention amaxes, 16 bytes apart
-  Tensor fp8_attn_x_;     // FP8 attention backward's multi-head qkv and dqkv (grouped-query)
+  cuda::Fp8AttentionRunner fp8_attention_;  // its amax slots and grouped-query buffers
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
   bool deterministic_ = false;  // set_deterministic
 };
