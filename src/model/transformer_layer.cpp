@@ -150,6 +150,17 @@ void TransformerLayer::bind_fp8(const LayerActs& a) const {
   linear_fc2_.fp8_linear()->keep_input(a.fp8_in[3]);
 }
 
+// Whether the norm's backward may leave its output alone for `linear`'s
+// weight gradient: an FP8 linear kept its input's FP8 transpose, or, under
+// full recomputation, casts the recomputed norm output again (intact in
+// its own buffer), the values its forward cast; the norm's backward would
+// write values a last bit away (NOTE [LayerNorm outputs]), and their amax
+// would move the scales.
+bool TransformerLayer::keeps_norm_output(const ColumnParallelLinear& linear) const {
+  if (!linear.fp8()) return false;
+  return linear.fp8_linear()->keeps_input() || stage_->recompute == Recompute::Full;
+}
+
 const Tensor& TransformerLayer::wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const {
   if (!linear.fp8() || !linear.fp8_linear()->keeps_input()) return linear.input(ln, ws.full_a);
   return stage_->sequence_parallel_active() ? ws.full_a : ln;
@@ -259,7 +270,7 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
     be.rope_backward(ws.dqkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
   if (c.qk_layernorm) qk_norm_backward(be, c, qk_norm_, ws.qk_rows, ws.dqkv, a.qk_norm, ws.qk_dout, ws.qk_scratch);
   const Tensor& dln1 = linear_qkv_.backward_input(be, ws.dqkv, ws.full_b, ws.dln);
-  const bool kept = linear_qkv_.fp8() && linear_qkv_.fp8_linear()->keeps_input();
+  const bool kept = keeps_norm_output(linear_qkv_);
   norm_backward(dres, P.input_layernorm_weight, P.input_layernorm_bias, dln1, x, a.ln1_mean, a.ln1_rstd,
                 kept ? nullptr : &a.ln1);
   linear_qkv_.backward_weight(be, ws.dqkv, wgrad_input(linear_qkv_, a.ln1, ws));
@@ -319,7 +330,7 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
     linear_fc2_.backward_dgelu(be, ws.dfc1, *dmlp, a.gelu, a.fc1, ws.full_b);  // GELU backward folded in
   }
   const Tensor& dln2 = linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
-  const bool kept = linear_fc1_.fp8() && linear_fc1_.fp8_linear()->keeps_input();
+  const bool kept = keeps_norm_output(linear_fc1_);
   norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd,
                 kept ? nullptr : &a.ln2);
   linear_fc1_.backward_weight(be, ws.dfc1, wgrad_input(linear_fc1_, a.ln2, ws));  // re-gathered under SP

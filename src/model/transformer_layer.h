@@ -144,6 +144,7 @@ class TransformerLayer {
   // The column-parallel input's gathered (N, C) tensor for backward_weight:
   // the norm output re-gathered, or when the FP8 linear kept its
   // transpose, a buffer of that shape (the values are not read).
+  bool keeps_norm_output(const ColumnParallelLinear& linear) const;
   const Tensor& wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const;
   uint64_t dropout_key(uint64_t seed, int site) const;
 
