@@ -83,6 +83,8 @@ void* workspace(int device, size_t bytes, cudaStream_t stream, int slot) {
   return w.ptr;
 }
 
+void log_plan(const std::string& message) { log::info("{}", message); }
+
 float masked_value() {
   // cuDNN before 9.10 prefers the lowest finite float for masked scores.
   return cudnn::version() < 91000 ? std::numeric_limits<float>::lowest()
@@ -280,36 +282,20 @@ bool served(DType dt, int HS, int64_t C, const void* const* ptrs, int n, std::st
 
 // Looks up or builds the plan; nullptr (and *why) when there is none.
 const Plan* plan_for(const Key& key, const Shapes& sh, DType dt, std::string* why) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  auto it = g_plans.find(key);
-  if (it == g_plans.end()) {
-    Plan p;
-    std::string errors;
-    for (int variant = 0; variant < 2; ++variant) {
-      try {
-        p = key.kind == 0 ? build_forward(sh, dt, variant) : build_backward(sh, dt, key.kind == 1, variant);
-        p.graph->build(cudnn::handle_for_current_device());
-        log::info("cuDNN {} attention {} plan B={} Tq={} Tk={} NH={} G={} HS={}{}: graph variant {}, {}, workspace {} "
-                  "bytes",
-                  cudnn::version(),
-                  key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
-                  sh.B, sh.Tq, sh.Tk, sh.H, sh.G, sh.D, sh.causal ? " causal" : "", variant,
-                  p.graph->engine_note(), p.graph->workspace_bytes());
-        errors.clear();
-        break;
-      } catch (const cudnn::GraphError& e) {
-        p.graph.reset();
-        errors += std::string(errors.empty() ? "" : " | ") + "variant " + std::to_string(variant) + ": " + e.what();
-      }
-    }
-    p.error = errors;
-    it = g_plans.emplace(key, std::move(p)).first;
-  }
-  if (!it->second.error.empty()) {
-    if (why) *why = it->second.error;
-    return nullptr;
-  }
-  return &it->second;
+  return cached_plan<Plan, Key>(
+      g_mu, g_plans, key, 2,
+      [&](int variant) {
+        return key.kind == 0 ? build_forward(sh, dt, variant) : build_backward(sh, dt, key.kind == 1, variant);
+      },
+      [&](const Plan& p, int variant) {
+        return fmt::format("cuDNN {} attention {} plan B={} Tq={} Tk={} NH={} G={} HS={}{}: graph variant {}, {}, "
+                           "workspace {} bytes",
+                           cudnn::version(),
+                           key.kind == 0 ? "forward" : key.kind == 1 ? "backward (deterministic dQ)" : "backward (atomic dQ)",
+                           sh.B, sh.Tq, sh.Tk, sh.H, sh.G, sh.D, sh.causal ? " causal" : "", variant,
+                           p.graph->engine_note(), p.graph->workspace_bytes());
+      },
+      why);
 }
 
 }  // namespace

@@ -26,6 +26,8 @@
 // Several graph variants are tried (index math in f32 or i32, the row sum
 // Dsum virtual or in the caller's scratch), the first that yields a plan
 // is cached per shape, as are failures.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -35,7 +37,6 @@
 #include "backend/cuda/cudnn_attention_graph.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/cuda_check.h"
-#include "base/log.h"
 
 namespace tripod::backend::cuda {
 
@@ -245,34 +246,19 @@ Fp8Plan build_fp8_backward(const Shapes& sh, DType grad, int variant) {
 }
 
 const Fp8Plan* fp8_plan_for(const Fp8Key& key, const Shapes& sh, DType grad, std::string* why) {
-  std::lock_guard<std::mutex> lock(g_fp8_mu);
-  auto it = g_fp8_plans.find(key);
-  if (it == g_fp8_plans.end()) {
-    Fp8Plan p;
-    std::string errors;
-    for (int variant = 0; variant < 4; ++variant) {
-      if (key.kind == 0 && (variant & 2)) continue;  // the forward has no row sum
-      try {
-        p = key.kind == 0 ? build_fp8_forward(sh, variant) : build_fp8_backward(sh, grad, variant);
-        p.graph->build(cudnn::handle_for_current_device());
-        log::info("cuDNN {} FP8 attention {} plan B={} T={} NH={} G={} HS={}: graph variant {}, {}, workspace {} bytes",
-                  cudnn::version(), key.kind == 0 ? "forward" : "backward", sh.B, sh.Tq, sh.H, sh.G, sh.D, variant,
-                  p.graph->engine_note(), p.graph->workspace_bytes());
-        errors.clear();
-        break;
-      } catch (const cudnn::GraphError& e) {
-        p.graph.reset();
-        errors += std::string(errors.empty() ? "" : " | ") + "variant " + std::to_string(variant) + ": " + e.what();
-      }
-    }
-    p.error = errors;
-    it = g_fp8_plans.emplace(key, std::move(p)).first;
-  }
-  if (!it->second.error.empty()) {
-    if (why) *why = it->second.error;
-    return nullptr;
-  }
-  return &it->second;
+  return cached_plan<Fp8Plan, Fp8Key>(
+      g_fp8_mu, g_fp8_plans, key, 4,
+      [&](int variant) {
+        if (key.kind == 0) return (variant & 2) ? Fp8Plan{} : build_fp8_forward(sh, variant);  // no row sum forward
+        return build_fp8_backward(sh, grad, variant);
+      },
+      [&](const Fp8Plan& p, int variant) {
+        return fmt::format("cuDNN {} FP8 attention {} plan B={} T={} NH={} G={} HS={}: graph variant {}, {}, "
+                           "workspace {} bytes",
+                           cudnn::version(), key.kind == 0 ? "forward" : "backward", sh.B, sh.Tq, sh.H, sh.G, sh.D,
+                           variant, p.graph->engine_note(), p.graph->workspace_bytes());
+      },
+      why);
 }
 
 // The FP8 graphs' workspace: a slot of its own (the bf16 graphs' stays as

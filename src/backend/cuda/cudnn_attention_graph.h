@@ -8,6 +8,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cudnn_graph.h"
@@ -59,9 +64,49 @@ float masked_value();
 // Causal mask on score tensor s (F32 [B,H,Tq,Tk]); see cudnn_attention.cpp.
 int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int variant);
 
+// Logs a built plan's description (log::info; kept out of this header).
+void log_plan(const std::string& message);
+
 // The device's cuDNN workspace, grown as needed (cached allocator; kept);
 // slot 1 is the FP8 graphs' own.
 void* workspace(int device, size_t bytes, cudaStream_t stream, int slot = 0);
+
+// The plan of `key` from `cache`, built on first use: build(variant) for
+// each variant in turn until one's graph finalizes into a plan (describe
+// (plan, variant) is logged); failures are cached too. P has members
+// `std::unique_ptr<Graph> graph` and `std::string error`. nullptr, with
+// every variant's reason in *why, when none builds.
+template <typename P, typename K>
+const P* cached_plan(std::mutex& mu, std::map<K, P>& cache, const K& key, int variants,
+                     const std::function<P(int)>& build, const std::function<std::string(const P&, int)>& describe,
+                     std::string* why) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    P p;
+    std::string errors;
+    for (int variant = 0; variant < variants; ++variant) {
+      try {
+        p = build(variant);
+        if (!p.graph) continue;  // not a variant of this graph
+        p.graph->build(cudnn::handle_for_current_device());
+        log_plan(describe(p, variant));
+        errors.clear();
+        break;
+      } catch (const cudnn::GraphError& e) {
+        p.graph.reset();
+        errors += std::string(errors.empty() ? "" : " | ") + "variant " + std::to_string(variant) + ": " + e.what();
+      }
+    }
+    p.error = errors;
+    it = cache.emplace(key, std::move(p)).first;
+  }
+  if (!it->second.error.empty()) {
+    if (why) *why = it->second.error;
+    return nullptr;
+  }
+  return &it->second;
+}
 
 }  // namespace tripod::backend::cuda::cudnn_sdpa
 
