@@ -107,9 +107,12 @@ TEST(HfMoe, Qwen3MoeExportMatchesPyTorchAndImportRoundTrips) {
 // a file of their own (model_rank_0_0_ep1.safetensors); the export reads
 // through the checkpoint's index and writes the whole model: every tensor
 // of the single-process run's export, the same shapes, the values within
-// 1e-5 of the largest (the two trainings agree that closely, tests/parity;
-// with parity's --adam-eps 1e-6, as the default 1e-8 lets Adam blow up
-// rounding noise in gradients near zero).
+// 1e-4 of the largest (the two trainings sum in other orders; with
+// parity's --adam-eps 1e-6, as the default 1e-8 lets Adam blow up rounding
+// noise in gradients near zero; measured 1.0e-5 to 1.5e-5 after 3
+// iterations on one 2-core machine, under 1e-5 on another: the BLAS
+// kernels differ by CPU). A missing or misplaced expert is off by its
+// whole size.
 TEST(HfMoe, MixtralExportOfAnEp2CheckpointHasEveryExpert) {
   Scratch s("hf_mixtral_ep2");
   const std::string bin = env("TRIPOD_BIN"), log = (s / "log").string(), flags = kMixtral + " --adam-eps 1e-6";
@@ -135,7 +138,7 @@ TEST(HfMoe, MixtralExportOfAnEp2CheckpointHasEveryExpert) {
       diff = std::max(diff, std::fabs(double(a.data<float>()[i]) - b.data<float>()[i]));
       big = std::max(big, std::fabs(double(a.data<float>()[i])));
     }
-    EXPECT_LE(diff, 1e-5 * big) << e.name;
+    EXPECT_LE(diff, 1e-4 * big) << e.name;
   }
   EXPECT_EQ(experts, 2 * 4 * 3) << "2 layers x 4 experts x w1, w2, w3";
   if (!::testing::Test::HasFailure()) fs::remove_all(s.dir);
