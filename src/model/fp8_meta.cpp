@@ -71,27 +71,20 @@ Fp8Attention* Fp8State::add_attention(std::string name) {
   return attentions_.back().get();
 }
 
-namespace {
-
-// Tensor t of a group's metas (views of one element, one history row).
-Fp8TensorMeta group_meta(Tensor& scale, Tensor& scale_inv, Tensor& amax, Tensor& history, DType dtype, int64_t t,
-                         int64_t stride, int64_t H) {
-  const int64_t i = stride * t;
+Fp8TensorMeta Fp8State::group_meta(Group& g, int64_t t) const {
+  const int64_t i = kMetaStride * t, H = config_.amax_history_len;
   Fp8TensorMeta m;
-  m.scale = scale.flat(i, {1});
-  m.scale_inv = scale_inv.flat(i, {1});
-  m.amax = amax.flat(i, {1});
-  m.amax_history = history.flat(i * H, {1, H});
-  m.dtype = dtype;
+  m.scale = g.scale.flat(i, {1});
+  m.scale_inv = g.scale_inv.flat(i, {1});
+  m.amax = g.amax.flat(i, {1});
+  m.amax_history = g.history.flat(i * H, {1, H});
+  m.dtype = g.dtype;
   return m;
 }
 
-}  // namespace
-
 Fp8TensorMeta Fp8State::meta(int linear, int slot) {
   Group& g = slot == 2 ? bwd_ : fwd_;
-  const int64_t t = slot == 2 ? linear : 2 * int64_t(linear) + slot;
-  return group_meta(g.scale, g.scale_inv, g.amax, g.history, g.dtype, t, kMetaStride, config_.amax_history_len);
+  return group_meta(g, slot == 2 ? linear : 2 * int64_t(linear) + slot);
 }
 
 Fp8TensorMeta Fp8State::attention_meta(int attention, int slot) {
@@ -99,8 +92,7 @@ Fp8TensorMeta Fp8State::attention_meta(int attention, int slot) {
                "Fp8State: attention meta ({}, {}) of {} attentions", attention, slot, num_attentions_);
   const bool fwd = slot < Fp8Attention::kDout;
   Group& g = fwd ? fwd_ : bwd_;
-  const int64_t t = (fwd ? 2 * int64_t(num_linears_) : int64_t(num_linears_)) + 3 * int64_t(attention) + slot % 3;
-  return group_meta(g.scale, g.scale_inv, g.amax, g.history, g.dtype, t, kMetaStride, config_.amax_history_len);
+  return group_meta(g, (fwd ? 2 * int64_t(num_linears_) : int64_t(num_linears_)) + 3 * int64_t(attention) + slot % 3);
 }
 
 void Fp8State::quantize(Fp8TensorMeta& m, Tensor& out, Tensor* out_t, const Tensor& in, bool split,
@@ -169,23 +161,17 @@ void Fp8State::invalidate_weights() {
 
 std::vector<std::pair<std::string, Tensor>> Fp8State::state_tensors() {
   std::vector<std::pair<std::string, Tensor>> v;
+  auto add = [&v](const std::string& prefix, const Fp8TensorMeta& m) {
+    v.emplace_back(prefix + ".scale", m.scale);
+    v.emplace_back(prefix + ".scale_inv", m.scale_inv);
+    v.emplace_back(prefix + ".amax_history", m.amax_history.view({m.amax_history.numel()}));
+  };
   const char* operands[] = {"input", "weight", "grad"};
   for (const auto& l : linears_)
-    for (int slot = 0; slot < 3; ++slot) {
-      const Fp8TensorMeta m = meta(l->index(), slot);
-      const std::string p = fmt::format("{}.{}.", l->name(), operands[slot]);
-      v.emplace_back(p + "scale", m.scale);
-      v.emplace_back(p + "scale_inv", m.scale_inv);
-      v.emplace_back(p + "amax_history", m.amax_history.view({m.amax_history.numel()}));
-    }
+    for (int slot = 0; slot < 3; ++slot) add(fmt::format("{}.{}", l->name(), operands[slot]), meta(l->index(), slot));
   for (const auto& a : attentions_)
-    for (int slot = 0; slot < Fp8Attention::kSlots; ++slot) {
-      const Fp8TensorMeta& m = a->meta(slot);
-      const std::string p = fmt::format("{}.{}.", a->name(), Fp8Attention::slot_name(slot));
-      v.emplace_back(p + "scale", m.scale);
-      v.emplace_back(p + "scale_inv", m.scale_inv);
-      v.emplace_back(p + "amax_history", m.amax_history.view({m.amax_history.numel()}));
-    }
+    for (int slot = 0; slot < Fp8Attention::kSlots; ++slot)
+      add(fmt::format("{}.{}", a->name(), Fp8Attention::slot_name(slot)), a->meta(slot));
   return v;
 }
 
@@ -199,9 +185,10 @@ const char* Fp8Attention::slot_name(int slot) {
 Fp8Attention::Fp8Attention(Fp8State& state, int index, std::string name)
     : state_(&state), index_(index), name_(std::move(name)) {
   for (int slot = 0; slot < kSlots; ++slot) m_[slot] = state.attention_meta(index, slot);
+  op_ = make_op_meta();
 }
 
-backend::Fp8AttentionMeta Fp8Attention::op_meta() const {
+backend::Fp8AttentionMeta Fp8Attention::make_op_meta() const {
   backend::Fp8AttentionMeta m;
   m.qkv_scale_inv = m_[kQkv].scale_inv;
   m.s_scale = m_[kS].scale;
@@ -226,7 +213,7 @@ void Fp8Attention::forward(Tensor& att, Tensor& lse, Tensor& qkv8, Tensor& att8,
   // this iteration's amax (a recomputation casts the same values again).
   Tensor qkv_amax = m_[kQkv].amax;
   be.fp8_quantize(qkv8, qkv_amax, qkv, m_[kQkv].scale);
-  be.attention_fp8_forward(att8, lse, qkv8, op_meta(), n_head, n_kv_head);
+  be.attention_fp8_forward(att8, lse, qkv8, op_, n_head, n_kv_head);
   be.fp8_dequantize(att, att8, m_[kO].scale_inv);
 }
 
@@ -237,7 +224,7 @@ void Fp8Attention::backward(Tensor& dqkv, const Tensor& datt, const Tensor& qkv8
   Tensor dqkv8 = state_->attention_scratch(1, dqkv.numel()).view(dqkv.shape());
   Tensor dout_amax = m_[kDout].amax;
   be.fp8_quantize(datt8, dout_amax, datt, m_[kDout].scale);
-  be.attention_fp8_backward(dqkv8, datt8, qkv8, att8, lse, op_meta(), n_head, n_kv_head);
+  be.attention_fp8_backward(dqkv8, datt8, qkv8, att8, lse, op_, n_head, n_kv_head);
   be.fp8_dequantize(dqkv, dqkv8, m_[kDqkv].scale_inv);
 }
 

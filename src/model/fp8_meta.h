@@ -148,8 +148,8 @@ class Fp8Attention {
   void backward(Tensor& dqkv, const Tensor& datt, const Tensor& qkv8, const Tensor& att8, const Tensor& lse,
                 int n_head, int n_kv_head) const;
 
-  // The backend's view of the six metas' scales and amaxes.
-  backend::Fp8AttentionMeta op_meta() const;
+  // The backend's view of the six metas' scales and amaxes (built once).
+  const backend::Fp8AttentionMeta& op_meta() const { return op_; }
   const Fp8TensorMeta& meta(int slot) const { return m_[slot]; }
   int index() const { return index_; }
   const std::string& name() const { return name_; }  // "<layer>.self_attention.core_attention"
@@ -159,6 +159,8 @@ class Fp8Attention {
   int index_;
   std::string name_;
   Fp8TensorMeta m_[kSlots];
+  backend::Fp8AttentionMeta op_;
+  backend::Fp8AttentionMeta make_op_meta() const;
 };
 
 // The FP8 state of one pipeline stage (model chunk): the metas of its FP8
@@ -234,6 +236,7 @@ class Fp8State {
     Tensor scale, scale_inv, amax, history;  // (S M), (S M), (S M), (S M, H) with S = kMetaStride
   };
   void make_group(Group& g, DType dtype, int64_t m);
+  Fp8TensorMeta group_meta(Group& g, int64_t t) const;  // tensor t of g (views)
 
   config::Fp8Config config_;
   backend::Backend* be_;

@@ -28,7 +28,6 @@
 #include "model/transformer_layer.h"
 
 #include "backend/philox.h"
-#include "base/error.h"
 #include "model/workspace.h"
 
 namespace tripod::model {
@@ -61,8 +60,7 @@ TransformerLayer::TransformerLayer(const GptConfig& config, const StageConfig& s
     linear_fc2_.use_fp8(fp8->add_linear(*params.linear_fc2_weight));
   }
   if (fp8 && config.layer_spec(layer_number).fp8_attention) {
-    TRIPOD_CHECK_HINT(stage.cp_size() == 1, "drop --fp8-dot-product-attention with --context-parallel-size > 1",
-                      "--fp8-dot-product-attention with context parallelism is not supported yet");
+    config.fp8.check_dot_product_attention(stage.cp_size());  // the CLI checked; the API may not have
     // Megatron's module name of the attention core: <layer>.self_attention.core_attention.
     const std::string& qkv = params.linear_qkv_weight->spec.name;
     fp8_attention_ = fp8->add_attention(qkv.substr(0, qkv.rfind("linear_qkv")) + "core_attention");

@@ -141,10 +141,12 @@ class TransformerLayer {
                      const Tensor& mean, Tensor& rstd, Tensor* ln) const;
   // Points the FP8 linears at this micro-batch's kept input transposes.
   void bind_fp8(const LayerActs& a) const;
+  // Whether the norm's backward may leave its output as it is for linear's
+  // weight gradient (transformer_layer.cpp).
+  bool keeps_norm_output(const ColumnParallelLinear& linear) const;
   // The column-parallel input's gathered (N, C) tensor for backward_weight:
   // the norm output re-gathered, or when the FP8 linear kept its
   // transpose, a buffer of that shape (the values are not read).
-  bool keeps_norm_output(const ColumnParallelLinear& linear) const;
   const Tensor& wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const;
   uint64_t dropout_key(uint64_t seed, int site) const;
 
