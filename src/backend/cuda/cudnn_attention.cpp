@@ -63,14 +63,14 @@ struct Workspace {
   void* ptr = nullptr;
   size_t bytes = 0;
 };
-std::map<std::pair<int, int>, Workspace> g_ws;  // (device, slot)
+std::map<int, Workspace> g_ws;
 }  // namespace
 
-void* workspace(int device, size_t bytes, cudaStream_t stream, int slot) {
+void* workspace(int device, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return nullptr;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  Workspace& w = g_ws[{device, slot}];
+  Workspace& w = g_ws[device];
   if (w.bytes < bytes) {
     Allocator& a = caching_allocator();
     if (w.ptr) {

@@ -80,6 +80,35 @@ int64_t mul(Graph& g, int64_t x, int64_t b, const Dims& d, const Dims& s, int64_
   return out;
 }
 
+// S = Q K^T * attn_scale * descale_q * descale_k (f32), causal-masked.
+int64_t scaled_scores(Graph& g, const Shapes& sh, int64_t q, int64_t kt, int64_t attn_scale, int64_t descale_q,
+                      int64_t descale_k, int variant) {
+  const Dims sd = sh.s_dims(), ss = sh.s_strides();
+  int64_t s = vt(g, CUDNN_DATA_FLOAT, sd, ss);
+  g.matmul(q, kt, s);
+  s = mul(g, s, attn_scale, sd, ss);
+  s = mul(g, s, descale_q, sd, ss);
+  s = mul(g, s, descale_k, sd, ss);
+  return causal_mask(g, sh, s, variant & 1);
+}
+
+// An FP8 GEMM's epilogue (cudnn-frontend's matmul_fp8): the f32
+// accumulator acc (summed over each group's query heads into dims d first
+// when group_sum) times both descales; its amax; times scale into the FP8
+// tensor out.
+void fp8_epilogue(Graph& g, int64_t acc, bool group_sum, const Dims& d, const Dims& s, int64_t descale_a,
+                  int64_t descale_b, int64_t scale, int64_t out, int64_t amax) {
+  if (group_sum) {
+    const int64_t summed = vt(g, CUDNN_DATA_FLOAT, d, s);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, acc, summed);
+    acc = summed;
+  }
+  acc = mul(g, acc, descale_a, d, s);
+  acc = mul(g, acc, descale_b, d, s);
+  mul(g, acc, scale, d, s, out);
+  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, acc, amax);
+}
+
 // uids: q, k^T, v, o, stats, descale_q, descale_k, descale_v, scale_s, descale_s, scale_o, amax_s, amax_o
 Fp8Plan build_fp8_forward(const Shapes& sh, int variant) {
   Fp8Plan p;
@@ -97,12 +126,7 @@ Fp8Plan build_fp8_forward(const Shapes& sh, int variant) {
   const int64_t attn_scale = g.scalar(1.f / std::sqrt(float(sh.D)));
   const Dims sd = sh.s_dims(), ss = sh.s_strides(), rd = sh.row_dims(), rs = sh.row_strides();
 
-  int64_t s = vt(g, F, sd, ss);
-  g.matmul(q, kt, s);
-  s = mul(g, s, attn_scale, sd, ss);
-  s = mul(g, s, dq, sd, ss);
-  s = mul(g, s, dk, sd, ss);
-  s = causal_mask(g, sh, s, variant & 1);
+  const int64_t s = scaled_scores(g, sh, q, kt, attn_scale, dq, dk, variant);
   const int64_t mx = vt(g, F, rd, rs);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s, mx);
   const int64_t sub = vt(g, F, sd, ss);
@@ -120,12 +144,9 @@ Fp8Plan build_fp8_forward(const Shapes& sh, int variant) {
   const int64_t p8 = mul(g, prob, scale_s, sd, ss, vt(g, e4, sd, ss));
 
   const Dims od = sh.q_dims(), os = {sh.H * sh.Tq * sh.D, sh.Tq * sh.D, sh.D, 1};
-  int64_t acc = vt(g, F, od, os);
+  const int64_t acc = vt(g, F, od, os);
   g.matmul(p8, v, acc);
-  acc = mul(g, acc, descale_s, od, os);
-  acc = mul(g, acc, dv, od, os);
-  mul(g, acc, scale_o, od, os, o);
-  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, acc, amax_o);
+  fp8_epilogue(g, acc, false, od, os, descale_s, dv, scale_o, o, amax_o);
   p.uids = {q, kt, v, o, stats, dq, dk, dv, scale_s, descale_s, scale_o, amax_s, amax_o};
   return p;
 }
@@ -175,39 +196,23 @@ Fp8Plan build_fp8_backward(const Shapes& sh, DType grad, int variant) {
   }
 
   // P recomputed
-  int64_t s = vt(g, F, sd, ss);
-  g.matmul(q, kt, s);
-  s = mul(g, s, attn_scale, sd, ss);
-  s = mul(g, s, descale_q, sd, ss);
-  s = mul(g, s, descale_k, sd, ss);
-  s = causal_mask(g, sh, s, variant & 1);
+  const int64_t s = scaled_scores(g, sh, q, kt, attn_scale, descale_q, descale_k, variant);
   const int64_t sub = vt(g, F, sd, ss);
   g.pointwise(CUDNN_POINTWISE_SUB, s, sub, stats);
   const int64_t e = vt(g, F, sd, ss);
   g.pointwise(CUDNN_POINTWISE_EXP, sub, e);
 
-  // the dK/dV GEMM's epilogue: [sum over the group,] descales, amax, scale, FP8 out
-  auto epilogue = [&](int64_t acc_full, int64_t d1, int64_t d2, int64_t scale, int64_t out, int64_t amax) {
-    int64_t acc = acc_full;
-    const Dims kd = sh.kv_dims(), ks = {sh.G * sh.Tk * sh.D, sh.Tk * sh.D, sh.D, 1};
-    if (grouped) {
-      acc = vt(g, F, kd, ks);
-      g.reduction(CUDNN_REDUCE_TENSOR_ADD, acc_full, acc);
-    }
-    acc = mul(g, acc, d1, kd, ks);
-    acc = mul(g, acc, d2, kd, ks);
-    mul(g, acc, scale, kd, ks, out);
-    g.reduction(CUDNN_REDUCE_TENSOR_AMAX, acc, amax);
-  };
-  const Dims fd = sh.full_dims(), fs = sh.full_strides();
+  // dK and dV: per query head first under grouped-query attention (the epilogue sums each group)
+  const Dims kd = sh.kv_dims(), ks = {sh.G * sh.Tk * sh.D, sh.Tk * sh.D, sh.D, 1};
+  const Dims fd = grouped ? sh.full_dims() : kd, fs = grouped ? sh.full_strides() : ks;
 
   // dV = P8^T dO
   const int64_t p8 = mul(g, e, scale_s, sd, ss, vt(g, e4, sd, ss));
   const int64_t p8t = vt(g, e4, sh.st_dims(), sh.st_strides());
   g.reshape(p8, p8t);
-  const int64_t dv_acc = grouped ? vt(g, F, fd, fs) : vt(g, F, sh.kv_dims(), {sh.G * sh.Tk * sh.D, sh.Tk * sh.D, sh.D, 1});
+  const int64_t dv_acc = vt(g, F, fd, fs);
   g.matmul(p8t, dout, dv_acc);
-  epilogue(dv_acc, descale_s, descale_do, scale_dv, dv, amax_dv);
+  fp8_epilogue(g, dv_acc, grouped, kd, ks, descale_s, descale_do, scale_dv, dv, amax_dv);
 
   // dS = (dO V^T * descale_dO * descale_v - Dsum) * P * scale
   int64_t dp = vt(g, F, sd, ss);
@@ -224,19 +229,16 @@ Fp8Plan build_fp8_backward(const Shapes& sh, DType grad, int variant) {
   // dQ = dS8 K8
   const int64_t k = vt(g, e4, sh.kv_dims(), sh.kv_str);
   g.reshape(kt, k);
-  int64_t dq_acc = vt(g, F, qd, qs);
+  const int64_t dq_acc = vt(g, F, qd, qs);
   g.matmul(ds8, k, dq_acc);
-  dq_acc = mul(g, dq_acc, descale_dp, qd, qs);
-  dq_acc = mul(g, dq_acc, descale_k, qd, qs);
-  mul(g, dq_acc, scale_dq, qd, qs, dq);
-  g.reduction(CUDNN_REDUCE_TENSOR_AMAX, dq_acc, amax_dq);
+  fp8_epilogue(g, dq_acc, false, qd, qs, descale_dp, descale_k, scale_dq, dq, amax_dq);
 
   // dK = dS8^T Q8
   const int64_t ds8t = vt(g, gt, sh.st_dims(), sh.st_strides());
   g.reshape(ds8, ds8t);
-  const int64_t dk_acc = grouped ? vt(g, F, fd, fs) : vt(g, F, sh.kv_dims(), {sh.G * sh.Tk * sh.D, sh.Tk * sh.D, sh.D, 1});
+  const int64_t dk_acc = vt(g, F, fd, fs);
   g.matmul(ds8t, q, dk_acc);
-  epilogue(dk_acc, descale_dp, descale_q, scale_dk, dk, amax_dk);
+  fp8_epilogue(g, dk_acc, grouped, kd, ks, descale_dp, descale_q, scale_dk, dk, amax_dk);
 
   p.uids = {q,         kt,        vtr,        o,        dout,     stats,    dq,      dk,      dv,
             descale_q, descale_k, descale_v,  descale_o, descale_do, scale_s, descale_s, scale_dp, descale_dp,
@@ -260,10 +262,6 @@ const Fp8Plan* fp8_plan_for(const Fp8Key& key, const Shapes& sh, DType grad, std
       },
       why);
 }
-
-// The FP8 graphs' workspace: a slot of its own (the bf16 graphs' stays as
-// sized for them).
-void* fp8_workspace(int dev, size_t bytes, cudaStream_t stream) { return workspace(dev, bytes, stream, 1); }
 
 // The first cuDNN whose FP8 attention passed bench/kernels/fp8_attention_bench's
 // repeat checks (bit-equal codes across identical calls, batch 1 to 4).
@@ -313,7 +311,7 @@ bool cudnn_attention_fp8_forward(void* out, float* lse, const void* qkv, int64_t
                             f(s.qkv_descale), f(s.qkv_descale), f(s.qkv_descale), f(s.s_scale), f(s.s_descale),
                             f(s.o_scale), s.amax[0], s.amax[1]};
   try {
-    void* ws = fp8_workspace(dev, size_t(p->graph->workspace_bytes()), stream);
+    void* ws = workspace(dev, size_t(p->graph->workspace_bytes()), stream);
     p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, ws);
   } catch (const cudnn::GraphError& e) {
     fail(std::string("cuDNN FP8 attention forward: ") + e.what());
@@ -343,7 +341,7 @@ bool cudnn_attention_fp8_backward(void* dqkv, DType grad, const void* dout, cons
                             s.amax[0], s.amax[1], s.amax[2], s.amax[3]};
   if (p->real_rowsum) ptr.push_back(scratch);
   try {
-    void* ws = fp8_workspace(dev, size_t(p->graph->workspace_bytes()), stream);
+    void* ws = workspace(dev, size_t(p->graph->workspace_bytes()), stream);
     p->graph->execute(cudnn::handle_for_current_device(), stream, p->uids, ptr, ws);
   } catch (const cudnn::GraphError& e) {
     fail(std::string("cuDNN FP8 attention backward: ") + e.what());

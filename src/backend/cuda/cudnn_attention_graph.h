@@ -67,9 +67,8 @@ int64_t causal_mask(Graph& g, const Shapes& sh, int64_t s, int variant);
 // Logs a built plan's description (log::info; kept out of this header).
 void log_plan(const std::string& message);
 
-// The device's cuDNN workspace, grown as needed (cached allocator; kept);
-// slot 1 is the FP8 graphs' own.
-void* workspace(int device, size_t bytes, cudaStream_t stream, int slot = 0);
+// The device's cuDNN workspace, grown as needed (cached allocator; kept).
+void* workspace(int device, size_t bytes, cudaStream_t stream);
 
 // The plan of `key` from `cache`, built on first use: build(variant) for
 // each variant in turn until one's graph finalizes into a plan (describe
