@@ -25,10 +25,15 @@
 #                shape: SPEED_DPA_MODELS, CUDNN_LIB_DIR for cuDNN 9.19+) at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
-#                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory
+#                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory;
+#                with SPEED_UNFUSED=1 also FP8 at the 8B shape with
+#                TRIPOD_FP8_UNFUSED_SWIGLU=1 (the SwiGLU cast in a second pass)
+#   swiglu       the SwiGLU cast against its unfused path: a small Llama-style
+#                model with --deterministic-mode, FP8 delayed, 30 iterations:
+#                the same losses and grad norms bit for bit
 #   gaps         where the GPU idles (bench/dev/cuda/gap_profiler.cpp, a CUPTI
 #                injection library; GAP_PROFILER=path/libgap_profiler.so):
-#                GAP_VARIANTS (default "bf16 fp8") at the 8B
+#                GAP_VARIANTS (default "bf16 fp8"; also fp8_unfused, fp8dpa) at the 8B
 #                layer shape, 14 iterations, the last GAP_PROFILER_WINDOW_MS
 #                (default 1800) of the timeline
 #   param_gather --fp8-param-gather (not run by default): GPT-2 124M shape, bf16,
@@ -185,6 +190,20 @@ if has determinism; then
   fi
 fi
 
+if has swiglu; then
+  note "---- the FP8 SwiGLU cast against its unfused path (bit for bit) ----"
+  sw=(--num-layers 4 --hidden-size 512 --num-attention-heads 8 --group-query-attention --num-query-groups 4
+      --ffn-hidden-size 1408 --swiglu --disable-bias-linear --normalization RMSNorm --position-embedding-type rope
+      --seq-length 512 --mock-data --vocab-size 4096 --micro-batch-size 4 --global-batch-size 8 --train-iters 30
+      --lr 1e-3 --log-interval 1 --eval-interval 0 --bf16 --device cuda --deterministic-mode --fp8-format hybrid
+      --fp8-recipe delayed)
+  run swiglu_fused train "${sw[@]}"
+  export TRIPOD_FP8_UNFUSED_SWIGLU=1
+  run swiglu_unfused train "${sw[@]}"
+  unset TRIPOD_FP8_UNFUSED_SWIGLU
+  note "swiglu cast fused vs unfused: $(bitwise swiglu_fused swiglu_unfused)"
+fi
+
 if has speed; then
   note "---- speed: bf16 vs FP8 hybrid (delayed), mean of iterations 6-20 ----"
   g15=(--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --max-position-embeddings 1024
@@ -199,6 +218,12 @@ if has speed; then
     declare -n args=$m
     run speed_${m}_bf16 train "${args[@]}"
     run speed_${m}_fp8 train "${args[@]}" --fp8-format hybrid
+    if [[ $m == l8 && ${SPEED_UNFUSED:-0} == 1 ]]; then
+      export TRIPOD_FP8_UNFUSED_SWIGLU=1
+      run speed_${m}_fp8_unfused train "${args[@]}" --fp8-format hybrid
+      unset TRIPOD_FP8_UNFUSED_SWIGLU
+      note "$m fp8, SwiGLU cast unfused: $(speed speed_${m}_fp8_unfused)"
+    fi
     b=$(speed speed_${m}_bf16); f=$(speed speed_${m}_fp8)
     note "$m bf16: $b"
     note "$m fp8:  $f"
@@ -244,8 +269,10 @@ if has gaps; then
          --micro-batch-size 1 --global-batch-size 1 --train-iters 14 --lr 1e-4 --log-interval 1 --eval-interval 0
          --bf16 --device cuda)
     for v in ${GAP_VARIANTS:-bf16 fp8}; do
-      extra=(); [[ $v == fp8 ]] && extra=(--fp8-format hybrid)
-      GAP_PROFILER_WINDOW_MS=${GAP_PROFILER_WINDOW_MS:-1800} \
+      extra=(); [[ $v == fp8* ]] && extra=(--fp8-format hybrid)
+      [[ $v == fp8dpa ]] && extra+=(--fp8-dot-product-attention)
+      unfused=0; [[ $v == fp8_unfused ]] && unfused=1
+      TRIPOD_FP8_UNFUSED_SWIGLU=$unfused GAP_PROFILER_WINDOW_MS=${GAP_PROFILER_WINDOW_MS:-1800} \
         CUDA_INJECTION64_PATH=$GAP_PROFILER timeout 600 "$BIN_TRIPOD" train "${l8g[@]}" "${extra[@]}" \
         > "$OUT/gaps_$v.log" 2>&1
       note "gaps $v (rc $?):"

@@ -344,6 +344,17 @@ class Backend {
   // only, so the weight gradient needs the transposes of dy and x).
   void fp8_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& in,
                           const Tensor& scale);
+  // The MLP's SwiGLU with the cast of its output for fc2 (delayed scaling,
+  // where the scale is known before the tensor is): inp(R, 2F) = [gate | up]
+  // of the compute dtype; out(R, F) and out_t(F, R) are exactly
+  // fp8_cast_transpose of swiglu_forward(inp) as the compute dtype stores
+  // it, without that tensor being written.
+  void fp8_swiglu_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp, const Tensor& scale);
+  // Its backward with the cast of fc1's output gradient: out(R, 2F) and
+  // out_t(2F, R) are exactly fp8_cast_transpose of swiglu_backward(inp, dout)
+  // as the compute dtype stores it (dout (R, F)).
+  void fp8_swiglu_backward_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                          const Tensor& dout, const Tensor& scale);
   // out = f32(in) * scale_inv (in f32), rounded to out's dtype.
   void fp8_dequantize(Tensor& out, const Tensor& in, const Tensor& scale_inv);
   // The linear layer's GEMM on FP8 operands, both K-major:
@@ -542,6 +553,12 @@ class Backend {
   // FP8: fp8_quantize is fp8_cast_transpose_impl with out_t null.
   virtual void fp8_cast_transpose_impl(Tensor& out, Tensor* out_t, Tensor& amax, const Tensor& in,
                                        const Tensor& scale) = 0;
+  // The SwiGLU casts; defaults: swiglu_*_impl into a temporary of the
+  // compute dtype, then fp8_cast_transpose_impl (the definition).
+  virtual void fp8_swiglu_cast_transpose_impl(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                              const Tensor& scale);
+  virtual void fp8_swiglu_backward_cast_transpose_impl(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                                       const Tensor& dout, const Tensor& scale);
   virtual void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) = 0;
   virtual void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                                const Tensor& b_scale_inv, const Tensor* bias, bool accumulate,

@@ -56,6 +56,62 @@ void Backend::fp8_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const
   fp8_cast_transpose_impl(out, &out_t, amax, in, scale);
 }
 
+namespace {
+
+// The SwiGLU casts: inp (R, 2F) of an activation dtype, out (R, W) and
+// out_t (W, R) of one FP8 dtype, W = F forward and 2F backward.
+void check_swiglu_cast(const Checks& k, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                       const Tensor& inp, const Tensor& scale, bool backward) {
+  const DType dt = k.act(inp, "inp");
+  k.dim(inp, "inp", 2, "(R, 2F): [gate | up]");
+  k.that(inp.size(1) % 2 == 0, fmt::format("inp {} must be (R, 2F): [gate | up]", inp.str()));
+  const int64_t R = inp.size(0), W = backward ? inp.size(1) : inp.size(1) / 2;
+  fp8(k, out, "out");
+  fp8(k, out_t, "out_t");
+  k.that(out_t.dtype() == out.dtype(),
+         fmt::format("out_t {} and out {} must have one FP8 dtype", out_t.str(), out.str()));
+  k.that(out.numel() == R * W, fmt::format("out {} must hold ({}, {})", out.str(), R, W));
+  k.dim(out_t, "out_t", 2, "(W, R): the transpose of out");
+  k.that(out_t.size(0) == W && out_t.size(1) == R,
+         fmt::format("out_t {} must be ({}, {}), the transpose of out", out_t.str(), W, R));
+  k.that(!overlaps(out, out_t), "out and out_t must not overlap");
+  scalar(k, amax, "amax", dt);
+  scalar(k, scale, "scale", dt);
+}
+
+}  // namespace
+
+void Backend::fp8_swiglu_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                        const Tensor& scale) {
+  check_swiglu_cast(Checks(*this, "fp8_swiglu_cast_transpose"), out, out_t, amax, inp, scale, false);
+  fp8_swiglu_cast_transpose_impl(out, out_t, amax, inp, scale);
+}
+
+void Backend::fp8_swiglu_backward_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                                 const Tensor& dout, const Tensor& scale) {
+  Checks k(*this, "fp8_swiglu_backward_cast_transpose");
+  check_swiglu_cast(k, out, out_t, amax, inp, scale, true);
+  k.like(dout, "dout", inp.dtype(), inp.numel() / 2, "(R, F): the gradient of swiglu's output");
+  fp8_swiglu_backward_cast_transpose_impl(out, out_t, amax, inp, dout, scale);
+}
+
+void Backend::fp8_swiglu_cast_transpose_impl(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                             const Tensor& scale) {
+  const int64_t R = inp.size(0), F = inp.size(1) / 2;
+  Tensor act = empty({R, F}, inp.dtype());
+  swiglu_forward_impl(act, inp);
+  Tensor o = out.view({R, F});
+  fp8_cast_transpose_impl(o, &out_t, amax, act, scale);
+}
+
+void Backend::fp8_swiglu_backward_cast_transpose_impl(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                                      const Tensor& dout, const Tensor& scale) {
+  Tensor dinp = empty(inp.shape(), inp.dtype());
+  swiglu_backward_impl(dinp, inp, dout.view({inp.size(0), inp.size(1) / 2}));
+  Tensor o = out.view(inp.shape());
+  fp8_cast_transpose_impl(o, &out_t, amax, dinp, scale);
+}
+
 void Backend::fp8_dequantize(Tensor& out, const Tensor& in, const Tensor& scale_inv) {
   Checks k(*this, "fp8_dequantize");
   const DType dt = k.act(out, "out");

@@ -54,6 +54,7 @@ DebugConfig read_debug_config() {
                       "TRIPOD_IPC_COLLECTIVES='{}' is not auto, 0 or 1", ipc);
   c.ln_params_in_compute_dtype = env::get_int_or("TRIPOD_LN_PARAMS_IN_COMPUTE_DTYPE", 0) != 0;
   c.unfused_adamw_cast = env::get_int_or("TRIPOD_UNFUSED_ADAMW_CAST", 0) != 0;
+  c.fp8_unfused_swiglu = env::get_int_or("TRIPOD_FP8_UNFUSED_SWIGLU", 0) != 0;
   c.cpu_memory_limit_mb = non_negative("TRIPOD_CPU_MEMORY_LIMIT_MB");
   c.ckpt_fail_at = non_negative("TRIPOD_CKPT_FAIL_AT");
   c.ckpt_fail_enospc = env::get_int_or("TRIPOD_CKPT_FAIL_ENOSPC", 0) != 0;

@@ -44,6 +44,11 @@ struct DebugConfig {
   // more than 2 ranks round differently from Gloo's ring.
   enum class IpcCollectives { kAuto, kOff, kOn };
   IpcCollectives ipc_collectives = IpcCollectives::kAuto;
+  // TRIPOD_FP8_UNFUSED_SWIGLU=1: under FP8 with delayed scaling, the MLP
+  // writes SwiGLU's output (and in backward fc1's output gradient) in the
+  // compute dtype and casts it in a second pass, instead of casting inside
+  // the SwiGLU kernel (the same bits; for A/B timings).
+  bool fp8_unfused_swiglu = false;
   // TRIPOD_CPU_MEMORY_LIMIT_MB=n: the CPU run behaves as a device of n MiB
   // (allocations past it raise OutOfMemoryError), 0: no limit.
   int64_t cpu_memory_limit_mb = 0;

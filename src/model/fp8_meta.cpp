@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "base/debug_config.h"
 #include "base/error.h"
 
 namespace tripod::model {
@@ -291,6 +292,33 @@ void Fp8Linear::forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* 
   }
   // Fast accumulation for a bf16/f16 output, as Transformer Engine's forward GEMM.
   be.fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias, false, y.dtype() != DType::F32);
+}
+
+bool Fp8Linear::fuses_swiglu() const {
+  return state_->config().delayed() && !debug_config().fp8_unfused_swiglu;
+}
+
+void Fp8Linear::forward_swiglu(Tensor& y, const Tensor& fc1, const Tensor* bias) {
+  TRIPOD_CHECK(fuses_swiglu() && keeps_input(), "FP8 linear {}: the SwiGLU cast needs delayed scaling and a kept input",
+               weight_->spec.name);
+  ensure_weight();
+  const int64_t R = rows_of(fc1), C = fc1.size(-1) / 2;
+  TRIPOD_CHECK(kept_.x_t.numel() == R * C && kept_.x_t.dtype() == x_.dtype,
+               "FP8 linear {}: kept input transpose {} is not ({}, {}) {}", weight_->spec.name, kept_.x_t.str(), C, R,
+               dtype_name(x_.dtype));
+  Tensor x8 = state_->scratch(0, false, R, C), x_t = kept_.x_t.view({C, R});
+  backend::Backend& be = state_->backend();
+  be.fp8_swiglu_cast_transpose(x8, x_t, x_.amax, fc1.view({R, 2 * C}), x_.scale);
+  be.fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias, false, y.dtype() != DType::F32);
+}
+
+void Fp8Linear::quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact) {
+  TRIPOD_CHECK(fuses_swiglu(), "FP8 linear {}: the SwiGLU cast needs delayed scaling", weight_->spec.name);
+  const int64_t R = rows_of(fc1), C = fc1.size(-1);
+  Tensor d8 = state_->scratch(1, false, R, C), d8_t = state_->scratch(1, true, R, C);
+  state_->backend().fp8_swiglu_backward_cast_transpose(d8, d8_t, dy_.amax, fc1.view({R, C}), dact.view({R, C / 2}),
+                                                       dy_.scale);
+  state_->grad_owner = this;
 }
 
 void Fp8Linear::quantize_grad(const Tensor& dy, bool dy_split) {

@@ -1,6 +1,8 @@
 // Implementation of model/tensor_parallel.h.
 #include "model/tensor_parallel.h"
 
+#include "base/error.h"
+
 namespace tripod::model {
 
 using namespace parallel;
@@ -57,6 +59,15 @@ const Tensor& ColumnParallelLinear::backward_input(backend::Backend& be, const T
   return reduce_input_grad(dfull_buf, dshard_buf);
 }
 
+const Tensor& ColumnParallelLinear::backward_input_swiglu(backend::Backend& be, const Tensor& fc1, const Tensor& dact,
+                                                          Tensor& dfull_buf, Tensor& dshard_buf) const {
+  TRIPOD_CHECK(fp8_ && !bias_, "ColumnParallelLinear::backward_input_swiglu needs FP8 GEMMs and no bias");
+  (void)be;
+  fp8_->quantize_grad_swiglu(fc1, dact);
+  fp8_->dgrad(dfull_buf);
+  return reduce_input_grad(dfull_buf, dshard_buf);
+}
+
 void ColumnParallelLinear::backward_weight(backend::Backend& be, const Tensor& dy, const Tensor& x_full) const {
   if (fp8_) {  // dy's FP8 codes from backward_input
     fp8_->wgrad(weight_->grad, bias_ ? &bias_->grad : nullptr, dy, x_full, false);
@@ -76,15 +87,29 @@ const Tensor& ColumnParallelLinear::reduce_input_grad(Tensor& dfull_buf, Tensor&
 
 Tensor& RowParallelLinear::forward(backend::Backend& be, const Tensor& x, Tensor& partial_buf,
                                    Tensor& shard_buf) const {
+  return forward_with(
+      be,
+      [&](const Tensor* b) {
+        if (fp8_)  // x (N, IC_tp) is this rank's shard of the input
+          fp8_->forward(partial_buf, x, tp_.active(), b);
+        else
+          be.matmul_forward(partial_buf, x, weight_->compute, b);
+      },
+      partial_buf, shard_buf);
+}
+
+Tensor& RowParallelLinear::forward_swiglu(backend::Backend& be, const Tensor& fc1, Tensor& partial_buf,
+                                          Tensor& shard_buf) const {
+  TRIPOD_CHECK(fp8_, "RowParallelLinear::forward_swiglu without FP8 GEMMs");
+  return forward_with(be, [&](const Tensor* b) { fp8_->forward_swiglu(partial_buf, fc1, b); }, partial_buf,
+                      shard_buf);
+}
+
+Tensor& RowParallelLinear::forward_with(backend::Backend& be, const std::function<void(const Tensor*)>& matmul,
+                                        Tensor& partial_buf, Tensor& shard_buf) const {
   // Unsplit (tp size 1): the bias rides in the matmul's epilogue. Split, it
   // must wait for the sum of the partial products.
   const Tensor* bias = bias_ ? &bias_->compute : nullptr;  // null: --disable-bias-linear
-  auto matmul = [&](const Tensor* b) {
-    if (fp8_)  // x (N, IC_tp) is this rank's shard of the input
-      fp8_->forward(partial_buf, x, tp_.active(), b);
-    else
-      be.matmul_forward(partial_buf, x, weight_->compute, b);
-  };
   if (!tp_.active()) {
     matmul(bias);
     return partial_buf;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "backend/ops.h"
 #include "comm/communicator.h"
@@ -72,6 +73,12 @@ class ColumnParallelLinear {
   // backward_input writes d x as backward does (no weight gradient);
   // backward_weight accumulates dW (and db) from dy and x_full = input(x).
   const Tensor& backward_input(backend::Backend& be, const Tensor& dy, Tensor& dfull_buf, Tensor& dshard_buf) const;
+  // backward_input for dy = swiglu_backward(fc1, dact) (the MLP's fc1 under
+  // FP8 with the SwiGLU cast, Fp8Linear::quantize_grad_swiglu): dy is never
+  // formed, so backward_weight's dy then gives only its shape (no bias).
+  const Tensor& backward_input_swiglu(backend::Backend& be, const Tensor& fc1, const Tensor& dact, Tensor& dfull_buf,
+                                      Tensor& dshard_buf) const;
+  bool has_bias() const { return bias_ != nullptr; }
   void backward_weight(backend::Backend& be, const Tensor& dy, const Tensor& x_full) const;
   // The tensor-parallel half of backward alone, for a caller that formed
   // d x_full (N, IC) itself (the loss head, a row chunk at a time): the
@@ -102,6 +109,9 @@ class RowParallelLinear {
   // SP reduce-scattered into shard_buf (N_sp, OC); then + b. Returns the
   // output (partial_buf or shard_buf).
   Tensor& forward(backend::Backend& be, const Tensor& x, Tensor& partial_buf, Tensor& shard_buf) const;
+  // forward for x = swiglu(fc1) (fc1 (N, 2 IC_tp)) under FP8 with the
+  // SwiGLU cast (Fp8Linear::forward_swiglu): x is never written.
+  Tensor& forward_swiglu(backend::Backend& be, const Tensor& fc1, Tensor& partial_buf, Tensor& shard_buf) const;
   // dy (N_sp or N, OC) -> (N, OC) (identity, or all-gathered into full_buf
   // under SP); accumulates dW and db; writes dx (N, IC_tp). The bias
   // gradient uses the full dy, so it is complete on every tp rank.
@@ -117,6 +127,10 @@ class RowParallelLinear {
 
  private:
   const Tensor& full_output_grad(const Tensor& dy, Tensor& full_buf) const;
+  // The GEMM (given the bias, or null when tp splits the sum), then the tp
+  // reduction and the bias.
+  Tensor& forward_with(backend::Backend& be, const std::function<void(const Tensor*)>& matmul, Tensor& partial_buf,
+                       Tensor& shard_buf) const;
   // FP8: dx = dy W, then dW (and db) from dy and x (the input tp splits).
   void fp8_backward(Tensor& dx, const Tensor& dy_full, const Tensor& x) const;
 

@@ -98,7 +98,7 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
     return a;
   }
   a.fc1 = act({N, F1_tp});
-  a.gelu = act({N, F_tp});
+  if (!fp8_swiglu_cast()) a.gelu = act({N, F_tp});
   if (fp8()) {
     const int64_t in_width[4] = {C, C_tp, C, F_tp};  // qkv, proj, fc1, fc2 (qkv, fc1: gathered under SP)
     Tensor scale_inv = be_->empty({16}, DType::F32);  // 16-byte aligned slots
@@ -162,6 +162,21 @@ bool TransformerLayer::keeps_norm_output(const ColumnParallelLinear& linear) con
 const Tensor& TransformerLayer::wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const {
   if (!linear.fp8() || !linear.fp8_linear()->keeps_input()) return linear.input(ln, ws.full_a);
   return stage_->sequence_parallel_active() ? ws.full_a : ln;
+}
+
+// NOTE [FP8 SwiGLU cast]: under FP8 with delayed scaling the scales of
+// fc2's input and fc1's output gradient are known before those tensors
+// exist, so the SwiGLU kernel writes their FP8 codes (and transposes)
+// directly (backend/ops.h fp8_swiglu_cast_transpose and its backward): the
+// compute-dtype activation and d fc1 are neither written nor read back (the
+// activation is not even kept: a.gelu stays undefined), and the codes are
+// the unfused path's bit for bit. It needs fc2's input kept per micro-batch
+// (its wgrad reads the codes, not the activation; every mode but full
+// recomputation keeps it) and no fc1 bias (whose gradient would need d fc1).
+bool TransformerLayer::fp8_swiglu_cast() const {
+  return config_->swiglu && !moe_ && linear_fc1_.fp8() && linear_fc2_.fp8() && !linear_fc1_.has_bias() &&
+         stage_->recompute != Recompute::Full && linear_fc2_.fp8_linear()->fuses_swiglu() &&
+         linear_fc1_.fp8_linear()->fuses_swiglu();
 }
 
 void TransformerLayer::forward(const Tensor& x, LayerActs& a, Workspace& ws, const LayerDropout& d) const {
@@ -296,15 +311,21 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     be.add(a.out, a.res1, moe_out);
     return;
   }
+  Tensor* mlp_out = nullptr;
   if (c.swiglu) {
     linear_fc1_.forward(be, a.fc1, a.ln2, ws.full_a);  // [gate | up]
-    be.swiglu_forward(a.gelu, a.fc1);
+    if (fp8_swiglu_cast()) {  // the activation goes straight to FP8; a.gelu is not written
+      mlp_out = &linear_fc2_.forward_swiglu(be, a.fc1, ws.full_b, ws.tmp);
+    } else {
+      be.swiglu_forward(a.gelu, a.fc1);
+    }
   } else {
     linear_fc1_.forward_gelu(be, a.gelu, a.fc1, a.ln2, ws.full_a);  // fc1 keeps the pre-GELU values
   }
-  Tensor& mlp_out = linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
-  if (d.p > 0) apply_dropout(be, mlp_out, mlp_out, d, dropout_key(d.seed, 1), false);
-  be.add(a.out, a.res1, mlp_out);
+  if (!mlp_out) mlp_out = &linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
+  Tensor& mlp_out_ref = *mlp_out;
+  if (d.p > 0) apply_dropout(be, mlp_out_ref, mlp_out_ref, d, dropout_key(d.seed, 1), false);
+  be.add(a.out, a.res1, mlp_out_ref);
 }
 
 void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const {
@@ -321,13 +342,18 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
                   a.ln2_rstd, &a.ln2);
     return;
   }
+  const bool swiglu_cast = fp8_swiglu_cast();
   if (config_->swiglu) {
-    linear_fc2_.backward(be, ws.dact, *dmlp, a.gelu, ws.full_b);
-    be.swiglu_backward(ws.dfc1, a.fc1, ws.dact);
+    // Under the SwiGLU cast fc2's wgrad reads its kept codes; x gives only the shape.
+    linear_fc2_.backward(be, ws.dact, *dmlp, swiglu_cast ? ws.dact : a.gelu, ws.full_b);
+    if (!swiglu_cast) be.swiglu_backward(ws.dfc1, a.fc1, ws.dact);
   } else {
     linear_fc2_.backward_dgelu(be, ws.dfc1, *dmlp, a.gelu, a.fc1, ws.full_b);  // GELU backward folded in
   }
-  const Tensor& dln2 = linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
+  // Under the SwiGLU cast d fc1 goes straight to FP8 (ws.dfc1 is not written;
+  // the weight gradient takes dy's codes, and fc1 has no bias).
+  const Tensor& dln2 = swiglu_cast ? linear_fc1_.backward_input_swiglu(be, a.fc1, ws.dact, ws.full_b, ws.dln)
+                                   : linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
   const bool kept = keeps_norm_output(linear_fc1_);
   norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd,
                 kept ? nullptr : &a.ln2);

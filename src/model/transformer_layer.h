@@ -148,6 +148,8 @@ class TransformerLayer {
   // the norm output re-gathered, or when the FP8 linear kept its
   // transpose, a buffer of that shape (the values are not read).
   const Tensor& wgrad_input(const ColumnParallelLinear& linear, Tensor& ln, Workspace& ws) const;
+  // Whether the MLP casts SwiGLU's output and d fc1 inside the SwiGLU kernel (NOTE [FP8 SwiGLU cast]).
+  bool fp8_swiglu_cast() const;
   uint64_t dropout_key(uint64_t seed, int site) const;
 
   const GptConfig* config_;

@@ -286,17 +286,23 @@ std::vector<int> chunk_slot_peaks(int pp, int vpp, int64_t m, int rank) {
 }
 
 Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, int64_t first_layer,
-                          int64_t num_layers, int shard_ranks) {
+                          int64_t num_layers, int shard_ranks, int act_bytes) {
   Fp8Bytes f;
   if (!m.fp8.enabled()) return f;
-  int64_t fp8_layers = 0;
-  for (int64_t i = first_layer; i < std::min(first_layer + num_layers, m.num_layers); ++i)
-    fp8_layers += m.layer_spec(i).fp8 ? 1 : 0;
+  int64_t fp8_layers = 0, fp8_dense = 0;
+  for (int64_t i = first_layer; i < std::min(first_layer + num_layers, m.num_layers); ++i) {
+    const config::LayerSpec ls = m.layer_spec(i);
+    fp8_layers += ls.fp8 ? 1 : 0;
+    fp8_dense += ls.fp8 && !ls.moe() ? 1 : 0;
+  }
   if (fp8_layers == 0) return f;
   const double N = double(b * m.seq_length), C = double(m.hidden_size), F = double(m.ffn_hidden_size);
   const double Q = double(m.qkv_width()), F1 = double(m.fc1_width()), t = tp, n = double(fp8_layers);
   f.weights = n * 2.0 * C * (Q + C + F1 + F) / t;
   if (r != Recompute::Full) f.per_microbatch = n * (N * (C + C / t + C + F / t) + 64.0);
+  // NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): no compute-dtype activation kept.
+  if (r != Recompute::Full && m.swiglu && m.fp8.delayed() && !m.add_bias_linear)
+    f.swiglu_act_saved = double(fp8_dense) * double(act_bytes) * N * F / t;
   const double x = N * std::max(C, F / t);
   f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
   if (m.fp8.dot_product_attention) {  // qkv8 and att8; the backward's dout and dqkv codes
@@ -332,8 +338,8 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
     if (post && c == l.vpp - 1) mb.activations += slots * head;
     // Chunk c of pipeline rank `stage` holds global layers from (c pp + stage) x chunk_layers.
     const Fp8Bytes f8 = tripod_fp8_bytes(m, l.micro_batch, l.tp, l.recompute,
-                                         (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers, pg_ranks);
-    mb.activations += slots * f8.per_microbatch;
+                                         (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers, pg_ranks, act);
+    mb.activations += slots * (f8.per_microbatch - f8.swiglu_act_saved);
     fp8_fixed += f8.weights + f8.scratch;
     pg_transient = std::max(pg_transient, f8.param_gather);
     pg_gathered += f8.gathered;

@@ -283,11 +283,17 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               stage's parameter count P.) The bf16 compute copy of the FP8
 //               weights stays in the parameters (model_state_bytes_per_param):
 //               nothing reads it, but the flat buffer holds every parameter.
+//   swiglu_act_saved  per micro-batch, what FP8 removes from the dense
+//               layer's activations: under delayed scaling a SwiGLU MLP
+//               without fc1 bias (not under full recompute) casts SwiGLU's
+//               output inside its kernel and keeps no compute-dtype copy,
+//               act_bytes N F / t per dense FP8 layer (NOTE [FP8 SwiGLU
+//               cast] in model/transformer_layer.cpp).
 struct Fp8Bytes {
-  double weights = 0, per_microbatch = 0, scratch = 0, param_gather = 0, gathered = 0;
+  double weights = 0, per_microbatch = 0, scratch = 0, param_gather = 0, gathered = 0, swiglu_act_saved = 0;
 };
 Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t micro_batch, int tp, Recompute r, int64_t first_layer,
-                          int64_t num_layers, int shard_ranks = 1);
+                          int64_t num_layers, int shard_ranks = 1, int act_bytes = 2);
 
 // Full estimate for the busiest stage (the larger of the first and last),
 // with the model o.model. The tripod model counts FP8 (Fp8Bytes): the

@@ -1,6 +1,6 @@
-// Implementation of adamw_compute_out_mismatch (harness.h): the fused call
-// and the unfused sequence on twin buffers filled with the same values,
-// compared byte for byte on the host.
+// Implementation of adamw_compute_out_mismatch and fp8_swiglu_cast_mismatch
+// (harness.h): the fused call and the unfused sequence on twin buffers
+// filled with the same values, compared byte for byte on the host.
 #include <cstring>
 #include <random>
 #include <vector>
@@ -87,6 +87,48 @@ std::string adamw_compute_out_mismatch(backend::Backend& be, DType compute, int6
   // The update moved the weights (a no-op update would pass trivially).
   Tensor p_after = to_host_raw(be, P[1]);
   if (std::memcmp(p_after.raw(), p.data(), p.size() * sizeof(float)) == 0) r += "param did not change\n";
+  return r;
+}
+
+std::string fp8_swiglu_cast_mismatch(backend::Backend& be, DType act, DType fp8, int64_t R, int64_t F,
+                                     uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto random = [&](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = scale * normal(rng);
+    Tensor f = upload_f32(be, v), t = be.empty({n}, act);
+    be.cast(t, f);
+    return t;
+  };
+  // Scales that put the values across the format's range (some saturate).
+  const float scale = fp8 == DType::E4M3 ? 150.f : 9000.f;
+  std::vector<float> sc{scale};
+  const Tensor fc1 = random(R * 2 * F, 3.f).view({R, 2 * F}), dact = random(R * F, 1.f).view({R, F});
+  const Tensor s = upload_f32(be, sc);
+  std::string r;
+  for (bool backward : {false, true}) {
+    const int64_t W = backward ? 2 * F : F;
+    Tensor out[2], out_t[2], amax[2];
+    for (int k = 0; k < 2; ++k) {
+      out[k] = be.empty({R, W}, fp8), out_t[k] = be.empty({W, R}, fp8), amax[k] = be.empty({1}, DType::F32);
+      be.zero(amax[k]);
+    }
+    Tensor tmp = be.empty({R, W}, act);
+    if (backward) {
+      be.swiglu_backward(tmp, fc1, dact);
+      be.fp8_swiglu_backward_cast_transpose(out[1], out_t[1], amax[1], fc1, dact, s);
+    } else {
+      be.swiglu_forward(tmp, fc1);
+      be.fp8_swiglu_cast_transpose(out[1], out_t[1], amax[1], fc1, s);
+    }
+    be.fp8_cast_transpose(out[0], out_t[0], amax[0], tmp, s);
+    const std::string tag = backward ? "backward " : "forward ";
+    r += diff((tag + "out").c_str(), to_host_raw(be, out[0]), to_host_raw(be, out[1]));
+    r += diff((tag + "out_t").c_str(), to_host_raw(be, out_t[0]), to_host_raw(be, out_t[1]));
+    r += diff((tag + "amax").c_str(), to_host_raw(be, amax[0]), to_host_raw(be, amax[1]));
+    if (to_host_raw(be, amax[1]).data<float>()[0] <= 0.f) r += tag + "amax is not positive\n";
+  }
   return r;
 }
 

@@ -82,5 +82,11 @@ CaseResult run_case(const OpCase& c, backend::Backend& target, DType act, backen
 // match bit for bit, else a description of the first differences.
 std::string adamw_compute_out_mismatch(backend::Backend& be, DType compute, int64_t n, int64_t offset,
                                        uint64_t seed);
+// fp8_swiglu_cast_transpose and its backward against swiglu_forward /
+// swiglu_backward then fp8_cast_transpose on `be` (activations of dtype
+// `act`, codes of dtype `fp8`, fc1 (R, 2F)): "" when the codes, their
+// transposes and the amaxes match bit for bit, else the first differences.
+std::string fp8_swiglu_cast_mismatch(backend::Backend& be, DType act, DType fp8, int64_t R, int64_t F,
+                                     uint64_t seed);
 
 }  // namespace tripod::testing

@@ -63,5 +63,17 @@ TEST(CpuAdamW, ComputeOutIsTheUnfusedBits) {
           << dtype_name(dt) << " n=" << n << " offset=" << offset;
 }
 
+// The SwiGLU casts write what swiglu_* then fp8_cast_transpose write, bit
+// for bit: the kernel's shapes (R, F multiples of 8: whole and cut tiles,
+// an 8B-like width) and one it leaves to the unfused default (6 x 20).
+TEST(CpuFp8, SwigluCastIsTheUnfusedBits) {
+  auto be = backend::make_cpu_backend();
+  for (DType act : {DType::BF16, DType::F16, DType::F32})
+    for (DType fp8 : {DType::E4M3, DType::E5M2})
+      for (auto [R, F] : {std::pair<int64_t, int64_t>{16, 24}, {6, 20}})
+        EXPECT_EQ(fp8_swiglu_cast_mismatch(*be, act, fp8, R, F, 17), "")
+            << dtype_name(act) << " " << dtype_name(fp8) << " R=" << R << " F=" << F;
+}
+
 }  // namespace
 }  // namespace tripod::testing

@@ -46,6 +46,18 @@ TEST(GpuAdamW, ComputeOutIsTheUnfusedBits) {
           << dtype_name(dt) << " n=" << n << " offset=" << offset;
 }
 
+// The SwiGLU casts write what swiglu_* then fp8_cast_transpose write, bit
+// for bit: the kernel's shapes (R, F multiples of 8: whole and cut tiles,
+// an 8B-like width) and one it leaves to the unfused default (6 x 20).
+TEST(GpuFp8, SwigluCastIsTheUnfusedBits) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  for (DType act : {DType::BF16, DType::F16, DType::F32})
+    for (DType fp8 : {DType::E4M3, DType::E5M2})
+      for (auto [R, F] : {std::pair<int64_t, int64_t>{64, 96}, {136, 264}, {8192 / 16, 14336 / 16}, {6, 20}})
+        EXPECT_EQ(fp8_swiglu_cast_mismatch(cuda(), act, fp8, R, F, 17), "")
+            << dtype_name(act) << " " << dtype_name(fp8) << " R=" << R << " F=" << F;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     All, GpuOps,
     ::testing::Combine(::testing::Range(0, static_cast<int>(all_cases().size())),

@@ -1,19 +1,22 @@
-// The MLP's SwiGLU computed inside the FP8 cast + transpose ("fused"), a dev
-// variant in the llm.c dev/cuda manner: the kernels, and a main that checks
-// them against the product's unfused sequence (swiglu_forward /
-// swiglu_backward, then fp8_cast_transpose: every code, transposed code and
-// amax bit for bit) and times both. Not part of the product: built only by
-// the bench_dev target.
+// The MLP's SwiGLU computed inside the FP8 cast + transpose: the variants
+// of the product's kernel (src/backend/cuda/fp8_swiglu.cu, NOTE [FP8 SwiGLU
+// casts]), in the llm.c dev/cuda manner. main checks each against the
+// unfused sequence (swiglu_forward / swiglu_backward, then
+// fp8_cast_transpose: every code, transposed code and amax bit for bit) and
+// times it next to that sequence and the shipped kernel. Built only by the
+// bench_dev target.
 //
-// Why it is not in the product: on one H200 at the Llama 3 8B MLP shape
-// (R 8192, F 14336, bf16; bench/RESULTS.md, 2026-12-04) the fused forward
-// took 0.37 ms against 0.18 + 0.12 ms unfused, and the fused backward 0.88 ms
-// against 0.29 + 0.26 ms, although it moves about half the bytes: each
-// thread computes an 8 x 8 sub-tile row by row (a load, SwiGLU with expf, the
-// codes), so the loads are not in flight together as in the plain
-// cast-transpose, which loads its 8 rows first. A version that keeps the
-// bytes saving needs the loads of several rows in flight (or fewer rows per
-// thread) before it can win.
+// Variant 0 (v1, row by row: a thread loads a row of its 8 x 8 sub-tile,
+// computes it, casts it, then the next row) moves half the bytes of the
+// unfused pair yet was slower (H200, R 8192, F 14336: forward 0.37 ms
+// against 0.18 + 0.12, backward 0.88 against 0.29 + 0.26): its loads are
+// not in flight together. Variants 1-7 (v2) issue all of a sub-tile's loads
+// first, and the backward computes d gate and d up together; they differ
+// in the tile and the blocks per SM. On an H100 (bench/RESULTS.md,
+// 2026-12-05) v2 took 252 us forward against 412 unfused and 523 us
+// backward against 740 with 16 x 8 threads and 2 blocks per SM (variant 3,
+// shipped); forcing 4 or more blocks per SM spills and the backward drops
+// to 0.8x the unfused pair.
 //
 //   cmake --build build --target bench_dev
 //   build/bench/dev/fp8_swiglu_cast [R F]   (default 8192 14336, bf16; E4M3 forward, E5M2 backward)
@@ -24,43 +27,27 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8_math.cuh"
+#include "backend/cuda/swiglu_math.cuh"
 
 namespace tripod::backend::cuda {
 namespace {
 
-template <bool kE5M2>
-__device__ __forceinline__ uint8_t to_fp8(float x) {
-  if (isnan(x)) return 0x7f;
-  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
-}
-
-__device__ __forceinline__ void commit_amax(float m, float* amax) {
-  __shared__ float part[32];
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int warps = blockDim.x * blockDim.y / 32;
-  m = warp_max(m);
-  if (lane == 0) part[warp] = m;
-  __syncthreads();
-  if (warp == 0) {
-    m = warp_max(lane < warps ? part[lane] : 0.f);
-    if (lane == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
-  }
-}
-
-// The product's SwiGLU math (src/backend/cuda/swiglu.cu), expression for expression.
-__device__ __forceinline__ float swiglu_value(float x, float u) { return x / (1.f + expf(-x)) * u; }
 __device__ __forceinline__ float swiglu_dgate(float x, float up, float dy) {
-  const float sig = 1.f / (1.f + expf(-x));
-  return dy * up * sig * (1.f + x * (1.f - sig));
+  float dg, du;
+  swiglu_grads(x, up, dy, dg, du);
+  return dg;
 }
 __device__ __forceinline__ float swiglu_dup(float x, float dy) {
-  const float sig = 1.f / (1.f + expf(-x));
-  return dy * x * sig;
+  float dg, du;
+  swiglu_grads(x, 0.f, dy, dg, du);
+  return du;
 }
 
 // The MLP's SwiGLU computed inside the cast + transpose (delayed scaling
@@ -150,6 +137,143 @@ __global__ void __launch_bounds__(kTx * kTy)
   commit_amax(m, amax);
 }
 
+// v2 ("prefetch"): the same tile and codes, but every load of a thread's
+// 8 x 8 sub-tile is issued before any value is computed (8 rows of gate and
+// up forward; of gate, up and d act backward), and the backward thread
+// computes d gate and d up of one column chunk together (each input read
+// once: 6 bytes per (row, column) in, 4 bytes of codes out, against 18
+// bytes of the unfused pair). kMinBlocks bounds the registers so that
+// several blocks share an SM and one block's loads overlap another's math.
+template <typename T, bool kE5M2, int kTx, int kTy, int kMinBlocks>
+__global__ void __launch_bounds__(kTx * kTy, kMinBlocks)
+    swiglu_cast_v2_kernel(uint8_t* out, uint8_t* out_t, float* amax, const T* inp, const float* scale, int64_t R,
+                          int64_t F) {
+  static_assert((kTy & (kTy - 1)) == 0, "the swizzle needs a power-of-two kTy");
+  constexpr int kRows = 8 * kTy, kCols = 8 * kTx;
+  struct alignas(16) In8 { T v[8]; };
+  __shared__ uint2 tile_t[kCols][kTy];
+  const float s = *scale;
+  const int tx = threadIdx.x % kTx, ty = threadIdx.x / kTx;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols, row_tiles = (R + kRows - 1) / kRows;
+  float m = 0.f;
+  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
+    const int64_t r0 = tr * kRows, r = r0 + 8 * ty, c = c0 + 8 * tx;
+    if (r < R && c < F) {
+      In8 g[8], u[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        g[i] = *reinterpret_cast<const In8*>(inp + (r + i) * 2 * F + c);
+        u[i] = *reinterpret_cast<const In8*>(inp + (r + i) * 2 * F + F + c);
+      }
+      uint32_t t[8][2] = {};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint32_t q[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float f = to_f(from_f<T>(swiglu_value(to_f(g[i].v[j]), to_f(u[i].v[j]))));
+          m = fmaxf(m, fabsf(f));
+          const uint32_t b = to_fp8<kE5M2>(f * s);
+          q[j / 4] |= b << (8 * (j % 4));
+          t[j][i / 4] |= b << (8 * (i % 4));
+        }
+        *reinterpret_cast<uint2*>(out + (r + i) * F + c) = make_uint2(q[0], q[1]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) tile_t[8 * tx + j][ty ^ (tx % kTy)] = make_uint2(t[j][0], t[j][1]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kCols * kTy; i += kTx * kTy) {
+      const int cc = i / kTy, k = i % kTy;
+      const int64_t ct = c0 + cc, rt = r0 + 8 * k;
+      if (ct < F && rt < R) *reinterpret_cast<uint2*>(out_t + ct * R + rt) = tile_t[cc][k ^ ((cc / 8) % kTy)];
+    }
+    __syncthreads();
+  }
+  commit_amax(m, amax);
+}
+
+// Backward: out (R, 2F) = [d gate | d up], out_t (2F, R); a block takes
+// columns [c0, c0 + kCols) of both halves.
+template <typename T, bool kE5M2, int kTx, int kTy, int kMinBlocks>
+__global__ void __launch_bounds__(kTx * kTy, kMinBlocks)
+    swiglu_backward_cast_v2_kernel(uint8_t* out, uint8_t* out_t, float* amax, const T* inp, const T* dout,
+                                   const float* scale, int64_t R, int64_t F) {
+  static_assert((kTy & (kTy - 1)) == 0, "the swizzle needs a power-of-two kTy");
+  constexpr int kRows = 8 * kTy, kCols = 8 * kTx;
+  struct alignas(16) In8 { T v[8]; };
+  __shared__ uint2 tile_t[2][kCols][kTy];
+  const float s = *scale;
+  const int tx = threadIdx.x % kTx, ty = threadIdx.x / kTx;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols, row_tiles = (R + kRows - 1) / kRows, W = 2 * F;
+  float m = 0.f;
+  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
+    const int64_t r0 = tr * kRows, r = r0 + 8 * ty, c = c0 + 8 * tx;
+    if (r < R && c < F) {
+      In8 g[8], u[8], d[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        g[i] = *reinterpret_cast<const In8*>(inp + (r + i) * W + c);
+        u[i] = *reinterpret_cast<const In8*>(inp + (r + i) * W + F + c);
+        d[i] = *reinterpret_cast<const In8*>(dout + (r + i) * F + c);
+      }
+      uint32_t tg[8][2] = {}, tu[8][2] = {};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        uint32_t qg[2] = {0u, 0u}, qu[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float x = to_f(g[i].v[j]), up = to_f(u[i].v[j]), dy = to_f(d[i].v[j]);
+          const float sig = 1.f / (1.f + expf(-x));
+          const float fg = to_f(from_f<T>(dy * up * sig * (1.f + x * (1.f - sig))));
+          const float fu = to_f(from_f<T>(dy * x * sig));
+          m = fmaxf(m, fmaxf(fabsf(fg), fabsf(fu)));
+          const uint32_t bg = to_fp8<kE5M2>(fg * s), bu = to_fp8<kE5M2>(fu * s);
+          qg[j / 4] |= bg << (8 * (j % 4));
+          qu[j / 4] |= bu << (8 * (j % 4));
+          tg[j][i / 4] |= bg << (8 * (i % 4));
+          tu[j][i / 4] |= bu << (8 * (i % 4));
+        }
+        *reinterpret_cast<uint2*>(out + (r + i) * W + c) = make_uint2(qg[0], qg[1]);
+        *reinterpret_cast<uint2*>(out + (r + i) * W + F + c) = make_uint2(qu[0], qu[1]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        tile_t[0][8 * tx + j][ty ^ (tx % kTy)] = make_uint2(tg[j][0], tg[j][1]);
+        tile_t[1][8 * tx + j][ty ^ (tx % kTy)] = make_uint2(tu[j][0], tu[j][1]);
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 2 * kCols * kTy; i += kTx * kTy) {
+      const int half = i / (kCols * kTy), cc = (i / kTy) % kCols, k = i % kTy;
+      const int64_t ct = c0 + cc, rt = r0 + 8 * k;
+      if (ct < F && rt < R)
+        *reinterpret_cast<uint2*>(out_t + (half * F + ct) * R + rt) = tile_t[half][cc][k ^ ((cc / 8) % kTy)];
+    }
+    __syncthreads();
+  }
+  commit_amax(m, amax);
+}
+
+template <int kTx, int kTy, int kMinBlocks, typename T>
+void launch_v2(uint8_t* out, uint8_t* out_t, bool e5m2, float* amax, const T* inp, const T* dout,
+               const float* scale, int64_t R, int64_t F, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(F, 8 * kTx)),
+                  static_cast<unsigned>(std::min<int64_t>(ceil_div(R, 8 * kTy), 65535)));
+  constexpr int threads = kTx * kTy;
+  if (dout) {
+    if (e5m2)
+      swiglu_backward_cast_v2_kernel<T, true, kTx, kTy, kMinBlocks><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, dout, scale, R, F);
+    else
+      swiglu_backward_cast_v2_kernel<T, false, kTx, kTy, kMinBlocks><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, dout, scale, R, F);
+  } else {
+    if (e5m2)
+      swiglu_cast_v2_kernel<T, true, kTx, kTy, kMinBlocks><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, scale, R, F);
+    else
+      swiglu_cast_v2_kernel<T, false, kTx, kTy, kMinBlocks><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, scale, R, F);
+  }
+}
+
 template <typename Src>
 void launch_src(const Src& src, uint8_t* out, uint8_t* out_t, bool e5m2, float* amax, const float* scale,
                 int64_t R, int64_t C, cudaStream_t stream) {
@@ -165,12 +289,25 @@ void launch_src(const Src& src, uint8_t* out, uint8_t* out_t, bool e5m2, float* 
 // dout null: out (R, F), out_t (F, R) = the cast of swiglu(inp (R, 2F));
 // else out (R, 2F), out_t (2F, R) = the cast of its backward. R and F
 // multiples of 8, 16-byte aligned rows.
-void fp8_swiglu_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* inp, const void* dout,
-                               DType dt, const float* scale, int64_t R, int64_t F, cudaStream_t stream) {
+void dev_swiglu_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* inp, const void* dout,
+                               DType dt, const float* scale, int64_t R, int64_t F, cudaStream_t stream,
+                               int variant) {
   auto* o = static_cast<uint8_t*>(out);
   auto* ot = static_cast<uint8_t*>(out_t);
   const bool e5m2 = fp8 == DType::E5M2;
   TRIPOD_DISPATCH_ACT(dt, T, {
+    const T* in = static_cast<const T*>(inp);
+    const T* d = static_cast<const T*>(dout);
+    if constexpr (std::is_same_v<T, bf16>) switch (variant) {
+      case 1: launch_v2<16, 16, 1>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 2: launch_v2<16, 16, 2>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 3: launch_v2<16, 8, 2>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 4: launch_v2<16, 8, 4>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 5: launch_v2<8, 8, 4>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 6: launch_v2<16, 4, 8>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 7: launch_v2<32, 4, 4>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      default: break;
+    }
     if (dout)
       launch_src(SwigluGradSource<T>{static_cast<const T*>(inp), static_cast<const T*>(dout), F}, o, ot, e5m2, amax,
                  scale, R, 2 * F, stream);
@@ -254,20 +391,40 @@ int main(int argc, char** argv) {
       else gpu->swiglu_forward(tmp, fc1);
       gpu->fp8_cast_transpose(out[0], out_t[0], amax[0], tmp, scale);
     };
-    auto fused = [&] {
-      backend::cuda::fp8_swiglu_cast_transpose(out[1].raw(), out_t[1].raw(), fp8, amax[1].data<float>(), fc1.raw(),
-                                               backward ? dact.raw() : nullptr, DType::BF16, scale.data<float>(), R,
-                                               F, stream);
-    };
-    for (int k = 0; k < 2; ++k) gpu->zero(amax[k]);
+    gpu->zero(amax[0]);
     product();
-    fused();
-    const bool same = bytes(*gpu, out[0]) == bytes(*gpu, out[1]) && bytes(*gpu, out_t[0]) == bytes(*gpu, out_t[1]) &&
-                      bytes(*gpu, amax[0]) == bytes(*gpu, amax[1]);
-    const double tp = time_us(*gpu, product), tf = time_us(*gpu, fused);
-    std::printf("%s (%lld, %lld): product %.1f us, fused %.1f us, %s\n", backward ? "backward" : "forward",
-                (long long)R, (long long)F, tp, tf, same ? "bit-exact" : "MISMATCH");
-    ok = ok && same;
+    const double tp = time_us(*gpu, product);
+    auto shipped = [&] {
+      if (backward) gpu->fp8_swiglu_backward_cast_transpose(out[1], out_t[1], amax[1], fc1, dact, scale);
+      else gpu->fp8_swiglu_cast_transpose(out[1], out_t[1], amax[1], fc1, scale);
+    };
+    gpu->zero(amax[1]);
+    shipped();
+    const bool shipped_same = bytes(*gpu, out[0]) == bytes(*gpu, out[1]) &&
+                              bytes(*gpu, out_t[0]) == bytes(*gpu, out_t[1]) &&
+                              bytes(*gpu, amax[0]) == bytes(*gpu, amax[1]);
+    const double ts = time_us(*gpu, shipped);
+    std::printf("%s (%lld, %lld): unfused %.1f us, shipped %.1f us (%.2fx), %s\n", backward ? "backward" : "forward",
+                (long long)R, (long long)F, tp, ts, tp / ts, shipped_same ? "bit-exact" : "MISMATCH");
+    ok = ok && shipped_same;
+    // variant 0: v1 (row by row); 1-7: v2 (prefetch) tile shapes
+    for (int variant = 0; variant <= 7; ++variant) {
+      auto fused = [&] {
+        backend::cuda::dev_swiglu_cast_transpose(out[1].raw(), out_t[1].raw(), fp8, amax[1].data<float>(),
+                                                 fc1.raw(), backward ? dact.raw() : nullptr, DType::BF16,
+                                                 scale.data<float>(), R, F, stream, variant);
+      };
+      gpu->zero(amax[1]);
+      gpu->zero(out[1]);
+      gpu->zero(out_t[1]);
+      fused();
+      const bool same = bytes(*gpu, out[0]) == bytes(*gpu, out[1]) &&
+                        bytes(*gpu, out_t[0]) == bytes(*gpu, out_t[1]) && bytes(*gpu, amax[0]) == bytes(*gpu, amax[1]);
+      const double tf = time_us(*gpu, fused);
+      std::printf("  variant %d: %.1f us (%.2fx unfused), %s\n", variant, tf, tp / tf,
+                  same ? "bit-exact" : "MISMATCH");
+      ok = ok && same;
+    }
   }
   return ok ? 0 : 1;
 }

@@ -431,6 +431,21 @@ class CudaBackend final : public Backend {
     cuda::fp8_cast_transpose(out.raw(), out_t ? out_t->raw() : nullptr, out.dtype(), amax.data<float>(), in.raw(),
                              in.dtype(), scale.data<float>(), R, C, stream_);
   }
+  // The SwiGLU casts in one kernel where it takes the shape; else the
+  // unfused default (swiglu into a temporary, then the cast).
+  void fp8_swiglu_cast_transpose_impl(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                      const Tensor& scale) override {
+    if (!cuda::fp8_swiglu_cast_transpose(out.raw(), out_t.raw(), out.dtype(), amax.data<float>(), inp.raw(), nullptr,
+                                         inp.dtype(), scale.data<float>(), inp.size(0), inp.size(1) / 2, stream_))
+      Backend::fp8_swiglu_cast_transpose_impl(out, out_t, amax, inp, scale);
+  }
+  void fp8_swiglu_backward_cast_transpose_impl(Tensor& out, Tensor& out_t, Tensor& amax, const Tensor& inp,
+                                               const Tensor& dout, const Tensor& scale) override {
+    if (!cuda::fp8_swiglu_cast_transpose(out.raw(), out_t.raw(), out.dtype(), amax.data<float>(), inp.raw(),
+                                         dout.raw(), inp.dtype(), scale.data<float>(), inp.size(0), inp.size(1) / 2,
+                                         stream_))
+      Backend::fp8_swiglu_backward_cast_transpose_impl(out, out_t, amax, inp, dout, scale);
+  }
   void fp8_dequantize_impl(Tensor& out, const Tensor& in, const Tensor& scale_inv) override {
     cuda::fp8_dequantize(out.raw(), out.dtype(), in.raw(), in.dtype(), scale_inv.data<float>(), out.numel(),
                          stream_);

@@ -1,13 +1,7 @@
 // FP8 casts (backend/ops.h: fp8_quantize, fp8_cast_transpose,
 // fp8_dequantize) and the fallback FP8 GEMM. CUDA version of
-// backend/cpu/fp8.cpp; the rules are tensor/dtype.h's:
-//  - to FP8: __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) (one cvt.rn.satfinite
-//    instruction on sm_89+), with NaN mapped to 0x7f first, so the NaN code
-//    does not depend on the instruction's NaN sign handling;
-//  - from FP8: exact through f16 (every E4M3 and E5M2 value is an f16 value);
-//    NaN codes give the positive quiet NaN;
-//  - amax: fmaxf over |x| per thread (NaN skipped), a block maximum, then one
-//    atomicMax on the float's bits (order-preserving for values >= 0).
+// backend/cpu/fp8.cpp. The element rules (conversions, amax) are
+// fp8_math.cuh's; the SwiGLU casts are in fp8_swiglu.cu.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -15,34 +9,10 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
+#include "backend/cuda/fp8_math.cuh"
 
 namespace tripod::backend::cuda {
 namespace {
-
-template <bool kE5M2>
-__device__ __forceinline__ uint8_t to_fp8(float x) {
-  if (isnan(x)) return 0x7f;
-  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
-}
-
-__device__ __forceinline__ float from_fp8(uint8_t c, bool e5m2) {
-  const float f = __half2float(__half(__nv_cvt_fp8_to_halfraw(c, e5m2 ? __NV_E5M2 : __NV_E4M3)));
-  return isnan(f) ? __int_as_float(0x7fc00000) : f;
-}
-
-// Block maximum of m (>= 0) over any block shape, then amax = max(amax, it).
-__device__ __forceinline__ void commit_amax(float m, float* amax) {
-  __shared__ float part[32];
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int warps = blockDim.x * blockDim.y / 32;
-  m = warp_max(m);
-  if (lane == 0) part[warp] = m;
-  __syncthreads();
-  if (warp == 0) {
-    m = warp_max(lane < warps ? part[lane] : 0.f);
-    if (lane == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
-  }
-}
 
 // out = fp8(in * scale) elementwise; 8 elements per step when `packed`
 // (n % 8 == 0, in 16-byte and out 8-byte aligned).

@@ -21,6 +21,12 @@ namespace tripod::backend::cuda {
 // memory, NOTE [FP8 cast + transpose] in fp8.cu); amax = max(amax, max |in|).
 void fp8_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* in, DType dt,
                         const float* scale, int64_t R, int64_t C, cudaStream_t stream);
+// The SwiGLU casts (NOTE [FP8 SwiGLU casts] in fp8_swiglu.cu): dout null: out (R, F),
+// out_t (F, R) = the cast of swiglu(inp (R, 2F)); else out (R, 2F), out_t
+// (2F, R) = the cast of its backward for dout (R, F). Returns false, having
+// done nothing, for shapes or alignments the kernel does not take.
+bool fp8_swiglu_cast_transpose(void* out, void* out_t, DType fp8, float* amax, const void* inp, const void* dout,
+                               DType dt, const float* scale, int64_t R, int64_t F, cudaStream_t stream);
 // out(n) = f32(in) * scale_inv, rounded to dt.
 void fp8_dequantize(void* out, DType dt, const void* in, DType fp8, const float* scale_inv, int64_t n,
                     cudaStream_t stream);

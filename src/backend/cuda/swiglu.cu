@@ -2,9 +2,10 @@
 // halves of each inp row read side by side. CUDA version of backend/cpu's
 // swiglu.cpp. A thread takes VW consecutive columns (16-byte loads and
 // stores of gate, up, out / dout, dgate, dup when F and the pointers allow,
-// VW = 1 otherwise); grid-stride. Math in f32 (expf, not __expf).
+// VW = 1 otherwise); grid-stride. The math is swiglu_math.cuh's.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/swiglu.cuh"
+#include "backend/cuda/swiglu_math.cuh"
 
 namespace tripod::backend::cuda {
 
@@ -25,8 +26,7 @@ __global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int64_t F
     V y;
 #pragma unroll
     for (int j = 0; j < VW; ++j) {
-      const float x = to_f(g.v[j]);
-      y.v[j] = from_f<T>(x / (1.f + expf(-x)) * to_f(u.v[j]));
+      y.v[j] = from_f<T>(swiglu_value(to_f(g.v[j]), to_f(u.v[j])));
     }
     *reinterpret_cast<V*>(out + row * F + j0) = y;
   }
@@ -45,9 +45,10 @@ __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int
 #pragma unroll
     for (int j = 0; j < VW; ++j) {
       const float x = to_f(g.v[j]), up = to_f(u.v[j]), dy = to_f(d.v[j]);
-      const float sig = 1.f / (1.f + expf(-x));
-      dg.v[j] = from_f<T>(dy * up * sig * (1.f + x * (1.f - sig)));
-      du.v[j] = from_f<T>(dy * x * sig);
+      float fg, fu;
+      swiglu_grads(x, up, dy, fg, fu);
+      dg.v[j] = from_f<T>(fg);
+      du.v[j] = from_f<T>(fu);
     }
     *reinterpret_cast<V*>(dinp + row * 2 * F + j0) = dg;
     *reinterpret_cast<V*>(dinp + row * 2 * F + F + j0) = du;

@@ -47,12 +47,14 @@ class SizeOnlyGroup final : public comm::Communicator {
   std::string name_ = "tp";
 };
 
-size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const config::GptConfig& cfg) {
+size_t layer_bytes(int tp, bool sp, int64_t B, int64_t T, const config::GptConfig& cfg,
+                   model::Recompute recompute = model::Recompute::None) {
   auto be = backend::make_cpu_backend();
   SizeOnlyGroup group(tp);
   model::StageConfig st;
   st.tp = tp > 1 ? &group : nullptr;
   st.sequence_parallel = sp;
+  st.recompute = recompute;
   st.pre_process = false;   // transformer layers only, as the paper's per-layer formula
   st.post_process = false;
   model::GptModel m(cfg, st, *be);
@@ -94,6 +96,29 @@ TEST(ActivationMemory, DropsAsTheSequenceParallelFormulaPredicts) {
     const double sp_formula = 1.0 / t;
     EXPECT_NEAR(tp_ratio, tp_formula, 0.10 * tp_formula) << "tensor parallel t=" << t;
     EXPECT_NEAR(sp_ratio, sp_formula, 0.10 * sp_formula) << "sequence parallel t=" << t;
+  }
+}
+
+// NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): under delayed
+// scaling a Llama layer casts SwiGLU's output inside its kernel and keeps no
+// compute-dtype copy of it (fc2's weight gradient reads the kept FP8
+// transpose), so it holds N F / t fp32 values less than under tensorwise
+// scaling, which casts the stored activation; under full recomputation
+// neither keeps more than the layer's output.
+TEST(ActivationMemory, Fp8SwigluCastKeepsNoActivation) {
+  auto c = testing::tiny_llama({.num_layers = 2, .hidden_size = 64, .num_attention_heads = 4, .seq_length = 32,
+                                .vocab_size = 100},
+                               2, 96);
+  c.fp8.format = config::Fp8Format::Hybrid;
+  const int64_t B = 2, N = B * c.seq_length, F = c.ffn_hidden_size;
+  for (int tp : {1, 2}) {
+    c.fp8.recipe = config::Fp8Recipe::Tensorwise;
+    const size_t tensorwise = layer_bytes(tp, false, B, c.seq_length, c);
+    const size_t tensorwise_full = layer_bytes(tp, false, B, c.seq_length, c, model::Recompute::Full);
+    c.fp8.recipe = config::Fp8Recipe::Delayed;
+    EXPECT_EQ(tensorwise - layer_bytes(tp, false, B, c.seq_length, c), static_cast<size_t>(N * F / tp * 4))
+        << "tp " << tp;
+    EXPECT_EQ(layer_bytes(tp, false, B, c.seq_length, c, model::Recompute::Full), tensorwise_full) << "tp " << tp;
   }
 }
 

@@ -112,6 +112,31 @@ TEST(PlanMemory, Fp8InTheEstimate) {
   EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
 }
 
+// NOTE [FP8 SwiGLU cast]: a Llama-style model (SwiGLU, no biases) under
+// delayed scaling keeps no bf16 SwiGLU output. By hand at the Llama 3 8B
+// layer shape (C 4096, F 14336, seq 8192, micro-batch 1, 8 layers, bf16):
+// 2 x 8192 x 14336 = 234,881,024 bytes per layer, 1,879,048,192 for the 8;
+// at tp 2, half. Tensorwise scaling (the cast reads the stored
+// activation), a GELU model and full recomputation save nothing.
+TEST(PlanMemory, Fp8SwigluCastKeepsNoActivation) {
+  GptConfig m = gpt_model(8, 4096, 32, 8192, 128256);
+  m.swiglu = true, m.add_bias_linear = false, m.ffn_hidden_size = 14336;
+  m.finalize();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 1, Recompute::None, 0, 8).swiglu_act_saved, 1879048192.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 2, Recompute::Selective, 0, 8).swiglu_act_saved, 939524096.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 1, Recompute::Full, 0, 8).swiglu_act_saved, 0.0);
+  Layout l = layout(1);
+  l.micro_batch = 1, l.global_batch = 1;
+  const MemoryBreakdown delayed = estimate_memory(m, l);
+  m.fp8.recipe = config::Fp8Recipe::Tensorwise;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 1, Recompute::None, 0, 8).swiglu_act_saved, 0.0);
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).activations - delayed.activations, 1879048192.0);
+  GptConfig gelu = gpt2_124m();
+  gelu.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(gelu, 4, 1, Recompute::None, 0, 12).swiglu_act_saved, 0.0);
+}
+
 TEST(PlanTime, Fp8GemmsAtTheirRate) {
   // 6 x 768 x 9216 = 42,467,328 FLOPs per token per FP8 layer, x 12 = 509,607,936.
   GptConfig m = gpt2_124m();
