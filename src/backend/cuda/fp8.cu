@@ -231,25 +231,38 @@ __global__ void expand_kv_kernel(uint4* dst, const uint4* src, int64_t rows, int
 // The inverse for the gradients: dQ codes copied; dK, dV of group g = the
 // sum of its query heads' decoded codes (all cast with one scale), cast
 // again; amax = max(amax, max |sum| / scale) over the dK and dV elements.
+// A thread takes 16 codes of a destination row (one 16-byte load per
+// summed head; D a multiple of 16), the sum of each code in head order.
 template <bool kE5M2>
-__global__ void sum_kv_groups_kernel(uint8_t* dst, const uint8_t* src, const float* scale, float* amax, int64_t rows,
+__global__ void sum_kv_groups_kernel(uint4* dst, const uint4* src, const float* scale, float* amax, int64_t rows,
                                      int H, int G, int D) {
-  const int64_t dst_row = int64_t(H + 2 * G) * D, src_row = int64_t(3) * H * D;
+  const int64_t per_head = D / 16, dst_row = int64_t(H + 2 * G) * per_head, src_row = int64_t(3) * H * per_head;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   float m = 0.f;
   if (i < rows * dst_row) {
-    const int64_t r = i / dst_row, e = i % dst_row, head = e / D, d = e % D;
-    const uint8_t* row = src + r * src_row;
+    const int64_t r = i / dst_row, j = i % dst_row, head = j / per_head, within = j % per_head;
+    const uint4* row = src + r * src_row;
     if (head < H) {
-      dst[i] = row[e];
+      dst[i] = row[j];
     } else {
       const int rep = H / G;
       const int64_t first = head < H + G ? H + (head - H) * rep : 2 * H + (head - H - G) * rep;
-      float sum = 0.f;
-      for (int k = 0; k < rep; ++k) sum += from_fp8(row[(first + k) * D + d], kE5M2);
-      dst[i] = to_fp8<kE5M2>(sum);
-      m = fabsf(sum) / *scale;
-      if (isnan(m)) m = 0.f;
+      float sum[16] = {};
+      for (int k = 0; k < rep; ++k) {
+        const uint4 v = row[(first + k) * per_head + within];
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 16; ++e) sum[e] += from_fp8(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))), kE5M2);
+      }
+      const float sc = *scale;
+      uint32_t q[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        q[e / 4] |= uint32_t(to_fp8<kE5M2>(sum[e])) << (8 * (e % 4));
+        const float a = fabsf(sum[e]) / sc;
+        if (!isnan(a)) m = fmaxf(m, a);
+      }
+      dst[i] = make_uint4(q[0], q[1], q[2], q[3]);
     }
   }
   commit_amax(m, amax);
@@ -266,11 +279,11 @@ void fp8_attention_expand_kv(void* dst, const void* src, int64_t rows, int H, in
 
 void fp8_attention_sum_kv_groups(void* dst, const void* src, DType fp8, const float* scale, float* amax, int64_t rows,
                                  int H, int G, int D, cudaStream_t stream) {
-  const int64_t n = rows * (H + 2 * G) * D;
+  const int64_t n = rows * (H + 2 * G) * (D / 16);
   const int threads = 256;
   const unsigned blocks = unsigned((n + threads - 1) / threads);
-  auto* out = static_cast<uint8_t*>(dst);
-  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint4*>(dst);
+  const auto* in = static_cast<const uint4*>(src);
   if (fp8 == DType::E5M2)
     sum_kv_groups_kernel<true><<<blocks, threads, 0, stream>>>(out, in, scale, amax, rows, H, G, D);
   else
