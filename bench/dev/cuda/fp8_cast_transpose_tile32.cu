@@ -27,28 +27,10 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8_math.cuh"
 
 namespace tripod::backend::cuda {
 namespace {
-
-template <bool kE5M2>
-__device__ __forceinline__ uint8_t to_fp8(float x) {
-  if (isnan(x)) return 0x7f;
-  return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kE5M2 ? __NV_E5M2 : __NV_E4M3);
-}
-
-__device__ __forceinline__ void commit_amax(float m, float* amax) {
-  __shared__ float part[32];
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int warps = blockDim.x * blockDim.y / 32;
-  m = warp_max(m);
-  if (lane == 0) part[warp] = m;
-  __syncthreads();
-  if (warp == 0) {
-    m = warp_max(lane < warps ? part[lane] : 0.f);
-    if (lane == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
-  }
-}
 
 constexpr int kTile = 32, kTileRows = 8;
 template <typename T, bool kE5M2>

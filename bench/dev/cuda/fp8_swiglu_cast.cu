@@ -16,7 +16,10 @@
 // 2026-12-05) v2 took 252 us forward against 412 unfused and 523 us
 // backward against 740 with 16 x 8 threads and 2 blocks per SM (variant 3,
 // shipped); forcing 4 or more blocks per SM spills and the backward drops
-// to 0.8x the unfused pair.
+// to 0.8x the unfused pair. In a training step the shipped backward took
+// 0.63 ms per call (CUPTI), about 56% of the H100's bandwidth for its 10
+// bytes per (row, column): variants 8-17 (v3: 8, 4 or 2 rows per thread,
+// the sigmoid through __frcp_rn) are the next candidates, not yet timed.
 //
 //   cmake --build build --target bench_dev
 //   build/bench/dev/fp8_swiglu_cast [R F]   (default 8192 14336, bf16; E4M3 forward, E5M2 backward)
@@ -255,6 +258,111 @@ __global__ void __launch_bounds__(kTx * kTy, kMinBlocks)
   commit_amax(m, amax);
 }
 
+// v3: v2 with kR rows per thread (8, 4 or 2: the transposed words are kR
+// bytes) and, with kRcp, the backward's sigmoid as __frcp_rn(1 + e) (the
+// correctly rounded reciprocal: the same bits as 1 / (1 + e), without the
+// division's slow path). Fewer rows per thread: fewer registers, more warps
+// to hide the loads behind another warp's math.
+template <int kR> struct WordOf;
+template <> struct WordOf<8> { using type = uint2; };
+template <> struct WordOf<4> { using type = uint32_t; };
+template <> struct WordOf<2> { using type = uint16_t; };
+
+template <int kR>
+__device__ __forceinline__ typename WordOf<kR>::type make_word(const uint32_t (&w)[2]) {
+  if constexpr (kR == 8) return make_uint2(w[0], w[1]);
+  else if constexpr (kR == 4) return w[0];
+  else return static_cast<uint16_t>(w[0]);
+}
+
+template <typename T, bool kE5M2, int kTx, int kTy, int kR, int kMinBlocks, bool kBackward, bool kRcp>
+__global__ void __launch_bounds__(kTx * kTy, kMinBlocks)
+    swiglu_cast_v3_kernel(uint8_t* out, uint8_t* out_t, float* amax, const T* inp, const T* dout, const float* scale,
+                          int64_t R, int64_t F) {
+  static_assert((kTy & (kTy - 1)) == 0, "the swizzle needs a power-of-two kTy");
+  using Word = typename WordOf<kR>::type;
+  constexpr int kRows = kR * kTy, kCols = 8 * kTx, kHalves = kBackward ? 2 : 1;
+  struct alignas(16) In8 { T v[8]; };
+  __shared__ Word tile_t[kHalves][kCols][kTy];
+  const float s = *scale;
+  const int tx = threadIdx.x % kTx, ty = threadIdx.x / kTx;
+  const int64_t c0 = int64_t(blockIdx.x) * kCols, row_tiles = (R + kRows - 1) / kRows;
+  const int64_t W = kBackward ? 2 * F : F;
+  float m = 0.f;
+  for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
+    const int64_t r0 = tr * kRows, r = r0 + kR * ty, c = c0 + 8 * tx;
+    if (r < R && c < F) {
+      In8 g[kR], u[kR], d[kBackward ? kR : 1];
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        g[i] = *reinterpret_cast<const In8*>(inp + (r + i) * 2 * F + c);
+        u[i] = *reinterpret_cast<const In8*>(inp + (r + i) * 2 * F + F + c);
+        if constexpr (kBackward) d[i] = *reinterpret_cast<const In8*>(dout + (r + i) * F + c);
+      }
+      uint32_t t[kHalves][8][2] = {};
+#pragma unroll
+      for (int i = 0; i < kR; ++i) {
+        uint32_t q[kHalves][2] = {};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float x = to_f(g[i].v[j]), up = to_f(u[i].v[j]);
+          float f[kHalves];
+          if constexpr (kBackward) {
+            const float dy = to_f(d[i].v[j]);
+            const float sig = kRcp ? __frcp_rn(1.f + expf(-x)) : 1.f / (1.f + expf(-x));
+            f[0] = to_f(from_f<T>(dy * up * sig * (1.f + x * (1.f - sig))));
+            f[kHalves - 1] = to_f(from_f<T>(dy * x * sig));
+          } else {
+            f[0] = to_f(from_f<T>(swiglu_value(x, up)));
+          }
+#pragma unroll
+          for (int hf = 0; hf < kHalves; ++hf) {
+            m = fmaxf(m, fabsf(f[hf]));
+            const uint32_t b = to_fp8<kE5M2>(f[hf] * s);
+            q[hf][j / 4] |= b << (8 * (j % 4));
+            t[hf][j][i / 4] |= b << (8 * (i % 4));
+          }
+        }
+#pragma unroll
+        for (int hf = 0; hf < kHalves; ++hf)
+          *reinterpret_cast<uint2*>(out + (r + i) * W + hf * F + c) = make_uint2(q[hf][0], q[hf][1]);
+      }
+#pragma unroll
+      for (int hf = 0; hf < kHalves; ++hf)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) tile_t[hf][8 * tx + j][ty ^ (tx % kTy)] = make_word<kR>(t[hf][j]);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kHalves * kCols * kTy; i += kTx * kTy) {
+      const int hf = i / (kCols * kTy), cc = (i / kTy) % kCols, k = i % kTy;
+      const int64_t ct = c0 + cc, rt = r0 + kR * k;
+      if (ct < F && rt < R)
+        *reinterpret_cast<Word*>(out_t + (hf * F + ct) * R + rt) = tile_t[hf][cc][k ^ ((cc / 8) % kTy)];
+    }
+    __syncthreads();
+  }
+  commit_amax(m, amax);
+}
+
+template <int kTx, int kTy, int kR, int kMinBlocks, bool kRcp, typename T>
+void launch_v3(uint8_t* out, uint8_t* out_t, bool e5m2, float* amax, const T* inp, const T* dout,
+               const float* scale, int64_t R, int64_t F, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(F, 8 * kTx)),
+                  static_cast<unsigned>(std::min<int64_t>(ceil_div(R, kR * kTy), 65535)));
+  constexpr int threads = kTx * kTy;
+  if (dout) {
+    if (e5m2)
+      swiglu_cast_v3_kernel<T, true, kTx, kTy, kR, kMinBlocks, true, kRcp><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, dout, scale, R, F);
+    else
+      swiglu_cast_v3_kernel<T, false, kTx, kTy, kR, kMinBlocks, true, kRcp><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, dout, scale, R, F);
+  } else {
+    if (e5m2)
+      swiglu_cast_v3_kernel<T, true, kTx, kTy, kR, kMinBlocks, false, kRcp><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, dout, scale, R, F);
+    else
+      swiglu_cast_v3_kernel<T, false, kTx, kTy, kR, kMinBlocks, false, kRcp><<<grid, threads, 0, stream>>>(out, out_t, amax, inp, dout, scale, R, F);
+  }
+}
+
 template <int kTx, int kTy, int kMinBlocks, typename T>
 void launch_v2(uint8_t* out, uint8_t* out_t, bool e5m2, float* amax, const T* inp, const T* dout,
                const float* scale, int64_t R, int64_t F, cudaStream_t stream) {
@@ -306,6 +414,16 @@ void dev_swiglu_cast_transpose(void* out, void* out_t, DType fp8, float* amax, c
       case 5: launch_v2<8, 8, 4>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
       case 6: launch_v2<16, 4, 8>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
       case 7: launch_v2<32, 4, 4>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 8: launch_v3<16, 8, 8, 2, false>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 9: launch_v3<16, 8, 8, 2, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 10: launch_v3<16, 16, 4, 2, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 11: launch_v3<16, 16, 4, 3, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 12: launch_v3<16, 8, 4, 4, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 13: launch_v3<16, 8, 4, 6, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 14: launch_v3<16, 16, 2, 4, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 15: launch_v3<16, 8, 4, 4, false>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 16: launch_v3<32, 8, 4, 3, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
+      case 17: launch_v3<8, 16, 4, 4, true>(o, ot, e5m2, amax, in, d, scale, R, F, stream); return;
       default: break;
     }
     if (dout)
@@ -408,7 +526,7 @@ int main(int argc, char** argv) {
                 (long long)R, (long long)F, tp, ts, tp / ts, shipped_same ? "bit-exact" : "MISMATCH");
     ok = ok && shipped_same;
     // variant 0: v1 (row by row); 1-7: v2 (prefetch) tile shapes
-    for (int variant = 0; variant <= 7; ++variant) {
+    for (int variant = 0; variant <= 17; ++variant) {
       auto fused = [&] {
         backend::cuda::dev_swiglu_cast_transpose(out[1].raw(), out_t[1].raw(), fp8, amax[1].data<float>(),
                                                  fc1.raw(), backward ? dact.raw() : nullptr, DType::BF16,
