@@ -31,6 +31,50 @@ double time_calls(Backend& be, int reps, F&& run) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
+// The FP8 linear as model/fp8_meta.h's Fp8Linear runs it (hybrid: E4M3
+// forward operands, E5M2 output gradients): forward casts x with its
+// transpose and runs the FP8 GEMM (fast accumulation into the 16-bit
+// output); backward casts dy and runs dgrad and wgrad (into the f32
+// gradient); GELU unfused after the GEMM when d[3] = 1. The weight's codes
+// are cast once, outside the timing (kFp8WeightCast times that cast).
+template <typename Make>
+double measure_fp8(Backend& be, const OpShape& op, int reps, DType act, Make&& make) {
+  const int64_t a = op.d[0], b = op.d[1], c = op.d[2], gelu = op.d[3];
+  auto scalar = [&](float v) {
+    Tensor h = Tensor::empty({4}, DType::F32);  // 16-byte slots, as Fp8State keeps them
+    for (int i = 0; i < 4; ++i) h.data<float>()[i] = v;
+    Tensor t = be.empty({4}, DType::F32);
+    be.copy(t, h);
+    return t.flat(0, {1});
+  };
+  Tensor scale = scalar(64.f), scale_inv = scalar(1.f / 64.f), amax = scalar(0.f);
+  if (op.kind == OpKind::kFp8WeightCast) {  // (out a, in b)
+    Tensor w = make({a, b}, act), w8 = be.empty({a, b}, DType::E4M3), w8_t = be.empty({b, a}, DType::E4M3);
+    return time_calls(be, reps, [&] { be.fp8_cast_transpose(w8, w8_t, amax, w, scale); });
+  }
+  Tensor w = make({c, b}, act), w8 = be.empty({c, b}, DType::E4M3), w8_t = be.empty({b, c}, DType::E4M3);
+  be.fp8_cast_transpose(w8, w8_t, amax, w, scale);
+  Tensor x8 = be.empty({a, b}, DType::E4M3), x8_t = be.empty({b, a}, DType::E4M3);
+  if (op.kind == OpKind::kFp8LinearFwd) {  // (rows a, in b) -> (rows a, out c)
+    Tensor x = make({a, b}, act), y = make({a, c}, act), pre = make({a, c}, act);
+    return time_calls(be, reps, [&] {
+      be.fp8_cast_transpose(x8, x8_t, amax, x, scale);
+      be.fp8_matmul(gelu ? pre : y, x8, scale_inv, w8, scale_inv, nullptr, false, act != DType::F32);
+      if (gelu) be.gelu_forward(y, pre);
+    });
+  }
+  Tensor x = make({a, b}, act);
+  be.fp8_cast_transpose(x8, x8_t, amax, x, scale);
+  Tensor dy = make({a, c}, act), dx = make({a, b}, act), pre = make({a, b}, act), dw = make({c, b}, DType::F32);
+  Tensor d8 = be.empty({a, c}, DType::E5M2), d8_t = be.empty({c, a}, DType::E5M2);
+  return time_calls(be, reps, [&] {
+    be.fp8_cast_transpose(d8, d8_t, amax, dy, scale);
+    be.fp8_matmul(dx, d8, scale_inv, w8_t, scale_inv);
+    be.fp8_matmul(dw, d8_t, scale_inv, x8_t, scale_inv, nullptr, true);
+    if (gelu) be.gelu_backward(dx, pre, dx);
+  });
+}
+
 double measure(Backend& be, const OpShape& op, int reps) {
   // 16-bit ops in bf16; a backend without 16-bit compute (the CPU) runs
   // them in f32, as its training runs do.
@@ -125,6 +169,10 @@ double measure(Backend& be, const OpShape& op, int reps) {
         be.zero(g);
       });
     }
+    case OpKind::kFp8LinearFwd:
+    case OpKind::kFp8LinearBwd:
+    case OpKind::kFp8WeightCast:
+      return measure_fp8(be, op, reps, act, make);
   }
   return 0;
 }

@@ -33,11 +33,14 @@ constexpr KindName kKinds[] = {
     {OpKind::kNormFwd, "norm_fwd"},           {OpKind::kNormBwd, "norm_bwd"},
     {OpKind::kAdd, "add"},                    {OpKind::kCrossEntropy, "cross_entropy"},
     {OpKind::kAdamW, "adamw"},               {OpKind::kGradNorm, "grad_norm"},
+    {OpKind::kFp8LinearFwd, "fp8_linear_fwd"}, {OpKind::kFp8LinearBwd, "fp8_linear_bwd"},
+    {OpKind::kFp8WeightCast, "fp8_weight_cast"},
 };
 constexpr std::pair<OpClass, const char*> kClasses[] = {{OpClass::kLinear, "linear"},
                                                        {OpClass::kAttentionFwd, "attention_fwd"},
                                                        {OpClass::kAttentionBwd, "attention_bwd"},
-                                                       {OpClass::kMemory, "memory"}};
+                                                       {OpClass::kMemory, "memory"},
+                                                       {OpClass::kFp8Linear, "fp8_linear"}};
 
 const char* kind_name(OpKind k) {
   for (const auto& e : kKinds)
@@ -82,6 +85,8 @@ OpClass OpShape::op_class() const {
     case OpKind::kLinearBwd: return OpClass::kLinear;
     case OpKind::kAttentionFwd: return OpClass::kAttentionFwd;
     case OpKind::kAttentionBwd: return OpClass::kAttentionBwd;
+    case OpKind::kFp8LinearFwd:
+    case OpKind::kFp8LinearBwd: return OpClass::kFp8Linear;
     default: return OpClass::kMemory;
   }
 }
@@ -99,6 +104,9 @@ double OpShape::work() const {
     case OpKind::kCrossEntropy: return 2 * a * b * s;    // read logits, write d logits
     case OpKind::kAdamW: return a * (28 + s);            // f32 p, g, m, v in; p, m, v out; compute copy
     case OpKind::kGradNorm: return 8 * a;                // read the f32 gradients, then zero them
+    case OpKind::kFp8LinearFwd: return 2 * a * b * c;
+    case OpKind::kFp8LinearBwd: return 4 * a * b * c;
+    case OpKind::kFp8WeightCast: return (s + 2) * a * b;  // read the compute copy; write W and W^T codes
   }
   return 0;
 }
@@ -121,6 +129,7 @@ std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
   // fc1 carries it as an epilogue and fc2's backward the GELU backward
   // (SwiGLU's gate is a separate memory-bound pass, counted as an add).
   const int64_t gelu = m.swiglu ? 0 : 1;
+  const double fp8 = fp8_layer_share(m, l);  // of the stage's layers, the FP8 ones
   const std::vector<OpShape> fwd = {
       op(OpKind::kNormFwd, Nsp, C),          op(OpKind::kLinearFwd, N, C, Qtp),
       op(OpKind::kAttentionFwd, l.micro_batch, m.seq_length, NHtp, HS),
@@ -137,8 +146,17 @@ std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
     auto [it, fresh] = acc.try_emplace(o.key(), OpCount{o, 0});
     it->second.count += n;
   };
-  for (const auto& o : fwd) add(o, l.recompute == Recompute::Full ? 2 * layers : layers);
-  for (const auto& o : bwd) add(o, layers);
+  // An FP8 layer's linears run as their FP8 kinds (same shapes).
+  auto add_layer_op = [&](const OpShape& o, double n) {
+    const bool linear = o.kind == OpKind::kLinearFwd || o.kind == OpKind::kLinearBwd;
+    if (!linear || fp8 <= 0) return add(o, n);
+    OpShape f = o;
+    f.kind = o.kind == OpKind::kLinearFwd ? OpKind::kFp8LinearFwd : OpKind::kFp8LinearBwd;
+    add(f, n * fp8);
+    if (fp8 < 1) add(o, n * (1 - fp8));
+  };
+  for (const auto& o : fwd) add_layer_op(o, l.recompute == Recompute::Full ? 2 * layers : layers);
+  for (const auto& o : bwd) add_layer_op(o, layers);
   if (l.recompute == Recompute::Selective) add(fwd[2], layers);  // the attention core again
   // The busiest stage is the last: final LayerNorm, then the LM head and
   // cross-entropy in row chunks of at most 1 GiB of logits (gpt_model.cpp,
@@ -167,12 +185,47 @@ std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l) {
   // The grad norm reads this rank's gradient shard; every gradient is zeroed.
   norm.kind = OpKind::kGradNorm;
   norm.d[0] = params;
-  return {OpCount{adam, 1}, OpCount{norm, 1}};
+  std::vector<OpCount> out = {OpCount{adam, 1}, OpCount{norm, 1}};
+  // Each FP8 linear casts its weight (and transpose) once per step: qkv,
+  // proj, fc1, fc2 as this tp rank holds them (out, in).
+  const double fp8_layers = fp8_layer_share(m, l) * double(m.num_layers) / l.pp;
+  if (fp8_layers > 0) {
+    const int64_t C = m.hidden_size, tp = l.tp;
+    const int64_t shapes[4][2] = {{m.qkv_width() / tp, C}, {C, C / tp}, {m.fc1_width() / tp, C},
+                                  {C, m.ffn_hidden_size / tp}};
+    for (const auto& sh : shapes) {
+      OpShape w;
+      w.kind = OpKind::kFp8WeightCast;
+      w.d[0] = sh[0], w.d[1] = sh[1];
+      w.act_bytes = adam.act_bytes;
+      out.push_back(OpCount{w, fp8_layers});
+    }
+  }
+  return out;
+}
+
+double fp8_layer_share(const GptConfig& m, const Layout& l) {
+  if (!m.fp8.enabled()) return 0;
+  // The last pipeline rank's layers: chunk c of vpp holds model chunk c pp + (pp - 1).
+  const int64_t chunk_layers = std::max<int64_t>(1, m.num_layers / (int64_t(l.pp) * l.vpp));
+  int64_t all = 0, fp8 = 0;
+  for (int c = 0; c < l.vpp; ++c)
+    for (int64_t i = (int64_t(c) * l.pp + l.pp - 1) * chunk_layers, e = std::min(i + chunk_layers, m.num_layers);
+         i < e; ++i) {
+      ++all;
+      fp8 += m.layer_spec(i).fp8 ? 1 : 0;
+    }
+  return all ? double(fp8) / double(all) : 0.0;
 }
 
 double OpProfile::seconds(const OpShape& op, bool* ok) const {
   if (auto it = measured.find(op.key()); it != measured.end()) return it->second;
   auto f = fits.find(op.op_class());
+  if (op.op_class() == OpClass::kFp8Linear && (f == fits.end() || f->second.rate <= 0)) {
+    auto lin = fits.find(OpClass::kLinear);  // only bf16 linears timed: at the FP8 rate's usual gain
+    if (lin != fits.end() && lin->second.rate > 0)
+      return op.work() / (lin->second.rate * kFp8GemmSpeedup) + lin->second.overhead_s;
+  }
   if (f == fits.end() || f->second.rate <= 0) {
     if (ok) *ok = false;
     return 0;

@@ -45,8 +45,19 @@ enum class OpKind {
   kCrossEntropy,  // rows, vocab: one-pass loss + d logits
   kAdamW,         // parameters: fused AdamW + compute-copy cast
   kGradNorm,      // parameters: sum of squares of the f32 gradients, then their zeroing
+  // --fp8-format (the FP8 layers' linears, model/fp8_meta.h Fp8Linear):
+  kFp8LinearFwd,  // rows, in, out, gelu: x's E4M3 cast + transpose, the FP8 GEMM (+ GELU, unfused)
+  kFp8LinearBwd,  // rows, in, out, gelu: dy's E5M2 cast + transpose, dgrad and wgrad FP8 GEMMs (+ GELU backward)
+  kFp8WeightCast, // out, in: a weight's E4M3 cast + transpose, once per step
 };
-enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory };
+enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory, kFp8Linear };
+
+// What an FP8 linear's time is taken as when only bf16 linears were timed
+// (a profile from before FP8, or the shipped one): the bf16 fit at this
+// many times the rate (measured 1.44-1.89 on one H200 at GPT-2 1.5B and
+// Llama 3 8B layer shapes, bench/RESULTS.md); Machine::fp8_gemm_speedup's
+// default for the FLOP-based model.
+inline constexpr double kFp8GemmSpeedup = 1.6;
 
 struct OpShape {
   OpKind kind = OpKind::kAdd;
@@ -69,10 +80,16 @@ struct OpCount {
 
 // One micro-batch, forward + backward (+ the recomputed forward), on the
 // busiest pipeline stage (the last: it holds the loss head) at one TP rank.
+// Under --fp8-format the FP8 layers' linears are the kFp8Linear* ops (the
+// share of FP8 layers among the stage's, --first-last-layers-bf16 kept out).
 std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l);
 // Once per step: the optimizer over this rank's parameters (its shard under
-// the distributed optimizer).
+// the distributed optimizer); under --fp8-format the FP8 weights' casts.
 std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l);
+// The share of the busiest (last) stage's layers whose linears run in FP8
+// (0 without --fp8-format or under --first-last-layers-bf16 for a stage of
+// only those layers).
+double fp8_layer_share(const GptConfig& m, const Layout& l);
 
 struct ClassFit {
   double rate = 0;        // work per second (0: no fit)
@@ -89,7 +106,8 @@ struct OpProfile {
   std::map<OpClass, ClassFit> fits;
 
   bool has(const OpShape& op) const { return measured.count(op.key()) > 0; }
-  // Measured seconds when this shape was measured, else the class fit; 0
+  // Measured seconds when this shape was measured, else the class fit (an
+  // FP8 linear without an FP8 fit: the linear fit at kFp8GemmSpeedup); 0
   // (and *ok false) when neither exists.
   double seconds(const OpShape& op, bool* ok = nullptr) const;
   double seconds_of(const std::vector<OpCount>& ops, bool* ok = nullptr) const;

@@ -41,8 +41,9 @@ struct Machine {
   // FP8 GEMM rate over the bf16 one (--fp8-format: the FP8 layers' linears;
   // measured 1.44-1.89 on one H200 at GPT-2 1.5B and Llama 3 8B layer
   // shapes, bench/RESULTS.md). Used by the FLOP-based compute term; op
-  // profiles (--calibrate) time bf16 GEMMs only and ignore FP8.
-  double fp8_gemm_speedup = 1.6;
+  // profiles time the FP8 linears themselves (--calibrate measures them;
+  // a profile without them takes the bf16 fit at kFp8GemmSpeedup).
+  double fp8_gemm_speedup = kFp8GemmSpeedup;
   // Per-op times (measured or shipped, plan/op_profile.h); null: the
   // compute term is FLOPs / (peak x assumed_mfu x matmul_efficiency).
   const OpProfile* ops = nullptr;

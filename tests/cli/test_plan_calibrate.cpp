@@ -81,6 +81,34 @@ TEST(PlanCalibrate, MeasuresCachesAndReuses) {
   EXPECT_EQ(nlohmann::json::parse(read(cache))["device"], "cpu");
 }
 
+// --fp8-format: the calibration times the FP8 linears as the model runs
+// them (the casts and FP8 GEMMs of backend/ops.h, emulated on the CPU) and
+// the plan's compute uses them: every op measured, and the FP8 op keys in
+// the cache.
+TEST(PlanCalibrate, Fp8LinearsAreMeasured) {
+  const std::string dir = ::testing::TempDir() + "plan_calibrate_fp8";
+  std::filesystem::remove_all(dir);
+  const std::string env = "TRIPOD_CACHE_DIR=" + dir;
+  const nlohmann::json j = plan_json("--calibrate --device cpu --fp8-format hybrid", env);
+  ASSERT_FALSE(j["layouts"].empty());
+  for (const auto& l : j["layouts"]) {
+    EXPECT_EQ(l["op_times"]["measured"], l["op_times"]["ops"]) << l.dump();
+    EXPECT_TRUE(l["time_s"]["compute_from_op_times"].get<bool>());
+  }
+  const auto file = nlohmann::json::parse(read(dir + "/plan/cpu.json"));
+  int fwd = 0, bwd = 0, cast = 0;
+  for (const auto& [key, seconds] : file["measured_seconds"].items()) {
+    fwd += key.rfind("fp8_linear_fwd ", 0) == 0;
+    bwd += key.rfind("fp8_linear_bwd ", 0) == 0;
+    cast += key.rfind("fp8_weight_cast ", 0) == 0;
+    EXPECT_GT(seconds.get<double>(), 0) << key;
+  }
+  EXPECT_GT(fwd, 0);
+  EXPECT_GT(bwd, 0);
+  EXPECT_GT(cast, 0);
+  EXPECT_TRUE(file["fits"].contains("fp8_linear")) << file["fits"].dump();
+}
+
 TEST(PlanCalibrate, OpTimesChoices) {
   const std::string env = "TRIPOD_CACHE_DIR=" + ::testing::TempDir() + "plan_calibrate_none";
   nlohmann::json j = plan_json("--op-times assumed", env);

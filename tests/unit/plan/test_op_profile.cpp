@@ -51,6 +51,70 @@ TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
   EXPECT_DOUBLE_EQ(sum_work(sel, OpKind::kAttentionFwd), 2 * att);
 }
 
+// --fp8-format: the FP8 layers' linears become the FP8 kinds with the same
+// shapes and FLOPs; --first-last-layers-bf16 keeps layers 0 and L-1 in the
+// bf16 kinds. GPT-2 of 4 layers at pp 2: the last stage holds layers 2, 3,
+// so with the bf16 first and last layers half its linears are FP8. The
+// step casts each FP8 weight once (qkv 3C x C, proj, fc1, fc2 at tp 2).
+TEST(OpProfile, Fp8LayersRunTheFp8Kinds) {
+  GptConfig m = gpt(4, 64, 4);
+  Layout l = layout(4, 2, 2);
+  l.micro_batch = 3;
+  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab_size(2)), layers = 2;
+  const double layer_fwd = 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2, head_fwd = 2 * N * C * V / 2;
+  m.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(fp8_layer_share(m, l), 1.0);
+  auto ops = micro_batch_ops(m, l);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearFwd), layer_fwd);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearBwd), 2 * layer_fwd);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), head_fwd);  // the output layer stays bf16
+  auto weight_casts = [&](const std::vector<OpCount>& st) {
+    double elements = 0;
+    for (const auto& c : st)
+      if (c.op.kind == OpKind::kFp8WeightCast) elements += c.count * double(c.op.d[0] * c.op.d[1]);
+    return elements;
+  };
+  EXPECT_DOUBLE_EQ(weight_casts(step_ops(m, l)), layers * (3 * C * C + C * C + 2 * C * F) / 2);
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(fp8_layer_share(m, l), 0.5);
+  ops = micro_batch_ops(m, l);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearFwd), layer_fwd / 2);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), layer_fwd / 2 + head_fwd);
+  EXPECT_DOUBLE_EQ(weight_casts(step_ops(m, l)), layers / 2 * (3 * C * C + C * C + 2 * C * F) / 2);
+  m.fp8.format = config::Fp8Format::None;
+  EXPECT_DOUBLE_EQ(weight_casts(step_ops(m, l)), 0.0);
+  EXPECT_DOUBLE_EQ(sum_work(micro_batch_ops(m, l), OpKind::kFp8LinearFwd), 0.0);
+}
+
+// A profile that timed only bf16 linears (the shipped one, a cache from
+// before FP8) takes an FP8 linear at kFp8GemmSpeedup times the bf16 fit's
+// rate; once FP8 linears are timed, their own fit.
+TEST(OpProfile, Fp8LinearWithoutItsFitTakesTheBf16FitAtTheFp8Gain) {
+  OpProfile p;
+  const double rate = 5e14, over = 7e-6, fp8_rate = 9e14;
+  OpShape o;
+  for (int64_t n : {1024, 4096}) {
+    o.kind = OpKind::kLinearFwd;
+    o.d[0] = n, o.d[1] = 768, o.d[2] = 2304;
+    p.measured[o.key()] = o.work() / rate + over;
+  }
+  p.refit();
+  OpShape f;
+  f.kind = OpKind::kFp8LinearBwd;
+  f.d[0] = 2048, f.d[1] = 768, f.d[2] = 3072;
+  bool ok = true;
+  EXPECT_NEAR(p.seconds(f, &ok), f.work() / (rate * kFp8GemmSpeedup) + over, 1e-15);
+  EXPECT_TRUE(ok);
+  for (int64_t n : {1024, 8192}) {
+    o.kind = OpKind::kFp8LinearFwd;
+    o.d[0] = n;
+    p.measured[o.key()] = o.work() / fp8_rate;
+  }
+  p.refit();
+  EXPECT_NEAR(p.seconds(f) / (f.work() / fp8_rate), 1.0, 1e-9);
+  EXPECT_EQ(parse_op_key(f.key())->kind, OpKind::kFp8LinearBwd);  // the key names the kind
+}
+
 TEST(OpProfile, SequenceParallelShardsTheNormRows) {
   const GptConfig m = gpt(2, 64, 4);
   Layout l = layout(2, 2);
