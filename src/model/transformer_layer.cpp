@@ -80,10 +80,18 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   if (s.recompute == Recompute::Full) return a;
   a.ln1_rstd = f32({Ns});  // ln1, ln2: NOTE [LayerNorm outputs]
   if (!c.rmsnorm()) a.ln1_mean = f32({Ns});
-  a.qkv = act({B, T, QKV_tp});
+  // NOTE [FP8 attention keeps its codes]: with --fp8-dot-product-attention
+  // and no recomputation the backward reads only the FP8 qkv and output
+  // (and the projection its kept FP8 input), so the compute-dtype qkv and
+  // attention output are not kept per micro-batch: the forward writes them
+  // into the workspace's dqkv and datt, free until this layer's backward
+  // (attention_forward). Selective recomputation keeps qkv (it runs the
+  // attention again from it).
+  const bool transient_qkv = fp8_attention_ && s.recompute == Recompute::None;
+  if (!transient_qkv) a.qkv = act({B, T, QKV_tp});
   if (c.qk_layernorm) a.qk_norm = QkNormActs::make(*be_, c, N, NH_tp, c.query_groups() / tp, s.compute_dtype);
   if (s.recompute == Recompute::None) {
-    a.att = act({B, T, C_tp});
+    if (!transient_qkv) a.att = act({B, T, C_tp});
     a.lse = f32({B, NH_tp, T});
     if (fp8_attention_) {
       a.fp8_qkv = be_->empty({B, T, QKV_tp}, DType::E4M3);
@@ -223,6 +231,12 @@ Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Works
   backend::Backend& be = *be_;
   const LayerParams& P = params_;
   const GptConfig& c = *config_;
+  // NOTE [FP8 attention keeps its codes]: qkv and att live in the workspace for this forward only.
+  const bool transient = fp8_attention_ && !a.qkv.defined();
+  if (transient) {
+    a.qkv = ws.dqkv;
+    a.att = ws.datt;
+  }
   if (c.rmsnorm())
     be.rmsnorm_forward(a.ln1, a.ln1_rstd, x, P.input_layernorm_weight->compute, c.layernorm_epsilon);
   else
@@ -233,6 +247,10 @@ Tensor& TransformerLayer::attention_forward(const Tensor& x, LayerActs& a, Works
   if (c.rope()) be.rope_forward(a.qkv, num_heads_tp_, kv_groups_tp_, c.rotary_dim(), c.rotary_base, rope_positions(ws));
   attention_core_forward(a, ws, true);
   Tensor& attn_out = linear_proj_.forward(be, a.att, ws.full_b, ws.tmp);  // (N_sp, C)
+  if (transient) {
+    a.qkv = Tensor{};
+    a.att = Tensor{};
+  }
   if (d.p > 0) apply_dropout(be, attn_out, attn_out, d, dropout_key(d.seed, 0), false);
   return attn_out;
 }
@@ -266,7 +284,9 @@ void TransformerLayer::attention_backward(const Tensor& x, LayerActs& a, Tensor&
     apply_dropout(be, ws.tmp, dres, d, dropout_key(d.seed, 0), true);
     datt_out = &ws.tmp;
   }
-  linear_proj_.backward(be, ws.datt, *datt_out, a.att, ws.full_b);
+  // The projection's wgrad reads its kept FP8 input; without a.att (NOTE [FP8
+  // attention keeps its codes]) ws.datt gives the input's shape.
+  linear_proj_.backward(be, ws.datt, *datt_out, a.att.defined() ? a.att : ws.datt, ws.full_b);
   comm::Communicator* cp = stage_->cp_size() > 1 ? stage_->cp : nullptr;
   if (fp8_attention_)
     fp8_attention_->backward(ws.dqkv, ws.datt, a.fp8_qkv, a.fp8_att, a.lse, num_heads_tp_, kv_groups_tp_);

@@ -289,11 +289,12 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
                           int64_t num_layers, int shard_ranks, int act_bytes) {
   Fp8Bytes f;
   if (!m.fp8.enabled()) return f;
-  int64_t fp8_layers = 0, fp8_dense = 0;
+  int64_t fp8_layers = 0, fp8_dense = 0, fp8_attention = 0;
   for (int64_t i = first_layer; i < std::min(first_layer + num_layers, m.num_layers); ++i) {
     const config::LayerSpec ls = m.layer_spec(i);
     fp8_layers += ls.fp8 ? 1 : 0;
     fp8_dense += ls.fp8 && !ls.moe() ? 1 : 0;
+    fp8_attention += ls.fp8_attention ? 1 : 0;
   }
   if (fp8_layers == 0) return f;
   const double N = double(b * m.seq_length), C = double(m.hidden_size), F = double(m.ffn_hidden_size);
@@ -308,6 +309,8 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
   if (m.fp8.dot_product_attention) {  // qkv8 and att8; the backward's dout and dqkv codes
     const double attention = N * (Q + C) / t;
     if (r == Recompute::None) f.per_microbatch += n * attention;
+    // NOTE [FP8 attention keeps its codes] (model/transformer_layer.cpp): no compute-dtype qkv and output kept.
+    if (r == Recompute::None) f.attention_act_saved = double(fp8_attention) * double(act_bytes) * attention;
     f.scratch += attention * (r == Recompute::None ? 1.0 : 2.0);
   }
   if (m.fp8.param_gather && shard_ranks > 0) {
@@ -339,7 +342,7 @@ static void tripod_stage(const GptConfig& m, const Layout& l, int stage, const M
     // Chunk c of pipeline rank `stage` holds global layers from (c pp + stage) x chunk_layers.
     const Fp8Bytes f8 = tripod_fp8_bytes(m, l.micro_batch, l.tp, l.recompute,
                                          (int64_t(c) * l.pp + stage) * chunk_layers, chunk_layers, pg_ranks, act);
-    mb.activations += slots * (f8.per_microbatch - f8.swiglu_act_saved);
+    mb.activations += slots * (f8.per_microbatch - f8.swiglu_act_saved - f8.attention_act_saved);
     fp8_fixed += f8.weights + f8.scratch;
     pg_transient = std::max(pg_transient, f8.param_gather);
     pg_gathered += f8.gathered;

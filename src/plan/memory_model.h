@@ -289,8 +289,14 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               output inside its kernel and keeps no compute-dtype copy,
 //               act_bytes N F / t per dense FP8 layer (NOTE [FP8 SwiGLU
 //               cast] in model/transformer_layer.cpp).
+//   attention_act_saved  with --fp8-dot-product-attention and no
+//               recomputation: the compute-dtype qkv and attention output
+//               are not kept (the backward reads their FP8 copies),
+//               act_bytes N (Q + C) / t per FP8-attention layer (NOTE [FP8
+//               attention keeps its codes] in model/transformer_layer.cpp).
 struct Fp8Bytes {
-  double weights = 0, per_microbatch = 0, scratch = 0, param_gather = 0, gathered = 0, swiglu_act_saved = 0;
+  double weights = 0, per_microbatch = 0, scratch = 0, param_gather = 0, gathered = 0, swiglu_act_saved = 0,
+         attention_act_saved = 0;
 };
 Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t micro_batch, int tp, Recompute r, int64_t first_layer,
                           int64_t num_layers, int shard_ranks = 1, int act_bytes = 2);

@@ -122,5 +122,27 @@ TEST(ActivationMemory, Fp8SwigluCastKeepsNoActivation) {
   }
 }
 
+// NOTE [FP8 attention keeps its codes] (model/transformer_layer.cpp): with
+// --fp8-dot-product-attention and no recomputation a layer keeps the FP8
+// qkv and output (1 byte each) instead of their compute-dtype copies (4
+// bytes here): N (Q + C) / t x 3 bytes fewer, Q = (NH + 2G) HS. Under
+// selective recomputation it keeps what it kept without the flag.
+TEST(ActivationMemory, Fp8AttentionKeepsOnlyItsCodes) {
+  auto c = testing::tiny_llama({.num_layers = 2, .hidden_size = 64, .num_attention_heads = 4, .seq_length = 32,
+                                .vocab_size = 100},
+                               2, 96);
+  c.fp8.format = config::Fp8Format::Hybrid;
+  const int64_t B = 2, N = B * c.seq_length, C = c.hidden_size, Q = c.qkv_width();
+  for (int tp : {1, 2})
+    for (auto r : {model::Recompute::None, model::Recompute::Selective}) {
+      c.fp8.dot_product_attention = false;
+      const size_t plain = layer_bytes(tp, false, B, c.seq_length, c, r);
+      c.fp8.dot_product_attention = true;
+      const size_t dpa = layer_bytes(tp, false, B, c.seq_length, c, r);
+      const size_t saved = r == model::Recompute::None ? static_cast<size_t>(3 * N * (Q + C) / tp) : 0;
+      EXPECT_EQ(plain - dpa, saved) << "tp " << tp << " recompute " << static_cast<int>(r);
+    }
+}
+
 }  // namespace
 }  // namespace tripod

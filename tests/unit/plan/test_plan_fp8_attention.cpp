@@ -55,11 +55,17 @@ TEST(PlanMemory, Fp8AttentionHandCount) {
 }
 
 TEST(PlanMemory, Fp8AttentionInTheEstimate) {
-  // One GPU, micro-batch 4: one micro-batch in flight.
+  // One GPU, micro-batch 4: one micro-batch in flight. The kept FP8 qkv and
+  // output (12,582,912 bytes a layer) take the place of their bf16 copies
+  // (twice that: NOTE [FP8 attention keeps its codes]), so the activations
+  // shrink by 12,582,912 bytes a layer.
   Layout l = layout(1);
   l.micro_batch = 4, l.global_batch = 4;
   const MemoryBreakdown a = estimate_memory(fp8_gpt2(false), l), b = estimate_memory(fp8_gpt2(true), l);
-  EXPECT_DOUBLE_EQ(b.activations - a.activations, 12 * 12582912.0);
+  EXPECT_DOUBLE_EQ(b.activations - a.activations, -12 * 12582912.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(fp8_gpt2(true), 4, 1, Recompute::None, 0, 12).attention_act_saved,
+                   12 * 2 * 12582912.0);
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(fp8_gpt2(true), 4, 1, Recompute::Selective, 0, 12).attention_act_saved, 0.0);
   EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12582912.0);
   EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
 }
