@@ -47,9 +47,13 @@ int int_var_or(const Env& env, const char* name, const char* launcher, int fallb
   return find(env, name) ? int_var(env, name, launcher) : fallback;
 }
 
-// A port all ranks of one job agree on when the launcher sets none.
+// A port all ranks of one job agree on when the launcher sets none, in
+// [20000, 32768): below Linux's default ephemeral range (32768-60999), where
+// the outgoing connections of other jobs on the host (their stores' clients,
+// Gloo's pairs) take ports the kernel picks, so a derived port there could
+// already be in use (seen: mpirun tests run side by side).
 int derived_port(const std::string& job_id) {
-  return 20000 + int(std::hash<std::string>{}(job_id) % 20000);
+  return 20000 + int(std::hash<std::string>{}(job_id) % 12768);
 }
 
 }  // namespace

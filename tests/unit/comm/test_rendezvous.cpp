@@ -53,11 +53,17 @@ TEST(Rendezvous, OpenMpi) {
   EXPECT_EQ(i.world_size, 4);
   EXPECT_EQ(i.master_addr, "127.0.0.1");
   EXPECT_EQ(i.job_token, "mpi:123456");
-  // The derived port is the same for every rank of the job, in range.
+  // The derived port is the same for every rank of the job, in range:
+  // below Linux's default ephemeral ports (32768-60999).
   env["OMPI_COMM_WORLD_RANK"] = "0";
   EXPECT_EQ(resolve_rank_info(env).master_port, i.master_port);
-  EXPECT_GE(i.master_port, 20000);
-  EXPECT_LT(i.master_port, 40000);
+  for (const char* job : {"123456", "7", "987654321", "mpi-job-x"}) {
+    env["OMPI_MCA_ess_base_jobid"] = job;
+    const int port = resolve_rank_info(env).master_port;
+    EXPECT_GE(port, 20000) << job;
+    EXPECT_LT(port, 32768) << job;
+  }
+  env["OMPI_MCA_ess_base_jobid"] = "123456";
   // Several nodes need MASTER_ADDR.
   env["OMPI_COMM_WORLD_SIZE"] = "8";
   EXPECT_NE(error_of(env).find("MASTER_ADDR"), std::string::npos);
