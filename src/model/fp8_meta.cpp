@@ -278,10 +278,7 @@ void Fp8Linear::forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* 
   Tensor x8 = state_->scratch(0, false, R, C);
   backend::Backend& be = state_->backend();
   if (keeps_input()) {
-    TRIPOD_CHECK(kept_.x_t.numel() == R * C && kept_.x_t.dtype() == x_.dtype,
-                 "FP8 linear {}: kept input transpose {} is not ({}, {}) {}", weight_->spec.name, kept_.x_t.str(), C,
-                 R, dtype_name(x_.dtype));
-    Tensor x_t = kept_.x_t.view({C, R});
+    Tensor x_t = kept_transpose(R, C);
     state_->quantize(x_, x8, &x_t, x.view({R, C}), x_split);
     if (!state_->config().delayed()) {  // delayed: the scale holds for the whole iteration
       Tensor si = kept_.scale_inv;
@@ -294,6 +291,13 @@ void Fp8Linear::forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* 
   be.fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias, false, y.dtype() != DType::F32);
 }
 
+Tensor Fp8Linear::kept_transpose(int64_t R, int64_t C) const {
+  TRIPOD_CHECK(kept_.x_t.numel() == R * C && kept_.x_t.dtype() == x_.dtype,
+               "FP8 linear {}: kept input transpose {} is not ({}, {}) {}", weight_->spec.name, kept_.x_t.str(), C, R,
+               dtype_name(x_.dtype));
+  return kept_.x_t.view({C, R});
+}
+
 bool Fp8Linear::fuses_swiglu() const {
   return state_->config().delayed() && !debug_config().fp8_unfused_swiglu;
 }
@@ -303,10 +307,7 @@ void Fp8Linear::forward_swiglu(Tensor& y, const Tensor& fc1, const Tensor* bias)
                weight_->spec.name);
   ensure_weight();
   const int64_t R = rows_of(fc1), C = fc1.size(-1) / 2;
-  TRIPOD_CHECK(kept_.x_t.numel() == R * C && kept_.x_t.dtype() == x_.dtype,
-               "FP8 linear {}: kept input transpose {} is not ({}, {}) {}", weight_->spec.name, kept_.x_t.str(), C, R,
-               dtype_name(x_.dtype));
-  Tensor x8 = state_->scratch(0, false, R, C), x_t = kept_.x_t.view({C, R});
+  Tensor x8 = state_->scratch(0, false, R, C), x_t = kept_transpose(R, C);
   backend::Backend& be = state_->backend();
   be.fp8_swiglu_cast_transpose(x8, x_t, x_.amax, fc1.view({R, 2 * C}), x_.scale);
   be.fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias, false, y.dtype() != DType::F32);

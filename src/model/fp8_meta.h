@@ -117,6 +117,8 @@ class Fp8Linear {
 
  private:
   void ensure_weight();
+  // The kept input transpose as (C, R), checked against the input (R, C).
+  Tensor kept_transpose(int64_t R, int64_t C) const;
 
   Fp8State* state_;
   int index_;

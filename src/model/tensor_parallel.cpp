@@ -59,10 +59,9 @@ const Tensor& ColumnParallelLinear::backward_input(backend::Backend& be, const T
   return reduce_input_grad(dfull_buf, dshard_buf);
 }
 
-const Tensor& ColumnParallelLinear::backward_input_swiglu(backend::Backend& be, const Tensor& fc1, const Tensor& dact,
-                                                          Tensor& dfull_buf, Tensor& dshard_buf) const {
+const Tensor& ColumnParallelLinear::backward_input_swiglu(const Tensor& fc1, const Tensor& dact, Tensor& dfull_buf,
+                                                          Tensor& dshard_buf) const {
   TRIPOD_CHECK(fp8_ && !bias_, "ColumnParallelLinear::backward_input_swiglu needs FP8 GEMMs and no bias");
-  (void)be;
   fp8_->quantize_grad_swiglu(fc1, dact);
   fp8_->dgrad(dfull_buf);
   return reduce_input_grad(dfull_buf, dshard_buf);

@@ -76,7 +76,7 @@ class ColumnParallelLinear {
   // backward_input for dy = swiglu_backward(fc1, dact) (the MLP's fc1 under
   // FP8 with the SwiGLU cast, Fp8Linear::quantize_grad_swiglu): dy is never
   // formed, so backward_weight's dy then gives only its shape (no bias).
-  const Tensor& backward_input_swiglu(backend::Backend& be, const Tensor& fc1, const Tensor& dact, Tensor& dfull_buf,
+  const Tensor& backward_input_swiglu(const Tensor& fc1, const Tensor& dact, Tensor& dfull_buf,
                                       Tensor& dshard_buf) const;
   bool has_bias() const { return bias_ != nullptr; }
   void backward_weight(backend::Backend& be, const Tensor& dy, const Tensor& x_full) const;

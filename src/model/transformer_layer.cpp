@@ -331,21 +331,17 @@ void TransformerLayer::mlp_forward(const Tensor& x, const Tensor& attn_out, Laye
     be.add(a.out, a.res1, moe_out);
     return;
   }
-  Tensor* mlp_out = nullptr;
+  const bool swiglu_cast = fp8_swiglu_cast();  // the activation goes straight to FP8; a.gelu is not written
   if (c.swiglu) {
     linear_fc1_.forward(be, a.fc1, a.ln2, ws.full_a);  // [gate | up]
-    if (fp8_swiglu_cast()) {  // the activation goes straight to FP8; a.gelu is not written
-      mlp_out = &linear_fc2_.forward_swiglu(be, a.fc1, ws.full_b, ws.tmp);
-    } else {
-      be.swiglu_forward(a.gelu, a.fc1);
-    }
+    if (!swiglu_cast) be.swiglu_forward(a.gelu, a.fc1);
   } else {
     linear_fc1_.forward_gelu(be, a.gelu, a.fc1, a.ln2, ws.full_a);  // fc1 keeps the pre-GELU values
   }
-  if (!mlp_out) mlp_out = &linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
-  Tensor& mlp_out_ref = *mlp_out;
-  if (d.p > 0) apply_dropout(be, mlp_out_ref, mlp_out_ref, d, dropout_key(d.seed, 1), false);
-  be.add(a.out, a.res1, mlp_out_ref);
+  Tensor& mlp_out = swiglu_cast ? linear_fc2_.forward_swiglu(be, a.fc1, ws.full_b, ws.tmp)
+                                : linear_fc2_.forward(be, a.gelu, ws.full_b, ws.tmp);
+  if (d.p > 0) apply_dropout(be, mlp_out, mlp_out, d, dropout_key(d.seed, 1), false);
+  be.add(a.out, a.res1, mlp_out);
 }
 
 void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, const LayerDropout& d) const {
@@ -372,7 +368,7 @@ void TransformerLayer::mlp_backward(LayerActs& a, Tensor& dres, Workspace& ws, c
   }
   // Under the SwiGLU cast d fc1 goes straight to FP8 (ws.dfc1 is not written;
   // the weight gradient takes dy's codes, and fc1 has no bias).
-  const Tensor& dln2 = swiglu_cast ? linear_fc1_.backward_input_swiglu(be, a.fc1, ws.dact, ws.full_b, ws.dln)
+  const Tensor& dln2 = swiglu_cast ? linear_fc1_.backward_input_swiglu(a.fc1, ws.dact, ws.full_b, ws.dln)
                                    : linear_fc1_.backward_input(be, ws.dfc1, ws.full_b, ws.dln);
   const bool kept = keeps_norm_output(linear_fc1_);
   norm_backward(dres, P.pre_mlp_layernorm_weight, P.pre_mlp_layernorm_bias, dln2, a.res1, a.ln2_mean, a.ln2_rstd,

@@ -74,6 +74,9 @@ template <typename T, typename... P> inline bool packable(int64_t n, P... ptrs) 
   return n % kPack<T> == 0 && ((reinterpret_cast<uintptr_t>(ptrs) % 16 == 0) && ...);
 }
 
+// True when p is a multiple of `bytes` (the vector width of a load or store).
+inline bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid size for grid-stride elementwise kernels: enough blocks to fill the

@@ -181,8 +181,6 @@ __global__ void matmul_fallback_kernel(T* out, const uint8_t* a, bool a_e5m2, co
   out[idx] = from_f<T>(v);
 }
 
-bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 // One thread per tensor: roll its history, pick its amax, its scale (as
 // backend/cpu/fp8.cpp: each operation correctly rounded, no fast math).
 __global__ void update_scale_kernel(float* scale, float* scale_inv, float* history, const float* amax, int64_t M,

@@ -59,8 +59,8 @@ struct SubTile {
   }
 };
 
-// The staged tile to out_t rows [col0, col0 + kCols) (of F valid from
-// col0_valid), row tile r0; 8-byte words, consecutive threads along a row.
+// The staged tile to out_t rows [col0, col0 + min(kCols, cols_left)), row
+// tile r0; 8-byte words, consecutive threads along a row.
 __device__ __forceinline__ void write_transposed(uint8_t* out_t, const uint2 (*tile_t)[kTy], int64_t col0,
                                                  int64_t cols_left, int64_t r0, int64_t R) {
   for (int i = threadIdx.x; i < kCols * kTy; i += kTx * kTy) {
@@ -159,8 +159,6 @@ __global__ void __launch_bounds__(kTx * kTy, kMinBlocks)
   }
   commit_amax(m, amax);
 }
-
-bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 }  // namespace
 
