@@ -384,6 +384,27 @@ class Backend {
   // scale_inv = 1 / scale.
   void fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax, float fp8_max,
                         int margin, bool use_max);
+  // Block scaling (--fp8-recipe blockwise; DeepSeek-V3's and Transformer
+  // Engine's Float8BlockScaling): each 1x128 block of a row (activations,
+  // gradients) or 128x128 tile (weights) has its own scale, the power of two
+  // 2^floor(log2(fp8_max / amax)) of its amax (1 when amax is 0, inf or
+  // NaN; FLT_MAX's power of two when the quotient overflows), so scaling is
+  // exact. The inverses (scale_inv, f32; f64 holding f32 values on the
+  // reference) are kept in cuBLASLt's layouts for a row-major (rows, K) operand:
+  //   1x128    (ceil(K/128), rows): block j of row r at [j][r]
+  //   128x128  (ceil(rows/128), fp8_tile_ld(K)): tile (i, j) at [i][j]
+  // in (R, C): out (R, C) with 1x128 blocks along C, scale_inv of 1x128
+  // layout; with out_t, out_t (C, R) with blocks along R (128 rows of a
+  // column, quantized from in), scale_inv_t (ceil(R/128), C).
+  void fp8_block_cast(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tensor* scale_inv_t, const Tensor& in);
+  // in (R, C) in 128x128 tiles: out (R, C), out_t (C, R) its transpose (the
+  // same codes), scale_inv (ceil(R/128), ld(C)) and scale_inv_t (ceil(C/128), ld(R)).
+  void fp8_block_cast_tiles(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t, const Tensor& in);
+  // fp8_matmul on block-scaled operands: a (N, K) in 1x128 blocks; b (OC, K)
+  // in 128x128 tiles (b_tiles: forward, dgrad) or 1x128 blocks (wgrad). Each
+  // code times its block's scale_inv; f32 accumulation (f64 on the reference).
+  void fp8_block_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                        const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias = nullptr, bool accumulate = false);
 
   // ---- FP8 attention (Transformer Engine's FP8 dot product attention; validators in ops_fp8.cpp) ----
   // Causal self-attention (multi-head or grouped-query, qkv's layout as
@@ -565,6 +586,12 @@ class Backend {
                                bool fast_accum) = 0;
   virtual void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                                      float fp8_max, int margin, bool use_max) = 0;
+  virtual void fp8_block_cast_impl(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tensor* scale_inv_t,
+                                   const Tensor& in) = 0;
+  virtual void fp8_block_cast_tiles_impl(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t,
+                                         const Tensor& in) = 0;
+  virtual void fp8_block_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                                     const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) = 0;
   // FP8 attention: the default refuses (a backend without the kernels).
   virtual void attention_fp8_forward_impl(Tensor& out, Tensor& lse, const Tensor& qkv, const Fp8AttentionMeta& m,
                                           int n_head, int n_kv_head);
@@ -596,5 +623,12 @@ class Backend {
 
 // The statistics dtype of activations of dtype `act`: f64 for f64, else f32.
 inline DType stat_dtype(DType act) { return act == DType::F64 ? DType::F64 : DType::F32; }
+
+// FP8 block scaling (Backend::fp8_block_cast): the block edge, and the
+// leading dimension of a 128x128 tile-scale array over K columns (cuBLASLt
+// pads it to a multiple of 4).
+inline constexpr int64_t kFp8Block = 128;
+inline int64_t fp8_blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
+inline int64_t fp8_tile_ld(int64_t K) { return (fp8_blocks(K) + 3) / 4 * 4; }
 
 }  // namespace tripod::backend

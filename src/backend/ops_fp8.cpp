@@ -165,6 +165,75 @@ void Backend::fp8_update_scale(Tensor& scale, Tensor& scale_inv, Tensor* amax_hi
   fp8_update_scale_impl(scale, scale_inv, amax_history, amax, fp8_max, margin, use_max);
 }
 
+// ---- FP8 block scaling ----
+
+void Backend::fp8_block_cast(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tensor* scale_inv_t, const Tensor& in) {
+  Checks k(*this, "fp8_block_cast");
+  const DType dt = k.act(in, "in");
+  k.that(in.dim() >= 2, fmt::format("in {} must be (R, C): rows of C", in.str()));
+  const int64_t R = rows_of(in), C = in.size(-1);
+  fp8(k, out, "out");
+  k.numel(out, "out", R * C, "as many as in");
+  k.stat(scale_inv, "scale_inv", dt, fp8_blocks(C) * R, "ceil(C/128) * R: one per 1x128 block of a row");
+  k.that((out_t == nullptr) == (scale_inv_t == nullptr), "out_t and scale_inv_t are given together");
+  if (out_t) {
+    fp8(k, *out_t, "out_t");
+    k.that(out_t->dtype() == out.dtype(),
+           fmt::format("out_t {} and out {} must have one FP8 dtype", out_t->str(), out.str()));
+    k.dim(*out_t, "out_t", 2, "(C, R): the transpose of in");
+    k.that(out_t->size(0) == C && out_t->size(1) == R,
+           fmt::format("out_t {} must be (C, R) = ({}, {}), the transpose of in {}", out_t->str(), C, R, in.str()));
+    k.stat(*scale_inv_t, "scale_inv_t", dt, fp8_blocks(R) * C, "ceil(R/128) * C: one per 128-row block of a column");
+    k.that(!overlaps(out, *out_t), "out and out_t must not overlap");
+  }
+  fp8_block_cast_impl(out, scale_inv, out_t, scale_inv_t, in);
+}
+
+void Backend::fp8_block_cast_tiles(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t,
+                                   const Tensor& in) {
+  Checks k(*this, "fp8_block_cast_tiles");
+  const DType dt = k.act(in, "in");
+  k.dim(in, "in", 2, "(R, C): a weight");
+  const int64_t R = in.size(0), C = in.size(1);
+  fp8(k, out, "out");
+  fp8(k, out_t, "out_t");
+  k.that(out_t.dtype() == out.dtype(), fmt::format("out_t {} and out {} must have one FP8 dtype", out_t.str(), out.str()));
+  k.numel(out, "out", R * C, "as many as in");
+  k.dim(out_t, "out_t", 2, "(C, R): the transpose of in");
+  k.that(out_t.size(0) == C && out_t.size(1) == R,
+         fmt::format("out_t {} must be (C, R) = ({}, {}), the transpose of in {}", out_t.str(), C, R, in.str()));
+  k.that(!overlaps(out, out_t), "out and out_t must not overlap");
+  k.stat(scale_inv, "scale_inv", dt, fp8_blocks(R) * fp8_tile_ld(C), "ceil(R/128) * fp8_tile_ld(C): one per tile");
+  k.stat(scale_inv_t, "scale_inv_t", dt, fp8_blocks(C) * fp8_tile_ld(R), "ceil(C/128) * fp8_tile_ld(R)");
+  fp8_block_cast_tiles_impl(out, out_t, scale_inv, scale_inv_t, in);
+}
+
+void Backend::fp8_block_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                               const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) {
+  Checks k(*this, "fp8_block_matmul");
+  const DType dt = k.act(out, "out");
+  fp8(k, a, "a");
+  fp8(k, b, "b");
+  k.dim(b, "b", 2, "(OC, K): K-major");
+  k.that(a.dim() >= 1 && a.size(-1) == b.size(1),
+         fmt::format("a {} must be (N, K) with K = {} (b {} is (OC, K))", a.str(), b.size(1), b.str()));
+  k.that(!(a.dtype() == DType::E5M2 && b.dtype() == DType::E5M2),
+         "a and b must not both be e5m2 (no FP8 GEMM takes two e5m2 operands; make one of them e4m3)");
+  const int64_t OC = b.size(0), K = b.size(1), N = rows_of(a);
+  k.numel(out, "out", N * OC, "N * OC");
+  k.that(out.size(-1) == OC, fmt::format("out {} must have width OC = {}", out.str(), OC));
+  k.stat(a_scale_inv, "a_scale_inv", dt, fp8_blocks(K) * N, "ceil(K/128) * N: a's 1x128 blocks");
+  if (b_tiles)
+    k.stat(b_scale_inv, "b_scale_inv", dt, fp8_blocks(OC) * fp8_tile_ld(K), "ceil(OC/128) * fp8_tile_ld(K): b's tiles");
+  else
+    k.stat(b_scale_inv, "b_scale_inv", dt, fp8_blocks(K) * OC, "ceil(K/128) * OC: b's 1x128 blocks");
+  if (bias) {
+    k.like(*bias, "bias", dt, OC, "OC");
+    k.that(!accumulate, "bias must be null with accumulate (out += a b^T takes no bias)");
+  }
+  fp8_block_matmul_impl(out, a, a_scale_inv, b, b_scale_inv, b_tiles, bias, accumulate);
+}
+
 // ---- FP8 attention ----
 
 namespace {

@@ -2,12 +2,17 @@
 // Transformer Engine's recipe), with Megatron's spellings:
 //   --fp8-format e4m3 | hybrid    hybrid: E4M3 forward operands (activations,
 //                                 weights), E5M2 gradients; e4m3: E4M3 for all
-//   --fp8-recipe delayed | tensorwise
+//   --fp8-recipe delayed | tensorwise | blockwise
 //       delayed     Transformer Engine's DelayedScaling: each tensor is
 //                   quantized with a scale from the amax history of earlier
 //                   iterations; the history rolls once per iteration
 //       tensorwise  current (per-tensor) scaling: the amax of the tensor
 //                   itself, then its scale, before every cast
+//       blockwise   current block scaling (DeepSeek-V3's, Transformer
+//                   Engine's Float8BlockScaling): activations and gradients
+//                   with a scale per 1x128 block, weights per 128x128 tile,
+//                   each the power of two from the block's own amax; no
+//                   history, no margin, no amax reduction
 //   --fp8-margin M                scale = fp8_max / amax / 2^M
 //   --fp8-amax-history-len H      delayed: iterations of amax kept
 //   --fp8-amax-compute-algo most_recent | max   delayed: which amax of the history
@@ -28,7 +33,7 @@
 namespace tripod::config {
 
 enum class Fp8Format { None, E4M3, Hybrid };
-enum class Fp8Recipe { Delayed, Tensorwise };
+enum class Fp8Recipe { Delayed, Tensorwise, Blockwise };
 enum class AmaxComputeAlgo { MostRecent, Max };
 
 struct Fp8Config {
@@ -50,13 +55,16 @@ struct Fp8Config {
 
   bool enabled() const { return format != Fp8Format::None; }
   bool delayed() const { return recipe == Fp8Recipe::Delayed; }
+  bool blockwise() const { return recipe == Fp8Recipe::Blockwise; }
   // Whether layer `layer` of `num_layers` runs its four linears in FP8.
   bool uses_fp8(int64_t layer, int64_t num_layers) const;
   // Checks the values (errors name the flag and the fix).
   void finalize(int64_t num_layers) const;
   // --fp8-dot-product-attention's refusals (without --fp8-format, under
-  // tensorwise scaling, with context parallelism of `cp` ranks).
+  // tensorwise or blockwise scaling, with context parallelism of `cp` ranks).
   void check_dot_product_attention(int cp) const;
+  // --fp8-param-gather's refusal under blockwise scaling.
+  void check_param_gather_recipe() const;
   std::string describe() const;  // "hybrid, delayed (history 1, most_recent, margin 0)"
 };
 

@@ -127,6 +127,16 @@ Tensor Fp8State::scratch(int slot, bool transposed, int64_t R, int64_t C) {
   return s.flat(0, transposed ? Shape{C, R} : Shape{R, C});
 }
 
+Tensor Fp8State::block_scale_scratch(int slot, bool transposed, int64_t R, int64_t C) {
+  Tensor& s = block_scale_scratch_[slot][transposed ? 1 : 0];
+  const int64_t n = transposed ? backend::fp8_blocks(R) * C : backend::fp8_blocks(C) * R;
+  if (!s.defined() || s.numel() < n) {
+    if (s.defined()) be_->synchronize();  // queued casts may still read the old buffer
+    s = be_->empty({n}, DType::F32);
+  }
+  return s.flat(0, {n});
+}
+
 Tensor Fp8State::attention_scratch(int slot, int64_t n) {
   Tensor& s = attention_scratch_[slot];
   if (!s.defined() || s.numel() < n) {
@@ -245,6 +255,16 @@ Fp8Linear::Fp8Linear(Fp8State& state, int index, const Param& weight)
   TRIPOD_CHECK(W.size() == 2, "FP8 linear {}: weight {} must be (OC, IC)", weight.spec.name, shape_str(W));
   w8_ = state.backend().empty({W[0], W[1]}, DType::E4M3);
   w8_t_ = state.backend().empty({W[1], W[0]}, DType::E4M3);
+  if (blockwise()) {
+    ws_ = state.backend().empty({backend::fp8_blocks(W[0]) * backend::fp8_tile_ld(W[1])}, DType::F32);
+    ws_t_ = state.backend().empty({backend::fp8_blocks(W[1]) * backend::fp8_tile_ld(W[0])}, DType::F32);
+  }
+}
+
+bool Fp8Linear::blockwise() const { return state_->config().blockwise(); }
+
+int64_t Fp8Linear::kept_scale_numel(int64_t rows, int64_t width) const {
+  return blockwise() ? backend::fp8_blocks(rows) * width : 1;
 }
 
 void Fp8Linear::use_gathered_weight(Tensor codes) {
@@ -267,6 +287,11 @@ void Fp8Linear::ensure_weight() {
     weight_valid_ = true;
     return;
   }
+  if (blockwise()) {  // 128x128 tiles: a tile lies within one tp shard when the split widths are multiples of 128
+    state_->backend().fp8_block_cast_tiles(w8_, w8_t_, ws_, ws_t_, weight_->compute.view(w8_.shape()));
+    weight_valid_ = true;
+    return;
+  }
   // Every tp rank holds a shard of W (rows or columns): its amax is the whole weight's over tp.
   state_->quantize(w_, w8_, &w8_t_, weight_->compute, true, /*activation=*/false);
   weight_valid_ = true;
@@ -277,6 +302,17 @@ void Fp8Linear::forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* 
   const int64_t R = rows_of(x), C = x.size(-1);
   Tensor x8 = state_->scratch(0, false, R, C);
   backend::Backend& be = state_->backend();
+  if (blockwise()) {
+    Tensor xs = state_->block_scale_scratch(0, false, R, C);
+    if (keeps_input()) {
+      Tensor x_t = kept_transpose(R, C), xs_t = kept_block_scales(R, C);
+      be.fp8_block_cast(x8, xs, &x_t, &xs_t, x.view({R, C}));
+    } else {
+      be.fp8_block_cast(x8, xs, nullptr, nullptr, x.view({R, C}));
+    }
+    be.fp8_block_matmul(y, x8, xs, w8_, ws_, true, bias);
+    return;
+  }
   if (keeps_input()) {
     Tensor x_t = kept_transpose(R, C);
     state_->quantize(x_, x8, &x_t, x.view({R, C}), x_split);
@@ -296,6 +332,14 @@ Tensor Fp8Linear::kept_transpose(int64_t R, int64_t C) const {
                "FP8 linear {}: kept input transpose {} is not ({}, {}) {}", weight_->spec.name, kept_.x_t.str(), C, R,
                dtype_name(x_.dtype));
   return kept_.x_t.view({C, R});
+}
+
+Tensor Fp8Linear::kept_block_scales(int64_t R, int64_t C) const {
+  const int64_t n = kept_scale_numel(R, C);
+  TRIPOD_CHECK(kept_.scale_inv.numel() == n && kept_.scale_inv.dtype() == DType::F32,
+               "FP8 linear {}: kept input scales {} are not {} f32 (ceil({}/128) * {})", weight_->spec.name,
+               kept_.scale_inv.str(), n, R, C);
+  return kept_.scale_inv.view({n});
 }
 
 bool Fp8Linear::fuses_swiglu() const {
@@ -325,7 +369,12 @@ void Fp8Linear::quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact) {
 void Fp8Linear::quantize_grad(const Tensor& dy, bool dy_split) {
   const int64_t R = rows_of(dy), C = dy.size(-1);
   Tensor d8 = state_->scratch(1, false, R, C), d8_t = state_->scratch(1, true, R, C);
-  state_->quantize(dy_, d8, &d8_t, dy.view({R, C}), dy_split);
+  if (blockwise()) {
+    Tensor ds = state_->block_scale_scratch(1, false, R, C), ds_t = state_->block_scale_scratch(1, true, R, C);
+    state_->backend().fp8_block_cast(d8, ds, &d8_t, &ds_t, dy.view({R, C}));
+  } else {
+    state_->quantize(dy_, d8, &d8_t, dy.view({R, C}), dy_split);
+  }
   state_->grad_owner = this;
 }
 
@@ -334,7 +383,10 @@ void Fp8Linear::dgrad(Tensor& dx) {
   ensure_weight();
   const int64_t OC = w8_.size(0), R = dx.numel() / w8_.size(1);
   Tensor d8 = state_->scratch(1, false, R, OC);
-  state_->backend().fp8_matmul(dx, d8, dy_.scale_inv, w8_t_, w_.scale_inv);
+  if (blockwise())
+    state_->backend().fp8_block_matmul(dx, d8, state_->block_scale_scratch(1, false, R, OC), w8_t_, ws_t_, true);
+  else
+    state_->backend().fp8_matmul(dx, d8, dy_.scale_inv, w8_t_, w_.scale_inv);
 }
 
 void Fp8Linear::wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Tensor& x, bool x_split) {
@@ -343,7 +395,17 @@ void Fp8Linear::wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Te
   const int64_t R = rows_of(x), C = x.size(-1), OC = w8_.size(0);
   Tensor d8_t = state_->scratch(1, true, R, OC);
   Tensor dW = dweight.view({OC, C});
-  if (keeps_input()) {
+  if (blockwise()) {
+    Tensor ds_t = state_->block_scale_scratch(1, true, R, OC);
+    if (keeps_input()) {
+      be.fp8_block_matmul(dW, d8_t, ds_t, kept_transpose(R, C), kept_block_scales(R, C), false, nullptr, true);
+    } else {  // the forward's codes again
+      Tensor x8 = state_->scratch(0, false, R, C), x8_t = state_->scratch(0, true, R, C);
+      Tensor xs = state_->block_scale_scratch(0, false, R, C), xs_t = state_->block_scale_scratch(0, true, R, C);
+      be.fp8_block_cast(x8, xs, &x8_t, &xs_t, x.view({R, C}));
+      be.fp8_block_matmul(dW, d8_t, ds_t, x8_t, xs_t, false, nullptr, true);
+    }
+  } else if (keeps_input()) {
     const Tensor& si = state_->config().delayed() ? x_.scale_inv : kept_.scale_inv;
     be.fp8_matmul(dW, d8_t, dy_.scale_inv, kept_.x_t.view({C, R}), si, nullptr, true);
   } else {

@@ -15,6 +15,12 @@
 //               are reduced (max) over the tp group and then the dp group,
 //               each history rolls in its amax and scale = fp8_max /
 //               algo(history) / 2^margin.
+//   blockwise   no meta: each cast computes a power-of-two scale per 1x128
+//               block of x and dy (rows for the GEMM operand, columns for
+//               the wgrad transpose) and per 128x128 tile of W
+//               (backend/ops.h fp8_block_cast). A block never spans tp or
+//               cp ranks when the split widths are multiples of 128, so
+//               there is nothing to reduce: every layout quantizes alike.
 // Why these groups: a tp rank holds a shard of W (column-parallel rows,
 // row-parallel columns), of a row-parallel input (N, IC_tp) and of a
 // column-parallel dy (N, OC_tp); the max over tp is the amax of the whole
@@ -70,7 +76,8 @@ class Fp8Linear {
   // The kept input of the current micro-batch (keep_input): x's FP8
   // transpose (IC, N) and the inverse scale it was cast with (one f32,
   // 16-byte aligned; under tensorwise scaling another micro-batch's forward
-  // may change the linear's scale before this one's backward).
+  // may change the linear's scale before this one's backward; under
+  // blockwise scaling the transpose's block scales, kept_scale_numel).
   struct KeptInput {
     Tensor x_t, scale_inv;
   };
@@ -79,6 +86,9 @@ class Fp8Linear {
   // undefined x_t (or KeptInput{}): wgrad casts x again.
   void keep_input(KeptInput kept) { kept_ = std::move(kept); }
   bool keeps_input() const { return kept_.x_t.defined(); }
+  // KeptInput::scale_inv's f32 elements for an input of `rows` rows and
+  // `width` columns: 1, or ceil(rows/128) * width under blockwise scaling.
+  int64_t kept_scale_numel(int64_t rows, int64_t width) const;
 
   // y (N, OC) = x (N, IC) W^T (+ bias, of y's dtype; null: none); with
   // fast accumulation into a bf16/f16 y, as Transformer Engine's forward GEMM.
@@ -119,6 +129,9 @@ class Fp8Linear {
   void ensure_weight();
   // The kept input transpose as (C, R), checked against the input (R, C).
   Tensor kept_transpose(int64_t R, int64_t C) const;
+  bool blockwise() const;
+  // Blockwise: the kept transpose's block scales, checked against the input (R, C).
+  Tensor kept_block_scales(int64_t R, int64_t C) const;
 
   Fp8State* state_;
   int index_;
@@ -126,6 +139,7 @@ class Fp8Linear {
   std::string name_;
   Fp8TensorMeta x_, w_, dy_;
   Tensor w8_, w8_t_;  // (OC, IC), (IC, OC) E4M3: the cached FP8 weight
+  Tensor ws_, ws_t_;  // blockwise: their 128x128 tile scale_inv (backend/ops.h layouts)
   bool gathered_ = false;  // w8_ is a view of the gathered codes
   bool weight_valid_ = false;
   KeptInput kept_;
@@ -234,6 +248,9 @@ class Fp8State {
   // Scratch views for the casts of x (slot 0) and dy (slot 1): the FP8
   // tensor (R, C) and its transpose (C, R).
   Tensor scratch(int slot, bool transposed, int64_t R, int64_t C);
+  // Blockwise: the f32 block scale_inv of scratch(slot, transposed, R, C)
+  // (ceil(C/128) * R, or ceil(R/128) * C transposed).
+  Tensor block_scale_scratch(int slot, bool transposed, int64_t R, int64_t C);
   const Fp8Linear* grad_owner = nullptr;  // whose dy the scratch holds
   // The FP8 attention backward's codes in the gradient format, shared by
   // the layers: slot 0 dout, 1 dqkv, n elements.
@@ -263,6 +280,7 @@ class Fp8State {
   std::vector<std::unique_ptr<Fp8Linear>> linears_;
   std::vector<std::unique_ptr<Fp8Attention>> attentions_;
   Tensor scratch_[2][2];  // [x | dy][plain | transposed], grown as needed
+  Tensor block_scale_scratch_[2][2];  // blockwise: their scale_inv, grown as needed
   Tensor attention_scratch_[2];  // [dout | dqkv], grown as needed
 };
 

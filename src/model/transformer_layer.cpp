@@ -109,9 +109,14 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   if (!fp8_swiglu_cast()) a.gelu = act({N, F_tp});
   if (fp8()) {
     const int64_t in_width[4] = {C, C_tp, C, F_tp};  // qkv, proj, fc1, fc2 (qkv, fc1: gathered under SP)
+    const Fp8Linear* lin[4] = {linear_qkv_.fp8_linear(), linear_proj_.fp8_linear(), linear_fc1_.fp8_linear(),
+                               linear_fc2_.fp8_linear()};
     Tensor scale_inv = be_->empty({16}, DType::F32);  // 16-byte aligned slots
-    for (int k = 0; k < 4; ++k)
-      a.fp8_in[k] = {be_->empty({in_width[k], N}, DType::E4M3), scale_inv.flat(4 * k, {1})};
+    for (int k = 0; k < 4; ++k) {
+      const int64_t ns = lin[k]->kept_scale_numel(N, in_width[k]);  // blockwise: the transpose's block scales
+      a.fp8_in[k] = {be_->empty({in_width[k], N}, DType::E4M3),
+                     ns == 1 ? scale_inv.flat(4 * k, {1}) : be_->empty({ns}, DType::F32)};
+    }
   }
   return a;
 }
@@ -121,8 +126,10 @@ size_t LayerActs::bytes() const {
   for (const Tensor* t : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &qk_norm.in, &qk_norm.mean, &qk_norm.rstd, &att, &lse,
                           &res1, &ln2, &ln2_mean, &ln2_rstd, &fc1, &gelu, &out, &fp8_qkv, &fp8_att})
     if (t->defined()) n += t->nbytes();
-  for (const Fp8Linear::KeptInput& k : fp8_in)
+  for (const Fp8Linear::KeptInput& k : fp8_in) {
     if (k.x_t.defined()) n += k.x_t.nbytes();
+    if (k.scale_inv.numel() > 1) n += k.scale_inv.nbytes();  // blockwise's block scales (else a shared slot)
+  }
   if (moe) n += moe->bytes();
   return n;
 }

@@ -165,4 +165,15 @@ uint8_t f32_to_fp8(float x, DType fp8) { return encode_fp8(x, fp8_format(fp8)); 
 float fp8_to_f32(uint8_t x, DType fp8) { return decode_fp8(x, fp8_format(fp8)); }
 float fp8_max(DType fp8) { return static_cast<float>(fp8_format(fp8).max); }
 
+float fp8_block_scale(float amax, float fp8_max) {
+  if (!(amax > 0.f) || std::isinf(amax)) return 1.f;  // also NaN
+  float s = fp8_max / amax;
+  if (std::isinf(s)) s = std::numeric_limits<float>::max();
+  uint32_t bits;
+  std::memcpy(&bits, &s, sizeof bits);
+  bits &= 0xff800000u;  // sign and exponent: the power of two at or below s (s is normal)
+  std::memcpy(&s, &bits, sizeof bits);
+  return s;
+}
+
 }  // namespace tripod

@@ -63,5 +63,11 @@ uint8_t f32_to_fp8(float x, DType fp8);
 float fp8_to_f32(uint8_t x, DType fp8);
 // The largest finite value of an FP8 dtype: 448 (E4M3), 57344 (E5M2).
 float fp8_max(DType fp8);
+// Block scaling's scale of a block with amax `amax` (backend/ops.h
+// fp8_block_cast): the power of two at or below fp8_max / amax (in f32,
+// correctly rounded, then the mantissa cleared); 1 when amax is 0, inf or
+// NaN; 2^127 when the quotient overflows. backend/cuda/fp8_math.cuh has the
+// device twin.
+float fp8_block_scale(float amax, float fp8_max);
 
 }  // namespace tripod

@@ -290,10 +290,11 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "FP8 GEMMs in the transformer layers' linears: hybrid (E4M3 forward, E5M2 gradients) | e4m3")
                   .agreed().plan());
   t.push_back(flag("--fp8-recipe", MEMBER(precision.fp8_recipe),
-                   "delayed (scales from the amax history) | tensorwise (each tensor's own amax); blockwise and "
-                   "mxfp8 are not supported")
+                   "delayed (scales from the amax history) | tensorwise (each tensor's own amax) | blockwise "
+                   "(a scale per 1x128 block of activations and gradients, per 128x128 weight tile); mxfp8 "
+                   "is not supported")
                   .agreed().plan().defaulted());
-  t.push_back(flag("--fp8-margin", MEMBER(model.fp8.margin), "scale = fp8_max / amax / 2^margin").agreed().defaulted());
+  t.push_back(flag("--fp8-margin", MEMBER(model.fp8.margin), "scale = fp8_max / amax / 2^margin (delayed, tensorwise)").agreed().defaulted());
   t.push_back(flag("--fp8-amax-history-len", MEMBER(model.fp8.amax_history_len),
                    "delayed scaling: iterations of amax history per tensor").agreed().defaulted());
   t.push_back(flag("--fp8-amax-compute-algo", MEMBER(precision.fp8_amax_compute_algo),

@@ -46,17 +46,13 @@ void apply_fp8_flags(const PrecisionArgs& p, config::GptConfig& m) {
   }
   if (auto r = config::fp8_recipe_from_string(p.fp8_recipe)) {
     f.recipe = *r;
-  } else if (p.fp8_recipe == "blockwise") {
-    throw Error("--fp8-recipe blockwise is not supported yet: it needs block-scaled FP8 GEMMs (1x128 activation and "
-                "128x128 weight scales through cuBLASLt's block-scaling modes), which the backend does not call",
-                "use --fp8-recipe delayed (the default) or tensorwise");
   } else if (p.fp8_recipe == "mxfp8") {
     throw Error("--fp8-recipe mxfp8 is not supported: MXFP8 (32-element blocks with E8M0 scales) needs the MX "
                 "GEMMs of Blackwell GPUs (sm_100), which the backend does not call",
-                "use --fp8-recipe delayed (the default) or tensorwise");
+                "use --fp8-recipe delayed (the default), tensorwise or blockwise");
   } else {
-    throw Error(fmt::format("--fp8-recipe {} is not one of delayed, tensorwise", p.fp8_recipe),
-                "use --fp8-recipe delayed (the default) or tensorwise");
+    throw Error(fmt::format("--fp8-recipe {} is not one of delayed, tensorwise, blockwise", p.fp8_recipe),
+                "use --fp8-recipe delayed (the default), tensorwise or blockwise");
   }
   if (auto a = config::amax_compute_algo_from_string(p.fp8_amax_compute_algo))
     f.amax_compute_algo = *a;
@@ -124,6 +120,7 @@ void TrainArgs::finalize() {
                       "use --data-parallel-sharding-strategy optim or optim_grads with it, or drop the flag",
                       "--fp8-param-gather with optim_grads_params (ZeRO-3) is not supported yet: its per-layer "
                       "gathers move the compute dtype");
+    model.fp8.check_param_gather_recipe();
   }
   model.fp8.check_dot_product_attention(parallel.cp);
   auto& o = optimizer;

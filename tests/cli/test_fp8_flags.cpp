@@ -23,6 +23,7 @@ const std::string kParse = "train --parse-only --train-iters 10 ";
 
 TEST(Fp8Flags, MegatronSpellingsParse) {
   for (const char* f : {"--fp8-format hybrid", "--fp8-format e4m3 --fp8-recipe tensorwise",
+                        "--fp8-format hybrid --fp8-recipe blockwise", "--fp8-format e4m3 --fp8-recipe blockwise",
                         "--fp8-format hybrid --fp8-margin 1 --fp8-amax-history-len 16 --fp8-amax-compute-algo max",
                         "--fp8-format hybrid --first-last-layers-bf16 --num-layers-at-start-in-bf16 2 "
                         "--num-layers-at-end-in-bf16 0"}) {
@@ -36,8 +37,8 @@ TEST(Fp8Flags, MegatronSpellingsParse) {
 
 TEST(Fp8Flags, WhatIsNotSupportedSaysWhy) {
   struct Case { const char* flags; const char* says; };
-  for (Case c : {Case{"--fp8-format hybrid --fp8-recipe blockwise", "block-scaled FP8 GEMMs"},
-                 Case{"--fp8-format hybrid --fp8-recipe mxfp8", "Blackwell"},
+  for (Case c : {Case{"--fp8-format hybrid --fp8-recipe mxfp8", "Blackwell"},
+                 Case{"--fp8-format hybrid --fp8-recipe blocks", "not one of delayed, tensorwise, blockwise"},
                  Case{"--fp8-format e5m2", "--fp8-format e5m2 is not one of e4m3, hybrid"},
                  Case{"--fp8-format hybrid --fp8-amax-compute-algo mean", "not one of most_recent, max"}}) {
     const auto run = run_tripod(kParse + c.flags);
@@ -55,7 +56,9 @@ TEST(Fp8Flags, ParamGatherRefusals) {
                       "add --use-distributed-optimizer"},
                  Case{"--fp8-format hybrid --fp8-param-gather --data-parallel-sharding-strategy optim_grads_params",
                       "with optim_grads_params (ZeRO-3) is not supported yet", "use --data-parallel-sharding-strategy "
-                      "optim or optim_grads"}}) {
+                      "optim or optim_grads"},
+                 Case{"--fp8-format hybrid --fp8-recipe blockwise --fp8-param-gather --use-distributed-optimizer",
+                      "not 128x128 tiles with their scales", "drop --fp8-param-gather"}}) {
     const auto run = run_tripod(kParse + c.flags);
     EXPECT_NE(run.code, 0) << c.flags;
     EXPECT_TRUE(contains(run.output, c.says)) << c.flags << ": " << run.output;
@@ -77,8 +80,10 @@ TEST(Fp8Flags, DotProductAttentionRefusals) {
   for (Case c : {Case{"--fp8-dot-product-attention", "--fp8-dot-product-attention needs FP8 layers (--fp8-format)",
                       "add --fp8-format hybrid"},
                  Case{"--fp8-format hybrid --fp8-recipe tensorwise --fp8-dot-product-attention",
-                      "cuDNN's FP8 attention needs the scales of S, O, dP and dQKV before it runs",
+                      "needs those of S, O, dP and dQKV before it runs",
                       "use --fp8-recipe delayed"},
+                 Case{"--fp8-format hybrid --fp8-recipe blockwise --fp8-dot-product-attention",
+                      "takes one scale per tensor", "use --fp8-recipe delayed"},
                  Case{"--fp8-format hybrid --fp8-dot-product-attention --context-parallel-size 2",
                       "with context parallelism (--context-parallel-size 2) is not supported yet",
                       "drop --fp8-dot-product-attention"},
@@ -120,6 +125,13 @@ TEST(Fp8Flags, TinyRunTrainsInFp8) {
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_TRUE(contains(run.output, "FP8 GEMMs in the transformer layers: hybrid, tensorwise (margin 1)"))
       << run.output;
+}
+
+TEST(Fp8Flags, TinyRunTrainsBlockwise) {
+  const auto run = tiny_fp8_run("--fp8-recipe blockwise");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "FP8 GEMMs in the transformer layers: hybrid, blockwise (1x128")) << run.output;
+  EXPECT_TRUE(contains(run.output, "iteration        3/")) << run.output;
 }
 
 // The lm_loss and grad_norm fields of a metrics file, as written (17

@@ -339,6 +339,35 @@ class CpuBackend final : public Backend {
                            fp8_data(b), b.dtype(), b_scale_inv.data<cpu::stat_t<T>>()[0],
                            bias ? bias->data<T>() : nullptr, accumulate, N, K, OC));
   }
+  void fp8_block_cast_impl(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tensor* scale_inv_t,
+                           const Tensor& in) override {
+    if (cpu::is_half(in.dtype())) { cpu::Widened w; return fp8_block_cast_impl(out, scale_inv, out_t, scale_inv_t, w.in(in)); }
+    const int64_t C = in.size(-1);
+    TRIPOD_CPU_DISPATCH(in.dtype(),
+        cpu::fp8_block_cast<T>(fp8_data(out), scale_inv.data<cpu::stat_t<T>>(), out_t ? fp8_data(*out_t) : nullptr,
+                               scale_inv_t ? scale_inv_t->data<cpu::stat_t<T>>() : nullptr, in.data<T>(),
+                               C ? in.numel() / C : 0, C, out.dtype()));
+  }
+  void fp8_block_cast_tiles_impl(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t,
+                                 const Tensor& in) override {
+    if (cpu::is_half(in.dtype())) { cpu::Widened w; return fp8_block_cast_tiles_impl(out, out_t, scale_inv, scale_inv_t, w.in(in)); }
+    TRIPOD_CPU_DISPATCH(in.dtype(),
+        cpu::fp8_block_cast_tiles<T>(fp8_data(out), fp8_data(out_t), scale_inv.data<cpu::stat_t<T>>(),
+                                     scale_inv_t.data<cpu::stat_t<T>>(), in.data<T>(), in.size(0), in.size(1),
+                                     out.dtype()));
+  }
+  void fp8_block_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                             const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) override {
+    if (cpu::is_half(out.dtype())) {
+      cpu::Widened w;
+      return fp8_block_matmul_impl(w.out(out), a, a_scale_inv, b, b_scale_inv, b_tiles, w.in(bias), accumulate);
+    }
+    const int64_t K = b.size(1), OC = b.size(0), N = K ? a.numel() / K : 0;
+    TRIPOD_CPU_DISPATCH(out.dtype(),
+        cpu::fp8_block_matmul<T>(out.data<T>(), fp8_data(a), a.dtype(), a_scale_inv.data<cpu::stat_t<T>>(),
+                                 fp8_data(b), b.dtype(), b_scale_inv.data<cpu::stat_t<T>>(), b_tiles,
+                                 bias ? bias->data<T>() : nullptr, accumulate, N, K, OC));
+  }
   void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                              float fp8_max, int margin, bool use_max) override {
     const int64_t M = amax.numel(), H = amax_history ? amax_history->size(1) : 0;

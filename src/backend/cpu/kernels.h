@@ -100,6 +100,18 @@ void fp8_dequantize(T* out, const uint8_t* in, stat_t<T> scale_inv, int64_t n, D
 template <typename T>
 void fp8_matmul(T* out, const uint8_t* a, DType a_fp8, stat_t<T> a_scale_inv, const uint8_t* b, DType b_fp8,
                 stat_t<T> b_scale_inv, const T* bias, bool accumulate, int64_t N, int64_t K, int64_t OC);
+// FP8 block scaling (fp8_block.cpp; layouts in backend/ops.h); out_t and
+// scale_inv_t of fp8_block_cast may be null.
+template <typename T>
+void fp8_block_cast(uint8_t* out, stat_t<T>* scale_inv, uint8_t* out_t, stat_t<T>* scale_inv_t, const T* in,
+                    int64_t R, int64_t C, DType fp8);
+template <typename T>
+void fp8_block_cast_tiles(uint8_t* out, uint8_t* out_t, stat_t<T>* scale_inv, stat_t<T>* scale_inv_t, const T* in,
+                          int64_t R, int64_t C, DType fp8);
+template <typename T>
+void fp8_block_matmul(T* out, const uint8_t* a, DType a_fp8, const stat_t<T>* a_scale_inv, const uint8_t* b,
+                      DType b_fp8, const stat_t<T>* b_scale_inv, bool b_tiles, const T* bias, bool accumulate,
+                      int64_t N, int64_t K, int64_t OC);
 // S: the statistics dtype (f32, or f64 holding f32 values); history (M, H) may be null.
 template <typename S>
 void fp8_update_scale(S* scale, S* scale_inv, S* history, const S* amax, int64_t M, int64_t H, float fp8_max,

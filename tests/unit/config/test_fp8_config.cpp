@@ -79,13 +79,20 @@ TEST(Fp8Config, MegatronSpellings) {
   EXPECT_FALSE(fp8_format_from_string("e5m2").has_value());  // Megatron has no all-E5M2 format
   EXPECT_EQ(fp8_recipe_from_string("delayed"), Fp8Recipe::Delayed);
   EXPECT_EQ(fp8_recipe_from_string("tensorwise"), Fp8Recipe::Tensorwise);
-  EXPECT_FALSE(fp8_recipe_from_string("blockwise").has_value());
+  EXPECT_EQ(fp8_recipe_from_string("blockwise"), Fp8Recipe::Blockwise);
+  EXPECT_FALSE(fp8_recipe_from_string("mxfp8").has_value());
+  for (auto r : {Fp8Recipe::Delayed, Fp8Recipe::Tensorwise, Fp8Recipe::Blockwise})
+    EXPECT_EQ(fp8_recipe_from_string(to_string(r)), r);
   EXPECT_EQ(amax_compute_algo_from_string("max"), AmaxComputeAlgo::Max);
   EXPECT_EQ(amax_compute_algo_from_string("most_recent"), AmaxComputeAlgo::MostRecent);
   for (auto f : {Fp8Format::E4M3, Fp8Format::Hybrid}) EXPECT_EQ(fp8_format_from_string(to_string(f)), f);
   Fp8Config d;
   d.format = Fp8Format::Hybrid;
   EXPECT_EQ(d.describe(), "hybrid, delayed (history 1, most_recent, margin 0)");
+  d.recipe = Fp8Recipe::Blockwise;
+  EXPECT_TRUE(d.blockwise() && !d.delayed());
+  EXPECT_EQ(d.describe(),
+            "hybrid, blockwise (1x128 activation and gradient blocks, 128x128 weight tiles, power-of-two scales)");
 }
 
 }  // namespace
