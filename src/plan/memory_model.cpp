@@ -5,9 +5,11 @@
 #include "parallel/pp_schedule.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
+#include "backend/ops.h"
 #include "base/error.h"
 
 namespace tripod::plan {
@@ -300,12 +302,18 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
   const double N = double(b * m.seq_length), C = double(m.hidden_size), F = double(m.ffn_hidden_size);
   const double Q = double(m.qkv_width()), F1 = double(m.fc1_width()), t = tp, n = double(fp8_layers);
   f.weights = n * 2.0 * C * (Q + C + F1 + F) / t;
-  if (r != Recompute::Full) f.per_microbatch = n * (N * (C + C / t + C + F / t) + 64.0);
+  // The kept input transposes and their scale_inv: 16 f32 slots, or under
+  // blockwise scaling one f32 per 128 rows of each column (backend/ops.h
+  // fp8_block_cast; the weights' 128x128 tile scales are a 1/16384 part).
+  const double kept_width = C + C / t + C + F / t, row_blocks = std::ceil(N / double(backend::kFp8Block));
+  const double kept_scales = m.fp8.blockwise() ? 4.0 * row_blocks * kept_width : 64.0;
+  if (r != Recompute::Full) f.per_microbatch = n * (N * kept_width + kept_scales);
   // NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): no compute-dtype activation kept.
   if (r != Recompute::Full && m.swiglu && m.fp8.delayed() && !m.add_bias_linear)
     f.swiglu_act_saved = double(fp8_dense) * double(act_bytes) * N * F / t;
   const double x = N * std::max(C, F / t);
   f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  if (m.fp8.blockwise()) f.scratch *= 1.0 + 4.0 / double(backend::kFp8Block);  // an f32 scale per 128 codes
   if (m.fp8.dot_product_attention) {  // qkv8 and att8; the backward's dout and dqkv codes
     const double attention = N * (Q + C) / t;
     if (r == Recompute::None) f.per_microbatch += n * attention;

@@ -43,6 +43,22 @@ TEST(PlanMemory, Fp8BytesHandCount) {
   EXPECT_DOUBLE_EQ(f.param_gather, 0.0);  // nor a gather without --fp8-param-gather
 }
 
+// --fp8-recipe blockwise by hand for GPT-2 124M at micro-batch 4 (N = 4096
+// rows, 32 blocks of 128): the kept transposes carry one f32 scale per 128
+// rows of each of their 768 + 768 + 768 + 3072 = 5376 columns (4 x 32 x
+// 5376 = 688,128 bytes per layer) instead of 16 f32 slots; the scratch an
+// f32 scale per 128 codes.
+TEST(PlanMemory, Fp8BlockwiseKeepsBlockScales) {
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  m.fp8.recipe = config::Fp8Recipe::Blockwise;
+  const Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * (4096 * 5376.0 + 688128.0));
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 * (1 + 4.0 / 128));
+  EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
+  EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0);  // the SwiGLU cast is delayed scaling's
+}
+
 // --fp8-param-gather by hand for GPT-2 124M. W = 768 x 9216 = 7,077,888
 // FP8 weight elements per layer, 84,934,656 for the 12; at dp 2 the FP8
 // gather's receive buffer holds W and the send buffer W / 2: 127,401,984,
