@@ -11,7 +11,7 @@
 #                one process (loss within 1e-3 relative: bf16 on the GPU is not
 #                bit-repeatable across layouts), both recipes
 #   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
-#                (default 2000): bf16 vs FP8 hybrid, delayed and tensorwise: loss
+#                (default 2000): bf16 vs FP8 hybrid, delayed, tensorwise and blockwise: loss
 #                within 1% from iteration 200 (also 200-1000 and 1000-ITERS apart),
 #                no skipped steps; the delayed run saved at ITERS/2 and resumed
 #                (CONV_RESUME=0: not): bit for bit equal after the resume
@@ -22,7 +22,8 @@
 #                iteration), and the FP8 run saved at DET_ITERS/2 and resumed:
 #                bit for bit equal to the uninterrupted one
 #   speed        bf16 vs FP8 (and FP8 with --fp8-dot-product-attention at the 8B
-#                shape: SPEED_DPA_MODELS, CUDNN_LIB_DIR for cuDNN 9.19+) at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
+#                shape: SPEED_DPA_MODELS, CUDNN_LIB_DIR for cuDNN 9.19+; FP8 with
+#                --fp8-recipe blockwise: SPEED_BLOCKWISE_MODELS, default both) at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
 #                (the bf16 FLOP count) as the mean of iterations 6-20, peak memory;
@@ -150,7 +151,8 @@ if has convergence; then
     save=(); [[ ${CONV_RESUME:-1} == 1 ]] && save=(--save "$OUT/ckpt_fp8" --save-interval $((iters / 2)))
     run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid "${save[@]}"
     run kjv_fp8_tw train "${kjv[@]}" --fp8-format hybrid --fp8-recipe tensorwise
-    for r in fp8 fp8_tw; do
+    run kjv_fp8_bw train "${kjv[@]}" --fp8-format hybrid --fp8-recipe blockwise
+    for r in fp8 fp8_tw fp8_bw; do
       note "$r vs bf16 from iteration 200: $(compare kjv_bf16 kjv_$r 0.01 200)"
       note "$r vs bf16, iterations 200-1000: $(compare kjv_bf16 kjv_$r 0.01 200 1000)"
       note "$r vs bf16, iterations 1000-$iters: $(compare kjv_bf16 kjv_$r 0.01 1000)"
@@ -235,6 +237,13 @@ g = lambda s: float(s.split()[0]) if s[0].isdigit() else 0
 print(f'$m $3 / bf16 = {g(f) / g(b):.3f}' if g(b) else '$m: no ratio')" "$1" "$2" | tee -a "$summary"
     }
     ratio "$b" "$f" fp8
+    # --fp8-recipe blockwise (cuBLASLt's block-scaled GEMMs)
+    if [[ " ${SPEED_BLOCKWISE_MODELS:-g15 l8} " == *" $m "* ]]; then
+      run speed_${m}_fp8bw train "${args[@]}" --fp8-format hybrid --fp8-recipe blockwise
+      w=$(speed speed_${m}_fp8bw)
+      note "$m fp8 blockwise: $w"
+      ratio "$b" "$w" fp8bw
+    fi
     # FP8 attention too (cuDNN's FP8 attention: head size 128, cuDNN 9.19 or later)
     if [[ " ${SPEED_DPA_MODELS:-l8} " == *" $m "* ]]; then
       run speed_${m}_fp8dpa train "${args[@]}" --fp8-format hybrid --fp8-dot-product-attention
