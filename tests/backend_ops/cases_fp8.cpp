@@ -1,5 +1,6 @@
 // backend_ops cases: the FP8 ops (fp8_quantize, fp8_cast_transpose,
-// fp8_dequantize, fp8_matmul). The casts are exact cases: every output
+// fp8_dequantize, fp8_matmul, fp8_update_scale, and block scaling's
+// fp8_block_cast, fp8_block_cast_tiles, fp8_block_matmul). The casts are exact cases: every output
 // (FP8 codes, amax, dequantized values) must equal the CPU reference bit for
 // bit, including saturation, NaN, signed zeros, subnormals and values below
 // half the smallest subnormal, which the `_special` cases write at the
@@ -7,6 +8,7 @@
 // of the exactly decoded operands (fp8_matmul_gate below says why).
 // Shapes: one the CUDA fast paths take (widths multiples of 16, 16-byte
 // rows) and one they do not (odd widths, rows not a multiple of the tiles).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -66,6 +68,52 @@ double fp8_matmul_gate(DType out) { return out == DType::F32 ? 1e-7 : tolerance(
 double fp8_matmul_fast_gate(DType out) { return tolerance(out == DType::F32 ? DType::BF16 : out); }
 
 Kind kind_of(DType fp8) { return fp8 == DType::E4M3 ? Kind::E4M3 : Kind::E5M2; }
+
+// prepare() of the block casts: amaxes spread over 2^-24..2^24, each value
+// scaled by 2^(min(e(row), e(column)) + e(tile)), so the 1x128 blocks of a
+// row reach e(row), the 128-row blocks of a column e(column), and tiles
+// differ by e(tile) (a scale read from the wrong block shows); and rows
+// (columns) that meet the scale's edge cases: all zeros; NaN (skipped by
+// the amax); +-inf (amax inf: scale 1, saturated codes); 3e38 (a scale of
+// 2^-120, the rest of the block underflowing); f32 subnormals only (the
+// quotient overflows: 2^127); amax 3.5 in every block (E4M3 scale 448/3.5
+// = 128 exactly); amax 7 (448/7 = 64, 57344/7 = 8192: exact powers) and
+// 4 ulps above it (the power below); the last column zero (its column
+// blocks: scale 1, or inf's). f16 and bf16 inputs round these as they can
+// (3e38 -> inf in f16): both backends see the rounded values.
+OpFn block_values(size_t in, int64_t R, int64_t C) {
+  return [=](Backend&, Args& t) {
+    double* x = t[in].data<double>();
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t row_e = r * 7 % 41 - 20, col_e = c * 5 % 41 - 20, tile_e = (r / 128 * 3 + c / 128 * 5) % 9 - 4;
+        x[r * C + c] *= std::ldexp(1.0, static_cast<int>(std::min(row_e, col_e) + tile_e));
+      }
+    const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+    auto row = [&](int64_t r) { return x + r * C; };
+    if (R > 0) std::fill(row(0), row(0) + C, 0.0);
+    if (R > 1) row(1)[0] = nan, row(1)[C / 2] = -nan, row(1)[C - 1] = -nan;
+    if (R > 2 && C > 1) row(2)[1] = inf, row(2)[C - 1] = -inf;
+    if (R > 3 && C > 2) row(3)[2] = 3e38, row(3)[C - 2] = -1e38;
+    if (R > 4)
+      for (int64_t c = 0; c < C; ++c) row(4)[c] = (c % 3 - 1) * 1e-42 * (1 + c % 5);
+    if (R > 5)
+      for (int64_t c = 0; c < C; ++c) row(5)[c] = c % backend::kFp8Block ? 3.5 * std::tanh(row(5)[c]) : -3.5;
+    if (R > 6)
+      for (int64_t c = 0; c < C; ++c) row(6)[c] = std::tanh(row(6)[c]);
+    if (R > 6) row(6)[0] = 7.0;
+    if (R > 6 && C > 128) row(6)[128] = -(7.0 + std::ldexp(4.0, -21));  // 4 f32 ulps
+    for (int64_t r = 7; r < R; ++r) row(r)[C - 1] = 0.0;
+  };
+}
+
+// Powers of two 2^-8..2^-4 as a GEMM's block scales (so a scale read from
+// the wrong block changes the product by up to 16x; small enough that
+// f16 outputs stay finite).
+void power_scales(Tensor& s) {
+  double* p = s.data<double>();
+  for (int64_t i = 0; i < s.numel(); ++i) p[i] = std::ldexp(1.0, static_cast<int>((i * 3) % 5) - 8);
+}
 
 }  // namespace
 
@@ -162,6 +210,87 @@ void add_fp8_cases(std::vector<OpCase>& v) {
                if (u.m > 2) t[2].data<double>()[2] = std::numeric_limits<double>::infinity();
              }};
     c.exact = true;
+    v.push_back(c);
+  }
+
+  // ---- block scaling: the casts bit for bit, with and without the
+  // transpose, on shapes the CUDA fast kernel takes (R, C multiples of 8:
+  // whole tiles, and cut ones) and ones it leaves to the element kernel
+  // (200 x 300; 9 rows); values from block_values ----
+  using backend::fp8_blocks;
+  using backend::fp8_tile_ld;
+  struct Bs { const char* tag; int64_t r, c; };
+  const Bs block_shapes[] = {{"", 256, 384}, {"_cut", 200, 304}, {"_odd", 200, 300}, {"_small", 9, 20}};
+  for (Fmt f : {Fmt{"_e4m3", DType::E4M3, 0.f}, Fmt{"_e5m2", DType::E5M2, 0.f}}) {
+    const Kind k = kind_of(f.dt);
+    for (Bs s : block_shapes)
+      for (bool tr : {false, true}) {
+        const int64_t R = s.r, C = s.c;
+        std::vector<ArgSpec> args{out("out", {R, C}, k), out("scale_inv", {fp8_blocks(C) * R}, Kind::F32)};
+        if (tr) {
+          args.push_back(out("out_t", {C, R}, k));
+          args.push_back(out("scale_inv_t", {fp8_blocks(R) * C}, Kind::F32));
+        }
+        const size_t x = args.size();
+        args.push_back(in("in", {R, C}));
+        OpCase c{std::string("fp8_block_cast") + (tr ? "_transpose" : "") + f.tag + s.tag, args,
+                 [tr, x](Backend& be, Args& t) {
+                   be.fp8_block_cast(t[0], t[1], tr ? &t[2] : nullptr, tr ? &t[3] : nullptr, t[x]);
+                 },
+                 block_values(x, R, C)};
+        c.exact = true;
+        v.push_back(c);
+      }
+    // Tiles: the padded scale rows (ld 4 for 3 column tiles, 8 for 6), written as 1.
+    for (Bs s : {block_shapes[0], block_shapes[1], block_shapes[2], Bs{"_wide", 136, 648}}) {
+      const int64_t R = s.r, C = s.c;
+      OpCase c{std::string("fp8_block_cast_tiles") + f.tag + s.tag,
+               {out("out", {R, C}, k), out("out_t", {C, R}, k),
+                out("scale_inv", {fp8_blocks(R) * fp8_tile_ld(C)}, Kind::F32),
+                out("scale_inv_t", {fp8_blocks(C) * fp8_tile_ld(R)}, Kind::F32), in("in", {R, C})},
+               [](Backend& be, Args& t) { be.fp8_block_cast_tiles(t[0], t[1], t[2], t[3], t[4]); },
+               block_values(4, R, C)};
+      c.exact = true;
+      v.push_back(c);
+    }
+  }
+
+  // ---- fp8_block_matmul: the forward / dgrad form (a 1x128 x b 128x128
+  // tiles, with and without bias, K and OC cut), the wgrad form (1x128 x
+  // 1x128, out += into an f32 main grad or the compute dtype), E5M2 x E4M3,
+  // and shapes cuBLASLt does not take (N not a multiple of 4; K, OC not
+  // multiples of 16: the fallback kernel). Gated as fp8_matmul: both sum
+  // f32 partials of exact code products (per 128-wide K block, then times
+  // the block's scales, exact powers of two here) ----
+  struct Bm { const char* tag; int64_t n, k, oc; DType a, b; bool tiles, bias, accumulate, f32_out; };
+  for (Bm m : {Bm{"_fwd", 96, 384, 256, DType::E4M3, DType::E4M3, true, false, false, false},
+               Bm{"_fwd_bias", 64, 256, 192, DType::E4M3, DType::E4M3, true, true, false, false},
+               Bm{"_fwd_cut_bias", 48, 208, 144, DType::E4M3, DType::E4M3, true, true, false, false},
+               Bm{"_dgrad_e5m2", 64, 384, 160, DType::E5M2, DType::E4M3, true, false, false, false},
+               Bm{"_wgrad_f32_accumulate", 96, 256, 64, DType::E5M2, DType::E4M3, false, false, true, true},
+               Bm{"_wgrad_accumulate", 64, 400, 48, DType::E4M3, DType::E4M3, false, false, true, false},
+               Bm{"_n50", 50, 256, 64, DType::E4M3, DType::E4M3, true, true, false, false},
+               Bm{"_odd_bias", 37, 200, 29, DType::E4M3, DType::E4M3, true, true, false, false},
+               Bm{"_odd_f32_accumulate", 37, 200, 29, DType::E5M2, DType::E4M3, false, false, true, true}}) {
+    const int64_t N = m.n, K = m.k, OC = m.oc;
+    const Kind ok = m.f32_out ? Kind::F32 : Kind::Act;
+    const int64_t nb = m.tiles ? fp8_blocks(OC) * fp8_tile_ld(K) : fp8_blocks(K) * OC;
+    std::vector<ArgSpec> args{m.accumulate ? acc("out", {N, OC}, ok) : out("out", {N, OC}, ok),
+                              in("a", {N, K}, kind_of(m.a), fp8_max(m.a) / 8),
+                              positive("a_scale_inv", {fp8_blocks(K) * N}, Kind::F32),
+                              in("b", {OC, K}, kind_of(m.b), fp8_max(m.b) / 8),
+                              positive("b_scale_inv", {nb}, Kind::F32)};
+    if (m.bias) args.push_back(in("bias", {OC}));
+    const bool tiles = m.tiles, bias = m.bias, accumulate = m.accumulate, f32 = m.f32_out;
+    OpCase c{std::string("fp8_block_matmul") + m.tag, args,
+             [tiles, bias, accumulate](Backend& be, Args& t) {
+               be.fp8_block_matmul(t[0], t[1], t[2], t[3], t[4], tiles, bias ? &t[5] : nullptr, accumulate);
+             },
+             [](Backend&, Args& t) {
+               power_scales(t[2]);
+               power_scales(t[4]);
+             }};
+    c.gate = [f32](DType act) { return fp8_matmul_gate(f32 ? DType::F32 : act); };
     v.push_back(c);
   }
 }

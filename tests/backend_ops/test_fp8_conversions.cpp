@@ -2,7 +2,8 @@
 // reference compute with (and the CUDA kernels match bit for bit): every
 // code of both formats against its value written by hand, round trips,
 // ties to even between every pair of neighbours, saturation, NaN, and
-// values at and below half the smallest subnormal. (The same encoder agrees
+// values at and below half the smallest subnormal, and block scaling's
+// scale (fp8_block_scale) on values worked by hand. (The same encoder agrees
 // with cuda_fp8.h's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, ...) on all
 // 2^32 floats; that check needs the CUDA headers and a few CPU-minutes, so
 // it is not part of the suite.)
@@ -144,6 +145,29 @@ TEST(Fp8Conversions, SignIsAMirror) {
   for (const Format& f : kFormats)
     for (float x = 1e-7f; x < 1e6f; x *= 1.0137f)
       EXPECT_EQ(f32_to_fp8(-x, f.dt), f32_to_fp8(x, f.dt) | 0x80) << dtype_name(f.dt) << " " << x;
+}
+
+// Block scaling's scale: the power of two at or below fp8_max / amax.
+TEST(Fp8Conversions, BlockScaleIsThePowerOfTwoAtOrBelow) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(fp8_block_scale(3.5f, 448.f), 128.f);      // 448 / 3.5 = 128 exactly
+  EXPECT_EQ(fp8_block_scale(5.f, 448.f), 64.f);        // 89.6
+  EXPECT_EQ(fp8_block_scale(448.f, 448.f), 1.f);
+  EXPECT_EQ(fp8_block_scale(447.f, 448.f), 1.f);       // 1.0022
+  EXPECT_EQ(fp8_block_scale(449.f, 448.f), 0.5f);      // 0.9978
+  EXPECT_EQ(fp8_block_scale(7.f, 57344.f), 8192.f);    // exact
+  EXPECT_EQ(fp8_block_scale(std::nextafter(7.f, 8.f), 57344.f), 4096.f);  // just below 8192
+  EXPECT_EQ(fp8_block_scale(1e-3f, 448.f), 262144.f);  // 448000 -> 2^18
+  // One ulp either side of 448: a quotient just below 1 (scale 1/2) or just above (scale 1).
+  EXPECT_EQ(fp8_block_scale(std::nextafter(448.f, 449.f), 448.f), 0.5f);
+  EXPECT_EQ(fp8_block_scale(std::nextafter(448.f, 447.f), 448.f), 1.f);
+  // No usable amax: 1.
+  for (float a : {0.f, -0.f, inf, nan}) EXPECT_EQ(fp8_block_scale(a, 448.f), 1.f) << a;
+  // Overflowing quotients (a subnormal amax) take FLT_MAX's power of two; FLT_MAX's amax the smallest.
+  EXPECT_EQ(fp8_block_scale(std::numeric_limits<float>::denorm_min(), 448.f), 0x1p127f);
+  EXPECT_EQ(fp8_block_scale(1e-40f, 57344.f), 0x1p127f);
+  EXPECT_EQ(fp8_block_scale(std::numeric_limits<float>::max(), 448.f), 0x1p-120f);  // 1.3e-36
+  EXPECT_EQ(fp8_block_scale(std::numeric_limits<float>::max(), 57344.f), 0x1p-113f);
 }
 
 TEST(Fp8Conversions, DTypeNamesAndSizes) {

@@ -466,6 +466,31 @@ class CudaBackend final : public Backend {
                               b.dtype(), b_scale_inv.data<float>(), bias ? bias->raw() : nullptr, accumulate, N, K,
                               OC, stream_);
   }
+  // Block scaling (fp8_block.cu; the GEMM through cuBLASLt's block-scaled
+  // modes in fp8_matmul.cpp, else the fallback kernel). Scales are f32.
+  void fp8_block_cast_impl(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tensor* scale_inv_t,
+                           const Tensor& in) override {
+    const int64_t C = in.size(-1), R = C ? in.numel() / C : 0;
+    cuda::fp8_block_cast(out.raw(), scale_inv.data<float>(), out_t ? out_t->raw() : nullptr,
+                         scale_inv_t ? scale_inv_t->data<float>() : nullptr, out.dtype(), in.raw(), in.dtype(), R, C,
+                         stream_);
+  }
+  void fp8_block_cast_tiles_impl(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t,
+                                 const Tensor& in) override {
+    cuda::fp8_block_cast_tiles(out.raw(), out_t.raw(), scale_inv.data<float>(), scale_inv_t.data<float>(),
+                               out.dtype(), in.raw(), in.dtype(), in.size(0), in.size(1), stream_);
+  }
+  void fp8_block_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                             const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) override {
+    const int64_t K = b.size(1), OC = b.size(0), N = OC ? out.numel() / OC : 0;
+    const void* bias_p = bias ? bias->raw() : nullptr;
+    if (fp8_gemm_->run_block(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(),
+                             b.dtype(), b_scale_inv.data<float>(), b_tiles, bias_p, accumulate, N, K, OC, stream_))
+      return;
+    cuda::fp8_block_matmul_fallback(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(),
+                                    b.dtype(), b_scale_inv.data<float>(), b_tiles, bias_p, accumulate, N, K, OC,
+                                    stream_);
+  }
   void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                              float fp8_max, int margin, bool use_max) override {
     cuda::fp8_update_scale(scale.data<float>(), scale_inv.data<float>(),

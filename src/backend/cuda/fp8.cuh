@@ -1,5 +1,6 @@
-// Launchers of the FP8 ops of backend/ops.h (CUDA version of backend/cpu/fp8.cpp):
-// the casts (fp8.cu) and the FP8 GEMM through cuBLASLt (fp8_matmul.cpp).
+// Launchers of the FP8 ops of backend/ops.h (CUDA version of backend/cpu/fp8.cpp
+// and fp8_block.cpp): the casts (fp8.cu, fp8_block.cu) and the FP8 GEMMs
+// through cuBLASLt (fp8_matmul.cpp).
 // FP8 tensors are bytes of dtype E4M3 or E5M2; activations are f32, bf16 or
 // f16 (`dt`); scale, scale_inv and amax are device pointers to one float.
 // The conversions match tensor/dtype.h's f32_to_fp8 / fp8_to_f32 bit for bit.
@@ -35,6 +36,24 @@ void fp8_dequantize(void* out, DType dt, const void* in, DType fp8, const float*
 void fp8_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,
                          const void* b, DType b_fp8, const float* b_scale_inv, const void* bias,
                          bool accumulate, int64_t N, int64_t K, int64_t OC, cudaStream_t stream);
+
+// Block scaling (backend/ops.h fp8_block_cast; NOTE [FP8 block casts] in
+// fp8_block.cu). in (R, C): out (R, C) in 1x128 blocks along C, scale_inv
+// [ceil(C/128)][R]; with out_t (C, R), blocks of 128 rows of each column,
+// scale_inv_t [ceil(R/128)][C] (both null, or both given). Scales are f32 on
+// the device.
+void fp8_block_cast(void* out, float* scale_inv, void* out_t, float* scale_inv_t, DType fp8, const void* in,
+                    DType dt, int64_t R, int64_t C, cudaStream_t stream);
+// in (R, C) in 128x128 tiles: out (R, C), out_t (C, R) the same codes
+// transposed, scale_inv [ceil(R/128)][ld(C)], scale_inv_t [ceil(C/128)][ld(R)]
+// (ld: backend/ops.h fp8_tile_ld; the padding written as 1).
+void fp8_block_cast_tiles(void* out, void* out_t, float* scale_inv, float* scale_inv_t, DType fp8, const void* in,
+                          DType dt, int64_t R, int64_t C, cudaStream_t stream);
+// fp8_block_matmul without cuBLASLt (one thread per output; each 128-wide K
+// block's f32 sum times its two scale_invs, added in f32): any shape.
+void fp8_block_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,
+                               const void* b, DType b_fp8, const float* b_scale_inv, bool b_tiles, const void* bias,
+                               bool accumulate, int64_t N, int64_t K, int64_t OC, cudaStream_t stream);
 
 // dst = max(dst, src[0], src[stride], ..., src[(n-1) stride]) (NaN skipped, as
 // fmaxf): folds amaxes written elsewhere (cuDNN's FP8 attention) into an
@@ -77,15 +96,37 @@ class Fp8Gemm {
   bool run(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
            DType b_fp8, const float* b_scale_inv, const void* bias, bool accumulate, int64_t N, int64_t K,
            int64_t OC, cudaStream_t stream, bool fast_accum = false);
+  // The block-scaled GEMM (backend/ops.h fp8_block_matmul): a in 1x128
+  // blocks (a_scale_inv [ceil(K/128)][N]), b in 128x128 tiles (b_tiles:
+  // [ceil(OC/128)][fp8_tile_ld(K)]) or 1x128 blocks ([ceil(K/128)][OC]), the
+  // layouts of cuBLASLt's VEC128_32F and BLK128x128_32F scale modes, passed
+  // as they are. f32 accumulation promoted per block (no fast accumulation
+  // with block scaling). The bias goes through the BIAS epilogue where
+  // cuBLASLt takes it, else (and for an f32 out) it is added after the GEMM.
+  // Returns false, having done nothing, when cuBLASLt cannot take the call
+  // (K or OC not a multiple of 16, N not a multiple of 4, operands or scale
+  // arrays not 16-byte aligned, no algorithm); the caller falls back.
+  bool run_block(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
+                 DType b_fp8, const float* b_scale_inv, bool b_tiles, const void* bias, bool accumulate, int64_t N,
+                 int64_t K, int64_t OC, cudaStream_t stream);
 
  private:
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, bool, bool, int>;
+  // run_block's: N, K, OC, dtypes (out, a, b), b's scale mode (tiles), fused
+  // bias, accumulate, alignment.
+  using BlockKey = std::tuple<int64_t, int64_t, int64_t, int, int, int, bool, bool, bool, int>;
+  bool try_block(const BlockKey& key, void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,
+                 const void* b, DType b_fp8, const float* b_scale_inv, bool b_tiles, const void* bias,
+                 bool accumulate, int64_t N, int64_t K, int64_t OC, int align, cudaStream_t stream);
+  void init();
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = size_t(32) << 20;
   float* scales_ = nullptr;  // 16-byte aligned copies of misaligned scale pointers
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
   std::map<Key, bool> unsupported_;
+  std::map<BlockKey, cublasLtMatmulAlgo_t> block_algos_;
+  std::map<BlockKey, bool> block_unsupported_;
 };
 
 }  // namespace tripod::backend::cuda
