@@ -121,9 +121,11 @@ void Backend::fp8_dequantize(Tensor& out, const Tensor& in, const Tensor& scale_
   fp8_dequantize_impl(out, in, scale_inv);
 }
 
-void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
-                         const Tensor& b_scale_inv, const Tensor* bias, bool accumulate, bool fast_accum) {
-  Checks k(*this, "fp8_matmul");
+namespace {
+
+// The operands of an FP8 GEMM (fp8_matmul, fp8_block_matmul): a (N, K) and
+// b (OC, K), K-major, not both E5M2; out (N, OC). Returns out's dtype.
+DType check_fp8_gemm(const Checks& k, const Tensor& out, const Tensor& a, const Tensor& b) {
   const DType dt = k.act(out, "out");
   fp8(k, a, "a");
   fp8(k, b, "b");
@@ -135,6 +137,16 @@ void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv
   const int64_t OC = b.size(0);
   k.numel(out, "out", rows_of(a) * OC, "N * OC");
   k.that(out.size(-1) == OC, fmt::format("out {} must have width OC = {}", out.str(), OC));
+  return dt;
+}
+
+}  // namespace
+
+void Backend::fp8_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
+                         const Tensor& b_scale_inv, const Tensor* bias, bool accumulate, bool fast_accum) {
+  Checks k(*this, "fp8_matmul");
+  const DType dt = check_fp8_gemm(k, out, a, b);
+  const int64_t OC = b.size(0);
   scalar(k, a_scale_inv, "a_scale_inv", dt);
   scalar(k, b_scale_inv, "b_scale_inv", dt);
   if (bias) {
@@ -211,17 +223,8 @@ void Backend::fp8_block_cast_tiles(Tensor& out, Tensor& out_t, Tensor& scale_inv
 void Backend::fp8_block_matmul(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                                const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) {
   Checks k(*this, "fp8_block_matmul");
-  const DType dt = k.act(out, "out");
-  fp8(k, a, "a");
-  fp8(k, b, "b");
-  k.dim(b, "b", 2, "(OC, K): K-major");
-  k.that(a.dim() >= 1 && a.size(-1) == b.size(1),
-         fmt::format("a {} must be (N, K) with K = {} (b {} is (OC, K))", a.str(), b.size(1), b.str()));
-  k.that(!(a.dtype() == DType::E5M2 && b.dtype() == DType::E5M2),
-         "a and b must not both be e5m2 (no FP8 GEMM takes two e5m2 operands; make one of them e4m3)");
+  const DType dt = check_fp8_gemm(k, out, a, b);
   const int64_t OC = b.size(0), K = b.size(1), N = rows_of(a);
-  k.numel(out, "out", N * OC, "N * OC");
-  k.that(out.size(-1) == OC, fmt::format("out {} must have width OC = {}", out.str(), OC));
   k.stat(a_scale_inv, "a_scale_inv", dt, fp8_blocks(K) * N, "ceil(K/128) * N: a's 1x128 blocks");
   if (b_tiles)
     k.stat(b_scale_inv, "b_scale_inv", dt, fp8_blocks(OC) * fp8_tile_ld(K), "ceil(OC/128) * fp8_tile_ld(K): b's tiles");

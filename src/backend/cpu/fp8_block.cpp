@@ -14,6 +14,21 @@
 
 namespace tripod::backend::cpu {
 
+namespace {
+
+// One 1x128 block: the n values in[0], in[stride], ... cast into out[0],
+// out[out_stride], ... with the block's scale; returns its scale_inv.
+template <typename T>
+float cast_block(uint8_t* out, int64_t out_stride, const T* in, int64_t stride, int64_t n, float mx, DType fp8) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(static_cast<float>(in[i * stride])));
+  const float s = fp8_block_scale(amax, mx);
+  for (int64_t i = 0; i < n; ++i) out[i * out_stride] = f32_to_fp8(static_cast<float>(in[i * stride]) * s, fp8);
+  return 1.f / s;
+}
+
+}  // namespace
+
 // in (R, C): out (R, C) in 1x128 blocks along C, scale_inv [ceil(C/128)][R];
 // out_t (C, R) in blocks of 128 rows of each column, scale_inv_t [ceil(R/128)][C].
 template <typename T>
@@ -21,24 +36,14 @@ void fp8_block_cast(uint8_t* out, stat_t<T>* scale_inv, uint8_t* out_t, stat_t<T
                     int64_t R, int64_t C, DType fp8) {
   const float mx = fp8_max(fp8);
   for (int64_t r = 0; r < R; ++r)
-    for (int64_t c0 = 0; c0 < C; c0 += kFp8Block) {
-      const int64_t c1 = std::min(C, c0 + kFp8Block);
-      float amax = 0.f;
-      for (int64_t c = c0; c < c1; ++c) amax = std::fmax(amax, std::fabs(static_cast<float>(in[r * C + c])));
-      const float s = fp8_block_scale(amax, mx);
-      for (int64_t c = c0; c < c1; ++c) out[r * C + c] = f32_to_fp8(static_cast<float>(in[r * C + c]) * s, fp8);
-      scale_inv[(c0 / kFp8Block) * R + r] = static_cast<stat_t<T>>(1.f / s);
-    }
+    for (int64_t c0 = 0; c0 < C; c0 += kFp8Block)
+      scale_inv[(c0 / kFp8Block) * R + r] = static_cast<stat_t<T>>(
+          cast_block(out + r * C + c0, 1, in + r * C + c0, 1, std::min(kFp8Block, C - c0), mx, fp8));
   if (!out_t) return;
   for (int64_t c = 0; c < C; ++c)
-    for (int64_t r0 = 0; r0 < R; r0 += kFp8Block) {
-      const int64_t r1 = std::min(R, r0 + kFp8Block);
-      float amax = 0.f;
-      for (int64_t r = r0; r < r1; ++r) amax = std::fmax(amax, std::fabs(static_cast<float>(in[r * C + c])));
-      const float s = fp8_block_scale(amax, mx);
-      for (int64_t r = r0; r < r1; ++r) out_t[c * R + r] = f32_to_fp8(static_cast<float>(in[r * C + c]) * s, fp8);
-      scale_inv_t[(r0 / kFp8Block) * C + c] = static_cast<stat_t<T>>(1.f / s);
-    }
+    for (int64_t r0 = 0; r0 < R; r0 += kFp8Block)
+      scale_inv_t[(r0 / kFp8Block) * C + c] = static_cast<stat_t<T>>(
+          cast_block(out_t + c * R + r0, 1, in + r0 * C + c, C, std::min(kFp8Block, R - r0), mx, fp8));
 }
 
 // in (R, C) in 128x128 tiles: out (R, C), out_t (C, R) = the same codes

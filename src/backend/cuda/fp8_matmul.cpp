@@ -22,6 +22,58 @@ using lt::Layout;
 using lt::MatmulDesc;
 using lt::Preference;
 
+// The TN call's three matrices: cuBLAS's A = b (K, OC), B = a (K, N), D = out (OC, N).
+struct TnLayouts {
+  Layout la, lb, ld;
+  TnLayouts(DType a_fp8, DType b_fp8, cudaDataType_t out_type, int64_t N, int64_t K, int64_t OC) {
+    TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, cuda_type(b_fp8), K, OC, K));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, cuda_type(a_fp8), K, N, K));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, out_type, OC, N, OC));
+  }
+};
+
+// The descriptor both GEMMs share: f32 compute, TN, the inverse scales (of b
+// as cuBLAS's A, of a as its B) and the BIAS epilogue when `bias`.
+void describe_tn(MatmulDesc& desc, const float* a_scale_inv, const float* b_scale_inv, const void* bias,
+                 cudaDataType_t out_type) {
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv,
+                                                     sizeof(b_scale_inv)));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv,
+                                                     sizeof(a_scale_inv)));
+  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (bias) {
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
+                                                       sizeof(out_type)));
+  }
+}
+
+// The first algorithm cuBLASLt's heuristic offers for operands aligned to
+// `align` bytes; false when it offers none (e.g. NOT_SUPPORTED).
+bool first_algo(cublasLtHandle_t handle, const MatmulDesc& desc, const TnLayouts& l, int align, size_t workspace_bytes,
+                cublasLtMatmulAlgo_t* algo) {
+  Preference pref;
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
+  TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &workspace_bytes, sizeof(workspace_bytes)));
+  const uint32_t a32 = static_cast<uint32_t>(align);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &a32, sizeof(a32)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, desc.d, l.la.l, l.lb.l, l.ld.l, l.ld.l, pref.p, 1, &result, &found);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  *algo = result.algo;
+  return true;
+}
+
 }  // namespace
 
 Fp8Gemm::~Fp8Gemm() {
@@ -62,53 +114,23 @@ bool Fp8Gemm::run(void* out, DType dt, const void* a, DType a_fp8, const float* 
   b_scale_inv = aligned_scale(b_scale_inv, 1);
 
   MatmulDesc desc;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  // cuBLAS's A is our b, its B our a: the scales follow.
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv,
-                                                     sizeof(b_scale_inv)));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv,
-                                                     sizeof(a_scale_inv)));
+  const cudaDataType_t out_type = cuda_type(dt);
+  describe_tn(desc, a_scale_inv, b_scale_inv, bias, out_type);
   const int8_t fast = fast_accum ? 1 : 0;
   TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
-  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  const cudaDataType_t out_type = cuda_type(dt);
-  if (bias) {
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
-                                                       sizeof(out_type)));
-  }
-  Layout la, lb, ld;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, cuda_type(b_fp8), K, OC, K));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, cuda_type(a_fp8), K, N, K));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, out_type, OC, N, OC));
-
+  const TnLayouts l(a_fp8, b_fp8, out_type, N, K, OC);
   auto it = algos_.find(key);
   if (it == algos_.end()) {
-    Preference pref;
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                             &workspace_bytes_, sizeof(workspace_bytes_)));
-    const uint32_t a32 = static_cast<uint32_t>(align);
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &a32, sizeof(a32)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1,
-                                                              &result, &found);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {  // e.g. NOT_SUPPORTED for this combination
+    cublasLtMatmulAlgo_t algo;
+    if (!first_algo(handle_, desc, l, align, workspace_bytes_, &algo)) {
       unsupported_.emplace(key, true);
       return false;
     }
-    it = algos_.emplace(key, result.algo).first;
+    it = algos_.emplace(key, algo).first;
   }
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-  const cublasStatus_t st = cublasLtMatmul(handle_, desc.d, &alpha, b, la.l, a, lb.l, &beta, out, ld.l, out, ld.l,
-                                           &it->second, workspace_, workspace_bytes_, stream);
+  const cublasStatus_t st = cublasLtMatmul(handle_, desc.d, &alpha, b, l.la.l, a, l.lb.l, &beta, out, l.ld.l, out,
+                                           l.ld.l, &it->second, workspace_, workspace_bytes_, stream);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {  // the heuristic offered it, the call refused: the fallback takes it
     unsupported_.emplace(key, true);
     return false;
@@ -164,11 +186,9 @@ bool Fp8Gemm::try_block(const BlockKey& key, void* out, DType dt, const void* a,
                         cudaStream_t stream) {
   init();
   MatmulDesc desc;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  // cuBLAS's A is our b, its B our a: the scale modes and arrays follow.
+  const cudaDataType_t out_type = cuda_type(dt);
+  describe_tn(desc, a_scale_inv, b_scale_inv, bias, out_type);
+  // cuBLAS's A is our b, its B our a: the scale modes follow.
   const cublasLtMatmulMatrixScale_t a_mode =
       b_tiles ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   const cublasLtMatmulMatrixScale_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
@@ -176,43 +196,16 @@ bool Fp8Gemm::try_block(const BlockKey& key, void* out, DType dt, const void* a,
       cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
   TRIPOD_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale_inv,
-                                                     sizeof(b_scale_inv)));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale_inv,
-                                                     sizeof(a_scale_inv)));
-  const cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-  const cudaDataType_t out_type = cuda_type(dt);
-  if (bias) {
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc.d, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &out_type,
-                                                       sizeof(out_type)));
-  }
-  Layout la, lb, ld;
-  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.l, cuda_type(b_fp8), K, OC, K));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.l, cuda_type(a_fp8), K, N, K));
-  TRIPOD_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.l, out_type, OC, N, OC));
-
+  const TnLayouts l(a_fp8, b_fp8, out_type, N, K, OC);
   auto it = block_algos_.find(key);
   if (it == block_algos_.end()) {
-    Preference pref;
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.p));
-    TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                             &workspace_bytes_, sizeof(workspace_bytes_)));
-    const uint32_t a32 = static_cast<uint32_t>(align);
-    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      TRIPOD_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &a32, sizeof(a32)));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1,
-                                                              &result, &found);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
-    it = block_algos_.emplace(key, result.algo).first;
+    cublasLtMatmulAlgo_t algo;
+    if (!first_algo(handle_, desc, l, align, workspace_bytes_, &algo)) return false;
+    it = block_algos_.emplace(key, algo).first;
   }
   const float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
-  const cublasStatus_t st = cublasLtMatmul(handle_, desc.d, &alpha, b, la.l, a, lb.l, &beta, out, ld.l, out, ld.l,
-                                           &it->second, workspace_, workspace_bytes_, stream);
+  const cublasStatus_t st = cublasLtMatmul(handle_, desc.d, &alpha, b, l.la.l, a, l.lb.l, &beta, out, l.ld.l, out,
+                                           l.ld.l, &it->second, workspace_, workspace_bytes_, stream);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) return false;
   TRIPOD_CUBLAS_CHECK(st);
   return true;
