@@ -95,6 +95,13 @@ TEST(Fp8Checkpoint, DelayedTp2Dp2BitExact) {
   resume_case("resume_fp8_tp2dp2", 4, kFp8Delayed + " --tensor-model-parallel-size 2 --sequence-parallel");
 }
 
+// Blockwise (current block) scaling keeps no state: every cast takes its
+// scales from the tensor it casts, so a resumed run quantizes as the
+// straight one did, bit for bit, with nothing FP8 in the checkpoint.
+TEST(Fp8Checkpoint, BlockwiseOneRankBitExact) {
+  resume_case("resume_fp8_blockwise", 1, "--fp8-format hybrid --fp8-recipe blockwise");
+}
+
 // Without the saved state the resumed run would start from scale 1: the
 // losses after the load differ (so the bit-exact resume above is the
 // state's doing). And the precisions load each other's checkpoints: an FP8
