@@ -75,6 +75,54 @@ double measure_fp8(Backend& be, const OpShape& op, int reps, DType act, Make&& m
   });
 }
 
+// The block-scaled FP8 linear (--fp8-recipe blockwise) as Fp8Linear runs
+// it with a kept input: forward casts x (rows a, in b) in 1x128 row blocks
+// and, for wgrad, its transpose in 128-row column blocks (one
+// fp8_block_cast), then the GEMM against the weight's 128x128 tiles;
+// backward casts dy alike (E5M2), runs dgrad against W^T's tiles and
+// wgrad on the two transposes' 1x128 blocks (into the f32 gradient). GELU
+// unfused after the GEMM when d[3] = 1, no bias (as measure_fp8). The
+// weight's tiles are cast once, outside the timing (kFp8BlockWeightCast
+// times that cast). Scale arrays in backend/op_args.h's layouts.
+template <typename Make>
+double measure_fp8_block(Backend& be, const OpShape& op, int reps, DType act, Make&& make) {
+  using backend::fp8_blocks;
+  using backend::fp8_tile_ld;
+  const int64_t a = op.d[0], b = op.d[1], c = op.d[2], gelu = op.d[3];
+  auto scales = [&](int64_t n) { return be.empty({n}, DType::F32); };
+  if (op.kind == OpKind::kFp8BlockWeightCast) {  // (out a, in b)
+    Tensor w = make({a, b}, act), w8 = be.empty({a, b}, DType::E4M3), w8_t = be.empty({b, a}, DType::E4M3);
+    Tensor ws = scales(fp8_blocks(a) * fp8_tile_ld(b)), ws_t = scales(fp8_blocks(b) * fp8_tile_ld(a));
+    return time_calls(be, reps, [&] { be.fp8_block_cast_tiles(w8, w8_t, ws, ws_t, w); });
+  }
+  // W (out c, in b) and W^T in 128x128 tiles.
+  Tensor w = make({c, b}, act), w8 = be.empty({c, b}, DType::E4M3), w8_t = be.empty({b, c}, DType::E4M3);
+  Tensor ws = scales(fp8_blocks(c) * fp8_tile_ld(b)), ws_t = scales(fp8_blocks(b) * fp8_tile_ld(c));
+  be.fp8_block_cast_tiles(w8, w8_t, ws, ws_t, w);
+  // x's codes (a, b) with ceil(b/128) * a scales; the kept transpose (b, a) with ceil(a/128) * b.
+  Tensor x8 = be.empty({a, b}, DType::E4M3), x8_t = be.empty({b, a}, DType::E4M3);
+  Tensor xs = scales(fp8_blocks(b) * a), xs_t = scales(fp8_blocks(a) * b);
+  if (op.kind == OpKind::kFp8BlockLinearFwd) {  // (rows a, in b) -> (rows a, out c)
+    Tensor x = make({a, b}, act), y = make({a, c}, act), pre = make({a, c}, act);
+    return time_calls(be, reps, [&] {
+      be.fp8_block_cast(x8, xs, &x8_t, &xs_t, x);
+      be.fp8_block_matmul(gelu ? pre : y, x8, xs, w8, ws, true);
+      if (gelu) be.gelu_forward(y, pre);
+    });
+  }
+  Tensor x = make({a, b}, act);
+  be.fp8_block_cast(x8, xs, &x8_t, &xs_t, x);
+  Tensor dy = make({a, c}, act), dx = make({a, b}, act), pre = make({a, b}, act), dw = make({c, b}, DType::F32);
+  Tensor d8 = be.empty({a, c}, DType::E5M2), d8_t = be.empty({c, a}, DType::E5M2);
+  Tensor ds = scales(fp8_blocks(c) * a), ds_t = scales(fp8_blocks(a) * c);
+  return time_calls(be, reps, [&] {
+    be.fp8_block_cast(d8, ds, &d8_t, &ds_t, dy);
+    be.fp8_block_matmul(dx, d8, ds, w8_t, ws_t, true);
+    be.fp8_block_matmul(dw, d8_t, ds_t, x8_t, xs_t, false, nullptr, true);
+    if (gelu) be.gelu_backward(dx, pre, dx);
+  });
+}
+
 double measure(Backend& be, const OpShape& op, int reps) {
   // 16-bit ops in bf16; a backend without 16-bit compute (the CPU) runs
   // them in f32, as its training runs do.
@@ -173,6 +221,10 @@ double measure(Backend& be, const OpShape& op, int reps) {
     case OpKind::kFp8LinearBwd:
     case OpKind::kFp8WeightCast:
       return measure_fp8(be, op, reps, act, make);
+    case OpKind::kFp8BlockLinearFwd:
+    case OpKind::kFp8BlockLinearBwd:
+    case OpKind::kFp8BlockWeightCast:
+      return measure_fp8_block(be, op, reps, act, make);
   }
   return 0;
 }

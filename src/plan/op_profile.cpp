@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/op_args.h"
 #include "base/error.h"
 
 #ifndef TRIPOD_VERSION_STRING
@@ -35,12 +36,15 @@ constexpr KindName kKinds[] = {
     {OpKind::kAdamW, "adamw"},               {OpKind::kGradNorm, "grad_norm"},
     {OpKind::kFp8LinearFwd, "fp8_linear_fwd"}, {OpKind::kFp8LinearBwd, "fp8_linear_bwd"},
     {OpKind::kFp8WeightCast, "fp8_weight_cast"},
+    {OpKind::kFp8BlockLinearFwd, "fp8_block_linear_fwd"}, {OpKind::kFp8BlockLinearBwd, "fp8_block_linear_bwd"},
+    {OpKind::kFp8BlockWeightCast, "fp8_block_weight_cast"},
 };
 constexpr std::pair<OpClass, const char*> kClasses[] = {{OpClass::kLinear, "linear"},
                                                        {OpClass::kAttentionFwd, "attention_fwd"},
                                                        {OpClass::kAttentionBwd, "attention_bwd"},
                                                        {OpClass::kMemory, "memory"},
-                                                       {OpClass::kFp8Linear, "fp8_linear"}};
+                                                       {OpClass::kFp8Linear, "fp8_linear"},
+                                                       {OpClass::kFp8BlockLinear, "fp8_block_linear"}};
 
 const char* kind_name(OpKind k) {
   for (const auto& e : kKinds)
@@ -87,6 +91,8 @@ OpClass OpShape::op_class() const {
     case OpKind::kAttentionBwd: return OpClass::kAttentionBwd;
     case OpKind::kFp8LinearFwd:
     case OpKind::kFp8LinearBwd: return OpClass::kFp8Linear;
+    case OpKind::kFp8BlockLinearFwd:
+    case OpKind::kFp8BlockLinearBwd: return OpClass::kFp8BlockLinear;
     default: return OpClass::kMemory;
   }
 }
@@ -107,6 +113,12 @@ double OpShape::work() const {
     case OpKind::kFp8LinearFwd: return 2 * a * b * c;
     case OpKind::kFp8LinearBwd: return 4 * a * b * c;
     case OpKind::kFp8WeightCast: return (s + 2) * a * b;  // read the compute copy; write W and W^T codes
+    case OpKind::kFp8BlockLinearFwd: return 2 * a * b * c;
+    case OpKind::kFp8BlockLinearBwd: return 4 * a * b * c;
+    case OpKind::kFp8BlockWeightCast:  // as kFp8WeightCast, plus the f32 scale_inv of W's and W^T's tiles
+      return (s + 2) * a * b +
+             4.0 * double(backend::fp8_blocks(d[0]) * backend::fp8_tile_ld(d[1]) +
+                          backend::fp8_blocks(d[1]) * backend::fp8_tile_ld(d[0]));
   }
   return 0;
 }
@@ -146,12 +158,17 @@ std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
     auto [it, fresh] = acc.try_emplace(o.key(), OpCount{o, 0});
     it->second.count += n;
   };
-  // An FP8 layer's linears run as their FP8 kinds (same shapes).
+  // An FP8 layer's linears run as their FP8 kinds (same shapes): the
+  // block-scaled ones under --fp8-recipe blockwise.
+  const bool block = m.fp8.blockwise();
   auto add_layer_op = [&](const OpShape& o, double n) {
     const bool linear = o.kind == OpKind::kLinearFwd || o.kind == OpKind::kLinearBwd;
     if (!linear || fp8 <= 0) return add(o, n);
     OpShape f = o;
-    f.kind = o.kind == OpKind::kLinearFwd ? OpKind::kFp8LinearFwd : OpKind::kFp8LinearBwd;
+    if (o.kind == OpKind::kLinearFwd)
+      f.kind = block ? OpKind::kFp8BlockLinearFwd : OpKind::kFp8LinearFwd;
+    else
+      f.kind = block ? OpKind::kFp8BlockLinearBwd : OpKind::kFp8LinearBwd;
     add(f, n * fp8);
     if (fp8 < 1) add(o, n * (1 - fp8));
   };
@@ -187,7 +204,8 @@ std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l) {
   norm.d[0] = params;
   std::vector<OpCount> out = {OpCount{adam, 1}, OpCount{norm, 1}};
   // Each FP8 linear casts its weight (and transpose) once per step: qkv,
-  // proj, fc1, fc2 as this tp rank holds them (out, in).
+  // proj, fc1, fc2 as this tp rank holds them (out, in); in 128x128 tiles
+  // under --fp8-recipe blockwise.
   const double fp8_layers = fp8_layer_share(m, l) * double(m.num_layers) / l.pp;
   if (fp8_layers > 0) {
     const int64_t C = m.hidden_size, tp = l.tp;
@@ -195,7 +213,7 @@ std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l) {
                                   {C, m.ffn_hidden_size / tp}};
     for (const auto& sh : shapes) {
       OpShape w;
-      w.kind = OpKind::kFp8WeightCast;
+      w.kind = m.fp8.blockwise() ? OpKind::kFp8BlockWeightCast : OpKind::kFp8WeightCast;
       w.d[0] = sh[0], w.d[1] = sh[1];
       w.act_bytes = adam.act_bytes;
       out.push_back(OpCount{w, fp8_layers});
@@ -220,11 +238,14 @@ double fp8_layer_share(const GptConfig& m, const Layout& l) {
 
 double OpProfile::seconds(const OpShape& op, bool* ok) const {
   if (auto it = measured.find(op.key()); it != measured.end()) return it->second;
-  auto f = fits.find(op.op_class());
-  if (op.op_class() == OpClass::kFp8Linear && (f == fits.end() || f->second.rate <= 0)) {
+  const OpClass cls = op.op_class();
+  auto f = fits.find(cls);
+  const bool fp8 = cls == OpClass::kFp8Linear || cls == OpClass::kFp8BlockLinear;
+  if (fp8 && (f == fits.end() || f->second.rate <= 0)) {
     auto lin = fits.find(OpClass::kLinear);  // only bf16 linears timed: at the FP8 rate's usual gain
+    const double gain = cls == OpClass::kFp8BlockLinear ? kFp8BlockGemmSpeedup : kFp8GemmSpeedup;
     if (lin != fits.end() && lin->second.rate > 0)
-      return op.work() / (lin->second.rate * kFp8GemmSpeedup) + lin->second.overhead_s;
+      return op.work() / (lin->second.rate * gain) + lin->second.overhead_s;
   }
   if (f == fits.end() || f->second.rate <= 0) {
     if (ok) *ok = false;

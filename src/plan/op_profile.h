@@ -16,7 +16,7 @@
 //   - shipped: fits measured on known GPUs (shipped_profile(): the H200 of
 //     bench/RESULTS.md) for shapes nobody measured;
 //   - fitted: each op class (linear, attention forward, attention backward,
-//     memory-bound) as seconds = work / rate + overhead, a least-squares
+//     memory-bound, FP8 linear, block-scaled FP8 linear) as seconds = work / rate + overhead, a least-squares
 //     line through the measured points of that class (work: FLOPs for
 //     linears and attention, bytes moved for the memory-bound ops).
 //
@@ -49,8 +49,13 @@ enum class OpKind {
   kFp8LinearFwd,  // rows, in, out, gelu: x's E4M3 cast + transpose, the FP8 GEMM (+ GELU, unfused)
   kFp8LinearBwd,  // rows, in, out, gelu: dy's E5M2 cast + transpose, dgrad and wgrad FP8 GEMMs (+ GELU backward)
   kFp8WeightCast, // out, in: a weight's E4M3 cast + transpose, once per step
+  // --fp8-recipe blockwise (the same linears on block-scaled operands,
+  // backend/ops.h fp8_block_cast / fp8_block_matmul; same dimensions):
+  kFp8BlockLinearFwd,   // x cast in 1x128 row blocks + its transpose in 128-row column blocks, the GEMM (+ GELU)
+  kFp8BlockLinearBwd,   // dy cast alike, dgrad (x 128x128 weight tiles) and wgrad (1x128 x 1x128) (+ GELU backward)
+  kFp8BlockWeightCast,  // out, in: a weight's cast in 128x128 tiles + transpose, once per step
 };
-enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory, kFp8Linear };
+enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory, kFp8Linear, kFp8BlockLinear };
 
 // What an FP8 linear's time is taken as when only bf16 linears were timed
 // (a profile from before FP8, or the shipped one): the bf16 fit at this
@@ -58,6 +63,15 @@ enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory, kFp8Linear 
 // Llama 3 8B layer shapes, bench/RESULTS.md); Machine::fp8_gemm_speedup's
 // default for the FLOP-based model.
 inline constexpr double kFp8GemmSpeedup = 1.6;
+// The same for a block-scaled FP8 linear (--fp8-recipe blockwise): the
+// bf16 fit at this many times the rate. On one H100 (docs/fp8.md, bench/
+// RESULTS.md "FP8 block scaling") cuBLASLt's block-scaled GEMMs ran at
+// 1265-1329 TFLOP/s forward and dgrad against 1373-1423 per-tensor, the
+// 1x128 x 1x128 wgrad at about 1000 against 1300, and the cast with its
+// transpose took 67 us against 51 at 8192 x 4096 bf16: over a linear's
+// three GEMMs about 1.15x the per-tensor time, so 1.6 / 1.15 ~ 1.4.
+// Machine::fp8_block_gemm_speedup's default.
+inline constexpr double kFp8BlockGemmSpeedup = 1.4;
 
 struct OpShape {
   OpKind kind = OpKind::kAdd;
@@ -81,10 +95,12 @@ struct OpCount {
 // One micro-batch, forward + backward (+ the recomputed forward), on the
 // busiest pipeline stage (the last: it holds the loss head) at one TP rank.
 // Under --fp8-format the FP8 layers' linears are the kFp8Linear* ops (the
-// share of FP8 layers among the stage's, --first-last-layers-bf16 kept out).
+// share of FP8 layers among the stage's, --first-last-layers-bf16 kept out),
+// the kFp8BlockLinear* ops under --fp8-recipe blockwise.
 std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l);
 // Once per step: the optimizer over this rank's parameters (its shard under
-// the distributed optimizer); under --fp8-format the FP8 weights' casts.
+// the distributed optimizer); under --fp8-format the FP8 weights' casts
+// (kFp8WeightCast, or kFp8BlockWeightCast under --fp8-recipe blockwise).
 std::vector<OpCount> step_ops(const GptConfig& m, const Layout& l);
 // The share of the busiest (last) stage's layers whose linears run in FP8
 // (0 without --fp8-format or under --first-last-layers-bf16 for a stage of
@@ -107,8 +123,9 @@ struct OpProfile {
 
   bool has(const OpShape& op) const { return measured.count(op.key()) > 0; }
   // Measured seconds when this shape was measured, else the class fit (an
-  // FP8 linear without an FP8 fit: the linear fit at kFp8GemmSpeedup); 0
-  // (and *ok false) when neither exists.
+  // FP8 linear without an FP8 fit: the linear fit at kFp8GemmSpeedup; a
+  // block-scaled one without its fit: at kFp8BlockGemmSpeedup); 0 (and *ok
+  // false) when neither exists.
   double seconds(const OpShape& op, bool* ok = nullptr) const;
   double seconds_of(const std::vector<OpCount>& ops, bool* ok = nullptr) const;
   // Least-squares fits per class from `measured` (keys parsed back to shapes).

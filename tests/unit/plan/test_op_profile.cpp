@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "base/error.h"
 #include "plan/op_profile.h"
@@ -113,6 +114,169 @@ TEST(OpProfile, Fp8LinearWithoutItsFitTakesTheBf16FitAtTheFp8Gain) {
   p.refit();
   EXPECT_NEAR(p.seconds(f) / (f.work() / fp8_rate), 1.0, 1e-9);
   EXPECT_EQ(parse_op_key(f.key())->kind, OpKind::kFp8LinearBwd);  // the key names the kind
+}
+
+// --fp8-recipe blockwise: the same linears as the block-scaled kinds, op
+// for op: every per-tensor FP8 op of the delayed run has a block-scaled
+// twin with its dimensions and count, and no per-tensor FP8 op is left.
+// By hand for GPT-2 of 4 layers at tp 2, pp 2, micro-batch 3 (N = 768 rows,
+// the last stage's 2 layers): qkv (768, 64, 96), proj (768, 32, 64), fc1
+// (768, 64, 128, GELU), fc2 (768, 128, 64), once each per layer forward and
+// backward; the weights cast once per step, (96, 64), (64, 32), (128, 64),
+// (64, 128), 2 layers each.
+TEST(OpProfile, Fp8BlockwiseLayersRunTheBlockKinds) {
+  GptConfig m = gpt(4, 64, 4);
+  Layout l = layout(4, 2, 2);
+  l.micro_batch = 3;
+  m.fp8.format = config::Fp8Format::Hybrid;
+  const auto delayed = micro_batch_ops(m, l), delayed_step = step_ops(m, l);
+  m.fp8.recipe = config::Fp8Recipe::Blockwise;
+  const auto block = micro_batch_ops(m, l), block_step = step_ops(m, l);
+  auto count = [](const std::vector<OpCount>& ops, OpKind k, int64_t a, int64_t b, int64_t c = 0, int64_t d = 0) {
+    for (const auto& o : ops)
+      if (o.op.kind == k && o.op.d[0] == a && o.op.d[1] == b && o.op.d[2] == c && o.op.d[3] == d) return o.count;
+    return 0.0;
+  };
+  for (auto [fwd, bwd] : {std::pair{OpKind::kFp8LinearFwd, OpKind::kFp8LinearBwd},
+                          std::pair{OpKind::kFp8BlockLinearFwd, OpKind::kFp8BlockLinearBwd}}) {
+    const auto& ops = fwd == OpKind::kFp8LinearFwd ? delayed : block;
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 96), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 32, 64), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 128, 1), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 128, 64), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, bwd, 768, 64, 96), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, bwd, 768, 32, 64), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, bwd, 768, 64, 128), 2.0);
+    EXPECT_DOUBLE_EQ(count(ops, bwd, 768, 128, 64, 1), 2.0);
+  }
+  for (auto [k, ops] : {std::pair{OpKind::kFp8WeightCast, &delayed_step},
+                        std::pair{OpKind::kFp8BlockWeightCast, &block_step}})
+    for (auto [o, i] : {std::pair{96, 64}, std::pair{64, 32}, std::pair{128, 64}, std::pair{64, 128}})
+      EXPECT_DOUBLE_EQ(count(*ops, k, o, i), 2.0) << o << "x" << i;
+  // Twin for twin; the rest (norms, attention, the bf16 head) unchanged.
+  auto twin = [](OpKind k) {
+    switch (k) {
+      case OpKind::kFp8LinearFwd: return OpKind::kFp8BlockLinearFwd;
+      case OpKind::kFp8LinearBwd: return OpKind::kFp8BlockLinearBwd;
+      case OpKind::kFp8WeightCast: return OpKind::kFp8BlockWeightCast;
+      default: return k;
+    }
+  };
+  for (auto [from, to] : {std::pair{&delayed, &block}, std::pair{&delayed_step, &block_step}}) {
+    ASSERT_EQ(from->size(), to->size());
+    for (const auto& o : *from) {
+      EXPECT_DOUBLE_EQ(count(*to, twin(o.op.kind), o.op.d[0], o.op.d[1], o.op.d[2], o.op.d[3]), o.count)
+          << o.op.key();
+      if (twin(o.op.kind) != o.op.kind)
+        EXPECT_DOUBLE_EQ(count(*to, o.op.kind, o.op.d[0], o.op.d[1], o.op.d[2], o.op.d[3]), 0.0) << o.op.key();
+    }
+  }
+  EXPECT_DOUBLE_EQ(sum_work(block, OpKind::kFp8BlockLinearFwd), sum_work(delayed, OpKind::kFp8LinearFwd));
+  EXPECT_DOUBLE_EQ(sum_work(block, OpKind::kFp8BlockLinearBwd), sum_work(delayed, OpKind::kFp8LinearBwd));
+  // --first-last-layers-bf16 splits them as it splits the per-tensor kinds.
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kFp8BlockLinearFwd, 768, 64, 96), 1.0);
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kLinearFwd, 768, 64, 96), 1.0);
+  EXPECT_DOUBLE_EQ(count(step_ops(m, l), OpKind::kFp8BlockWeightCast, 96, 64), 1.0);
+}
+
+// The block-scaled kinds: keys of their own that parse back, their class,
+// and their work: the linears' FLOPs as the per-tensor ones'; the weight
+// cast's bytes plus the tiles' f32 inverse scales. A qkv weight (2304,
+// 768) in bf16: 4 x 2304 x 768 = 7,077,888 bytes of bf16 read and codes
+// written, plus 4 x (18 x 8 + 6 x 20) = 1,056 bytes of scales (18 tiles of
+// rows x fp8_tile_ld(768) = 8, 6 x fp8_tile_ld(2304) = 20).
+TEST(OpProfile, BlockKindsHaveKeysOfTheirOwn) {
+  const OpKind kinds[] = {OpKind::kFp8LinearFwd,      OpKind::kFp8LinearBwd,      OpKind::kFp8WeightCast,
+                          OpKind::kFp8BlockLinearFwd, OpKind::kFp8BlockLinearBwd, OpKind::kFp8BlockWeightCast};
+  std::set<std::string> keys;
+  for (OpKind k : kinds) {
+    OpShape o;
+    o.kind = k;
+    o.d[0] = 8192, o.d[1] = 768, o.d[2] = k == OpKind::kFp8WeightCast || k == OpKind::kFp8BlockWeightCast ? 0 : 3072;
+    o.d[3] = k == OpKind::kFp8BlockLinearFwd ? 1 : 0;
+    const auto back = parse_op_key(o.key());
+    ASSERT_TRUE(back.has_value()) << o.key();
+    EXPECT_EQ(back->kind, k) << o.key();
+    EXPECT_EQ(back->key(), o.key());
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(back->d[i], o.d[i]) << o.key();
+    keys.insert(o.key().substr(0, o.key().find(' ')));
+  }
+  EXPECT_EQ(keys.size(), 6u);  // six names
+  EXPECT_TRUE(keys.count("fp8_block_linear_fwd") && keys.count("fp8_block_linear_bwd") &&
+              keys.count("fp8_block_weight_cast"));
+  // An older file's key still names the per-tensor kind.
+  EXPECT_EQ(parse_op_key("fp8_linear_fwd 8192x768x3072 16bit")->kind, OpKind::kFp8LinearFwd);
+  EXPECT_FALSE(parse_op_key("fp8_block_linear 8192x768x3072 16bit").has_value());
+
+  OpShape f;
+  f.kind = OpKind::kFp8BlockLinearFwd;
+  f.d[0] = 8192, f.d[1] = 768, f.d[2] = 3072;
+  EXPECT_EQ(f.op_class(), OpClass::kFp8BlockLinear);
+  EXPECT_DOUBLE_EQ(f.work(), 2.0 * 8192 * 768 * 3072);
+  f.kind = OpKind::kFp8BlockLinearBwd;
+  EXPECT_EQ(f.op_class(), OpClass::kFp8BlockLinear);
+  EXPECT_DOUBLE_EQ(f.work(), 4.0 * 8192 * 768 * 3072);
+  OpShape w;
+  w.kind = OpKind::kFp8BlockWeightCast;
+  w.d[0] = 2304, w.d[1] = 768;
+  EXPECT_EQ(w.op_class(), OpClass::kMemory);
+  EXPECT_DOUBLE_EQ(w.work(), 7077888.0 + 1056.0);
+  w.kind = OpKind::kFp8WeightCast;
+  EXPECT_DOUBLE_EQ(w.work(), 7077888.0);
+}
+
+// A profile without block-scaled measurements takes a block-scaled linear
+// at kFp8BlockGemmSpeedup (1.4) times the bf16 fit's rate, even when the
+// per-tensor FP8 linears have their own fit; once block-scaled linears are
+// measured, their own fit (a class apart from the per-tensor one's). Such
+// a profile writes its fit and reads back; an older file without it still
+// reads.
+TEST(OpProfile, BlockLinearWithoutItsFitTakesTheBf16FitAtTheBlockGain) {
+  EXPECT_DOUBLE_EQ(kFp8BlockGemmSpeedup, 1.4);
+  OpProfile p;
+  p.device = "NVIDIA H100";
+  p.tripod_version = tripod_version();
+  const double rate = 5e14, over = 7e-6, fp8_rate = 9e14, block_rate = 7.5e14;
+  OpShape o;
+  o.d[1] = 768, o.d[2] = 2304;
+  for (int64_t n : {1024, 4096}) {
+    o.kind = OpKind::kLinearFwd;
+    o.d[0] = n;
+    p.measured[o.key()] = o.work() / rate + over;
+    o.kind = OpKind::kFp8LinearFwd;
+    p.measured[o.key()] = o.work() / fp8_rate;
+  }
+  p.refit();
+  const std::string old_file = p.to_json();
+  OpShape f;
+  f.kind = OpKind::kFp8BlockLinearBwd;
+  f.d[0] = 2048, f.d[1] = 768, f.d[2] = 3072;
+  bool ok = true;
+  EXPECT_NEAR(p.seconds(f, &ok), f.work() / (rate * 1.4) + over, 1e-15);
+  EXPECT_TRUE(ok);
+  OpShape t = f;  // its per-tensor twin: the per-tensor fit
+  t.kind = OpKind::kFp8LinearBwd;
+  EXPECT_NEAR(p.seconds(t) / (t.work() / fp8_rate), 1.0, 1e-9);
+  EXPECT_GT(p.seconds(f), p.seconds(t));
+  for (int64_t n : {1024, 8192}) {
+    o.kind = OpKind::kFp8BlockLinearFwd;
+    o.d[0] = n;
+    p.measured[o.key()] = o.work() / block_rate;
+  }
+  p.refit();
+  ASSERT_EQ(p.fits.count(OpClass::kFp8BlockLinear), 1u);
+  EXPECT_EQ(p.fits.at(OpClass::kFp8BlockLinear).points, 2);
+  EXPECT_EQ(p.fits.at(OpClass::kFp8Linear).points, 2);
+  EXPECT_NEAR(p.seconds(f) / (f.work() / block_rate), 1.0, 1e-9);
+  EXPECT_NEAR(p.seconds(t) / (t.work() / fp8_rate), 1.0, 1e-9);
+
+  const OpProfile q = OpProfile::from_json(p.to_json(), "new.json");
+  EXPECT_EQ(q.measured, p.measured);
+  EXPECT_DOUBLE_EQ(q.fits.at(OpClass::kFp8BlockLinear).rate, p.fits.at(OpClass::kFp8BlockLinear).rate);
+  const OpProfile old = OpProfile::from_json(old_file, "old.json");
+  EXPECT_EQ(old.fits.count(OpClass::kFp8BlockLinear), 0u);
+  EXPECT_NEAR(old.seconds(f), f.work() / (rate * 1.4) + over, 1e-15);
 }
 
 TEST(OpProfile, SequenceParallelShardsTheNormRows) {
