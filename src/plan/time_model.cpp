@@ -98,8 +98,10 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
   double flops_token = full.flops_per_token(), fp8_token = fp8_linear_flops_per_token(full);
   if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0, fp8_token *= 4.0 / 3.0;
   if (l.recompute == Recompute::Selective) flops_token += 2.0 * L * double(full.seq_length) * h;
-  // FP8 GEMM FLOPs count as bf16 ones at 1 / fp8_gemm_speedup of the time.
-  flops_token -= fp8_token * (1.0 - 1.0 / mc.fp8_gemm_speedup);
+  // FP8 GEMM FLOPs count as bf16 ones at 1 / fp8_gemm_speedup of the time
+  // (1 / fp8_block_gemm_speedup under --fp8-recipe blockwise).
+  const double fp8_gain = full.fp8.blockwise() ? mc.fp8_block_gemm_speedup : mc.fp8_gemm_speedup;
+  flops_token -= fp8_token * (1.0 - 1.0 / fp8_gain);
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
   double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(full, l));
   if (mc.ops) {

@@ -44,6 +44,10 @@ struct Machine {
   // profiles time the FP8 linears themselves (--calibrate measures them;
   // a profile without them takes the bf16 fit at kFp8GemmSpeedup).
   double fp8_gemm_speedup = kFp8GemmSpeedup;
+  // The same under --fp8-recipe blockwise (block-scaled GEMMs and casts;
+  // see kFp8BlockGemmSpeedup): estimate_time takes this one for a model
+  // whose GptConfig::fp8 is blockwise.
+  double fp8_block_gemm_speedup = kFp8BlockGemmSpeedup;
   // Per-op times (measured or shipped, plan/op_profile.h); null: the
   // compute term is FLOPs / (peak x assumed_mfu x matmul_efficiency).
   const OpProfile* ops = nullptr;

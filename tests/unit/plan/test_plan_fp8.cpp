@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "plan/memory_model.h"
+#include "plan/op_profile.h"
+#include "plan/search.h"
 #include "plan/time_model.h"
 #include "unit/plan/plan_models.h"
 
@@ -167,6 +169,63 @@ TEST(PlanTime, Fp8GemmsAtTheirRate) {
   const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(m, l);
   const double saved = 509607936.0 * (1 - 1 / 1.6) * 1024 * 4 / rate;
   EXPECT_NEAR(estimate_time(gpt2_124m(), l, mc).compute - estimate_time(m, l, mc).compute, saved, 1e-12);
+}
+
+// --fp8-recipe blockwise: the same FP8 FLOPs at 1.4x the bf16 rate
+// (block-scaled GEMMs and casts, kFp8BlockGemmSpeedup) instead of 1.6x, so
+// the FLOP-based compute term gains 509,607,936 x (1 - 1/1.4) per token
+// over bf16, and the blockwise run is slower than the delayed one by
+// 509,607,936 x (1/1.4 - 1/1.6) per token at the bf16 rate.
+TEST(PlanTime, Fp8BlockwiseGemmsAtTheirRate) {
+  GptConfig delayed = gpt2_124m(), block = gpt2_124m();
+  delayed.fp8.format = block.fp8.format = config::Fp8Format::Hybrid;
+  block.fp8.recipe = config::Fp8Recipe::Blockwise;
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(block), 509607936.0);
+  Machine mc;
+  mc.gpus_per_node = 1;
+  EXPECT_DOUBLE_EQ(mc.fp8_block_gemm_speedup, 1.4);
+  EXPECT_DOUBLE_EQ(mc.fp8_gemm_speedup, 1.6);
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(block, l);
+  const double tokens = 1024 * 4;
+  const double bf16 = estimate_time(gpt2_124m(), l, mc).compute, d = estimate_time(delayed, l, mc).compute,
+               b = estimate_time(block, l, mc).compute;
+  EXPECT_NEAR(bf16 - b, 509607936.0 * (1 - 1 / 1.4) * tokens / rate, 1e-12);
+  EXPECT_NEAR(b - d, 509607936.0 * (1 / 1.4 - 1 / 1.6) * tokens / rate, 1e-12);
+  EXPECT_GT(b, d);
+  // The machine's field is the one taken (a recipe-blind model would not move).
+  mc.fp8_block_gemm_speedup = 1.6;
+  EXPECT_NEAR(estimate_time(block, l, mc).compute, d, 1e-12);
+}
+
+// The plan of a blockwise run is slower than the delayed one's, layout for
+// layout, under the default (assumed-MFU) model and under the shipped H200
+// op times (whose bf16 linear fit gives the FP8 linears at 1.6x, the
+// block-scaled ones at 1.4x); the search ranks them the same way.
+TEST(PlanTime, BlockwisePlanIsSlowerThanDelayed) {
+  GptConfig delayed = gpt2_124m(), block = gpt2_124m();
+  delayed.fp8.format = block.fp8.format = config::Fp8Format::Hybrid;
+  block.fp8.recipe = config::Fp8Recipe::Blockwise;
+  Machine mc;  // 1 x 8 x 80 GiB
+  Layout l = layout(8, 2);
+  l.micro_batch = 4, l.global_batch = 64;
+  EXPECT_GT(estimate_time(block, l, mc).total(), estimate_time(delayed, l, mc).total());
+  SearchOptions o;
+  o.global_batch = 256;
+  const PlanResult pd = plan_layouts(delayed, mc, o), pb = plan_layouts(block, mc, o);
+  ASSERT_FALSE(pd.fits.empty());
+  ASSERT_FALSE(pb.fits.empty());
+  EXPECT_GT(pb.fits[0].time.total(), pd.fits[0].time.total());
+  EXPECT_LT(pb.fits[0].tokens_per_second, pd.fits[0].tokens_per_second);
+
+  const auto shipped = shipped_profile("h200");
+  ASSERT_TRUE(shipped.has_value());
+  mc.ops = &*shipped;
+  const TimeBreakdown td = estimate_time(delayed, l, mc), tb = estimate_time(block, l, mc);
+  ASSERT_TRUE(td.compute_from_op_times && tb.compute_from_op_times);
+  EXPECT_GT(tb.compute, td.compute);
+  EXPECT_GT(tb.optimizer, td.optimizer);  // the tile casts write their scales too
 }
 
 }  // namespace
