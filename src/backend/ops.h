@@ -342,6 +342,14 @@ class Backend {
   // in (R, C) in 128x128 tiles: out (R, C), out_t (C, R) its transpose (the
   // same codes), scale_inv (ceil(R/128), ld(C)) and scale_inv_t (ceil(C/128), ld(R)).
   void fp8_block_cast_tiles(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t, const Tensor& in);
+  // The SwiGLU casts of block scaling (the scales come from each block's own
+  // values, so the SwiGLU kernel can write them): exactly fp8_block_cast
+  // (with the transpose) of swiglu_forward(inp) (R, F), and of
+  // swiglu_backward(inp, dout) (R, 2F), as the compute dtype stores them,
+  // without those tensors being written. inp (R, 2F) = [gate | up].
+  void fp8_swiglu_block_cast(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t, const Tensor& inp);
+  void fp8_swiglu_backward_block_cast(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t,
+                                      const Tensor& inp, const Tensor& dout);
   // fp8_matmul on block-scaled operands: a (N, K) in 1x128 blocks; b (OC, K)
   // in 128x128 tiles (b_tiles: forward, dgrad) or 1x128 blocks (wgrad). Each
   // code times its block's scale_inv; f32 accumulation (f64 on the reference).
@@ -532,6 +540,9 @@ class Backend {
                                    const Tensor& in) = 0;
   virtual void fp8_block_cast_tiles_impl(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t,
                                          const Tensor& in) = 0;
+  // Defaults: swiglu_*_impl into a temporary, then fp8_block_cast_impl (the definition).
+  virtual void fp8_swiglu_block_cast_impl(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t,
+                                          const Tensor& inp, const Tensor* dout);
   virtual void fp8_block_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                                      const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) = 0;
   // FP8 attention: the default refuses (a backend without the kernels).

@@ -201,6 +201,56 @@ void Backend::fp8_block_cast(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tens
   fp8_block_cast_impl(out, scale_inv, out_t, scale_inv_t, in);
 }
 
+namespace {
+
+// The block SwiGLU casts: inp (R, 2F) of an activation dtype; out (R, W),
+// out_t (W, R), scale_inv and scale_inv_t as fp8_block_cast's for a (R, W)
+// input, W = F forward and 2F backward.
+void check_swiglu_block_cast(const Checks& k, const Tensor& out, const Tensor& scale_inv, const Tensor& out_t,
+                             const Tensor& scale_inv_t, const Tensor& inp, bool backward) {
+  const DType dt = k.act(inp, "inp");
+  k.dim(inp, "inp", 2, "(R, 2F): [gate | up]");
+  k.that(inp.size(1) % 2 == 0, fmt::format("inp {} must be (R, 2F): [gate | up]", inp.str()));
+  const int64_t R = inp.size(0), W = backward ? inp.size(1) : inp.size(1) / 2;
+  fp8(k, out, "out");
+  fp8(k, out_t, "out_t");
+  k.that(out_t.dtype() == out.dtype(),
+         fmt::format("out_t {} and out {} must have one FP8 dtype", out_t.str(), out.str()));
+  k.that(out.numel() == R * W, fmt::format("out {} must hold ({}, {})", out.str(), R, W));
+  k.dim(out_t, "out_t", 2, "(W, R): the transpose of out");
+  k.that(out_t.size(0) == W && out_t.size(1) == R,
+         fmt::format("out_t {} must be ({}, {}), the transpose of out", out_t.str(), W, R));
+  k.that(!overlaps(out, out_t), "out and out_t must not overlap");
+  k.stat(scale_inv, "scale_inv", dt, fp8_blocks(W) * R, "ceil(W/128) * R: one per 1x128 block of a row");
+  k.stat(scale_inv_t, "scale_inv_t", dt, fp8_blocks(R) * W, "ceil(R/128) * W: one per 128-row block of a column");
+}
+
+}  // namespace
+
+void Backend::fp8_swiglu_block_cast(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t,
+                                    const Tensor& inp) {
+  check_swiglu_block_cast(Checks(*this, "fp8_swiglu_block_cast"), out, scale_inv, out_t, scale_inv_t, inp, false);
+  fp8_swiglu_block_cast_impl(out, scale_inv, out_t, scale_inv_t, inp, nullptr);
+}
+
+void Backend::fp8_swiglu_backward_block_cast(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t,
+                                             const Tensor& inp, const Tensor& dout) {
+  Checks k(*this, "fp8_swiglu_backward_block_cast");
+  check_swiglu_block_cast(k, out, scale_inv, out_t, scale_inv_t, inp, true);
+  k.like(dout, "dout", inp.dtype(), inp.numel() / 2, "(R, F): the gradient of swiglu's output");
+  fp8_swiglu_block_cast_impl(out, scale_inv, out_t, scale_inv_t, inp, &dout);
+}
+
+void Backend::fp8_swiglu_block_cast_impl(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t,
+                                         const Tensor& inp, const Tensor* dout) {
+  const int64_t R = inp.size(0), F = inp.size(1) / 2;
+  Tensor v = empty({R, dout ? 2 * F : F}, inp.dtype());
+  if (dout) swiglu_backward_impl(v, inp, dout->view({R, F}));
+  else swiglu_forward_impl(v, inp);
+  Tensor o = out.view(v.shape());
+  fp8_block_cast_impl(o, scale_inv, &out_t, &scale_inv_t, v);
+}
+
 void Backend::fp8_block_cast_tiles(Tensor& out, Tensor& out_t, Tensor& scale_inv, Tensor& scale_inv_t,
                                    const Tensor& in) {
   Checks k(*this, "fp8_block_cast_tiles");

@@ -343,24 +343,38 @@ Tensor Fp8Linear::kept_block_scales(int64_t R, int64_t C) const {
 }
 
 bool Fp8Linear::fuses_swiglu() const {
-  return state_->config().delayed() && !debug_config().fp8_unfused_swiglu;
+  // Delayed: the scale is known before the tensor; blockwise: each block's
+  // scale comes from the block itself. Tensorwise needs the whole tensor's amax first.
+  return (state_->config().delayed() || blockwise()) && !debug_config().fp8_unfused_swiglu;
 }
 
 void Fp8Linear::forward_swiglu(Tensor& y, const Tensor& fc1, const Tensor* bias) {
-  TRIPOD_CHECK(fuses_swiglu() && keeps_input(), "FP8 linear {}: the SwiGLU cast needs delayed scaling and a kept input",
-               weight_->spec.name);
+  TRIPOD_CHECK(fuses_swiglu() && keeps_input(),
+               "FP8 linear {}: the SwiGLU cast needs delayed or blockwise scaling and a kept input", weight_->spec.name);
   ensure_weight();
   const int64_t R = rows_of(fc1), C = fc1.size(-1) / 2;
   Tensor x8 = state_->scratch(0, false, R, C), x_t = kept_transpose(R, C);
   backend::Backend& be = state_->backend();
+  if (blockwise()) {
+    Tensor xs = state_->block_scale_scratch(0, false, R, C), xs_t = kept_block_scales(R, C);
+    be.fp8_swiglu_block_cast(x8, xs, x_t, xs_t, fc1.view({R, 2 * C}));
+    be.fp8_block_matmul(y, x8, xs, w8_, ws_, true, bias);
+    return;
+  }
   be.fp8_swiglu_cast_transpose(x8, x_t, x_.amax, fc1.view({R, 2 * C}), x_.scale);
   be.fp8_matmul(y, x8, x_.scale_inv, w8_, w_.scale_inv, bias, false, y.dtype() != DType::F32);
 }
 
 void Fp8Linear::quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact) {
-  TRIPOD_CHECK(fuses_swiglu(), "FP8 linear {}: the SwiGLU cast needs delayed scaling", weight_->spec.name);
+  TRIPOD_CHECK(fuses_swiglu(), "FP8 linear {}: the SwiGLU cast needs delayed or blockwise scaling", weight_->spec.name);
   const int64_t R = rows_of(fc1), C = fc1.size(-1);
   Tensor d8 = state_->scratch(1, false, R, C), d8_t = state_->scratch(1, true, R, C);
+  if (blockwise()) {
+    Tensor ds = state_->block_scale_scratch(1, false, R, C), ds_t = state_->block_scale_scratch(1, true, R, C);
+    state_->backend().fp8_swiglu_backward_block_cast(d8, ds, d8_t, ds_t, fc1.view({R, C}), dact.view({R, C / 2}));
+    state_->grad_owner = this;
+    return;
+  }
   state_->backend().fp8_swiglu_backward_cast_transpose(d8, d8_t, dy_.amax, fc1.view({R, C}), dact.view({R, C / 2}),
                                                        dy_.scale);
   state_->grad_owner = this;

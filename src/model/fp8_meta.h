@@ -94,18 +94,21 @@ class Fp8Linear {
   // fast accumulation into a bf16/f16 y, as Transformer Engine's forward GEMM.
   void forward(Tensor& y, const Tensor& x, bool x_split, const Tensor* bias);
   // forward for x = swiglu(fc1) (fc1 (N, 2 IC) = [gate | up]), cast inside
-  // the SwiGLU kernel (fp8_swiglu_cast_transpose): x itself is never
-  // written. Delayed scaling and a kept input only (fuses_swiglu()).
+  // the SwiGLU kernel (fp8_swiglu_cast_transpose, or fp8_swiglu_block_cast
+  // under blockwise scaling): x itself is never written. Delayed or
+  // blockwise scaling and a kept input only (fuses_swiglu()).
   void forward_swiglu(Tensor& y, const Tensor& fc1, const Tensor* bias);
   // Casts dy (N, OC) and its transpose in the gradient format (kept for
   // wgrad until another linear's backward casts its dy).
   void quantize_grad(const Tensor& dy, bool dy_split);
   // quantize_grad for dy = swiglu_backward(fc1, dact), computed inside the
-  // cast (fp8_swiglu_backward_cast_transpose): dy itself is never written
-  // (so this linear must have no bias). Delayed scaling only.
+  // cast (fp8_swiglu_backward_cast_transpose or fp8_swiglu_backward_block_cast):
+  // dy itself is never written (so this linear must have no bias). Delayed
+  // or blockwise scaling.
   void quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact);
   // Whether the SwiGLU casts apply: delayed scaling (the scale is known
-  // before the tensor), unless TRIPOD_FP8_UNFUSED_SWIGLU=1.
+  // before the tensor) or blockwise (each block's scale from the block),
+  // unless TRIPOD_FP8_UNFUSED_SWIGLU=1.
   bool fuses_swiglu() const;
   // dx (N, IC) = dy W from the last quantize_grad of this linear.
   void dgrad(Tensor& dx);

@@ -181,8 +181,10 @@ const Tensor& TransformerLayer::wgrad_input(const ColumnParallelLinear& linear, 
 
 // NOTE [FP8 SwiGLU cast]: under FP8 with delayed scaling the scales of
 // fc2's input and fc1's output gradient are known before those tensors
-// exist, so the SwiGLU kernel writes their FP8 codes (and transposes)
-// directly (backend/ops.h fp8_swiglu_cast_transpose and its backward): the
+// exist (under blockwise scaling each block's scale comes from the block
+// alone), so the SwiGLU kernel writes their FP8 codes (and transposes)
+// directly (backend/ops.h fp8_swiglu_cast_transpose, fp8_swiglu_block_cast
+// and their backwards): the
 // compute-dtype activation and d fc1 are neither written nor read back (the
 // activation is not even kept: a.gelu stays undefined), and the codes are
 // the unfused path's bit for bit. It needs fc2's input kept per micro-batch

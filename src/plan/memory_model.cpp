@@ -309,7 +309,7 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
   const double kept_scales = m.fp8.blockwise() ? 4.0 * row_blocks * kept_width : 64.0;
   if (r != Recompute::Full) f.per_microbatch = n * (N * kept_width + kept_scales);
   // NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): no compute-dtype activation kept.
-  if (r != Recompute::Full && m.swiglu && m.fp8.delayed() && !m.add_bias_linear)
+  if (r != Recompute::Full && m.swiglu && (m.fp8.delayed() || m.fp8.blockwise()) && !m.add_bias_linear)
     f.swiglu_act_saved = double(fp8_dense) * double(act_bytes) * N * F / t;
   const double x = N * std::max(C, F / t);
   f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});

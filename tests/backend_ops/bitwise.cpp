@@ -91,7 +91,7 @@ std::string adamw_compute_out_mismatch(backend::Backend& be, DType compute, int6
 }
 
 std::string fp8_swiglu_cast_mismatch(backend::Backend& be, DType act, DType fp8, int64_t R, int64_t F,
-                                     uint64_t seed) {
+                                     uint64_t seed, bool blockwise) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   auto random = [&](int64_t n, float scale) {
@@ -109,25 +109,33 @@ std::string fp8_swiglu_cast_mismatch(backend::Backend& be, DType act, DType fp8,
   std::string r;
   for (bool backward : {false, true}) {
     const int64_t W = backward ? 2 * F : F;
-    Tensor out[2], out_t[2], amax[2];
+    // amax: the per-tensor casts' amax; blockwise: the 1x128 scale_inv of
+    // out and the 128-row one of out_t.
+    Tensor out[2], out_t[2], amax[2], sinv_t[2];
     for (int k = 0; k < 2; ++k) {
-      out[k] = be.empty({R, W}, fp8), out_t[k] = be.empty({W, R}, fp8), amax[k] = be.empty({1}, DType::F32);
+      out[k] = be.empty({R, W}, fp8), out_t[k] = be.empty({W, R}, fp8);
+      amax[k] = be.empty({blockwise ? backend::fp8_blocks(W) * R : 1}, DType::F32);
+      sinv_t[k] = be.empty({backend::fp8_blocks(R) * W}, DType::F32);
       be.zero(amax[k]);
     }
     Tensor tmp = be.empty({R, W}, act);
-    if (backward) {
-      be.swiglu_backward(tmp, fc1, dact);
-      be.fp8_swiglu_backward_cast_transpose(out[1], out_t[1], amax[1], fc1, dact, s);
+    if (backward) be.swiglu_backward(tmp, fc1, dact);
+    else be.swiglu_forward(tmp, fc1);
+    if (blockwise) {
+      if (backward) be.fp8_swiglu_backward_block_cast(out[1], amax[1], out_t[1], sinv_t[1], fc1, dact);
+      else be.fp8_swiglu_block_cast(out[1], amax[1], out_t[1], sinv_t[1], fc1);
+      be.fp8_block_cast(out[0], amax[0], &out_t[0], &sinv_t[0], tmp);
     } else {
-      be.swiglu_forward(tmp, fc1);
-      be.fp8_swiglu_cast_transpose(out[1], out_t[1], amax[1], fc1, s);
+      if (backward) be.fp8_swiglu_backward_cast_transpose(out[1], out_t[1], amax[1], fc1, dact, s);
+      else be.fp8_swiglu_cast_transpose(out[1], out_t[1], amax[1], fc1, s);
+      be.fp8_cast_transpose(out[0], out_t[0], amax[0], tmp, s);
     }
-    be.fp8_cast_transpose(out[0], out_t[0], amax[0], tmp, s);
     const std::string tag = backward ? "backward " : "forward ";
     r += diff((tag + "out").c_str(), to_host_raw(be, out[0]), to_host_raw(be, out[1]));
     r += diff((tag + "out_t").c_str(), to_host_raw(be, out_t[0]), to_host_raw(be, out_t[1]));
-    r += diff((tag + "amax").c_str(), to_host_raw(be, amax[0]), to_host_raw(be, amax[1]));
-    if (to_host_raw(be, amax[1]).data<float>()[0] <= 0.f) r += tag + "amax is not positive\n";
+    r += diff((tag + (blockwise ? "scale_inv" : "amax")).c_str(), to_host_raw(be, amax[0]), to_host_raw(be, amax[1]));
+    if (blockwise) r += diff((tag + "scale_inv_t").c_str(), to_host_raw(be, sinv_t[0]), to_host_raw(be, sinv_t[1]));
+    if (to_host_raw(be, amax[1]).data<float>()[0] <= 0.f) r += tag + "amax or scale_inv is not positive\n";
   }
   return r;
 }

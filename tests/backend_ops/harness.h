@@ -86,7 +86,9 @@ std::string adamw_compute_out_mismatch(backend::Backend& be, DType compute, int6
 // swiglu_backward then fp8_cast_transpose on `be` (activations of dtype
 // `act`, codes of dtype `fp8`, fc1 (R, 2F)): "" when the codes, their
 // transposes and the amaxes match bit for bit, else the first differences.
+// blockwise: fp8_swiglu_block_cast and its backward against fp8_block_cast
+// (codes, transposes and both scale_inv arrays).
 std::string fp8_swiglu_cast_mismatch(backend::Backend& be, DType act, DType fp8, int64_t R, int64_t F,
-                                     uint64_t seed);
+                                     uint64_t seed, bool blockwise = false);
 
 }  // namespace tripod::testing

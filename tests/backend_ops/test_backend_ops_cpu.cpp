@@ -78,6 +78,17 @@ TEST(CpuFp8, SwigluCastIsTheUnfusedBits) {
             << dtype_name(act) << " " << dtype_name(fp8) << " R=" << R << " F=" << F;
 }
 
+// And block scaling's SwiGLU casts (the CPU's is the composed default:
+// this checks the op's wiring and its validation against fp8_block_cast).
+TEST(CpuFp8, SwigluBlockCastIsTheUnfusedBits) {
+  auto be = backend::make_cpu_backend();
+  for (DType act : {DType::BF16, DType::F32})
+    for (DType fp8 : {DType::E4M3, DType::E5M2})
+      for (auto [R, F] : {std::pair<int64_t, int64_t>{136, 200}, {6, 20}})
+        EXPECT_EQ(fp8_swiglu_cast_mismatch(*be, act, fp8, R, F, 19, true), "")
+            << dtype_name(act) << " " << dtype_name(fp8) << " R=" << R << " F=" << F;
+}
+
 // Block scaling's casts on values worked by hand (E4M3): in (2, 130), so
 // each row has a whole and a 2-wide 1x128 block, each column one 2-row block,
 // and the tiles are (0, 0) and the 2-wide (0, 1).

@@ -58,6 +58,20 @@ TEST(GpuFp8, SwigluCastIsTheUnfusedBits) {
             << dtype_name(act) << " " << dtype_name(fp8) << " R=" << R << " F=" << F;
 }
 
+// Block scaling's SwiGLU casts write what swiglu_* then fp8_block_cast
+// write, bit for bit: whole and cut tiles, a width whose halves meet inside
+// a 128-column tile (F = 200: the backward's tile 1 holds d gate and d up),
+// an 8B-like width, and a shape left to the unfused default (6 x 20).
+TEST(GpuFp8, SwigluBlockCastIsTheUnfusedBits) {
+  if (backend::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  for (DType act : {DType::BF16, DType::F16, DType::F32})
+    for (DType fp8 : {DType::E4M3, DType::E5M2})
+      for (auto [R, F] : {std::pair<int64_t, int64_t>{128, 128}, {136, 264}, {256, 200}, {8192 / 16, 14336 / 16},
+                          {6, 20}})
+        EXPECT_EQ(fp8_swiglu_cast_mismatch(cuda(), act, fp8, R, F, 19, true), "")
+            << dtype_name(act) << " " << dtype_name(fp8) << " R=" << R << " F=" << F;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     All, GpuOps,
     ::testing::Combine(::testing::Range(0, static_cast<int>(all_cases().size())),

@@ -480,6 +480,13 @@ class CudaBackend final : public Backend {
     cuda::fp8_block_cast_tiles(out.raw(), out_t.raw(), scale_inv.data<float>(), scale_inv_t.data<float>(),
                                out.dtype(), in.raw(), in.dtype(), in.size(0), in.size(1), stream_);
   }
+  void fp8_swiglu_block_cast_impl(Tensor& out, Tensor& scale_inv, Tensor& out_t, Tensor& scale_inv_t, const Tensor& inp,
+                                  const Tensor* dout) override {
+    if (!cuda::fp8_swiglu_block_cast(out.raw(), scale_inv.data<float>(), out_t.raw(), scale_inv_t.data<float>(),
+                                     out.dtype(), inp.raw(), dout ? dout->raw() : nullptr, inp.dtype(), inp.size(0),
+                                     inp.size(1) / 2, stream_))
+      Backend::fp8_swiglu_block_cast_impl(out, scale_inv, out_t, scale_inv_t, inp, dout);
+  }
   void fp8_block_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                              const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) override {
     const int64_t K = b.size(1), OC = b.size(0), N = OC ? out.numel() / OC : 0;

@@ -49,6 +49,12 @@ void fp8_block_cast(void* out, float* scale_inv, void* out_t, float* scale_inv_t
 // (ld: backend/ops.h fp8_tile_ld; the padding written as 1).
 void fp8_block_cast_tiles(void* out, void* out_t, float* scale_inv, float* scale_inv_t, DType fp8, const void* in,
                           DType dt, int64_t R, int64_t C, cudaStream_t stream);
+// fp8_block_cast (with the transpose) of swiglu_forward(inp (R, 2F)), or of
+// swiglu_backward(inp, dout (R, F)) when dout is given, computed in the cast
+// (backend/ops.h fp8_swiglu_block_cast). Needs R and F multiples of 8 and
+// 16-byte aligned inputs; other calls return false.
+bool fp8_swiglu_block_cast(void* out, float* scale_inv, void* out_t, float* scale_inv_t, DType fp8, const void* inp,
+                           const void* dout, DType dt, int64_t R, int64_t F, cudaStream_t stream);
 // fp8_block_matmul without cuBLASLt (one thread per output; each 128-wide K
 // block's f32 sum times its two scale_invs, added in f32): any shape.
 void fp8_block_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,

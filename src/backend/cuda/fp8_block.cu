@@ -12,6 +12,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/fp8.cuh"
 #include "backend/cuda/fp8_math.cuh"
+#include "backend/cuda/swiglu_math.cuh"
 
 namespace tripod::backend::cuda {
 namespace {
@@ -45,6 +46,68 @@ __device__ __forceinline__ void tile_scales(float* sinv, float* sinv_t, float s,
     for (int64_t i = row_tiles + threadIdx.x; i < ld_t; i += blockDim.x) sinv_t[tc * ld_t + i] = 1.f;
 }
 
+template <typename T> struct alignas(16) In8 { T v[8]; };
+
+template <typename T>
+__device__ __forceinline__ In8<T> load8(const T* p) { return *reinterpret_cast<const In8<T>*>(p); }
+
+// Where block_cast_kernel's values come from: fetch() issues the loads of
+// 8 values of row r, columns c.. (all of a thread's fetches are issued
+// before any value() is formed, so they are in flight together); value()
+// forms them as the compute dtype T stores them.
+template <typename T>
+struct PlainSource {  // in (R, C)
+  const T* in;
+  int64_t C;
+  using Raw = In8<T>;
+  __device__ __forceinline__ void fetch(Raw& raw, int64_t r, int64_t c) const { raw = load8(in + r * C + c); }
+  __device__ __forceinline__ In8<T> value(const Raw& raw, int64_t) const { return raw; }
+};
+
+template <typename T>
+struct SwigluSource {  // swiglu_forward(inp (R, 2F)): (R, F)
+  const T* inp;
+  int64_t F;
+  struct Raw { In8<T> g, u; };
+  __device__ __forceinline__ void fetch(Raw& raw, int64_t r, int64_t c) const {
+    raw.g = load8(inp + r * 2 * F + c);
+    raw.u = load8(inp + r * 2 * F + F + c);
+  }
+  __device__ __forceinline__ In8<T> value(const Raw& raw, int64_t) const {
+    In8<T> y;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) y.v[j] = from_f<T>(swiglu_value(to_f(raw.g.v[j]), to_f(raw.u.v[j])));
+    return y;
+  }
+};
+
+// swiglu_backward(inp (R, 2F), dout (R, F)): (R, 2F) = [d gate | d up]. A
+// group of 8 columns lies in one half (F is a multiple of 8); the other
+// half's CTA loads the same inputs again (from L2 mostly).
+template <typename T>
+struct SwigluBackwardSource {
+  const T* inp;
+  const T* dout;
+  int64_t F;
+  struct Raw { In8<T> g, u, d; };
+  __device__ __forceinline__ void fetch(Raw& raw, int64_t r, int64_t c) const {
+    const int64_t k = c < F ? c : c - F;
+    raw.g = load8(inp + r * 2 * F + k);
+    raw.u = load8(inp + r * 2 * F + F + k);
+    raw.d = load8(dout + r * F + k);
+  }
+  __device__ __forceinline__ In8<T> value(const Raw& raw, int64_t c) const {
+    In8<T> y;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float dg, du;
+      swiglu_grads(to_f(raw.g.v[j]), to_f(raw.u.v[j]), to_f(raw.d.v[j]), dg, du);
+      y.v[j] = from_f<T>(c < F ? dg : du);
+    }
+    return y;
+  }
+};
+
 // NOTE [FP8 block casts]
 // One CTA of 256 threads per 128 x 128 tile of in(R, C) (blockIdx.x the
 // column tile; blockIdx.y strides over the row tiles). A tile holds whole
@@ -65,13 +128,14 @@ __device__ __forceinline__ void tile_scales(float* sinv, float* sinv_t, float s,
 //    and copied to out_t by rows of out_t, XOR-swizzled as in fp8.cu.
 // Needs R and C multiples of 8 (each sub-tile whole or outside: cut tiles
 // at the right and bottom edges just have idle threads), in 16-byte and
-// out, out_t 8-byte aligned; other calls take block_cast_any_kernel.
-template <typename T, bool kE5M2, Mode kMode>
+// out, out_t 8-byte aligned; other calls take block_cast_any_kernel. The
+// values come from a Source: in itself, or SwiGLU (forward or backward)
+// computed on the fly (fp8_swiglu_block_cast).
+template <typename T, bool kE5M2, Mode kMode, typename Source>
 __global__ void __launch_bounds__(kThreads)
-    block_cast_kernel(uint8_t* out, uint8_t* out_t, float* sinv, float* sinv_t, const T* in, int64_t R, int64_t C,
-                      float fp8_max) {
+    block_cast_kernel(uint8_t* out, uint8_t* out_t, float* sinv, float* sinv_t, const Source src, int64_t R,
+                      int64_t C, float fp8_max) {
   constexpr bool kT = kMode != Mode::kRows;
-  struct alignas(16) In8 { T v[8]; };
   __shared__ uint2 tile_t[kT ? kB : 1][16];
   __shared__ float part[8][kB];  // per-warp column maxima, or warp maxima (part[0])
   __shared__ float col_scale[kB];
@@ -81,15 +145,18 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t tr = blockIdx.y; tr < row_tiles; tr += gridDim.y) {
     const int64_t r0 = tr * kB, r = r0 + 8 * ty, c = c0 + 8 * tx;
     const bool valid = r < R && c < C;
-    In8 x[8];
+    In8<T> x[8];
+    if (valid) {
+      typename Source::Raw raw[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (valid) {
-        x[i] = *reinterpret_cast<const In8*>(in + (r + i) * C + c);
-      } else {
+      for (int i = 0; i < 8; ++i) src.fetch(raw[i], r + i, c);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[i] = src.value(raw[i], c);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) x[i].v[j] = from_f<T>(0.f);  // adds nothing to any amax
-      }
     }
     float rs[8], cs[8];  // the scales of this thread's rows and columns
     if constexpr (kMode == Mode::kTiles) {
@@ -255,9 +322,10 @@ void launch_block_cast(void* out, void* out_t, float* sinv, float* sinv_t, DType
   TRIPOD_DISPATCH_ACT(dt, T, {
     const T* x = static_cast<const T*>(in);
     if (fast) {
+      const PlainSource<T> src{x, C};
       if (fp8 == DType::E5M2)
-        block_cast_kernel<T, true, kMode><<<grid, kThreads, 0, stream>>>(o, ot, sinv, sinv_t, x, R, C, mx);
-      else block_cast_kernel<T, false, kMode><<<grid, kThreads, 0, stream>>>(o, ot, sinv, sinv_t, x, R, C, mx);
+        block_cast_kernel<T, true, kMode><<<grid, kThreads, 0, stream>>>(o, ot, sinv, sinv_t, src, R, C, mx);
+      else block_cast_kernel<T, false, kMode><<<grid, kThreads, 0, stream>>>(o, ot, sinv, sinv_t, src, R, C, mx);
     } else {
       if (fp8 == DType::E5M2)
         block_cast_any_kernel<T, true, kMode><<<grid, kThreads, 0, stream>>>(o, ot, sinv, sinv_t, x, R, C, mx);
@@ -304,6 +372,36 @@ void fp8_block_cast(void* out, float* scale_inv, void* out_t, float* scale_inv_t
 void fp8_block_cast_tiles(void* out, void* out_t, float* scale_inv, float* scale_inv_t, DType fp8, const void* in,
                           DType dt, int64_t R, int64_t C, cudaStream_t stream) {
   launch_block_cast<Mode::kTiles>(out, out_t, scale_inv, scale_inv_t, fp8, in, dt, R, C, stream);
+}
+
+bool fp8_swiglu_block_cast(void* out, float* scale_inv, void* out_t, float* scale_inv_t, DType fp8, const void* inp,
+                           const void* dout, DType dt, int64_t R, int64_t F, cudaStream_t stream) {
+  if (R % 8 != 0 || F % 8 != 0 || !aligned(inp, 16) || (dout && !aligned(dout, 16)) || !aligned(out, 8) ||
+      !aligned(out_t, 8))
+    return false;
+  const int64_t W = dout ? 2 * F : F;
+  if (R * W == 0) return true;
+  const float mx = fp8_max(fp8);
+  auto* o = static_cast<uint8_t*>(out);
+  auto* ot = static_cast<uint8_t*>(out_t);
+  const dim3 grid(static_cast<unsigned>(blocks(W)), static_cast<unsigned>(min64(blocks(R), 65535)));
+  constexpr Mode kM = Mode::kRowsCols;
+  TRIPOD_DISPATCH_ACT(dt, T, {
+    const T* x = static_cast<const T*>(inp);
+    if (dout) {
+      const SwigluBackwardSource<T> src{x, static_cast<const T*>(dout), F};
+      if (fp8 == DType::E5M2)
+        block_cast_kernel<T, true, kM><<<grid, kThreads, 0, stream>>>(o, ot, scale_inv, scale_inv_t, src, R, W, mx);
+      else block_cast_kernel<T, false, kM><<<grid, kThreads, 0, stream>>>(o, ot, scale_inv, scale_inv_t, src, R, W, mx);
+    } else {
+      const SwigluSource<T> src{x, F};
+      if (fp8 == DType::E5M2)
+        block_cast_kernel<T, true, kM><<<grid, kThreads, 0, stream>>>(o, ot, scale_inv, scale_inv_t, src, R, W, mx);
+      else block_cast_kernel<T, false, kM><<<grid, kThreads, 0, stream>>>(o, ot, scale_inv, scale_inv_t, src, R, W, mx);
+    }
+  });
+  TRIPOD_LAUNCH_CHECK();
+  return true;
 }
 
 void fp8_block_matmul_fallback(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv,

@@ -125,20 +125,21 @@ TEST(ActivationMemory, Fp8SwigluCastKeepsNoActivation) {
 // Under --fp8-recipe blockwise a layer keeps, beside each linear's FP8
 // input transpose, its scale_inv: one f32 per 128 rows (here N = 64: one
 // block) of each of the C + C/t + C + F/t columns (qkv, proj, fc1, fc2
-// inputs) instead of a shared slot; nothing else changes against
-// tensorwise scaling (neither fuses the SwiGLU cast).
+// inputs) instead of a shared slot; and like delayed scaling it casts
+// SwiGLU's output inside the kernel (NOTE [FP8 SwiGLU cast]), so it keeps
+// no N F / t fp32 activation, which tensorwise scaling does.
 TEST(ActivationMemory, Fp8BlockwiseKeepsBlockScales) {
   auto c = testing::tiny_llama({.num_layers = 2, .hidden_size = 64, .num_attention_heads = 4, .seq_length = 32,
                                 .vocab_size = 100},
                                2, 96);
   c.fp8.format = config::Fp8Format::Hybrid;
-  const int64_t B = 2, C = c.hidden_size, F = c.ffn_hidden_size;
+  const int64_t B = 2, N = B * c.seq_length, C = c.hidden_size, F = c.ffn_hidden_size;
   for (int tp : {1, 2}) {
     c.fp8.recipe = config::Fp8Recipe::Tensorwise;
-    const size_t tensorwise = layer_bytes(tp, false, B, c.seq_length, c);
+    const auto tensorwise = static_cast<int64_t>(layer_bytes(tp, false, B, c.seq_length, c));
     c.fp8.recipe = config::Fp8Recipe::Blockwise;
-    EXPECT_EQ(layer_bytes(tp, false, B, c.seq_length, c) - tensorwise,
-              static_cast<size_t>(4 * (C + C / tp + C + F / tp)))
+    EXPECT_EQ(static_cast<int64_t>(layer_bytes(tp, false, B, c.seq_length, c)) - tensorwise,
+              4 * (C + C / tp + C + F / tp) - 4 * N * F / tp)
         << "tp " << tp;
   }
 }

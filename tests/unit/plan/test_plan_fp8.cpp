@@ -58,7 +58,7 @@ TEST(PlanMemory, Fp8BlockwiseKeepsBlockScales) {
   EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * (4096 * 5376.0 + 688128.0));
   EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 * (1 + 4.0 / 128));
   EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
-  EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0);  // the SwiGLU cast is delayed scaling's
+  EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0);  // GPT-2 has no SwiGLU
 }
 
 // --fp8-param-gather by hand for GPT-2 124M. W = 768 x 9216 = 7,077,888
@@ -131,7 +131,7 @@ TEST(PlanMemory, Fp8InTheEstimate) {
 }
 
 // NOTE [FP8 SwiGLU cast]: a Llama-style model (SwiGLU, no biases) under
-// delayed scaling keeps no bf16 SwiGLU output. By hand at the Llama 3 8B
+// delayed or blockwise scaling keeps no bf16 SwiGLU output. By hand at the Llama 3 8B
 // layer shape (C 4096, F 14336, seq 8192, micro-batch 1, 8 layers, bf16):
 // 2 x 8192 x 14336 = 234,881,024 bytes per layer, 1,879,048,192 for the 8;
 // at tp 2, half. Tensorwise scaling (the cast reads the stored
@@ -147,6 +147,8 @@ TEST(PlanMemory, Fp8SwigluCastKeepsNoActivation) {
   Layout l = layout(1);
   l.micro_batch = 1, l.global_batch = 1;
   const MemoryBreakdown delayed = estimate_memory(m, l);
+  m.fp8.recipe = config::Fp8Recipe::Blockwise;  // fuses the cast too (its block scales come from the values)
+  EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 1, Recompute::None, 0, 8).swiglu_act_saved, 1879048192.0);
   m.fp8.recipe = config::Fp8Recipe::Tensorwise;
   EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 1, Recompute::None, 0, 8).swiglu_act_saved, 0.0);
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).activations - delayed.activations, 1879048192.0);
