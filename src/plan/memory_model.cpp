@@ -305,20 +305,33 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
   // The kept input transposes and their scale_inv: 16 f32 slots, or under
   // blockwise scaling one f32 per 128 rows of each column (backend/ops.h
   // fp8_block_cast; the weights' 128x128 tile scales are a 1/16384 part).
+  // --no-fp8-wgrad (fp8_wgrad() false): the weight gradients run in the
+  // compute dtype on the layer's kept compute-dtype inputs, so no transpose
+  // (nor its scales) is kept, and the SwiGLU cast is not fused (fc2's wgrad
+  // reads the activation): the FP8 layer keeps what a bf16 layer keeps.
+  const bool fp8_wgrad = m.fp8.fp8_wgrad();
   const double kept_width = C + C / t + C + F / t, row_blocks = std::ceil(N / double(backend::kFp8Block));
   const double kept_scales = m.fp8.blockwise() ? 4.0 * row_blocks * kept_width : 64.0;
-  if (r != Recompute::Full) f.per_microbatch = n * (N * kept_width + kept_scales);
+  if (r != Recompute::Full && fp8_wgrad) f.per_microbatch = n * (N * kept_width + kept_scales);
   // NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): no compute-dtype activation kept.
-  if (r != Recompute::Full && m.swiglu && (m.fp8.delayed() || m.fp8.blockwise()) && !m.add_bias_linear)
+  if (r != Recompute::Full && fp8_wgrad && m.swiglu && (m.fp8.delayed() || m.fp8.blockwise()) &&
+      !m.add_bias_linear)
     f.swiglu_act_saved = double(fp8_dense) * double(act_bytes) * N * F / t;
+  // x's codes; under full recompute the FP8 wgrad casts x again with its
+  // transpose (not under --no-fp8-wgrad). dy's codes and transpose: under
+  // --no-fp8-wgrad the transpose is not written, but Fp8Linear::quantize_grad
+  // still takes its scratch slot (Fp8State::scratch(1, true, ...)), so it is
+  // counted (conservative: N max(Q/t, C, F1/t) over if that slot goes).
   const double x = N * std::max(C, F / t);
-  f.scratch = x * (r == Recompute::Full ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  f.scratch = x * (r == Recompute::Full && fp8_wgrad ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
   if (m.fp8.blockwise()) f.scratch *= 1.0 + 4.0 / double(backend::kFp8Block);  // an f32 scale per 128 codes
   if (m.fp8.dot_product_attention) {  // qkv8 and att8; the backward's dout and dqkv codes
     const double attention = N * (Q + C) / t;
     if (r == Recompute::None) f.per_microbatch += n * attention;
-    // NOTE [FP8 attention keeps its codes] (model/transformer_layer.cpp): no compute-dtype qkv and output kept.
-    if (r == Recompute::None) f.attention_act_saved = double(fp8_attention) * double(act_bytes) * attention;
+    // NOTE [FP8 attention keeps its codes] (model/transformer_layer.cpp): no compute-dtype qkv and output kept
+    // (kept under --no-fp8-wgrad: the projection's wgrad reads the compute-dtype attention output).
+    if (r == Recompute::None && fp8_wgrad)
+      f.attention_act_saved = double(fp8_attention) * double(act_bytes) * attention;
     f.scratch += attention * (r == Recompute::None ? 1.0 : 2.0);
   }
   if (m.fp8.param_gather && shard_ranks > 0) {

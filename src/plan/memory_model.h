@@ -255,11 +255,15 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //   per micro-batch (not under full recompute) the FP8 transposes of the
 //               four linears' inputs kept from forward for the weight
 //               gradients, N (C + C/t + C + F/t) bytes per FP8 layer, and
-//               their scale slots (64 bytes);
+//               their scale slots (64 bytes); none under --no-fp8-wgrad
+//               (the weight gradients in the compute dtype read the
+//               compute-dtype inputs every layer keeps);
 //   scratch     the casts' buffers, once per chunk with an FP8 layer: x's
 //               FP8 copy N max(C, F/t) (and its transpose under full
-//               recompute, which casts x again in backward), dy's copy and
-//               transpose 2 N max(Q/t, C, F1/t).
+//               recompute, which casts x again in backward, not under
+//               --no-fp8-wgrad), dy's copy and transpose 2 N max(Q/t, C,
+//               F1/t) (under --no-fp8-wgrad the transpose is not written
+//               but its scratch slot is still taken: counted).
 //   with --fp8-dot-product-attention (model/fp8_meta.h Fp8Attention):
 //               per micro-batch (without recompute) the FP8 attention's
 //               inputs to its backward, qkv8 and att8, N (Q + C) / t
@@ -288,10 +292,12 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               without fc1 bias (not under full recompute) casts SwiGLU's
 //               output inside its kernel and keeps no compute-dtype copy,
 //               act_bytes N F / t per dense FP8 layer (NOTE [FP8 SwiGLU
-//               cast] in model/transformer_layer.cpp).
+//               cast] in model/transformer_layer.cpp); 0 under
+//               --no-fp8-wgrad (fc2's wgrad reads the activation).
 //   attention_act_saved  with --fp8-dot-product-attention and no
 //               recomputation: the compute-dtype qkv and attention output
-//               are not kept (the backward reads their FP8 copies),
+//               are not kept (the backward reads their FP8 copies; 0 under
+//               --no-fp8-wgrad, whose projection wgrad reads the output),
 //               act_bytes N (Q + C) / t per FP8-attention layer (NOTE [FP8
 //               attention keeps its codes] in model/transformer_layer.cpp).
 struct Fp8Bytes {

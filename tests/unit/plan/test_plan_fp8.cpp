@@ -157,6 +157,86 @@ TEST(PlanMemory, Fp8SwigluCastKeepsNoActivation) {
   EXPECT_DOUBLE_EQ(tripod_fp8_bytes(gelu, 4, 1, Recompute::None, 0, 12).swiglu_act_saved, 0.0);
 }
 
+// --no-fp8-wgrad (Fp8Config::high_precision_wgrad): the weight gradients
+// run in bf16 on the unquantized x and dy, so an FP8 layer keeps no input
+// transposes nor their scales, and its activations are a bf16 layer's. By
+// hand for GPT-2 124M at micro-batch 4 (as Fp8BytesHandCount): per
+// micro-batch 0 instead of 12 x 22,020,160; the weights' FP8 copies as
+// before, 12 x 14,155,776; the scratch x 4096 x 3072 + dy and its
+// transpose 2 x 4096 x 3072 = 37,748,736 (the dy transpose's slot is still
+// taken), and under full recompute no x transpose for a second cast:
+// 37,748,736 (not + 12,582,912). Blockwise: no block scales kept either.
+TEST(PlanMemory, Fp8HighPrecisionWgradKeepsNoTransposes) {
+  GptConfig m = gpt2_124m();
+  m.fp8.format = config::Fp8Format::Hybrid;
+  m.fp8.high_precision_wgrad = true;
+  ASSERT_FALSE(m.fp8.fp8_wgrad());
+  Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
+  EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0);
+  f = tripod_fp8_bytes(m, 4, 1, Recompute::Selective, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  f = tripod_fp8_bytes(m, 4, 1, Recompute::Full, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
+  // tp 2, one layer: weights 7,077,888; scratch 4096 x 1536 + 2 x 4096 x 1536.
+  f = tripod_fp8_bytes(m, 4, 2, Recompute::None, 0, 1);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
+  EXPECT_DOUBLE_EQ(f.weights, 7077888.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 4096 * 1536.0 + 2 * 4096 * 1536.0);
+  m.fp8.recipe = config::Fp8Recipe::Blockwise;
+  f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);  // not 12 x (4096 x 5376 + 688,128)
+  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 * (1 + 4.0 / 128));
+
+  // In the estimate (one GPU, micro-batch 4, one micro-batch in flight):
+  // the activations are bf16's to the byte, the workspace adds the FP8
+  // weights and scratch, 12 x 14,155,776 + 37,748,736, as with FP8 wgrad.
+  GptConfig bf16 = gpt2_124m();
+  m.fp8.recipe = config::Fp8Recipe::Delayed;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const MemoryBreakdown a = estimate_memory(bf16, l), b = estimate_memory(m, l);
+  EXPECT_DOUBLE_EQ(b.activations, a.activations);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12 * 14155776.0 + 37748736.0);
+  EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
+}
+
+// --no-fp8-wgrad at the Llama 3 8B layer shape (as
+// Fp8SwigluCastKeepsNoActivation: C 4096, F 14336, seq 8192, micro-batch 1,
+// 8 layers, bf16): the SwiGLU cast is not fused (fc2's bf16 wgrad reads the
+// activation), so nothing is saved, and no transposes are kept. Against
+// FP8 wgrad the activations grow by the SwiGLU activation, 1,879,048,192,
+// less the kept transposes, 8 x (8192 x (4096 + 4096 + 4096 + 14336) + 64)
+// = 1,744,830,976: 134,217,216 bytes; under blockwise scaling less the
+// transposes with their block scales, 8 x (218,103,808 + 4 x 64 x 26,624)
+// = 1,799,356,416: 79,691,776 bytes. Either way they equal bf16's.
+TEST(PlanMemory, Fp8HighPrecisionWgradKeepsTheSwigluActivation) {
+  GptConfig bf16 = gpt_model(8, 4096, 32, 8192, 128256);
+  bf16.swiglu = true, bf16.add_bias_linear = false, bf16.ffn_hidden_size = 14336;
+  bf16.finalize();
+  Layout l = layout(1);
+  l.micro_batch = 1, l.global_batch = 1;
+  const double plain = estimate_memory(bf16, l).activations;
+  for (auto [recipe, grows] : {std::pair{config::Fp8Recipe::Delayed, 134217216.0},
+                               std::pair{config::Fp8Recipe::Blockwise, 79691776.0}}) {
+    GptConfig m = bf16;
+    m.fp8.format = config::Fp8Format::Hybrid;
+    m.fp8.recipe = recipe;
+    const double fp8_wgrad = estimate_memory(m, l).activations;
+    m.fp8.high_precision_wgrad = true;
+    for (Recompute r : {Recompute::None, Recompute::Selective}) {
+      const Fp8Bytes f = tripod_fp8_bytes(m, 1, 1, r, 0, 8);
+      EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0) << int(r);
+      EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0) << int(r);
+    }
+    EXPECT_DOUBLE_EQ(estimate_memory(m, l).activations - fp8_wgrad, grows);
+    EXPECT_DOUBLE_EQ(estimate_memory(m, l).activations, plain);
+  }
+}
+
 TEST(PlanTime, Fp8GemmsAtTheirRate) {
   // 6 x 768 x 9216 = 42,467,328 FLOPs per token per FP8 layer, x 12 = 509,607,936.
   GptConfig m = gpt2_124m();

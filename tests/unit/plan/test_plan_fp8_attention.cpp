@@ -70,6 +70,24 @@ TEST(PlanMemory, Fp8AttentionInTheEstimate) {
   EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
 }
 
+// With --no-fp8-wgrad the projection's bf16 weight gradient reads the
+// compute-dtype attention output, so the layer keeps its bf16 qkv and
+// output as well as the FP8 codes (NOTE [FP8 attention keeps its codes]):
+// nothing saved, and per micro-batch only the codes, 12 x 12,582,912, on
+// top of the bf16 activations (no input transposes).
+TEST(PlanMemory, Fp8AttentionWithHighPrecisionWgradKeepsTheBf16Copies) {
+  GptConfig m = fp8_gpt2(true);
+  m.fp8.high_precision_wgrad = true;
+  const Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
+  EXPECT_DOUBLE_EQ(f.attention_act_saved, 0.0);
+  EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * 12582912.0);
+  EXPECT_DOUBLE_EQ(f.scratch - tripod_fp8_bytes(fp8_gpt2(false), 4, 1, Recompute::None, 0, 12).scratch, 12582912.0);
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  EXPECT_DOUBLE_EQ(estimate_memory(m, l).activations - estimate_memory(gpt2_124m(), l).activations,
+                   12 * 12582912.0);
+}
+
 TEST(PlanSearch, Fp8AttentionNotWithContextParallelism) {
   Machine mc;
   mc.gpus_per_node = 2;
