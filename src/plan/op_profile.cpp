@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -160,17 +161,41 @@ std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
   };
   // An FP8 layer's linears run as their FP8 kinds (same shapes): the
   // block-scaled ones under --fp8-recipe blockwise.
-  const bool block = m.fp8.blockwise();
+  // Under --no-fp8-wgrad an FP8 linear's backward is the FP8 dgrad, dx (rows,
+  // in) = dy (rows, out) W, and the weight gradient in the compute dtype,
+  // dW = dy^T x. Both are taken as existing kinds, approximately:
+  //   - the dgrad as the FP8 forward kind of shape (rows, out -> in) (the
+  //     same GEMM, dy's codes against W^T's, and a cast of dy; the forward
+  //     kind's cast also writes a transpose this one does not, a memory-bound
+  //     overcount; with GELU its GELU forward pass over the (rows, in)
+  //     output stands in for the GELU backward over the same tensor);
+  //   - the wgrad as half a bf16 kLinearBwd of the linear's shape (which
+  //     times dgrad + wgrad + the bias gradient: two GEMMs of equal FLOPs,
+  //     so half of it is the wgrad's 2 rows in out FLOPs and half a bias
+  //     gradient), without its GELU backward.
+  // (The forward's cast also writes no transpose under --no-fp8-wgrad, but
+  // stays the FP8 forward kind: the same overcount.)
+  const bool block = m.fp8.blockwise(), fp8_wgrad = m.fp8.fp8_wgrad();
+  const OpKind fp8_fwd = block ? OpKind::kFp8BlockLinearFwd : OpKind::kFp8LinearFwd;
+  const OpKind fp8_bwd = block ? OpKind::kFp8BlockLinearBwd : OpKind::kFp8LinearBwd;
   auto add_layer_op = [&](const OpShape& o, double n) {
     const bool linear = o.kind == OpKind::kLinearFwd || o.kind == OpKind::kLinearBwd;
     if (!linear || fp8 <= 0) return add(o, n);
-    OpShape f = o;
-    if (o.kind == OpKind::kLinearFwd)
-      f.kind = block ? OpKind::kFp8BlockLinearFwd : OpKind::kFp8LinearFwd;
-    else
-      f.kind = block ? OpKind::kFp8BlockLinearBwd : OpKind::kFp8LinearBwd;
-    add(f, n * fp8);
     if (fp8 < 1) add(o, n * (1 - fp8));
+    OpShape f = o;
+    if (o.kind == OpKind::kLinearFwd) {
+      f.kind = fp8_fwd;
+    } else if (fp8_wgrad) {
+      f.kind = fp8_bwd;
+    } else {
+      OpShape dgrad = o;
+      dgrad.kind = fp8_fwd;
+      std::swap(dgrad.d[1], dgrad.d[2]);  // (rows, out) -> (rows, in); d[3] (GELU) stays
+      add(dgrad, n * fp8);
+      f.d[3] = 0;  // the bf16 wgrad: half a linear_bwd without GELU
+      n *= 0.5;
+    }
+    add(f, n * fp8);
   };
   for (const auto& o : fwd) add_layer_op(o, l.recompute == Recompute::Full ? 2 * layers : layers);
   for (const auto& o : bwd) add_layer_op(o, layers);

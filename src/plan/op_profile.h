@@ -96,7 +96,10 @@ struct OpCount {
 // busiest pipeline stage (the last: it holds the loss head) at one TP rank.
 // Under --fp8-format the FP8 layers' linears are the kFp8Linear* ops (the
 // share of FP8 layers among the stage's, --first-last-layers-bf16 kept out),
-// the kFp8BlockLinear* ops under --fp8-recipe blockwise.
+// the kFp8BlockLinear* ops under --fp8-recipe blockwise. Under --no-fp8-wgrad
+// an FP8 linear's backward is its FP8 dgrad, taken as the FP8 forward kind
+// of shape (rows, out -> in), and its bf16 wgrad, half a kLinearBwd of its
+// shape (an approximation: op_profile.cpp says where it is off).
 std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l);
 // Once per step: the optimizer over this rank's parameters (its shard under
 // the distributed optimizer); under --fp8-format the FP8 weights' casts

@@ -180,6 +180,93 @@ TEST(OpProfile, Fp8BlockwiseLayersRunTheBlockKinds) {
   EXPECT_DOUBLE_EQ(count(step_ops(m, l), OpKind::kFp8BlockWeightCast, 96, 64), 1.0);
 }
 
+// --no-fp8-wgrad: an FP8 linear's backward is its FP8 dgrad, listed as the
+// FP8 forward kind of shape (rows, out -> in), and its bf16 wgrad, half a
+// linear_bwd of its shape without GELU. By hand for GPT-2 of 4 layers at
+// tp 2, pp 2, micro-batch 3 (N = 768, the last stage's 2 layers; as
+// Fp8BlockwiseLayersRunTheBlockKinds): the forwards as before, qkv (768,
+// 64, 96), proj (768, 32, 64), fc1 (768, 64, 128, GELU), fc2 (768, 128, 64);
+// the dgrads qkv (768, 96, 64), proj (768, 64, 32), fc1 (768, 128, 64) and
+// fc2 (768, 64, 128, GELU backward), the last two the same ops as fc2's and
+// fc1's forwards, so 4 calls of those; the wgrads linear_bwd (768, 64, 96),
+// (768, 32, 64), (768, 64, 128), (768, 128, 64), 2 layers x 1/2; no FP8
+// backward kind. The FLOPs: 2 layer forwards' worth in the FP8 forward
+// kind, one in the bf16 backward (the wgrads' 2 N in out each) besides the
+// head's; the linears' total as with FP8 wgrad. The weight casts as before.
+TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
+  GptConfig m = gpt(4, 64, 4);
+  Layout l = layout(4, 2, 2);
+  l.micro_batch = 3;
+  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab_size(2)), layers = 2;
+  const double layer_fwd = 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2, head_fwd = 2 * N * C * V / 2;
+  m.fp8.format = config::Fp8Format::Hybrid;
+  const auto fp8_wgrad = micro_batch_ops(m, l), fp8_wgrad_step = step_ops(m, l);
+  m.fp8.high_precision_wgrad = true;
+  auto count = [](const std::vector<OpCount>& ops, OpKind k, int64_t a, int64_t b, int64_t c = 0, int64_t d = 0) {
+    for (const auto& o : ops)
+      if (o.op.kind == k && o.op.d[0] == a && o.op.d[1] == b && o.op.d[2] == c && o.op.d[3] == d) return o.count;
+    return 0.0;
+  };
+  for (bool blockwise : {false, true}) {
+    SCOPED_TRACE(blockwise ? "blockwise" : "delayed");
+    m.fp8.recipe = blockwise ? config::Fp8Recipe::Blockwise : config::Fp8Recipe::Delayed;
+    const OpKind fwd = blockwise ? OpKind::kFp8BlockLinearFwd : OpKind::kFp8LinearFwd;
+    const OpKind bwd = blockwise ? OpKind::kFp8BlockLinearBwd : OpKind::kFp8LinearBwd;
+    const auto ops = micro_batch_ops(m, l);
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 96), 2.0);        // qkv forward
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 32, 64), 2.0);        // proj forward
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 128, 1), 4.0);    // fc1 forward, fc2 dgrad + GELU backward
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 128, 64), 4.0);       // fc2 forward, fc1 dgrad
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 96, 64), 2.0);        // qkv dgrad
+    EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 32), 2.0);        // proj dgrad
+    EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 64, 96), 1.0);   // the wgrads
+    EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 32, 64), 1.0);
+    EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 64, 128), 1.0);
+    EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 128, 64), 1.0);
+    EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 128, 64, 1), 0.0);
+    EXPECT_DOUBLE_EQ(sum_work(ops, bwd), 0.0);
+    EXPECT_DOUBLE_EQ(sum_work(ops, fwd), 2 * layer_fwd);
+    EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearBwd), layer_fwd + 2 * head_fwd);
+    EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), head_fwd);
+    const auto step = step_ops(m, l);
+    ASSERT_EQ(step.size(), fp8_wgrad_step.size());
+    for (size_t i = 0; i < step.size(); ++i) {
+      EXPECT_EQ(step[i].op.key().substr(step[i].op.key().find(' ')),
+                fp8_wgrad_step[i].op.key().substr(fp8_wgrad_step[i].op.key().find(' ')));
+      EXPECT_DOUBLE_EQ(step[i].count, fp8_wgrad_step[i].count);
+    }
+  }
+  // The rest of the list (norms, attention, the residual add, the head) as with FP8 wgrad.
+  m.fp8.recipe = config::Fp8Recipe::Delayed;
+  const auto ops = micro_batch_ops(m, l);
+  for (const auto& o : fp8_wgrad)
+    if (o.op.op_class() != OpClass::kFp8Linear)
+      EXPECT_DOUBLE_EQ(count(ops, o.op.kind, o.op.d[0], o.op.d[1], o.op.d[2], o.op.d[3]), o.count) << o.op.key();
+  // --first-last-layers-bf16: layer 3 in bf16, layer 2 in FP8: qkv's
+  // linear_bwd once for the bf16 layer, a half for the FP8 layer's wgrad.
+  m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kLinearBwd, 768, 64, 96), 1.5);
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kFp8LinearFwd, 768, 96, 64), 1.0);
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kFp8LinearFwd, 768, 64, 96), 1.0);
+
+  // Timed by a profile of a bf16 linear fit alone (the FP8 linears at 1.6x
+  // its rate): per FP8 linear the backward was 4 N in out / (1.6 R) + o, is
+  // 2 N in out / (1.6 R) + o (dgrad) + (4 N in out / R + o) / 2 (wgrad):
+  // over the stage's 2 x 4 linears, layer_fwd (1 - 1/1.6) / R + 8 x o / 2 more.
+  OpProfile p;
+  const double rate = 5e14, over = 7e-6;
+  OpShape o;
+  o.kind = OpKind::kLinearFwd;
+  o.d[1] = 768, o.d[2] = 2304;
+  for (int64_t n : {1024, 4096}) {
+    o.d[0] = n;
+    p.measured[o.key()] = o.work() / rate + over;
+  }
+  p.refit();
+  m.fp8.first_last_layers_bf16 = false;
+  EXPECT_NEAR(p.seconds_of(ops) - p.seconds_of(fp8_wgrad), layer_fwd * (1 - 1 / 1.6) / rate + 4 * over, 1e-12);
+}
+
 // The block-scaled kinds: keys of their own that parse back, their class,
 // and their work: the linears' FLOPs as the per-tensor ones'; the weight
 // cast's bytes plus the tiles' f32 inverse scales. A qkv weight (2304,
