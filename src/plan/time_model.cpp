@@ -72,7 +72,10 @@ double fp8_linear_flops_per_token(const GptConfig& m) {
   int64_t n = 0;
   for (int64_t i = 0; i < m.num_layers; ++i) n += m.layer_spec(i).fp8 ? 1 : 0;
   const double C = double(m.hidden_size), Q = double(m.qkv_width()), F1 = double(m.fc1_width());
-  return double(n) * 6.0 * C * (Q + C + F1 + double(m.ffn_hidden_size));
+  // Forward 2, dgrad 2, wgrad 2 FLOPs per weight per token; --no-fp8-wgrad
+  // runs the wgrad in the compute dtype (at the bf16 rate).
+  const double per_weight = m.fp8.fp8_wgrad() ? 6.0 : 4.0;
+  return double(n) * per_weight * C * (Q + C + F1 + double(m.ffn_hidden_size));
 }
 
 TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machine& mc) {
@@ -96,7 +99,9 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
   // A token attends to its whole causal context: the FLOPs per token are the
   // full sequence's (FP8 GEMM FLOPs do not depend on the sequence).
   double flops_token = full.flops_per_token(), fp8_token = fp8_linear_flops_per_token(full);
-  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0, fp8_token *= 4.0 / 3.0;
+  // Full recompute runs the forward again: 2 FLOPs per weight per token more,
+  // of the FP8 linears' 6 (4 under --no-fp8-wgrad, whose wgrad is not FP8).
+  if (l.recompute == Recompute::Full) flops_token *= 4.0 / 3.0, fp8_token *= full.fp8.fp8_wgrad() ? 4.0 / 3.0 : 1.5;
   if (l.recompute == Recompute::Selective) flops_token += 2.0 * L * double(full.seq_length) * h;
   // FP8 GEMM FLOPs count as bf16 ones at 1 / fp8_gemm_speedup of the time
   // (1 / fp8_block_gemm_speedup under --fp8-recipe blockwise).

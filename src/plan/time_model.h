@@ -117,7 +117,9 @@ int64_t rank_params_on_stage(const GptConfig& m, const Layout& l, int stage);
 double matmul_efficiency(const GptConfig& m, const Layout& l);
 
 // FLOPs per token of the FP8 layers' linear GEMMs (forward and backward,
-// 6 C (Q + C + F1 + F) per FP8 layer; 0 without --fp8-format).
+// 6 C (Q + C + F1 + F) per FP8 layer; 4 C (Q + C + F1 + F) under
+// --no-fp8-wgrad, whose weight-gradient GEMMs, a third of the 6, run in
+// the compute dtype; 0 without --fp8-format).
 double fp8_linear_flops_per_token(const GptConfig& m);
 
 TimeBreakdown estimate_time(const GptConfig& m, const Layout& l, const Machine& machine);

@@ -253,6 +253,37 @@ TEST(PlanTime, Fp8GemmsAtTheirRate) {
   EXPECT_NEAR(estimate_time(gpt2_124m(), l, mc).compute - estimate_time(m, l, mc).compute, saved, 1e-12);
 }
 
+// --no-fp8-wgrad: the weight-gradient GEMMs, 2 of the 6 FLOPs per weight
+// per token, run at the bf16 rate: 4 x 768 x 9216 x 12 = 339,738,624 FP8
+// FLOPs per token for GPT-2 124M, and the compute term saves 169,869,312 x
+// (1 - 1/1.6) per token less than with FP8 wgrad (1 - 1/1.4 blockwise).
+// Full recompute runs the forward again, in FP8: the FP8 FLOPs grow by 2 of
+// their 4 (not 4/3 of them), so the difference stays 169,869,312 x (1 - 1/1.6).
+TEST(PlanTime, Fp8HighPrecisionWgradRunsTheWgradAtTheBf16Rate) {
+  GptConfig fp8 = gpt2_124m(), hp = gpt2_124m();
+  fp8.fp8.format = hp.fp8.format = config::Fp8Format::Hybrid;
+  hp.fp8.high_precision_wgrad = true;
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(hp), 339738624.0);
+  EXPECT_DOUBLE_EQ(fp8_linear_flops_per_token(fp8), 509607936.0);
+  Machine mc;
+  mc.gpus_per_node = 1;
+  Layout l = layout(1);
+  l.micro_batch = 4, l.global_batch = 4;
+  const double rate = mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(hp, l), tokens = 1024 * 4;
+  const double bf16 = estimate_time(gpt2_124m(), l, mc).compute;
+  for (Recompute r : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+    SCOPED_TRACE(int(r));
+    l.recompute = r;
+    EXPECT_NEAR(estimate_time(hp, l, mc).compute - estimate_time(fp8, l, mc).compute,
+                169869312.0 * (1 - 1 / 1.6) * tokens / rate, 1e-12);
+  }
+  l.recompute = Recompute::None;
+  EXPECT_NEAR(bf16 - estimate_time(hp, l, mc).compute, 339738624.0 * (1 - 1 / 1.6) * tokens / rate, 1e-12);
+  fp8.fp8.recipe = hp.fp8.recipe = config::Fp8Recipe::Blockwise;
+  EXPECT_NEAR(estimate_time(hp, l, mc).compute - estimate_time(fp8, l, mc).compute,
+              169869312.0 * (1 - 1 / 1.4) * tokens / rate, 1e-12);
+}
+
 // --fp8-recipe blockwise: the same FP8 FLOPs at 1.4x the bf16 rate
 // (block-scaled GEMMs and casts, kFp8BlockGemmSpeedup) instead of 1.6x, so
 // the FLOP-based compute term gains 509,607,936 x (1 - 1/1.4) per token
