@@ -66,6 +66,61 @@ TEST(PlanActivations, TripodFormulaMatchesMicroBatchActs) {
   }
 }
 
+// Under --fp8-format the plan adds Fp8Bytes' per-micro-batch terms to the
+// bf16 formula (the kept FP8 input transposes and their scales, the FP8
+// attention's codes; less the SwiGLU activation and the bf16 qkv and
+// attention output the FP8 layer does not keep): against what the model
+// allocates, for each recipe, with and without --no-fp8-wgrad (no
+// transposes, the SwiGLU activation and the bf16 attention tensors kept),
+// a GPT-2-style and a Llama-style layer.
+TEST(PlanActivations, Fp8TermsMatchMicroBatchActs) {
+  auto be = backend::make_cpu_backend();
+  for (bool llama : {false, true}) {
+    config::GptConfig cfg;
+    cfg.num_layers = 2, cfg.hidden_size = 128, cfg.num_attention_heads = 4, cfg.ffn_hidden_size = 256;
+    cfg.seq_length = 64, cfg.vocab_size = 100;
+    if (llama) {
+      cfg.swiglu = true, cfg.add_bias_linear = false;
+      cfg.normalization = config::GptConfig::Norm::RMSNorm;
+      cfg.position_embedding_type = config::GptConfig::Position::Rope;
+    }
+    cfg.finalize();
+    for (config::Fp8Recipe recipe :
+         {config::Fp8Recipe::Delayed, config::Fp8Recipe::Tensorwise, config::Fp8Recipe::Blockwise})
+      for (bool hp : {false, true})
+        for (bool dpa : {false, true})
+          for (model::Recompute rc : {model::Recompute::None, model::Recompute::Selective}) {
+            if (dpa && recipe != config::Fp8Recipe::Delayed) continue;
+            SCOPED_TRACE(testing::Message() << "llama " << llama << " recipe " << config::to_string(recipe)
+                                            << " no-fp8-wgrad " << hp << " fp8 attention " << dpa << " recompute "
+                                            << int(rc));
+            config::GptConfig m = cfg;
+            m.fp8.format = config::Fp8Format::Hybrid;
+            m.fp8.recipe = recipe;
+            m.fp8.high_precision_wgrad = hp;
+            m.fp8.dot_product_attention = dpa;
+            model::StageConfig st;
+            st.first_layer = 0, st.num_local_layers = m.num_layers, st.pre_process = false, st.post_process = false;
+            st.compute_dtype = DType::BF16, st.recompute = rc;
+            model::GptModel model(m, st, *be);
+            const model::MicroBatchActs acts = model.make_acts(2, m.seq_length);
+            const Fp8Bytes f = tripod_fp8_bytes(m, 2, 1, rc, 0, m.num_layers, 1, 2);
+            if (hp) {
+              EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0);
+              EXPECT_DOUBLE_EQ(f.attention_act_saved, 0.0);
+            }
+            // LayerActs::bytes() leaves out the 16 f32 slots (64 bytes a
+            // layer) that the per-tensor recipes' kept scale_invs share; the
+            // plan counts them (they are allocated).
+            const double slots = !hp && recipe != config::Fp8Recipe::Blockwise ? 2 * 64.0 : 0.0;
+            const double want = 2 * tripod_layer_activation_bytes(m, 2, 1, false, 2, rc) +
+                                tripod_stage_extra_activation_bytes(m, 2, 1, false, false, 2) + f.per_microbatch -
+                                f.swiglu_act_saved - f.attention_act_saved - slots;
+            EXPECT_DOUBLE_EQ(double(acts.bytes()), want);
+          }
+  }
+}
+
 TEST(PlanActivations, HandCountOneLayer) {
   // B 2, T 32, C 64, NH 4, F 256, tp 1 (fp32 floats):
   // res1, out: 2 x 64 x 64; means/rstds: 4 x 64; qkv 64 x 192; att 64 x 64;
