@@ -15,6 +15,7 @@ bool Fp8Config::uses_fp8(int64_t layer, int64_t num_layers) const {
 
 void Fp8Config::finalize(int64_t num_layers) const {
   check_dot_product_attention(1);
+  check_high_precision_wgrad();
   if (!enabled()) return;
   TRIPOD_CHECK_HINT(margin >= 0, "use --fp8-margin 0 (the default) or more", "--fp8-margin is {}", margin);
   TRIPOD_CHECK_HINT(amax_history_len >= 1, "use --fp8-amax-history-len 1 (the default) or more",
@@ -38,6 +39,12 @@ void Fp8Config::check_param_gather_recipe() const {
   TRIPOD_CHECK_HINT(!(param_gather && blockwise()), "drop --fp8-param-gather with --fp8-recipe blockwise",
                     "--fp8-param-gather with --fp8-recipe blockwise is not supported yet: the all-gather sends "
                     "codes of one per-tensor scale, not 128x128 tiles with their scales");
+}
+
+void Fp8Config::check_high_precision_wgrad() const {
+  TRIPOD_CHECK_HINT(enabled() || !high_precision_wgrad, "add --fp8-format hybrid (or e4m3), or drop --no-fp8-wgrad",
+                    "--no-fp8-wgrad needs FP8 layers (--fp8-format): without them every weight gradient is "
+                    "already in the compute dtype");
 }
 
 void Fp8Config::check_dot_product_attention(int cp) const {
@@ -72,6 +79,7 @@ std::string Fp8Config::describe() const {
                      num_layers_at_end_in_bf16);
   if (param_gather) s += "; the FP8 weights all-gathered as FP8 codes (--fp8-param-gather)";
   if (dot_product_attention) s += "; the FP8 layers' attention in FP8 (--fp8-dot-product-attention)";
+  if (high_precision_wgrad) s += "; weight gradients in the compute dtype (--no-fp8-wgrad)";
   return s;
 }
 

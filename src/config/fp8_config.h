@@ -20,6 +20,9 @@
 //                                 those layers keep high-precision GEMMs
 //   --fp8-dot-product-attention   the FP8 layers' attention core on FP8 Q, K, V
 //                                 (Transformer Engine's fp8_dpa; delayed scaling only)
+//   --no-fp8-wgrad                the FP8 layers' weight-gradient GEMMs in the
+//                                 compute dtype, from the unquantized input and
+//                                 output gradient (forward and dgrad stay FP8)
 // Which layers quantize is GptConfig::layer_spec(i).fp8 (uses_fp8 below):
 // the one rule for the model and the planner. Not part of a checkpoint's
 // model metadata (a checkpoint does not depend on the GEMM precision).
@@ -52,10 +55,15 @@ struct Fp8Config {
   // on FP8 Q, K, V, the compute dtype in and out (model/fp8_meta.h
   // Fp8Attention); LayerSpec::fp8_attention says where.
   bool dot_product_attention = false;
+  // --no-fp8-wgrad (Megatron's fp8_wgrad = False; Transformer Engine's
+  // override_linear_precision wgrad): dW = dy^T x in the compute dtype. The
+  // layers keep their compute-dtype inputs instead of the FP8 transposes.
+  bool high_precision_wgrad = false;
 
   bool enabled() const { return format != Fp8Format::None; }
   bool delayed() const { return recipe == Fp8Recipe::Delayed; }
   bool blockwise() const { return recipe == Fp8Recipe::Blockwise; }
+  bool fp8_wgrad() const { return enabled() && !high_precision_wgrad; }
   // Whether layer `layer` of `num_layers` runs its four linears in FP8.
   bool uses_fp8(int64_t layer, int64_t num_layers) const;
   // Checks the values (errors name the flag and the fix).
@@ -63,6 +71,8 @@ struct Fp8Config {
   // --fp8-dot-product-attention's refusals (without --fp8-format, under
   // tensorwise or blockwise scaling, with context parallelism of `cp` ranks).
   void check_dot_product_attention(int cp) const;
+  // --no-fp8-wgrad's refusal without --fp8-format.
+  void check_high_precision_wgrad() const;
   // --fp8-param-gather's refusal under blockwise scaling.
   void check_param_gather_recipe() const;
   std::string describe() const;  // "hybrid, delayed (history 1, most_recent, margin 0)"

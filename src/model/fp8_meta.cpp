@@ -262,6 +262,7 @@ Fp8Linear::Fp8Linear(Fp8State& state, int index, const Param& weight)
 }
 
 bool Fp8Linear::blockwise() const { return state_->config().blockwise(); }
+bool Fp8Linear::fp8_wgrad() const { return state_->config().fp8_wgrad(); }
 
 int64_t Fp8Linear::kept_scale_numel(int64_t rows, int64_t width) const {
   return blockwise() ? backend::fp8_blocks(rows) * width : 1;
@@ -345,7 +346,8 @@ Tensor Fp8Linear::kept_block_scales(int64_t R, int64_t C) const {
 bool Fp8Linear::fuses_swiglu() const {
   // Delayed: the scale is known before the tensor; blockwise: each block's
   // scale comes from the block itself. Tensorwise needs the whole tensor's amax first.
-  return (state_->config().delayed() || blockwise()) && !debug_config().fp8_unfused_swiglu;
+  // --no-fp8-wgrad: fc2's weight gradient reads the compute-dtype activation and fc1's the d fc1.
+  return (state_->config().delayed() || blockwise()) && fp8_wgrad() && !debug_config().fp8_unfused_swiglu;
 }
 
 void Fp8Linear::forward_swiglu(Tensor& y, const Tensor& fc1, const Tensor* bias) {
@@ -383,11 +385,12 @@ void Fp8Linear::quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact) {
 void Fp8Linear::quantize_grad(const Tensor& dy, bool dy_split) {
   const int64_t R = rows_of(dy), C = dy.size(-1);
   Tensor d8 = state_->scratch(1, false, R, C), d8_t = state_->scratch(1, true, R, C);
+  const bool t = fp8_wgrad();  // the transpose is the FP8 wgrad's operand only
   if (blockwise()) {
     Tensor ds = state_->block_scale_scratch(1, false, R, C), ds_t = state_->block_scale_scratch(1, true, R, C);
-    state_->backend().fp8_block_cast(d8, ds, &d8_t, &ds_t, dy.view({R, C}));
+    state_->backend().fp8_block_cast(d8, ds, t ? &d8_t : nullptr, t ? &ds_t : nullptr, dy.view({R, C}));
   } else {
-    state_->quantize(dy_, d8, &d8_t, dy.view({R, C}), dy_split);
+    state_->quantize(dy_, d8, t ? &d8_t : nullptr, dy.view({R, C}), dy_split);
   }
   state_->grad_owner = this;
 }
@@ -406,6 +409,10 @@ void Fp8Linear::dgrad(Tensor& dx) {
 void Fp8Linear::wgrad(Tensor& dweight, Tensor* dbias, const Tensor& dy, const Tensor& x, bool x_split) {
   TRIPOD_CHECK(state_->grad_owner == this, "FP8 linear {}: wgrad without its quantize_grad", weight_->spec.name);
   backend::Backend& be = state_->backend();
+  if (!fp8_wgrad()) {  // --no-fp8-wgrad: the compute-dtype GEMM on x and dy as they are (and the bias gradient)
+    be.matmul_backward(nullptr, &dweight, dbias, dy, x, weight_->compute);
+    return;
+  }
   const int64_t R = rows_of(x), C = x.size(-1), OC = w8_.size(0);
   Tensor d8_t = state_->scratch(1, true, R, OC);
   Tensor dW = dweight.view({OC, C});

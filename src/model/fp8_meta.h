@@ -110,6 +110,9 @@ class Fp8Linear {
   // before the tensor) or blockwise (each block's scale from the block),
   // unless TRIPOD_FP8_UNFUSED_SWIGLU=1.
   bool fuses_swiglu() const;
+  // False under --no-fp8-wgrad: wgrad runs in the compute dtype on the
+  // unquantized x and dy (so no input transpose is kept, none of dy cast).
+  bool fp8_wgrad() const;
   // dx (N, IC) = dy W from the last quantize_grad of this linear.
   void dgrad(Tensor& dx);
   // dW (OC, IC) += dy^T x, x's transpose kept from forward (keep_input) or

@@ -86,8 +86,10 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   // attention output are not kept per micro-batch: the forward writes them
   // into the workspace's dqkv and datt, free until this layer's backward
   // (attention_forward). Selective recomputation keeps qkv (it runs the
-  // attention again from it).
-  const bool transient_qkv = fp8_attention_ && s.recompute == Recompute::None;
+  // attention again from it), and so does --no-fp8-wgrad (the projection's
+  // weight gradient reads the compute-dtype attention output).
+  const bool transient_qkv =
+      fp8_attention_ && s.recompute == Recompute::None && linear_proj_.fp8_linear()->fp8_wgrad();
   if (!transient_qkv) a.qkv = act({B, T, QKV_tp});
   if (c.qk_layernorm) a.qk_norm = QkNormActs::make(*be_, c, N, NH_tp, c.query_groups() / tp, s.compute_dtype);
   if (s.recompute == Recompute::None) {
@@ -107,7 +109,7 @@ LayerActs TransformerLayer::make_acts(int64_t B, int64_t T) const {
   }
   a.fc1 = act({N, F1_tp});
   if (!fp8_swiglu_cast()) a.gelu = act({N, F_tp});
-  if (fp8()) {
+  if (fp8() && linear_qkv_.fp8_linear()->fp8_wgrad()) {  // --no-fp8-wgrad keeps the compute-dtype inputs only
     const int64_t in_width[4] = {C, C_tp, C, F_tp};  // qkv, proj, fc1, fc2 (qkv, fc1: gathered under SP)
     const Fp8Linear* lin[4] = {linear_qkv_.fp8_linear(), linear_proj_.fp8_linear(), linear_fc1_.fp8_linear(),
                                linear_fc2_.fp8_linear()};
@@ -170,7 +172,8 @@ void TransformerLayer::bind_fp8(const LayerActs& a) const {
 // write values a last bit away (NOTE [LayerNorm outputs]), and their amax
 // would move the scales.
 bool TransformerLayer::keeps_norm_output(const ColumnParallelLinear& linear) const {
-  if (!linear.fp8()) return false;
+  // --no-fp8-wgrad: the weight gradient reads the norm output as the bf16 path does.
+  if (!linear.fp8() || !linear.fp8_linear()->fp8_wgrad()) return false;
   return linear.fp8_linear()->keeps_input() || stage_->recompute == Recompute::Full;
 }
 

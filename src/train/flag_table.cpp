@@ -314,6 +314,10 @@ void append_tripod_rows(std::vector<FlagRow>& t) {
                    "with --fp8-format and --fp8-recipe delayed: the FP8 layers' attention core runs on FP8 Q, K, V "
                    "(cuDNN's FP8 attention on CUDA; docs/fp8.md); not with context parallelism yet")
                   .agreed().plan());
+  t.push_back(flag("--no-fp8-wgrad", MEMBER(model.fp8.high_precision_wgrad),
+                   "with --fp8-format: the FP8 layers' weight-gradient GEMMs run in the compute dtype on the "
+                   "unquantized input and output gradient (forward and dgrad stay FP8; docs/fp8.md)")
+                  .agreed().plan());
   t.push_back(flag("--recompute-activations", MEMBER(parallel.recompute_activations),
                    "selective recompute: the attention core is recomputed in backward").agreed());
   t.push_back(flag("--recompute-granularity", MEMBER(parallel.recompute_granularity),

@@ -185,7 +185,6 @@ const MegatronRow kRows[] = {
     {"--no-flight-recorder-dump-on-timeout", N, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
     {"--no-flight-recorder-extra-dump-on-exec", N, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
     {"--no-flight-recorder-include-only-active", N, A, "tripod's own flight recorder prints the last collectives of a stuck rank (docs/distributed.md)"},
-    {"--no-fp8-wgrad", N, P, "planned: FP8 training has --fp8-format with the delayed, tensorwise and blockwise recipes (docs/fp8.md); this option of it is not in this version of tripod: drop the flag", "fp8"},
     {"--no-gradient-accumulation-fusion", N, A, "kernel fusions are always on in the CUDA backend and absent on the CPU"},
     {"--no-gradient-reduce-div-fusion", N, A, "kernel fusions are always on in the CUDA backend and absent on the CPU"},
     {"--no-log-loss-scale-to-tensorboard", N, A, "TensorBoard gets the loss scale, the validation perplexity and memory already"},

@@ -123,6 +123,7 @@ void TrainArgs::finalize() {
     model.fp8.check_param_gather_recipe();
   }
   model.fp8.check_dot_product_attention(parallel.cp);
+  model.fp8.check_high_precision_wgrad();
   auto& o = optimizer;
   if (o.lr_warmup_fraction >= 0) {
     // Megatron: warmup = fraction x decay steps; here in whole iterations

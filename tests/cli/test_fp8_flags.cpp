@@ -1,8 +1,8 @@
 // The FP8 flags through `tripod train` (docs/fp8.md): Megatron's spellings
 // parse, the recipes and options tripod does not have stop with why, the
 // deprecated --fp8-interval is accepted, and a tiny FP8 run trains and says
-// which recipe it used (also with --fp8-param-gather and
-// --fp8-dot-product-attention).
+// which recipe it used (also with --fp8-param-gather,
+// --fp8-dot-product-attention and --no-fp8-wgrad).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -127,6 +127,21 @@ TEST(Fp8Flags, TinyRunTrainsInFp8) {
       << run.output;
 }
 
+// --no-fp8-wgrad: refused without FP8 layers; with them a tiny run of each
+// recipe trains and says so.
+TEST(Fp8Flags, HighPrecisionWgrad) {
+  const auto refused = run_tripod(kParse + "--no-fp8-wgrad");
+  EXPECT_NE(refused.code, 0);
+  EXPECT_TRUE(contains(refused.output, "--no-fp8-wgrad needs FP8 layers (--fp8-format)")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "drop --no-fp8-wgrad")) << refused.output;
+  for (const char* recipe : {"delayed", "tensorwise", "blockwise"}) {
+    const auto run = tiny_fp8_run(std::string("--no-fp8-wgrad --fp8-recipe ") + recipe);
+    EXPECT_EQ(run.code, 0) << run.output;
+    EXPECT_TRUE(contains(run.output, "weight gradients in the compute dtype (--no-fp8-wgrad)")) << run.output;
+    EXPECT_TRUE(contains(run.output, "iteration        3/")) << recipe << ": " << run.output;
+  }
+}
+
 TEST(Fp8Flags, TinyRunTrainsBlockwise) {
   const auto run = tiny_fp8_run("--fp8-recipe blockwise");
   EXPECT_EQ(run.code, 0) << run.output;
@@ -152,26 +167,29 @@ std::string losses_and_norms(const std::string& path) {
   return out;
 }
 
-// NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): with delayed scaling
-// the MLP casts SwiGLU's output and d fc1 inside the SwiGLU op. A Llama-style
-// model in bf16 trains to the same bits with the cast done in a second pass
-// (TRIPOD_FP8_UNFUSED_SWIGLU=1), so the fused path neither reads what it no
-// longer writes nor casts other values.
+// NOTE [FP8 SwiGLU cast] (model/transformer_layer.cpp): with delayed or
+// blockwise scaling the MLP casts SwiGLU's output and d fc1 inside the
+// SwiGLU op. A Llama-style model in bf16 trains to the same bits with the
+// cast done in a second pass (TRIPOD_FP8_UNFUSED_SWIGLU=1), so the fused
+// path neither reads what it no longer writes nor casts other values.
 TEST(Fp8Flags, SwigluCastGivesTheUnfusedBits) {
   const std::string dir = ::testing::TempDir();
-  const std::string base =
-      "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
-      "--ffn-hidden-size 48 --swiglu --disable-bias-linear --normalization RMSNorm --position-embedding-type rope "
-      "--seq-length 16 --mock-data --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 6 "
-      "--log-interval 1 --eval-interval 0 --bf16 --lr 1e-3 --fp8-format hybrid --fp8-recipe delayed --metrics-file ";
-  for (const char* f : {"/fused.jsonl", "/unfused.jsonl"}) std::filesystem::remove(dir + f);  // metrics append
-  const auto fused = run_tripod(base + dir + "/fused.jsonl");
-  const auto unfused = run_tripod(base + dir + "/unfused.jsonl", "TRIPOD_FP8_UNFUSED_SWIGLU=1");
-  ASSERT_EQ(fused.code, 0) << fused.output;
-  ASSERT_EQ(unfused.code, 0) << unfused.output;
-  const std::string a = losses_and_norms(dir + "/fused.jsonl"), b = losses_and_norms(dir + "/unfused.jsonl");
-  EXPECT_EQ(std::count(a.begin(), a.end(), ' '), 12) << a;
-  EXPECT_EQ(a, b);
+  for (const std::string recipe : {"delayed", "blockwise"}) {
+    const std::string base =
+        "train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --group-query-attention --num-query-groups 2 "
+        "--ffn-hidden-size 48 --swiglu --disable-bias-linear --normalization RMSNorm --position-embedding-type rope "
+        "--seq-length 16 --mock-data --vocab-size 64 --micro-batch-size 2 --global-batch-size 4 --train-iters 6 "
+        "--log-interval 1 --eval-interval 0 --bf16 --lr 1e-3 --fp8-format hybrid --fp8-recipe " + recipe +
+        " --metrics-file ";
+    for (const char* f : {"/fused.jsonl", "/unfused.jsonl"}) std::filesystem::remove(dir + f);  // metrics append
+    const auto fused = run_tripod(base + dir + "/fused.jsonl");
+    const auto unfused = run_tripod(base + dir + "/unfused.jsonl", "TRIPOD_FP8_UNFUSED_SWIGLU=1");
+    ASSERT_EQ(fused.code, 0) << fused.output;
+    ASSERT_EQ(unfused.code, 0) << unfused.output;
+    const std::string a = losses_and_norms(dir + "/fused.jsonl"), b = losses_and_norms(dir + "/unfused.jsonl");
+    EXPECT_EQ(std::count(a.begin(), a.end(), ' '), 12) << recipe << ": " << a;
+    EXPECT_EQ(a, b) << recipe;
+  }
 }
 
 }  // namespace

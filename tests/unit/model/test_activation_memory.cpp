@@ -144,6 +144,32 @@ TEST(ActivationMemory, Fp8BlockwiseKeepsBlockScales) {
   }
 }
 
+// --no-fp8-wgrad: the weight gradients read the compute-dtype inputs, so a
+// layer keeps exactly what a layer without FP8 keeps (no FP8 transposes, the
+// SwiGLU activation, and with --fp8-dot-product-attention the qkv and
+// attention output too, beside the FP8 codes of both, N (Q + C) / t bytes,
+// that the FP8 attention's backward reads), for every recipe.
+TEST(ActivationMemory, Fp8HighPrecisionWgradKeepsWhatBf16Keeps) {
+  auto c = testing::tiny_llama({.num_layers = 2, .hidden_size = 64, .num_attention_heads = 4, .seq_length = 32,
+                                .vocab_size = 100},
+                               2, 96);
+  const int64_t B = 2, N = B * c.seq_length, C = c.hidden_size, Q = c.qkv_width();
+  for (int tp : {1, 2}) {
+    const size_t plain = layer_bytes(tp, false, B, c.seq_length, c);
+    const auto codes = static_cast<size_t>(N * (Q + C) / tp);
+    for (auto recipe : {config::Fp8Recipe::Delayed, config::Fp8Recipe::Tensorwise, config::Fp8Recipe::Blockwise}) {
+      config::GptConfig f = c;
+      f.fp8.format = config::Fp8Format::Hybrid;
+      f.fp8.recipe = recipe;
+      f.fp8.dot_product_attention = recipe == config::Fp8Recipe::Delayed;
+      EXPECT_NE(layer_bytes(tp, false, B, c.seq_length, f), plain) << "tp " << tp;  // the flag is what changes it
+      f.fp8.high_precision_wgrad = true;
+      EXPECT_EQ(layer_bytes(tp, false, B, c.seq_length, f), plain + (f.fp8.dot_product_attention ? codes : 0))
+          << "tp " << tp << " recipe " << int(recipe);
+    }
+  }
+}
+
 // NOTE [FP8 attention keeps its codes] (model/transformer_layer.cpp): with
 // --fp8-dot-product-attention and no recomputation a layer keeps the FP8
 // qkv and output (1 byte each) instead of their compute-dtype copies (4
