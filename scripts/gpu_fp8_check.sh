@@ -11,7 +11,9 @@
 #                one process (loss within 1e-3 relative: bf16 on the GPU is not
 #                bit-repeatable across layouts), both recipes
 #   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
-#                (default 2000): bf16 vs FP8 hybrid, delayed, tensorwise and blockwise: loss
+#                (default 2000): bf16 vs FP8 hybrid delayed, and CONV_RUNS beside it (default
+#                "tw bw e4m3 bw4 hpw nd": tensorwise, blockwise, E4M3 delayed and blockwise,
+#                --no-fp8-wgrad, bf16 without --deterministic-mode as the noise floor): loss
 #                within 1% from iteration 200 (also 200-1000 and 1000-ITERS apart),
 #                no skipped steps; the delayed run saved at ITERS/2 and resumed
 #                (CONV_RESUME=0: not): bit for bit equal after the resume
@@ -140,7 +142,7 @@ fi
 if has convergence; then
   iters=${ITERS:-2000}
   if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
-    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid (delayed, tensorwise) ----"
+    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid delayed and ${CONV_RUNS:-tw bw e4m3 bw4 hpw nd} ----"
     kjv=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
          --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
          --global-batch-size 16 --train-iters "$iters" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
@@ -150,9 +152,26 @@ if has convergence; then
     rm -rf "$OUT/ckpt_fp8"
     save=(); [[ ${CONV_RESUME:-1} == 1 ]] && save=(--save "$OUT/ckpt_fp8" --save-interval $((iters / 2)))
     run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid "${save[@]}"
-    run kjv_fp8_tw train "${kjv[@]}" --fp8-format hybrid --fp8-recipe tensorwise
-    run kjv_fp8_bw train "${kjv[@]}" --fp8-format hybrid --fp8-recipe blockwise
-    for r in fp8 fp8_tw fp8_bw; do
+    # CONV_RUNS: which more runs go beside bf16 and delayed (they run together on the GPU,
+    # one call's time): tw, bw (hybrid tensorwise, blockwise), e4m3 and bw4 (E4M3 gradients
+    # too: delayed, blockwise), hpw (--no-fp8-wgrad), nd (the noise floor: bf16 without
+    # --deterministic-mode, the embedding's gradient summed with atomics).
+    declare -A conv=([tw]="--fp8-format hybrid --fp8-recipe tensorwise" [bw]="--fp8-format hybrid --fp8-recipe blockwise"
+                     [e4m3]="--fp8-format e4m3" [bw4]="--fp8-format e4m3 --fp8-recipe blockwise"
+                     [hpw]="--fp8-format hybrid --no-fp8-wgrad")
+    runs=(); for r in ${CONV_RUNS:-tw bw e4m3 bw4 hpw nd}; do
+      if [[ $r == nd ]]; then
+        nd=(); for a in "${kjv[@]}"; do [[ $a == --deterministic-mode ]] || nd+=("$a"); done
+        run kjv_bf16_nd train "${nd[@]}" &
+        runs+=(bf16_nd)
+      else
+        read -ra f <<< "${conv[$r]}"
+        run "kjv_fp8_$r" train "${kjv[@]}" "${f[@]}" &
+        runs+=("fp8_$r")
+      fi
+    done
+    wait
+    for r in fp8 "${runs[@]}"; do
       note "$r vs bf16 from iteration 200: $(compare kjv_bf16 kjv_$r 0.01 200)"
       note "$r vs bf16, iterations 200-1000: $(compare kjv_bf16 kjv_$r 0.01 200 1000)"
       note "$r vs bf16, iterations 1000-$iters: $(compare kjv_bf16 kjv_$r 0.01 1000)"
