@@ -59,9 +59,9 @@ void Backend::fp8_cast_transpose(Tensor& out, Tensor& out_t, Tensor& amax, const
 namespace {
 
 // The SwiGLU casts: inp (R, 2F) of an activation dtype, out (R, W) and
-// out_t (W, R) of one FP8 dtype, W = F forward and 2F backward.
-void check_swiglu_cast(const Checks& k, const Tensor& out, const Tensor& out_t, const Tensor& amax,
-                       const Tensor& inp, const Tensor& scale, bool backward) {
+// out_t (W, R) of one FP8 dtype, W = F forward and 2F backward. Returns
+// inp's dtype; the callers check their scaling statistics.
+DType check_swiglu_cast(const Checks& k, const Tensor& out, const Tensor& out_t, const Tensor& inp, bool backward) {
   const DType dt = k.act(inp, "inp");
   k.dim(inp, "inp", 2, "(R, 2F): [gate | up]");
   k.that(inp.size(1) % 2 == 0, fmt::format("inp {} must be (R, 2F): [gate | up]", inp.str()));
@@ -75,6 +75,13 @@ void check_swiglu_cast(const Checks& k, const Tensor& out, const Tensor& out_t, 
   k.that(out_t.size(0) == W && out_t.size(1) == R,
          fmt::format("out_t {} must be ({}, {}), the transpose of out", out_t.str(), W, R));
   k.that(!overlaps(out, out_t), "out and out_t must not overlap");
+  return dt;
+}
+
+// Per-tensor scaling's statistics: one amax and one scale.
+void check_swiglu_cast(const Checks& k, const Tensor& out, const Tensor& out_t, const Tensor& amax,
+                       const Tensor& inp, const Tensor& scale, bool backward) {
+  const DType dt = check_swiglu_cast(k, out, out_t, inp, backward);
   scalar(k, amax, "amax", dt);
   scalar(k, scale, "scale", dt);
 }
@@ -203,24 +210,12 @@ void Backend::fp8_block_cast(Tensor& out, Tensor& scale_inv, Tensor* out_t, Tens
 
 namespace {
 
-// The block SwiGLU casts: inp (R, 2F) of an activation dtype; out (R, W),
-// out_t (W, R), scale_inv and scale_inv_t as fp8_block_cast's for a (R, W)
-// input, W = F forward and 2F backward.
+// The block SwiGLU casts: check_swiglu_cast's operands, and scale_inv,
+// scale_inv_t as fp8_block_cast's for a (R, W) input.
 void check_swiglu_block_cast(const Checks& k, const Tensor& out, const Tensor& scale_inv, const Tensor& out_t,
                              const Tensor& scale_inv_t, const Tensor& inp, bool backward) {
-  const DType dt = k.act(inp, "inp");
-  k.dim(inp, "inp", 2, "(R, 2F): [gate | up]");
-  k.that(inp.size(1) % 2 == 0, fmt::format("inp {} must be (R, 2F): [gate | up]", inp.str()));
+  const DType dt = check_swiglu_cast(k, out, out_t, inp, backward);
   const int64_t R = inp.size(0), W = backward ? inp.size(1) : inp.size(1) / 2;
-  fp8(k, out, "out");
-  fp8(k, out_t, "out_t");
-  k.that(out_t.dtype() == out.dtype(),
-         fmt::format("out_t {} and out {} must have one FP8 dtype", out_t.str(), out.str()));
-  k.that(out.numel() == R * W, fmt::format("out {} must hold ({}, {})", out.str(), R, W));
-  k.dim(out_t, "out_t", 2, "(W, R): the transpose of out");
-  k.that(out_t.size(0) == W && out_t.size(1) == R,
-         fmt::format("out_t {} must be ({}, {}), the transpose of out", out_t.str(), W, R));
-  k.that(!overlaps(out, out_t), "out and out_t must not overlap");
   k.stat(scale_inv, "scale_inv", dt, fp8_blocks(W) * R, "ceil(W/128) * R: one per 1x128 block of a row");
   k.stat(scale_inv_t, "scale_inv_t", dt, fp8_blocks(R) * W, "ceil(R/128) * W: one per 128-row block of a column");
 }

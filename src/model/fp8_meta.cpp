@@ -384,10 +384,12 @@ void Fp8Linear::quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact) {
 
 void Fp8Linear::quantize_grad(const Tensor& dy, bool dy_split) {
   const int64_t R = rows_of(dy), C = dy.size(-1);
-  Tensor d8 = state_->scratch(1, false, R, C), d8_t = state_->scratch(1, true, R, C);
-  const bool t = fp8_wgrad();  // the transpose is the FP8 wgrad's operand only
+  Tensor d8 = state_->scratch(1, false, R, C), d8_t;
+  const bool t = fp8_wgrad();  // the transpose is the FP8 wgrad's operand only (its scratch taken only then)
+  if (t) d8_t = state_->scratch(1, true, R, C);
   if (blockwise()) {
-    Tensor ds = state_->block_scale_scratch(1, false, R, C), ds_t = state_->block_scale_scratch(1, true, R, C);
+    Tensor ds = state_->block_scale_scratch(1, false, R, C), ds_t;
+    if (t) ds_t = state_->block_scale_scratch(1, true, R, C);
     state_->backend().fp8_block_cast(d8, ds, t ? &d8_t : nullptr, t ? &ds_t : nullptr, dy.view({R, C}));
   } else {
     state_->quantize(dy_, d8, t ? &d8_t : nullptr, dy.view({R, C}), dy_split);

@@ -318,12 +318,10 @@ Fp8Bytes tripod_fp8_bytes(const GptConfig& m, int64_t b, int tp, Recompute r, in
       !m.add_bias_linear)
     f.swiglu_act_saved = double(fp8_dense) * double(act_bytes) * N * F / t;
   // x's codes; under full recompute the FP8 wgrad casts x again with its
-  // transpose (not under --no-fp8-wgrad). dy's codes and transpose: under
-  // --no-fp8-wgrad the transpose is not written, but Fp8Linear::quantize_grad
-  // still takes its scratch slot (Fp8State::scratch(1, true, ...)), so it is
-  // counted (conservative: N max(Q/t, C, F1/t) over if that slot goes).
-  const double x = N * std::max(C, F / t);
-  f.scratch = x * (r == Recompute::Full && fp8_wgrad ? 2.0 : 1.0) + 2.0 * N * std::max({Q / t, C, F1 / t});
+  // transpose. dy's codes and transpose (Fp8State::scratch slot 1). Under
+  // --no-fp8-wgrad neither transpose is taken (Fp8Linear::quantize_grad).
+  const double x = N * std::max(C, F / t), dy = N * std::max({Q / t, C, F1 / t});
+  f.scratch = x * (r == Recompute::Full && fp8_wgrad ? 2.0 : 1.0) + dy * (fp8_wgrad ? 2.0 : 1.0);
   if (m.fp8.blockwise()) f.scratch *= 1.0 + 4.0 / double(backend::kFp8Block);  // an f32 scale per 128 codes
   if (m.fp8.dot_product_attention) {  // qkv8 and att8; the backward's dout and dqkv codes
     const double attention = N * (Q + C) / t;

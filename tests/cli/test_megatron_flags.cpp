@@ -71,7 +71,7 @@ std::string with_value(const Row& r) {
   if (r.flag == "--fp8-recipe") return r.flag + " tensorwise";
   if (r.flag == "--fp8-amax-compute-algo") return r.flag + " max";
   if (r.flag == "--fp8-param-gather") return r.flag + " --fp8-format hybrid --use-distributed-optimizer";  // what it needs
-  if (r.flag == "--fp8-dot-product-attention") return r.flag + " --fp8-format hybrid";  // what it needs
+  if (r.flag == "--fp8-dot-product-attention" || r.flag == "--no-fp8-wgrad") return r.flag + " --fp8-format hybrid";  // what it needs
   if (r.flag == "--data-parallel-sharding-strategy") return r.flag + " optim_grads";
   if (r.flag == "--megatron-fsdp-grad-comm-dtype" || r.flag == "--megatron-fsdp-main-grads-dtype") return r.flag + " bf16";
   if (r.flag == "--megatron-fsdp-main-params-dtype") return r.flag + " fp32";

@@ -19,6 +19,15 @@ inline GptConfig gpt_model(int64_t L, int64_t C, int64_t NH, int64_t T = 1024, i
 
 // 12 layers, 768 hidden, 12 heads, seq 1024, vocab 50257 -> 50304 at tp1.
 inline GptConfig gpt2_124m() { return gpt_model(12, 768, 12); }
+// The Llama 3 8B layer shape of the FP8 benchmarks: 8 layers of C 4096, 32
+// heads, SwiGLU F 14336, no biases, seq 8192, vocab 128256 (attention as
+// GPT-2's: the memory terms these tests count do not depend on the groups).
+inline GptConfig llama8b_layers() {
+  GptConfig m = gpt_model(8, 4096, 32, 8192, 128256);
+  m.swiglu = true, m.add_bias_linear = false, m.ffn_hidden_size = 14336;
+  m.finalize();
+  return m;
+}
 
 // `world` GPUs split into tp x pp x dp.
 inline Layout layout(int world, int tp = 1, int pp = 1) { return Layout(config::Layout::make(world, tp, pp)); }

@@ -18,6 +18,22 @@ namespace {
 
 GptConfig gpt(int64_t L, int64_t C, int64_t NH) { return gpt_model(L, C, NH, 256, 1000); }
 
+// GPT-2 of 4 layers (C 64, 4 heads, seq 256) at tp 2, pp 2, micro-batch 3:
+// the last stage's 2 layers, N = 768 rows; layer_fwd is the forward FLOPs
+// of their linears (qkv C x 3C, proj C x C, fc1 C x F, fc2 F x C, split by
+// tp), head_fwd the LM head's (C x V/2).
+struct SmallStage {
+  GptConfig m = gpt(4, 64, 4);
+  Layout l = layout(4, 2, 2);
+  double N = 3 * 256, C = 64, F = 256, V = 0, layers = 2, layer_fwd = 0, head_fwd = 0;
+  SmallStage() {
+    l.micro_batch = 3;
+    V = double(m.padded_vocab_size(2));
+    layer_fwd = 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2;
+    head_fwd = 2 * N * C * V / 2;
+  }
+};
+
 double sum_work(const std::vector<OpCount>& ops, OpKind k) {
   double w = 0;
   for (const auto& c : ops)
@@ -58,11 +74,10 @@ TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
 // so with the bf16 first and last layers half its linears are FP8. The
 // step casts each FP8 weight once (qkv 3C x C, proj, fc1, fc2 at tp 2).
 TEST(OpProfile, Fp8LayersRunTheFp8Kinds) {
-  GptConfig m = gpt(4, 64, 4);
-  Layout l = layout(4, 2, 2);
-  l.micro_batch = 3;
-  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab_size(2)), layers = 2;
-  const double layer_fwd = 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2, head_fwd = 2 * N * C * V / 2;
+  SmallStage st;
+  GptConfig& m = st.m;
+  const Layout& l = st.l;
+  const double N = st.N, C = st.C, F = st.F, layers = st.layers, layer_fwd = st.layer_fwd, head_fwd = st.head_fwd;
   m.fp8.format = config::Fp8Format::Hybrid;
   EXPECT_DOUBLE_EQ(fp8_layer_share(m, l), 1.0);
   auto ops = micro_batch_ops(m, l);
@@ -194,11 +209,10 @@ TEST(OpProfile, Fp8BlockwiseLayersRunTheBlockKinds) {
 // kind, one in the bf16 backward (the wgrads' 2 N in out each) besides the
 // head's; the linears' total as with FP8 wgrad. The weight casts as before.
 TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
-  GptConfig m = gpt(4, 64, 4);
-  Layout l = layout(4, 2, 2);
-  l.micro_batch = 3;
-  const double N = 3 * 256, C = 64, F = 256, V = double(m.padded_vocab_size(2)), layers = 2;
-  const double layer_fwd = 2 * N * layers * (3 * C * C + C * C + 2 * C * F) / 2, head_fwd = 2 * N * C * V / 2;
+  SmallStage st;
+  GptConfig& m = st.m;
+  const Layout& l = st.l;
+  const double N = st.N, C = st.C, F = st.F, layers = st.layers, layer_fwd = st.layer_fwd, head_fwd = st.head_fwd;
   m.fp8.format = config::Fp8Format::Hybrid;
   const auto fp8_wgrad = micro_batch_ops(m, l), fp8_wgrad_step = step_ops(m, l);
   m.fp8.high_precision_wgrad = true;

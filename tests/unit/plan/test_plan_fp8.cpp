@@ -137,9 +137,7 @@ TEST(PlanMemory, Fp8InTheEstimate) {
 // at tp 2, half. Tensorwise scaling (the cast reads the stored
 // activation), a GELU model and full recomputation save nothing.
 TEST(PlanMemory, Fp8SwigluCastKeepsNoActivation) {
-  GptConfig m = gpt_model(8, 4096, 32, 8192, 128256);
-  m.swiglu = true, m.add_bias_linear = false, m.ffn_hidden_size = 14336;
-  m.finalize();
+  GptConfig m = llama8b_layers();
   m.fp8.format = config::Fp8Format::Hybrid;
   EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 1, Recompute::None, 0, 8).swiglu_act_saved, 1879048192.0);
   EXPECT_DOUBLE_EQ(tripod_fp8_bytes(m, 1, 2, Recompute::Selective, 0, 8).swiglu_act_saved, 939524096.0);
@@ -162,10 +160,10 @@ TEST(PlanMemory, Fp8SwigluCastKeepsNoActivation) {
 // transposes nor their scales, and its activations are a bf16 layer's. By
 // hand for GPT-2 124M at micro-batch 4 (as Fp8BytesHandCount): per
 // micro-batch 0 instead of 12 x 22,020,160; the weights' FP8 copies as
-// before, 12 x 14,155,776; the scratch x 4096 x 3072 + dy and its
-// transpose 2 x 4096 x 3072 = 37,748,736 (the dy transpose's slot is still
-// taken), and under full recompute no x transpose for a second cast:
-// 37,748,736 (not + 12,582,912). Blockwise: no block scales kept either.
+// before, 12 x 14,155,776; the scratch x 4096 x 3072 + dy 4096 x 3072 =
+// 25,165,824 (no dy transpose: only the FP8 wgrad reads it), and under full
+// recompute no x transpose for a second cast either: 25,165,824 (not +
+// 12,582,912). Blockwise: no block scales kept either.
 TEST(PlanMemory, Fp8HighPrecisionWgradKeepsNoTransposes) {
   GptConfig m = gpt2_124m();
   m.fp8.format = config::Fp8Format::Hybrid;
@@ -174,33 +172,33 @@ TEST(PlanMemory, Fp8HighPrecisionWgradKeepsNoTransposes) {
   Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
   EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
   EXPECT_DOUBLE_EQ(f.weights, 12 * 14155776.0);
-  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 25165824.0);
   EXPECT_DOUBLE_EQ(f.swiglu_act_saved, 0.0);
   f = tripod_fp8_bytes(m, 4, 1, Recompute::Selective, 0, 12);
   EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
   f = tripod_fp8_bytes(m, 4, 1, Recompute::Full, 0, 12);
   EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
-  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0);
-  // tp 2, one layer: weights 7,077,888; scratch 4096 x 1536 + 2 x 4096 x 1536.
+  EXPECT_DOUBLE_EQ(f.scratch, 25165824.0);
+  // tp 2, one layer: weights 7,077,888; scratch 4096 x 1536 + 4096 x 1536.
   f = tripod_fp8_bytes(m, 4, 2, Recompute::None, 0, 1);
   EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);
   EXPECT_DOUBLE_EQ(f.weights, 7077888.0);
-  EXPECT_DOUBLE_EQ(f.scratch, 4096 * 1536.0 + 2 * 4096 * 1536.0);
+  EXPECT_DOUBLE_EQ(f.scratch, 2 * 4096 * 1536.0);
   m.fp8.recipe = config::Fp8Recipe::Blockwise;
   f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
   EXPECT_DOUBLE_EQ(f.per_microbatch, 0.0);  // not 12 x (4096 x 5376 + 688,128)
-  EXPECT_DOUBLE_EQ(f.scratch, 37748736.0 * (1 + 4.0 / 128));
+  EXPECT_DOUBLE_EQ(f.scratch, 25165824.0 * (1 + 4.0 / 128));
 
   // In the estimate (one GPU, micro-batch 4, one micro-batch in flight):
   // the activations are bf16's to the byte, the workspace adds the FP8
-  // weights and scratch, 12 x 14,155,776 + 37,748,736, as with FP8 wgrad.
+  // weights and scratch, 12 x 14,155,776 + 25,165,824.
   GptConfig bf16 = gpt2_124m();
   m.fp8.recipe = config::Fp8Recipe::Delayed;
   Layout l = layout(1);
   l.micro_batch = 4, l.global_batch = 4;
   const MemoryBreakdown a = estimate_memory(bf16, l), b = estimate_memory(m, l);
   EXPECT_DOUBLE_EQ(b.activations, a.activations);
-  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12 * 14155776.0 + 37748736.0);
+  EXPECT_DOUBLE_EQ(b.workspace - a.workspace, 12 * 14155776.0 + 25165824.0);
   EXPECT_DOUBLE_EQ(b.model_states, a.model_states);
 }
 
@@ -214,9 +212,7 @@ TEST(PlanMemory, Fp8HighPrecisionWgradKeepsNoTransposes) {
 // transposes with their block scales, 8 x (218,103,808 + 4 x 64 x 26,624)
 // = 1,799,356,416: 79,691,776 bytes. Either way they equal bf16's.
 TEST(PlanMemory, Fp8HighPrecisionWgradKeepsTheSwigluActivation) {
-  GptConfig bf16 = gpt_model(8, 4096, 32, 8192, 128256);
-  bf16.swiglu = true, bf16.add_bias_linear = false, bf16.ffn_hidden_size = 14336;
-  bf16.finalize();
+  const GptConfig bf16 = llama8b_layers();
   Layout l = layout(1);
   l.micro_batch = 1, l.global_batch = 1;
   const double plain = estimate_memory(bf16, l).activations;

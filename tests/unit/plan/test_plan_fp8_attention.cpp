@@ -81,7 +81,9 @@ TEST(PlanMemory, Fp8AttentionWithHighPrecisionWgradKeepsTheBf16Copies) {
   const Fp8Bytes f = tripod_fp8_bytes(m, 4, 1, Recompute::None, 0, 12);
   EXPECT_DOUBLE_EQ(f.attention_act_saved, 0.0);
   EXPECT_DOUBLE_EQ(f.per_microbatch, 12 * 12582912.0);
-  EXPECT_DOUBLE_EQ(f.scratch - tripod_fp8_bytes(fp8_gpt2(false), 4, 1, Recompute::None, 0, 12).scratch, 12582912.0);
+  GptConfig no_dpa = fp8_gpt2(false);  // the attention's scratch comes on top of --no-fp8-wgrad's own
+  no_dpa.fp8.high_precision_wgrad = true;
+  EXPECT_DOUBLE_EQ(f.scratch - tripod_fp8_bytes(no_dpa, 4, 1, Recompute::None, 0, 12).scratch, 12582912.0);
   Layout l = layout(1);
   l.micro_batch = 4, l.global_batch = 4;
   EXPECT_DOUBLE_EQ(estimate_memory(m, l).activations - estimate_memory(gpt2_124m(), l).activations,
