@@ -75,31 +75,28 @@ TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
 // step casts each FP8 weight once (qkv 3C x C, proj, fc1, fc2 at tp 2).
 TEST(OpProfile, Fp8LayersRunTheFp8Kinds) {
   SmallStage st;
-  GptConfig& m = st.m;
-  const Layout& l = st.l;
-  const double N = st.N, C = st.C, F = st.F, layers = st.layers, layer_fwd = st.layer_fwd, head_fwd = st.head_fwd;
-  m.fp8.format = config::Fp8Format::Hybrid;
-  EXPECT_DOUBLE_EQ(fp8_layer_share(m, l), 1.0);
-  auto ops = micro_batch_ops(m, l);
-  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearFwd), layer_fwd);
-  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearBwd), 2 * layer_fwd);
-  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), head_fwd);  // the output layer stays bf16
-  auto weight_casts = [&](const std::vector<OpCount>& st) {
+  st.m.fp8.format = config::Fp8Format::Hybrid;
+  EXPECT_DOUBLE_EQ(fp8_layer_share(st.m, st.l), 1.0);
+  auto ops = micro_batch_ops(st.m, st.l);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearFwd), st.layer_fwd);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearBwd), 2 * st.layer_fwd);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), st.head_fwd);  // the output layer stays bf16
+  auto weight_casts = [&](const std::vector<OpCount>& steps) {
     double elements = 0;
-    for (const auto& c : st)
+    for (const auto& c : steps)
       if (c.op.kind == OpKind::kFp8WeightCast) elements += c.count * double(c.op.d[0] * c.op.d[1]);
     return elements;
   };
-  EXPECT_DOUBLE_EQ(weight_casts(step_ops(m, l)), layers * (3 * C * C + C * C + 2 * C * F) / 2);
-  m.fp8.first_last_layers_bf16 = true;
-  EXPECT_DOUBLE_EQ(fp8_layer_share(m, l), 0.5);
-  ops = micro_batch_ops(m, l);
-  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearFwd), layer_fwd / 2);
-  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), layer_fwd / 2 + head_fwd);
-  EXPECT_DOUBLE_EQ(weight_casts(step_ops(m, l)), layers / 2 * (3 * C * C + C * C + 2 * C * F) / 2);
-  m.fp8.format = config::Fp8Format::None;
-  EXPECT_DOUBLE_EQ(weight_casts(step_ops(m, l)), 0.0);
-  EXPECT_DOUBLE_EQ(sum_work(micro_batch_ops(m, l), OpKind::kFp8LinearFwd), 0.0);
+  EXPECT_DOUBLE_EQ(weight_casts(step_ops(st.m, st.l)), st.layers * (3 * st.C * st.C + st.C * st.C + 2 * st.C * st.F) / 2);
+  st.m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(fp8_layer_share(st.m, st.l), 0.5);
+  ops = micro_batch_ops(st.m, st.l);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kFp8LinearFwd), st.layer_fwd / 2);
+  EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), st.layer_fwd / 2 + st.head_fwd);
+  EXPECT_DOUBLE_EQ(weight_casts(step_ops(st.m, st.l)), st.layers / 2 * (3 * st.C * st.C + st.C * st.C + 2 * st.C * st.F) / 2);
+  st.m.fp8.format = config::Fp8Format::None;
+  EXPECT_DOUBLE_EQ(weight_casts(step_ops(st.m, st.l)), 0.0);
+  EXPECT_DOUBLE_EQ(sum_work(micro_batch_ops(st.m, st.l), OpKind::kFp8LinearFwd), 0.0);
 }
 
 // A profile that timed only bf16 linears (the shipped one, a cache from
@@ -210,12 +207,9 @@ TEST(OpProfile, Fp8BlockwiseLayersRunTheBlockKinds) {
 // head's; the linears' total as with FP8 wgrad. The weight casts as before.
 TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
   SmallStage st;
-  GptConfig& m = st.m;
-  const Layout& l = st.l;
-  const double N = st.N, C = st.C, F = st.F, layers = st.layers, layer_fwd = st.layer_fwd, head_fwd = st.head_fwd;
-  m.fp8.format = config::Fp8Format::Hybrid;
-  const auto fp8_wgrad = micro_batch_ops(m, l), fp8_wgrad_step = step_ops(m, l);
-  m.fp8.high_precision_wgrad = true;
+  st.m.fp8.format = config::Fp8Format::Hybrid;
+  const auto fp8_wgrad = micro_batch_ops(st.m, st.l), fp8_wgrad_step = step_ops(st.m, st.l);
+  st.m.fp8.high_precision_wgrad = true;
   auto count = [](const std::vector<OpCount>& ops, OpKind k, int64_t a, int64_t b, int64_t c = 0, int64_t d = 0) {
     for (const auto& o : ops)
       if (o.op.kind == k && o.op.d[0] == a && o.op.d[1] == b && o.op.d[2] == c && o.op.d[3] == d) return o.count;
@@ -223,10 +217,10 @@ TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
   };
   for (bool blockwise : {false, true}) {
     SCOPED_TRACE(blockwise ? "blockwise" : "delayed");
-    m.fp8.recipe = blockwise ? config::Fp8Recipe::Blockwise : config::Fp8Recipe::Delayed;
+    st.m.fp8.recipe = blockwise ? config::Fp8Recipe::Blockwise : config::Fp8Recipe::Delayed;
     const OpKind fwd = blockwise ? OpKind::kFp8BlockLinearFwd : OpKind::kFp8LinearFwd;
     const OpKind bwd = blockwise ? OpKind::kFp8BlockLinearBwd : OpKind::kFp8LinearBwd;
-    const auto ops = micro_batch_ops(m, l);
+    const auto ops = micro_batch_ops(st.m, st.l);
     EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 96), 2.0);        // qkv forward
     EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 32, 64), 2.0);        // proj forward
     EXPECT_DOUBLE_EQ(count(ops, fwd, 768, 64, 128, 1), 4.0);    // fc1 forward, fc2 dgrad + GELU backward
@@ -239,10 +233,10 @@ TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
     EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 128, 64), 1.0);
     EXPECT_DOUBLE_EQ(count(ops, OpKind::kLinearBwd, 768, 128, 64, 1), 0.0);
     EXPECT_DOUBLE_EQ(sum_work(ops, bwd), 0.0);
-    EXPECT_DOUBLE_EQ(sum_work(ops, fwd), 2 * layer_fwd);
-    EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearBwd), layer_fwd + 2 * head_fwd);
-    EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), head_fwd);
-    const auto step = step_ops(m, l);
+    EXPECT_DOUBLE_EQ(sum_work(ops, fwd), 2 * st.layer_fwd);
+    EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearBwd), st.layer_fwd + 2 * st.head_fwd);
+    EXPECT_DOUBLE_EQ(sum_work(ops, OpKind::kLinearFwd), st.head_fwd);
+    const auto step = step_ops(st.m, st.l);
     ASSERT_EQ(step.size(), fp8_wgrad_step.size());
     for (size_t i = 0; i < step.size(); ++i) {
       EXPECT_EQ(step[i].op.key().substr(step[i].op.key().find(' ')),
@@ -251,17 +245,17 @@ TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
     }
   }
   // The rest of the list (norms, attention, the residual add, the head) as with FP8 wgrad.
-  m.fp8.recipe = config::Fp8Recipe::Delayed;
-  const auto ops = micro_batch_ops(m, l);
+  st.m.fp8.recipe = config::Fp8Recipe::Delayed;
+  const auto ops = micro_batch_ops(st.m, st.l);
   for (const auto& o : fp8_wgrad)
     if (o.op.op_class() != OpClass::kFp8Linear)
       EXPECT_DOUBLE_EQ(count(ops, o.op.kind, o.op.d[0], o.op.d[1], o.op.d[2], o.op.d[3]), o.count) << o.op.key();
   // --first-last-layers-bf16: layer 3 in bf16, layer 2 in FP8: qkv's
   // linear_bwd once for the bf16 layer, a half for the FP8 layer's wgrad.
-  m.fp8.first_last_layers_bf16 = true;
-  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kLinearBwd, 768, 64, 96), 1.5);
-  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kFp8LinearFwd, 768, 96, 64), 1.0);
-  EXPECT_DOUBLE_EQ(count(micro_batch_ops(m, l), OpKind::kFp8LinearFwd, 768, 64, 96), 1.0);
+  st.m.fp8.first_last_layers_bf16 = true;
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(st.m, st.l), OpKind::kLinearBwd, 768, 64, 96), 1.5);
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(st.m, st.l), OpKind::kFp8LinearFwd, 768, 96, 64), 1.0);
+  EXPECT_DOUBLE_EQ(count(micro_batch_ops(st.m, st.l), OpKind::kFp8LinearFwd, 768, 64, 96), 1.0);
 
   // Timed by a profile of a bf16 linear fit alone (the FP8 linears at 1.6x
   // its rate): per FP8 linear the backward was 4 N in out / (1.6 R) + o, is
@@ -277,8 +271,8 @@ TEST(OpProfile, Fp8HighPrecisionWgradSplitsTheBackward) {
     p.measured[o.key()] = o.work() / rate + over;
   }
   p.refit();
-  m.fp8.first_last_layers_bf16 = false;
-  EXPECT_NEAR(p.seconds_of(ops) - p.seconds_of(fp8_wgrad), layer_fwd * (1 - 1 / 1.6) / rate + 4 * over, 1e-12);
+  st.m.fp8.first_last_layers_bf16 = false;
+  EXPECT_NEAR(p.seconds_of(ops) - p.seconds_of(fp8_wgrad), st.layer_fwd * (1 - 1 / 1.6) / rate + 4 * over, 1e-12);
 }
 
 // The block-scaled kinds: keys of their own that parse back, their class,
