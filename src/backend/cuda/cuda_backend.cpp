@@ -16,7 +16,6 @@
 #include <cuda_profiler_api.h>
 
 #include "base/error.h"
-#include "base/log.h"
 
 #include "backend/cuda/adamw.cuh"
 #include "backend/cuda/allocator.cuh"
@@ -196,24 +195,11 @@ class CudaBackend final : public Backend {
     if (!grouped(false, C, OC, C, OC, C, dinp, dout, weights, rows, OC, C))
       Backend::grouped_matmul_backward_data_impl(dinp, dout, weights, rows);
   }
-  // d's rows (width d_w) from b's rows (width b_w) per group with weight A.
+  // d's rows (width d_w) from b's rows (width b_w) per group with weight A (GroupedGemm::run_groups).
   bool grouped(bool trans_a, int64_t m, int64_t k, int64_t lda, int64_t ldb, int64_t ldd, Tensor& d, const Tensor& b,
                const std::vector<const Tensor*>& weights, const std::vector<int64_t>& rows, int64_t b_w, int64_t d_w) {
-    if (grouped_refused_) return false;
-    const size_t es = dtype_size(d.dtype());
-    std::vector<cuda::GroupedProblem> problems;
-    int64_t at = 0;
-    for (size_t g = 0; g < rows.size(); at += rows[g], ++g) {
-      if (!weights[g] || rows[g] == 0) continue;
-      problems.push_back({weights[g]->raw(), static_cast<const char*>(b.raw()) + at * b_w * es,
-                          static_cast<char*>(d.raw()) + at * d_w * es, rows[g]});
-    }
     if (!grouped_) grouped_ = std::make_unique<cuda::GroupedGemm>();
-    if (grouped_->run(trans_a, m, k, lda, ldb, ldd, problems, d.dtype(), device_, stream_)) return true;
-    grouped_refused_ = true;
-    log::warn("cuBLAS refused a grouped GEMM ({} groups, m {} k {}, {}): the experts' GEMMs run one per expert",
-              problems.size(), m, k, dtype_name(d.dtype()));
-    return false;
+    return grouped_->run_groups(trans_a, m, k, lda, ldb, ldd, d, b, weights, rows, b_w, d_w, device_, stream_);
   }
 
   // bf16/f16 through the cuBLASLt GELU epilogues; f32 (and widths or
@@ -450,21 +436,12 @@ class CudaBackend final : public Backend {
     cuda::fp8_dequantize(out.raw(), out.dtype(), in.raw(), in.dtype(), scale_inv.data<float>(), out.numel(),
                          stream_);
   }
-  // cuBLASLt where it takes the call; an f32 out gets its bias added after
-  // the GEMM (the FP8 bias epilogue wants a bf16 bias there); other shapes
-  // (K or OC not a multiple of 16) go through the fallback kernel.
+  // cuBLASLt where it takes the call, else the fallback kernel (Fp8Gemm::matmul).
   void fp8_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                        const Tensor& b_scale_inv, const Tensor* bias, bool accumulate, bool fast_accum) override {
     const int64_t K = b.size(1), OC = b.size(0), N = OC ? out.numel() / OC : 0;
-    const bool fuse_bias = bias && out.dtype() != DType::F32;
-    if (fp8_gemm_->run(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(), b.dtype(),
-                       b_scale_inv.data<float>(), fuse_bias ? bias->raw() : nullptr, accumulate, N, K, OC, stream_, fast_accum)) {
-      if (bias && !fuse_bias) cuda::add_bias(out.raw(), bias->raw(), N, OC, out.dtype(), stream_);
-      return;
-    }
-    cuda::fp8_matmul_fallback(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(),
-                              b.dtype(), b_scale_inv.data<float>(), bias ? bias->raw() : nullptr, accumulate, N, K,
-                              OC, stream_);
+    fp8_gemm_->matmul(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(), b.dtype(),
+                      b_scale_inv.data<float>(), bias ? bias->raw() : nullptr, accumulate, N, K, OC, stream_, fast_accum);
   }
   // Block scaling (fp8_block.cu; the GEMM through cuBLASLt's block-scaled
   // modes in fp8_matmul.cpp, else the fallback kernel). Scales are f32.
@@ -490,13 +467,9 @@ class CudaBackend final : public Backend {
   void fp8_block_matmul_impl(Tensor& out, const Tensor& a, const Tensor& a_scale_inv, const Tensor& b,
                              const Tensor& b_scale_inv, bool b_tiles, const Tensor* bias, bool accumulate) override {
     const int64_t K = b.size(1), OC = b.size(0), N = OC ? out.numel() / OC : 0;
-    const void* bias_p = bias ? bias->raw() : nullptr;
-    if (fp8_gemm_->run_block(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(),
-                             b.dtype(), b_scale_inv.data<float>(), b_tiles, bias_p, accumulate, N, K, OC, stream_))
-      return;
-    cuda::fp8_block_matmul_fallback(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(),
-                                    b.dtype(), b_scale_inv.data<float>(), b_tiles, bias_p, accumulate, N, K, OC,
-                                    stream_);
+    fp8_gemm_->matmul_block(out.raw(), out.dtype(), a.raw(), a.dtype(), a_scale_inv.data<float>(), b.raw(), b.dtype(),
+                            b_scale_inv.data<float>(), b_tiles, bias ? bias->raw() : nullptr, accumulate, N, K, OC,
+                            stream_);
   }
   void fp8_update_scale_impl(Tensor& scale, Tensor& scale_inv, Tensor* amax_history, const Tensor& amax,
                              float fp8_max, int margin, bool use_max) override {
@@ -597,7 +570,6 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BlasLt> blas_;
   std::unique_ptr<Fp8Gemm> fp8_gemm_;  // FP8 GEMMs: own cuBLASLt handle, workspace at first use
   std::unique_ptr<cuda::GroupedGemm> grouped_;  // cuBLAS handle for the grouped GEMMs, at first use
-  bool grouped_refused_ = false;  // cuBLAS refused a grouped GEMM once: the loop from then on
   Tensor scratch_;  // f32 (n)
   cuda::Fp8AttentionRunner fp8_attention_;  // its amax slots and grouped-query buffers
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;

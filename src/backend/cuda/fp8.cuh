@@ -91,6 +91,17 @@ class Fp8Gemm {
   Fp8Gemm(const Fp8Gemm&) = delete;
   Fp8Gemm& operator=(const Fp8Gemm&) = delete;
 
+  // The backend's FP8 GEMMs (backend/ops.h fp8_matmul, fp8_block_matmul):
+  // run() / run_block() where cuBLASLt takes the call (run()'s f32 out gets
+  // its bias added after the GEMM), else fp8_matmul_fallback /
+  // fp8_block_matmul_fallback. Any shape.
+  void matmul(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b, DType b_fp8,
+              const float* b_scale_inv, const void* bias, bool accumulate, int64_t N, int64_t K, int64_t OC,
+              cudaStream_t stream, bool fast_accum);
+  void matmul_block(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
+                    DType b_fp8, const float* b_scale_inv, bool b_tiles, const void* bias, bool accumulate, int64_t N,
+                    int64_t K, int64_t OC, cudaStream_t stream);
+
   // out(N, OC) (=, or += with accumulate) (a(N, K) * a_scale_inv) @
   // (b(OC, K) * b_scale_inv)^T (+ bias(OC), of out's dtype), f32 accumulation
   // (fast_accum: Hopper's faster FP8 accumulation without the f32

@@ -89,6 +89,26 @@ void Fp8Gemm::init() {
   TRIPOD_CUDA_CHECK(cudaMalloc(&scales_, 256));
 }
 
+void Fp8Gemm::matmul(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
+                     DType b_fp8, const float* b_scale_inv, const void* bias, bool accumulate, int64_t N, int64_t K,
+                     int64_t OC, cudaStream_t stream, bool fast_accum) {
+  const bool fuse_bias = bias && dt != DType::F32;  // the FP8 bias epilogue wants a 16-bit bias
+  if (run(out, dt, a, a_fp8, a_scale_inv, b, b_fp8, b_scale_inv, fuse_bias ? bias : nullptr, accumulate, N, K, OC,
+          stream, fast_accum)) {
+    if (bias && !fuse_bias) add_bias(out, bias, N, OC, dt, stream);
+    return;
+  }
+  fp8_matmul_fallback(out, dt, a, a_fp8, a_scale_inv, b, b_fp8, b_scale_inv, bias, accumulate, N, K, OC, stream);
+}
+
+void Fp8Gemm::matmul_block(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
+                           DType b_fp8, const float* b_scale_inv, bool b_tiles, const void* bias, bool accumulate,
+                           int64_t N, int64_t K, int64_t OC, cudaStream_t stream) {
+  if (!run_block(out, dt, a, a_fp8, a_scale_inv, b, b_fp8, b_scale_inv, b_tiles, bias, accumulate, N, K, OC, stream))
+    fp8_block_matmul_fallback(out, dt, a, a_fp8, a_scale_inv, b, b_fp8, b_scale_inv, b_tiles, bias, accumulate, N, K,
+                              OC, stream);
+}
+
 bool Fp8Gemm::run(void* out, DType dt, const void* a, DType a_fp8, const float* a_scale_inv, const void* b,
                   DType b_fp8, const float* b_scale_inv, const void* bias, bool accumulate, int64_t N, int64_t K,
                   int64_t OC, cudaStream_t stream, bool fast_accum) {

@@ -19,6 +19,7 @@
 #include "backend/cuda/allocator.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "base/error.h"
+#include "base/log.h"
 
 namespace tripod::backend::cuda {
 
@@ -67,6 +68,26 @@ bool GroupedGemm::run(bool trans_a, int64_t m, int64_t k, int64_t lda, int64_t l
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE) return false;
   TRIPOD_CUBLAS_CHECK(st);
   return true;
+}
+
+bool GroupedGemm::run_groups(bool trans_a, int64_t m, int64_t k, int64_t lda, int64_t ldb, int64_t ldd, Tensor& d,
+                             const Tensor& b, const std::vector<const Tensor*>& weights,
+                             const std::vector<int64_t>& rows, int64_t b_w, int64_t d_w, int device,
+                             cudaStream_t stream) {
+  if (refused_) return false;
+  const size_t es = dtype_size(d.dtype());
+  std::vector<GroupedProblem> problems;
+  int64_t at = 0;
+  for (size_t g = 0; g < rows.size(); at += rows[g], ++g) {
+    if (!weights[g] || rows[g] == 0) continue;
+    problems.push_back({weights[g]->raw(), static_cast<const char*>(b.raw()) + at * b_w * es,
+                        static_cast<char*>(d.raw()) + at * d_w * es, rows[g]});
+  }
+  if (run(trans_a, m, k, lda, ldb, ldd, problems, d.dtype(), device, stream)) return true;
+  refused_ = true;
+  log::warn("cuBLAS refused a grouped GEMM ({} groups, m {} k {}, {}): the experts' GEMMs run one per expert",
+            problems.size(), m, k, dtype_name(d.dtype()));
+  return false;
 }
 
 }  // namespace tripod::backend::cuda

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace tripod::backend::cuda {
 
@@ -39,9 +40,18 @@ class GroupedGemm {
   // (the caller then loops over the problems).
   bool run(bool trans_a, int64_t m, int64_t k, int64_t lda, int64_t ldb, int64_t ldd,
            const std::vector<GroupedProblem>& problems, DType dt, int device, cudaStream_t stream);
+  // The backend's grouped ops: group g's rows[g] rows of b (width b_w,
+  // groups in order) times weights[g] into the same rows of d (width d_w);
+  // groups without rows or weight are skipped. False, having launched
+  // nothing, where cuBLAS refuses: then, with one warning, for every later
+  // call too (the caller loops over the groups).
+  bool run_groups(bool trans_a, int64_t m, int64_t k, int64_t lda, int64_t ldb, int64_t ldd, Tensor& d,
+                  const Tensor& b, const std::vector<const Tensor*>& weights, const std::vector<int64_t>& rows,
+                  int64_t b_w, int64_t d_w, int device, cudaStream_t stream);
 
  private:
   cublasHandle_t handle_ = nullptr;
+  bool refused_ = false;  // cuBLAS refused a grouped GEMM once: the loop from then on
 };
 
 }  // namespace tripod::backend::cuda
