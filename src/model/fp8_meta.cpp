@@ -374,11 +374,10 @@ void Fp8Linear::quantize_grad_swiglu(const Tensor& fc1, const Tensor& dact) {
   if (blockwise()) {
     Tensor ds = state_->block_scale_scratch(1, false, R, C), ds_t = state_->block_scale_scratch(1, true, R, C);
     state_->backend().fp8_swiglu_backward_block_cast(d8, ds, d8_t, ds_t, fc1.view({R, C}), dact.view({R, C / 2}));
-    state_->grad_owner = this;
-    return;
+  } else {
+    state_->backend().fp8_swiglu_backward_cast_transpose(d8, d8_t, dy_.amax, fc1.view({R, C}),
+                                                         dact.view({R, C / 2}), dy_.scale);
   }
-  state_->backend().fp8_swiglu_backward_cast_transpose(d8, d8_t, dy_.amax, fc1.view({R, C}), dact.view({R, C / 2}),
-                                                       dy_.scale);
   state_->grad_owner = this;
 }
 

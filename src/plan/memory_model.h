@@ -262,8 +262,7 @@ double cudnn_dq_workspace_bytes(const GptConfig& m, int64_t micro_batch, int tp,
 //               FP8 copy N max(C, F/t) (and its transpose under full
 //               recompute, which casts x again in backward, not under
 //               --no-fp8-wgrad), dy's copy and transpose 2 N max(Q/t, C,
-//               F1/t) (under --no-fp8-wgrad the transpose is not written
-//               but its scratch slot is still taken: counted).
+//               F1/t) (the copy alone under --no-fp8-wgrad).
 //   with --fp8-dot-product-attention (model/fp8_meta.h Fp8Attention):
 //               per micro-batch (without recompute) the FP8 attention's
 //               inputs to its backward, qkv8 and att8, N (Q + C) / t
