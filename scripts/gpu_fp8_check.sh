@@ -13,12 +13,16 @@
 #   convergence  GPT-2 124M shape on KJV, seq 1024, batch 16, ITERS iterations
 #                (default 2000): bf16 vs FP8 hybrid delayed, and CONV_RUNS beside them, all at
 #                once (default "e4m3 hpw nd": E4M3 gradients, --no-fp8-wgrad, bf16 without
-#                --deterministic-mode as the noise floor; also tw, bw, bw4: tensorwise,
-#                blockwise, E4M3 blockwise): loss
+#                --deterministic-mode as the noise floor; also tw, bw, bw4, fl: tensorwise,
+#                blockwise, E4M3 blockwise, --first-last-layers-bf16): loss
 #                within 1% from iteration 200 (also 200-1000 and 1000-ITERS apart),
 #                no skipped steps; the delayed run saved at ITERS/2 and resumed
 #                (CONV_RESUME=0: not): bit for bit equal after the resume
-#                (--deterministic-mode, so two runs of one binary agree bit for bit)
+#                (--deterministic-mode, so two runs of one binary agree bit for bit);
+#                CONV_PEER=1: also bench/torch_fp8_kjv.py (PyTorch, torch._scaled_mm,
+#                the same recipe) bf16 and FP8 on the same data, and tripod's mean
+#                FP8-over-bf16 gap per window against the peer's (PASS when tripod's
+#                is at most the peer's + 1 point; needs PyTorch and an sm_89+ GPU)
 #   determinism  GPT-2 124M shape on KJV with --deterministic-mode, DET_ITERS
 #                iterations (default 60): two bf16 runs and two FP8 runs of one
 #                binary bit for bit equal (loss and grad norm at every
@@ -53,7 +57,7 @@ while [[ $# -gt 0 ]]; do
     --stage) stage="$2"; shift 2 ;;
     --data) data_dir="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
     *) echo "gpu_fp8_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -113,6 +117,23 @@ first = f", first difference at {diff[0]}: {a[diff[0]]} vs {b[diff[0]]}" if diff
 print(f"{len(its)} iterations ({its[0] if its else '-'}-{its[-1] if its else '-'}), {len(diff)} differ{first} -> {verdict}")
 PY
 }
+# peer_gap FROM TO: the mean relative loss gap FP8 - bf16 of tripod (kjv_fp8 over
+# kjv_bf16) and of the PyTorch peer (kjv_peer_fp8 over kjv_peer_bf16) in [FROM, TO]
+peer_gap() {
+  python3 - "$OUT" "$1" "$2" <<'PY'
+import json, sys
+out, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def rows(n):
+    try: return {r["iteration"]: r["lm_loss"] for r in map(json.loads, open(f"{out}/{n}.jsonl")) if "lm_loss" in r}
+    except FileNotFoundError: return {}
+def gap(b, f):
+    its = [i for i in sorted(set(b) & set(f)) if lo <= i <= hi]
+    return sum((f[i] - b[i]) / b[i] for i in its) / len(its) if its else None
+t, p = gap(rows("kjv_bf16"), rows("kjv_fp8")), gap(rows("kjv_peer_bf16"), rows("kjv_peer_fp8"))
+if t is None or p is None: print("no common iterations -> FAIL"); sys.exit()
+print(f"tripod {t:+.2%}, peer {p:+.2%} (mean FP8 over bf16) -> {'PASS' if t <= p + 0.01 else 'FAIL'}")
+PY
+}
 speed() {  # speed NAME: mean of iterations 6-20
   python3 - "$OUT/$1.jsonl" <<'PY'
 import json, sys
@@ -160,10 +181,11 @@ if has convergence; then
     run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid "${save[@]}" &
     declare -A conv=([tw]="--fp8-format hybrid --fp8-recipe tensorwise" [bw]="--fp8-format hybrid --fp8-recipe blockwise"
                      [e4m3]="--fp8-format e4m3" [bw4]="--fp8-format e4m3 --fp8-recipe blockwise"
-                     [hpw]="--fp8-format hybrid --no-fp8-wgrad")
+                     [hpw]="--fp8-format hybrid --no-fp8-wgrad"
+                     [fl]="--fp8-format hybrid --first-last-layers-bf16")
     runs=(); for r in ${CONV_RUNS:-e4m3 hpw nd}; do
       if [[ $r != nd && -z ${conv[$r]:-} ]]; then
-        note "CONV_RUNS: $r is not one of tw bw e4m3 bw4 hpw nd: skipped"
+        note "CONV_RUNS: $r is not one of tw bw e4m3 bw4 hpw fl nd: skipped"
       elif [[ $r == nd ]]; then
         nd=(); for a in "${kjv[@]}"; do [[ $a == --deterministic-mode ]] || nd+=("$a"); done
         run kjv_bf16_nd train "${nd[@]}" &
@@ -174,7 +196,17 @@ if has convergence; then
         runs+=("fp8_$r")
       fi
     done
+    if [[ ${CONV_PEER:-0} == 1 ]]; then
+      peer=(python3 bench/torch_fp8_kjv.py "$data_dir/kjv_text_document" --iters "$iters")
+      (timeout 900 "${peer[@]}" "$OUT/kjv_peer_bf16.jsonl" > "$OUT/kjv_peer_bf16.log" 2>&1) &
+      (timeout 900 "${peer[@]}" "$OUT/kjv_peer_fp8.jsonl" --fp8 delayed > "$OUT/kjv_peer_fp8.log" 2>&1) &
+    fi
     wait
+    if [[ ${CONV_PEER:-0} == 1 ]]; then
+      note "peer fp8 vs peer bf16 (all): $(compare kjv_peer_bf16 kjv_peer_fp8 1 0)"
+      note "tripod's FP8 gap vs the peer's, iterations 200-1000: $(peer_gap 200 1000)"
+      note "tripod's FP8 gap vs the peer's, iterations 1000-$iters: $(peer_gap 1000 "$iters")"
+    fi
     for r in fp8 "${runs[@]}"; do
       note "$r vs bf16 from iteration 200: $(compare kjv_bf16 kjv_$r 0.01 200)"
       note "$r vs bf16, iterations 200-1000: $(compare kjv_bf16 kjv_$r 0.01 200 1000)"
