@@ -65,6 +65,19 @@ void Fp8Config::check_dot_product_attention(int cp) const {
                     cp);
 }
 
+std::string Fp8Config::unused_settings() const {
+  if (enabled()) return "";
+  const Fp8Config d;
+  std::string s;
+  auto add = [&](const std::string& flag) { s += (s.empty() ? "" : ", ") + flag; };
+  if (recipe != d.recipe) add("--fp8-recipe " + to_string(recipe));
+  if (margin != d.margin) add(fmt::format("--fp8-margin {}", margin));
+  if (amax_history_len != d.amax_history_len) add(fmt::format("--fp8-amax-history-len {}", amax_history_len));
+  if (amax_compute_algo != d.amax_compute_algo) add("--fp8-amax-compute-algo " + to_string(amax_compute_algo));
+  if (first_last_layers_bf16) add("--first-last-layers-bf16");
+  return s;
+}
+
 std::string Fp8Config::describe() const {
   if (!enabled()) return "off";
   std::string s = fmt::format("{}, {}", to_string(format), to_string(recipe));

@@ -76,6 +76,10 @@ struct Fp8Config {
   // --fp8-param-gather's refusal under blockwise scaling.
   void check_param_gather_recipe() const;
   std::string describe() const;  // "hybrid, delayed (history 1, most_recent, margin 0)"
+  // Without --fp8-format: the FP8 settings given other than their defaults,
+  // which then change nothing ("--fp8-recipe blockwise, --fp8-margin 2";
+  // "" when none or when FP8 is on). Megatron ignores them alike.
+  std::string unused_settings() const;
 };
 
 // Megatron's spellings; nullopt for another name (the caller names the flag).

@@ -332,6 +332,9 @@ void Trainer::log_startup() {
               "match across layouts when their padded sizes match", cfg.vocab_size, model().padded_vocab(),
               cfg.make_vocab_size_divisible_by, groups_.layout.tp);
     if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
+    if (const std::string unused = cfg.fp8.unused_settings(); !unused.empty())
+      log::warn("{} given without --fp8-format: no effect, the run has no FP8 GEMMs (add "
+                "--fp8-format hybrid to train in FP8)", unused);
     log::info("layout: {}{}{} on {}; micro-batch {}, global batch {} ({} micro-batches per data-parallel rank)",
               groups_.layout.str(), model().sequence_parallel() ? ", sequence parallel" : "",
               sharding_note(args_.parallel.ddp), be_.name(),

@@ -127,6 +127,24 @@ TEST(Fp8Flags, TinyRunTrainsInFp8) {
       << run.output;
 }
 
+// The recipe settings without --fp8-format train without FP8 (as Megatron
+// does) and the start-up log says which were given for nothing; the
+// defaults spelled out say nothing.
+TEST(Fp8Flags, SettingsWithoutFormatAreNamed) {
+  const std::string tiny =
+      "train --num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --mock-data --vocab-size 64 "
+      "--micro-batch-size 2 --train-iters 2 --log-interval 1 --eval-interval 0 ";
+  const auto run = run_tripod(tiny + "--fp8-recipe blockwise --fp8-margin 2 --first-last-layers-bf16");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "--fp8-recipe blockwise, --fp8-margin 2, --first-last-layers-bf16 given without "
+                                   "--fp8-format: no effect"))
+      << run.output;
+  EXPECT_FALSE(contains(run.output, "FP8 GEMMs in the transformer layers")) << run.output;
+  const auto defaults = run_tripod(tiny + "--fp8-recipe delayed --fp8-amax-history-len 1");
+  EXPECT_EQ(defaults.code, 0) << defaults.output;
+  EXPECT_FALSE(contains(defaults.output, "given without --fp8-format")) << defaults.output;
+}
+
 // --no-fp8-wgrad: refused without FP8 layers; with them a tiny run of each
 // recipe trains and says so.
 TEST(Fp8Flags, HighPrecisionWgrad) {
