@@ -37,16 +37,20 @@ double time_calls(Backend& be, int reps, F&& run) {
 // output); backward casts dy and runs dgrad and wgrad (into the f32
 // gradient); GELU unfused after the GEMM when d[3] = 1. The weight's codes
 // are cast once, outside the timing (kFp8WeightCast times that cast).
+// One f32 scale, amax or inverse on the device, in a 16-byte slot as
+// Fp8State keeps them.
+Tensor device_scalar(Backend& be, float v) {
+  Tensor h = Tensor::empty({4}, DType::F32);
+  for (int i = 0; i < 4; ++i) h.data<float>()[i] = v;
+  Tensor t = be.empty({4}, DType::F32);
+  be.copy(t, h);
+  return t.flat(0, {1});
+}
+
 template <typename Make>
 double measure_fp8(Backend& be, const OpShape& op, int reps, DType act, Make&& make) {
   const int64_t a = op.d[0], b = op.d[1], c = op.d[2], gelu = op.d[3];
-  auto scalar = [&](float v) {
-    Tensor h = Tensor::empty({4}, DType::F32);  // 16-byte slots, as Fp8State keeps them
-    for (int i = 0; i < 4; ++i) h.data<float>()[i] = v;
-    Tensor t = be.empty({4}, DType::F32);
-    be.copy(t, h);
-    return t.flat(0, {1});
-  };
+  auto scalar = [&](float v) { return device_scalar(be, v); };
   Tensor scale = scalar(64.f), scale_inv = scalar(1.f / 64.f), amax = scalar(0.f);
   if (op.kind == OpKind::kFp8WeightCast) {  // (out a, in b)
     Tensor w = make({a, b}, act), w8 = be.empty({a, b}, DType::E4M3), w8_t = be.empty({b, a}, DType::E4M3);
@@ -121,6 +125,34 @@ double measure_fp8_block(Backend& be, const OpShape& op, int reps, DType act, Ma
     be.fp8_block_matmul(dw, d8_t, ds_t, x8_t, xs_t, false, nullptr, true);
     if (gelu) be.gelu_backward(dx, pre, dx);
   });
+}
+
+// cuDNN's FP8 attention (--fp8-dot-product-attention) as Fp8Attention runs
+// it: E4M3 qkv codes in, E4M3 output codes and the f32 lse out; backward from
+// dout codes (E5M2, hybrid) to dqkv codes. Multi-head, as the bf16 attention
+// ops are timed; the codes quantize random values in [0, 1).
+template <typename Make>
+double measure_fp8_attention(Backend& be, const OpShape& op, int reps, DType act, Make&& make) {
+  const int64_t a = op.d[0], b = op.d[1], c = op.d[2], Cq = c * op.d[3];
+  Tensor one = device_scalar(be, 1.f), amax = device_scalar(be, 0.f);
+  auto codes = [&](const Shape& s, DType fp8) {
+    Tensor x = make(s, act), q = be.empty(s, fp8);
+    be.fp8_quantize(q, amax, x, one);
+    return q;
+  };
+  backend::Fp8AttentionMeta m;
+  m.qkv_scale_inv = m.o_scale_inv = m.dout_scale_inv = one;
+  m.s_scale = device_scalar(be, 448.f), m.s_scale_inv = device_scalar(be, 1.f / 448.f);
+  m.o_scale = m.dp_scale = m.dqkv_scale = device_scalar(be, 64.f);
+  m.dp_scale_inv = device_scalar(be, 1.f / 64.f);
+  m.s_amax = m.o_amax = m.dp_amax = m.dqkv_amax = amax;
+  Tensor qkv = codes({a, b, 3 * Cq}, DType::E4M3), out = be.empty({a, b, Cq}, DType::E4M3);
+  Tensor lse = be.empty({a, c, b}, DType::F32);
+  if (op.kind == OpKind::kFp8AttentionFwd)
+    return time_calls(be, reps, [&] { be.attention_fp8_forward(out, lse, qkv, m, int(c)); });
+  be.attention_fp8_forward(out, lse, qkv, m, int(c));
+  Tensor dout = codes({a, b, Cq}, DType::E5M2), dqkv = be.empty({a, b, 3 * Cq}, DType::E5M2);
+  return time_calls(be, reps, [&] { be.attention_fp8_backward(dqkv, dout, qkv, out, lse, m, int(c)); });
 }
 
 double measure(Backend& be, const OpShape& op, int reps) {
@@ -225,6 +257,9 @@ double measure(Backend& be, const OpShape& op, int reps) {
     case OpKind::kFp8BlockLinearBwd:
     case OpKind::kFp8BlockWeightCast:
       return measure_fp8_block(be, op, reps, act, make);
+    case OpKind::kFp8AttentionFwd:
+    case OpKind::kFp8AttentionBwd:
+      return measure_fp8_attention(be, op, reps, act, make);
   }
   return 0;
 }
@@ -254,7 +289,22 @@ int calibrate_ops(Backend& be, const std::vector<OpShape>& ops, OpProfile& profi
   const auto t0 = std::chrono::steady_clock::now();
   for (const OpShape& op : ops) {
     if (profile.has(op)) continue;
-    profile.measured[op.key()] = measure(be, op, reps);
+    if (op.op_class() == OpClass::kFp8AttentionFwd || op.op_class() == OpClass::kFp8AttentionBwd) {
+      // The backend may not serve it here (cuDNN before 9.19, a head size
+      // other than 128 on Hopper): then it is timed as the bf16 attention at
+      // the usual gain (OpProfile::seconds).
+      try {
+        profile.measured[op.key()] = measure(be, op, reps);
+      } catch (const Error& e) {
+        const std::string why = e.what();
+        log::info("plan: {} not measured, taken as the bf16 attention at {:g}x: {}", op.key(),
+                  op.kind == OpKind::kFp8AttentionFwd ? kFp8AttentionFwdSpeedup : kFp8AttentionBwdSpeedup,
+                  why.substr(0, why.find('\n')));
+        continue;
+      }
+    } else {
+      profile.measured[op.key()] = measure(be, op, reps);
+    }
     ++n;
   }
   profile.refit();

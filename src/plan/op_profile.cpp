@@ -39,13 +39,16 @@ constexpr KindName kKinds[] = {
     {OpKind::kFp8WeightCast, "fp8_weight_cast"},
     {OpKind::kFp8BlockLinearFwd, "fp8_block_linear_fwd"}, {OpKind::kFp8BlockLinearBwd, "fp8_block_linear_bwd"},
     {OpKind::kFp8BlockWeightCast, "fp8_block_weight_cast"},
+    {OpKind::kFp8AttentionFwd, "fp8_attention_fwd"}, {OpKind::kFp8AttentionBwd, "fp8_attention_bwd"},
 };
 constexpr std::pair<OpClass, const char*> kClasses[] = {{OpClass::kLinear, "linear"},
                                                        {OpClass::kAttentionFwd, "attention_fwd"},
                                                        {OpClass::kAttentionBwd, "attention_bwd"},
                                                        {OpClass::kMemory, "memory"},
                                                        {OpClass::kFp8Linear, "fp8_linear"},
-                                                       {OpClass::kFp8BlockLinear, "fp8_block_linear"}};
+                                                       {OpClass::kFp8BlockLinear, "fp8_block_linear"},
+                                                       {OpClass::kFp8AttentionFwd, "fp8_attention_fwd"},
+                                                       {OpClass::kFp8AttentionBwd, "fp8_attention_bwd"}};
 
 const char* kind_name(OpKind k) {
   for (const auto& e : kKinds)
@@ -94,6 +97,8 @@ OpClass OpShape::op_class() const {
     case OpKind::kFp8LinearBwd: return OpClass::kFp8Linear;
     case OpKind::kFp8BlockLinearFwd:
     case OpKind::kFp8BlockLinearBwd: return OpClass::kFp8BlockLinear;
+    case OpKind::kFp8AttentionFwd: return OpClass::kFp8AttentionFwd;
+    case OpKind::kFp8AttentionBwd: return OpClass::kFp8AttentionBwd;
     default: return OpClass::kMemory;
   }
 }
@@ -105,6 +110,8 @@ double OpShape::work() const {
     case OpKind::kLinearBwd: return 4 * a * b * c;       // d input and d weight
     case OpKind::kAttentionFwd: return 2 * a * c * b * b * e;  // causal: half of 4 B NH T^2 HS
     case OpKind::kAttentionBwd: return 5 * a * c * b * b * e;  // 2.5x the forward
+    case OpKind::kFp8AttentionFwd: return 2 * a * c * b * b * e;
+    case OpKind::kFp8AttentionBwd: return 5 * a * c * b * b * e;
     case OpKind::kNormFwd: return 4 * a * b * s;         // read x, y; write residual, out
     case OpKind::kNormBwd: return 5 * a * b * s;         // read dout, inp, dinp; write dinp, out
     case OpKind::kAdd: return 3 * a * b * s;
@@ -178,12 +185,16 @@ std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
   const bool block = m.fp8.blockwise(), fp8_wgrad = m.fp8.fp8_wgrad();
   const OpKind fp8_fwd = block ? OpKind::kFp8BlockLinearFwd : OpKind::kFp8LinearFwd;
   const OpKind fp8_bwd = block ? OpKind::kFp8BlockLinearBwd : OpKind::kFp8LinearBwd;
+  const bool fp8_attention = m.fp8.dot_product_attention;
   auto add_layer_op = [&](const OpShape& o, double n) {
     const bool linear = o.kind == OpKind::kLinearFwd || o.kind == OpKind::kLinearBwd;
-    if (!linear || fp8 <= 0) return add(o, n);
+    const bool attention = fp8_attention && (o.kind == OpKind::kAttentionFwd || o.kind == OpKind::kAttentionBwd);
+    if ((!linear && !attention) || fp8 <= 0) return add(o, n);
     if (fp8 < 1) add(o, n * (1 - fp8));
     OpShape f = o;
-    if (o.kind == OpKind::kLinearFwd) {
+    if (attention) {
+      f.kind = o.kind == OpKind::kAttentionFwd ? OpKind::kFp8AttentionFwd : OpKind::kFp8AttentionBwd;
+    } else if (o.kind == OpKind::kLinearFwd) {
       f.kind = fp8_fwd;
     } else if (fp8_wgrad) {
       f.kind = fp8_bwd;
@@ -199,7 +210,7 @@ std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l) {
   };
   for (const auto& o : fwd) add_layer_op(o, l.recompute == Recompute::Full ? 2 * layers : layers);
   for (const auto& o : bwd) add_layer_op(o, layers);
-  if (l.recompute == Recompute::Selective) add(fwd[2], layers);  // the attention core again
+  if (l.recompute == Recompute::Selective) add_layer_op(fwd[2], layers);  // the attention core again
   // The busiest stage is the last: final LayerNorm, then the LM head and
   // cross-entropy in row chunks of at most 1 GiB of logits (gpt_model.cpp,
   // head_chunk_rows); with one stage the embedding too (an add each way).
@@ -265,12 +276,20 @@ double OpProfile::seconds(const OpShape& op, bool* ok) const {
   if (auto it = measured.find(op.key()); it != measured.end()) return it->second;
   const OpClass cls = op.op_class();
   auto f = fits.find(cls);
-  const bool fp8 = cls == OpClass::kFp8Linear || cls == OpClass::kFp8BlockLinear;
-  if (fp8 && (f == fits.end() || f->second.rate <= 0)) {
-    auto lin = fits.find(OpClass::kLinear);  // only bf16 linears timed: at the FP8 rate's usual gain
-    const double gain = cls == OpClass::kFp8BlockLinear ? kFp8BlockGemmSpeedup : kFp8GemmSpeedup;
-    if (lin != fits.end() && lin->second.rate > 0)
-      return op.work() / (lin->second.rate * gain) + lin->second.overhead_s;
+  if (f == fits.end() || f->second.rate <= 0) {
+    // Only the compute-dtype op timed: its fit at the FP8 form's usual gain.
+    OpClass base = cls;
+    double gain = 1;
+    switch (cls) {
+      case OpClass::kFp8Linear: base = OpClass::kLinear, gain = kFp8GemmSpeedup; break;
+      case OpClass::kFp8BlockLinear: base = OpClass::kLinear, gain = kFp8BlockGemmSpeedup; break;
+      case OpClass::kFp8AttentionFwd: base = OpClass::kAttentionFwd, gain = kFp8AttentionFwdSpeedup; break;
+      case OpClass::kFp8AttentionBwd: base = OpClass::kAttentionBwd, gain = kFp8AttentionBwdSpeedup; break;
+      default: break;
+    }
+    auto b = fits.find(base);
+    if (base != cls && b != fits.end() && b->second.rate > 0)
+      return op.work() / (b->second.rate * gain) + b->second.overhead_s;
   }
   if (f == fits.end() || f->second.rate <= 0) {
     if (ok) *ok = false;

@@ -54,8 +54,21 @@ enum class OpKind {
   kFp8BlockLinearFwd,   // x cast in 1x128 row blocks + its transpose in 128-row column blocks, the GEMM (+ GELU)
   kFp8BlockLinearBwd,   // dy cast alike, dgrad (x 128x128 weight tiles) and wgrad (1x128 x 1x128) (+ GELU backward)
   kFp8BlockWeightCast,  // out, in: a weight's cast in 128x128 tiles + transpose, once per step
+  // --fp8-dot-product-attention (the FP8 layers' attention core on E4M3 Q, K,
+  // V codes, backend/ops.h attention_fp8_forward / _backward):
+  kFp8AttentionFwd,  // batch, seq, heads, head size: as kAttentionFwd
+  kFp8AttentionBwd,
 };
-enum class OpClass { kLinear, kAttentionFwd, kAttentionBwd, kMemory, kFp8Linear, kFp8BlockLinear };
+enum class OpClass {
+  kLinear,
+  kAttentionFwd,
+  kAttentionBwd,
+  kMemory,
+  kFp8Linear,
+  kFp8BlockLinear,
+  kFp8AttentionFwd,
+  kFp8AttentionBwd
+};
 
 // What an FP8 linear's time is taken as when only bf16 linears were timed
 // (a profile from before FP8, or the shipped one): the bf16 fit at this
@@ -72,6 +85,13 @@ inline constexpr double kFp8GemmSpeedup = 1.6;
 // three GEMMs about 1.15x the per-tensor time, so 1.6 / 1.15 ~ 1.4.
 // Machine::fp8_block_gemm_speedup's default.
 inline constexpr double kFp8BlockGemmSpeedup = 1.4;
+// What cuDNN's FP8 attention (--fp8-dot-product-attention) is taken as when
+// only the bf16 attention was timed: the bf16 fit at these many times the
+// rate. Measured with cuDNN 9.19 on one H100 at the Llama 3 8B layer shape
+// (bench/RESULTS.md, "FP8 attention"), the casts around the kernels
+// included: forward 1.28-1.34x, backward 1.00-1.02x.
+inline constexpr double kFp8AttentionFwdSpeedup = 1.3;
+inline constexpr double kFp8AttentionBwdSpeedup = 1.0;
 
 struct OpShape {
   OpKind kind = OpKind::kAdd;
@@ -99,7 +119,9 @@ struct OpCount {
 // the kFp8BlockLinear* ops under --fp8-recipe blockwise. Under --no-fp8-wgrad
 // an FP8 linear's backward is its FP8 dgrad, taken as the FP8 forward kind
 // of shape (rows, out -> in), and its bf16 wgrad, half a kLinearBwd of its
-// shape (an approximation: op_profile.cpp says where it is off).
+// shape (an approximation: op_profile.cpp says where it is off). Under
+// --fp8-dot-product-attention the FP8 layers' attention cores are the
+// kFp8Attention* ops.
 std::vector<OpCount> micro_batch_ops(const GptConfig& m, const Layout& l);
 // Once per step: the optimizer over this rank's parameters (its shard under
 // the distributed optimizer); under --fp8-format the FP8 weights' casts

@@ -107,6 +107,16 @@ TimeBreakdown estimate_time(const GptConfig& full, const Layout& l, const Machin
   // (1 / fp8_block_gemm_speedup under --fp8-recipe blockwise).
   const double fp8_gain = full.fp8.blockwise() ? mc.fp8_block_gemm_speedup : mc.fp8_gemm_speedup;
   flops_token -= fp8_token * (1.0 - 1.0 / fp8_gain);
+  // --fp8-dot-product-attention: of the 6 s h attention FLOPs per token and
+  // layer, the forward's 2 (again under either recompute) and the backward's
+  // 4 run on cuDNN's FP8 attention in the FP8 layers, at its own gains.
+  if (full.fp8.dot_product_attention) {
+    double n = 0;
+    for (int64_t i = 0; i < full.num_layers; ++i) n += full.layer_spec(i).fp8_attention ? 1 : 0;
+    const double fwd_runs = l.recompute == Recompute::None ? 1.0 : 2.0, per_layer = double(full.seq_length) * h;
+    flops_token -= n * per_layer * (2.0 * fwd_runs * (1.0 - 1.0 / kFp8AttentionFwdSpeedup) +
+                                    4.0 * (1.0 - 1.0 / kFp8AttentionBwdSpeedup));
+  }
   const double flops_mb_stage = flops_token * s * b / (l.pp * l.tp);
   double t_compute_mb = flops_mb_stage / (mc.peak_tflops * 1e12 * mc.assumed_mfu * matmul_efficiency(full, l));
   if (mc.ops) {
