@@ -3,7 +3,8 @@
 # dataset (scripts/prepare_kjv.sh), bf16 against FP8 through torch._scaled_mm,
 # with the recipe tripod and Transformer Engine use: per-tensor scales, E4M3
 # forward operands (x, W), E5M2 gradients (hybrid) or E4M3 (e4m3), f32
-# accumulation, delayed scaling with an amax history of one (the scale of step
+# accumulation (also in the forward GEMM, where tripod and Transformer Engine
+# use Hopper's fast accumulation), delayed scaling with an amax history of one (the scale of step
 # t comes from the amax of step t-1; the value is saturated if it grew) or
 # current scaling (tensorwise). The FP8 GEMMs are qkv, proj, fc1 and fc2 of each
 # layer; embedding, output layer, norms, attention and loss stay bf16, as in
