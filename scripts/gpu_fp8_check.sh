@@ -29,7 +29,7 @@
 #                iteration), and the FP8 run saved at DET_ITERS/2 and resumed:
 #                bit for bit equal to the uninterrupted one
 #   speed        bf16 vs FP8 (and FP8 with --fp8-dot-product-attention at the 8B
-#                shape: SPEED_DPA_MODELS, CUDNN_LIB_DIR for cuDNN 9.19+; FP8 with
+#                shape: SPEED_DPA_MODELS, CUDNN_LIB_DIR for cuDNN 9.19+, default PyTorch's; FP8 with
 #                --fp8-recipe blockwise: SPEED_BLOCKWISE_MODELS, default both) at GPT-2 1.5B (seq 1024, micro-batch 16) and the Llama 3
 #                8B layer shape (8 layers, hidden 4096, 32 heads, 8 groups, ffn 14336,
 #                vocab 128256, seq 8192, micro-batch 1): tokens/s and model TFLOP/s
@@ -69,9 +69,15 @@ summary="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 source scripts/stage_env.sh
 # CUDNN_LIB_DIR: a directory with another libcudnn.so.9 (tripod opens the first on the search path).
-[[ -n ${CUDNN_LIB_DIR:-} ]] && export LD_LIBRARY_PATH=$CUDNN_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Unset, the cuDNN of PyTorch's wheels is taken when there is one (FP8 attention needs 9.19 or later,
+# which a system cuDNN may not be); CUDNN_LIB_DIR=none keeps the system's.
+if [[ -z ${CUDNN_LIB_DIR:-} ]]; then
+  CUDNN_LIB_DIR=$(python3 -c "import nvidia.cudnn, os; d = list(nvidia.cudnn.__path__)[0] + '/lib'; print(d if os.path.isdir(d) else '')" 2>/dev/null)
+fi
+[[ ${CUDNN_LIB_DIR:-none} != none ]] && export LD_LIBRARY_PATH=$CUDNN_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 note "gpu_fp8_check: $(date -u +%Y-%m-%dT%H:%MZ) host=$(hostname)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
+note "cuDNN: ${CUDNN_LIB_DIR:-none} first on the library path (CUDNN_LIB_DIR)"
 use_stage "$stage" /tmp/tripod_fp8_stage
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 has() { [[ " $checks " == *" $1 "* ]]; }
