@@ -31,12 +31,6 @@ double time_calls(Backend& be, int reps, F&& run) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
 }
 
-// The FP8 linear as model/fp8_meta.h's Fp8Linear runs it (hybrid: E4M3
-// forward operands, E5M2 output gradients): forward casts x with its
-// transpose and runs the FP8 GEMM (fast accumulation into the 16-bit
-// output); backward casts dy and runs dgrad and wgrad (into the f32
-// gradient); GELU unfused after the GEMM when d[3] = 1. The weight's codes
-// are cast once, outside the timing (kFp8WeightCast times that cast).
 // One f32 scale, amax or inverse on the device, in a 16-byte slot as
 // Fp8State keeps them.
 Tensor device_scalar(Backend& be, float v) {
@@ -47,6 +41,12 @@ Tensor device_scalar(Backend& be, float v) {
   return t.flat(0, {1});
 }
 
+// The FP8 linear as model/fp8_meta.h's Fp8Linear runs it (hybrid: E4M3
+// forward operands, E5M2 output gradients): forward casts x with its
+// transpose and runs the FP8 GEMM (fast accumulation into the 16-bit
+// output); backward casts dy and runs dgrad and wgrad (into the f32
+// gradient); GELU unfused after the GEMM when d[3] = 1. The weight's codes
+// are cast once, outside the timing (kFp8WeightCast times that cast).
 template <typename Make>
 double measure_fp8(Backend& be, const OpShape& op, int reps, DType act, Make&& make) {
   const int64_t a = op.d[0], b = op.d[1], c = op.d[2], gelu = op.d[3];
