@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "plan/memory_model.h"
+#include "plan/op_profile.h"
 
 namespace tripod::plan {
 
@@ -31,5 +33,13 @@ inline GptConfig llama8b_layers() {
 
 // `world` GPUs split into tp x pp x dp.
 inline Layout layout(int world, int tp = 1, int pp = 1) { return Layout(config::Layout::make(world, tp, pp)); }
+
+// The work (FLOPs or bytes) of the ops of kind k in a list, times their counts.
+inline double sum_work(const std::vector<OpCount>& ops, OpKind k) {
+  double w = 0;
+  for (const auto& c : ops)
+    if (c.op.kind == k) w += c.count * c.op.work();
+  return w;
+}
 
 }  // namespace tripod::plan

@@ -34,13 +34,6 @@ struct SmallStage {
   }
 };
 
-double sum_work(const std::vector<OpCount>& ops, OpKind k) {
-  double w = 0;
-  for (const auto& c : ops)
-    if (c.op.kind == k) w += c.count * c.op.work();
-  return w;
-}
-
 TEST(OpProfile, LinearAndAttentionFlopsMatchAHandCount) {
   const GptConfig m = gpt(4, 64, 4);
   Layout l = layout(4, 2, 2);

@@ -108,13 +108,6 @@ TEST(PlanSearch, Fp8AttentionNotWithContextParallelism) {
             std::string::npos);
 }
 
-double sum_work(const std::vector<OpCount>& ops, OpKind k) {
-  double w = 0;
-  for (const auto& c : ops)
-    if (c.op.kind == k) w += c.count * c.op.work();
-  return w;
-}
-
 // GPT-2 124M at micro-batch 4: per layer the causal attention forward is
 // 2 B NH T^2 HS = 2 x 4 x 12 x 1024^2 x 64 FLOPs, its backward 2.5 times
 // that. Under the flag the FP8 layers' cores are the FP8 kinds with those
