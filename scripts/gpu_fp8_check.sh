@@ -170,7 +170,7 @@ fi
 if has convergence; then
   iters=${ITERS:-2000}
   if [[ -n $data_dir && -f $data_dir/kjv_text_document.idx ]]; then
-    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid delayed and ${CONV_RUNS:-e4m3 hpw nd} ----"
+    note "---- convergence: GPT-2 124M shape on KJV, $iters iterations, bf16 vs FP8 hybrid delayed and ${CONV_RUNS-e4m3 hpw nd} ----"
     kjv=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024
          --vocab-size 50257 --data-path "$data_dir/kjv_text_document" --split 98,2,0 --micro-batch-size 16
          --global-batch-size 16 --train-iters "$iters" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
@@ -182,14 +182,16 @@ if has convergence; then
     # of 2000 iterations take about 320 s at once). CONV_RUNS: tw, bw (hybrid tensorwise,
     # blockwise), e4m3 and bw4 (E4M3 gradients too: delayed, blockwise), hpw
     # (--no-fp8-wgrad), nd (the noise floor: bf16 without --deterministic-mode, the
-    # embedding's gradient summed with atomics).
+    # embedding's gradient summed with atomics). The peer (CONV_PEER=1) runs eagerly, about
+    # 2.5x a tripod run's time: three peer runs at once took 450-560 s on an H100, so keep
+    # CONV_RUNS short beside it (CONV_RUNS="" runs bf16 and delayed only).
     run kjv_bf16 train "${kjv[@]}" &
     run kjv_fp8 train "${kjv[@]}" --fp8-format hybrid "${save[@]}" &
     declare -A conv=([tw]="--fp8-format hybrid --fp8-recipe tensorwise" [bw]="--fp8-format hybrid --fp8-recipe blockwise"
                      [e4m3]="--fp8-format e4m3" [bw4]="--fp8-format e4m3 --fp8-recipe blockwise"
                      [hpw]="--fp8-format hybrid --no-fp8-wgrad"
                      [fl]="--fp8-format hybrid --first-last-layers-bf16")
-    runs=(); for r in ${CONV_RUNS:-e4m3 hpw nd}; do
+    runs=(); for r in ${CONV_RUNS-e4m3 hpw nd}; do
       if [[ $r != nd && -z ${conv[$r]:-} ]]; then
         note "CONV_RUNS: $r is not one of tw bw e4m3 bw4 hpw fl nd: skipped"
       elif [[ $r == nd ]]; then
