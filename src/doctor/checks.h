@@ -84,6 +84,11 @@ struct CudaInventory {
   std::string error;        // why no devices could be listed
   std::vector<GpuInfo> gpus;
   int nccl_version = 0;     // ncclGetVersion (0: not built with NCCL)
+  // The libcudnn.so.9 the CUDA backend would open (dlopen by that name, as
+  // the backend does): cudnnGetVersion (91900 = 9.19.0; 0: none found) and
+  // the folder it came from.
+  int cudnn_version = 0;
+  std::string cudnn_dir;
 };
 // Reads the CUDA runtime (CUDA builds); CPU builds report built_with_cuda false.
 CudaInventory gather_cuda_inventory();
@@ -94,6 +99,10 @@ CheckResult check_gpus(const CudaInventory& inv);
 // The driver must support the runtime tripod was built with (driver >= runtime).
 CheckResult check_cuda_versions(const CudaInventory& inv);
 CheckResult check_nccl_version(const CudaInventory& inv);
+std::string cudnn_version_str(int v);  // 91900 -> "9.19.0"
+// cuDNN 9 serves the flash attention (else tripod's own kernels) and, from
+// 9.19, --fp8-dot-product-attention: which of them this machine gets.
+CheckResult check_cudnn_version(const CudaInventory& inv);
 
 // `nvidia-smi topo -m`: link type between every pair of GPUs.
 struct Topology {

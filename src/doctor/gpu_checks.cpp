@@ -1,9 +1,14 @@
 // GPU checks: devices, driver vs runtime CUDA version, NCCL version (through
-// the CUDA runtime and NCCL APIs, linked, no dlopen; CPU builds report that
-// they have no GPU support), and the topology `nvidia-smi topo -m` prints.
-// See doctor/checks.h.
+// the CUDA runtime and NCCL APIs, linked; CPU builds report that they have no
+// GPU support), the cuDNN the backend would open (dlopen, as the backend
+// does), and the topology `nvidia-smi topo -m` prints. See doctor/checks.h.
 #include <algorithm>
 #include <sstream>
+
+#if TRIPOD_WITH_CUDA
+#include <dlfcn.h>
+#include <link.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -43,8 +48,61 @@ CudaInventory gather_cuda_inventory() {
     inv.gpus.push_back({p.name, int64_t(p.totalGlobalMem), p.major, p.minor});
   }
   ncclGetVersion(&inv.nccl_version);
+  // The names the backend opens, in its order (backend/cuda/cudnn_graph.cpp),
+  // so the search path picks the same library.
+  void* h = nullptr;
+  for (const char* name : {"libcudnn.so.9", "libcudnn_graph.so.9"})
+    if ((h = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+  if (h) {
+    using GetVersion = size_t (*)();
+    if (auto* get = reinterpret_cast<GetVersion>(dlsym(h, "cudnnGetVersion"))) inv.cudnn_version = int(get());
+    char origin[4096] = {0};
+    if (dlinfo(h, RTLD_DI_ORIGIN, origin) == 0) inv.cudnn_dir = origin;
+    dlclose(h);
+  }
 #endif
   return inv;
+}
+
+std::string cudnn_version_str(int v) {
+  return fmt::format("{}.{}.{}", v / 10000, (v % 10000) / 100, v % 100);
+}
+
+CheckResult check_cudnn_version(const CudaInventory& inv) {
+  CheckResult r{"cudnn-version", Status::kPass, "", ""};
+  const std::string newer =
+      "put a newer libcudnn.so.9 first on LD_LIBRARY_PATH (a cuDNN 9 install, or PyTorch's wheel's "
+      "site-packages/nvidia/cudnn/lib)";
+  if (!inv.built_with_cuda) {
+    r.status = Status::kInfo;
+    r.finding = "CPU build: cuDNN not used";
+    return r;
+  }
+  if (inv.cudnn_version == 0) {
+    r.status = Status::kInfo;
+    r.finding = "no libcudnn.so.9 found: attention runs on tripod's own kernels (slower than cuDNN's flash "
+                "attention); --fp8-dot-product-attention is not available";
+    r.fix = "install cuDNN 9, or " + newer;
+    return r;
+  }
+  const std::string where = inv.cudnn_dir.empty() ? "" : " from " + inv.cudnn_dir;
+  if (inv.cudnn_version / 10000 != 9) {
+    r.status = Status::kWarn;
+    r.finding = fmt::format("cuDNN {}{}: tripod takes cuDNN 9; attention runs on its own kernels",
+                            cudnn_version_str(inv.cudnn_version), where);
+    r.fix = newer;
+    return r;
+  }
+  if (inv.cudnn_version < 91900) {
+    r.status = Status::kInfo;
+    r.finding = fmt::format("cuDNN {}{}: flash attention; --fp8-dot-product-attention needs 9.19 or later",
+                            cudnn_version_str(inv.cudnn_version), where);
+    r.fix = "for FP8 attention, " + newer;
+    return r;
+  }
+  r.finding = fmt::format("cuDNN {}{}: flash attention and FP8 attention (--fp8-dot-product-attention)",
+                          cudnn_version_str(inv.cudnn_version), where);
+  return r;
 }
 
 CheckResult check_gpus(const CudaInventory& inv) {

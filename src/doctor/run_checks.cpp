@@ -101,6 +101,7 @@ std::vector<CheckResult> run_local_checks(const DoctorOptions& o) {
   out.push_back(check_gpus(inv));
   out.push_back(check_cuda_versions(inv));
   out.push_back(check_nccl_version(inv));
+  out.push_back(check_cudnn_version(inv));
   std::optional<std::string> topo;
   if (on_path("nvidia-smi")) topo = run_tool("nvidia-smi topo -m 2>/dev/null");
   out.push_back(check_topology(topo, o.tp));

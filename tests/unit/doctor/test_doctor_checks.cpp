@@ -175,6 +175,30 @@ TEST(DoctorGpu, Versions) {
   EXPECT_EQ(check_cuda_versions(inv).status, Status::kFail);  // GPUs listed but no driver version
   inv.nccl_version = 22105;
   EXPECT_NE(check_nccl_version(inv).finding.find("2.21.5"), std::string::npos);
+  // cuDNN: none (tripod's own attention kernels), 9.14 (flash attention, no
+  // FP8 attention), 9.19 (both), 8.9 (not the major version tripod takes).
+  CudaInventory cpu_build;
+  EXPECT_EQ(check_cudnn_version(cpu_build).status, Status::kInfo);
+  EXPECT_NE(check_cudnn_version(cpu_build).finding.find("CPU build"), std::string::npos);
+  EXPECT_EQ(cudnn_version_str(91400), "9.14.0");
+  EXPECT_EQ(cudnn_version_str(90100), "9.1.0");
+  inv.cudnn_version = 0;
+  const CheckResult no_cudnn = check_cudnn_version(inv);
+  EXPECT_EQ(no_cudnn.status, Status::kInfo);
+  EXPECT_NE(no_cudnn.finding.find("no libcudnn.so.9 found"), std::string::npos) << no_cudnn.finding;
+  inv.cudnn_version = 91400, inv.cudnn_dir = "/usr/lib/x86_64-linux-gnu";
+  const CheckResult old_cudnn = check_cudnn_version(inv);
+  EXPECT_EQ(old_cudnn.status, Status::kInfo);
+  EXPECT_NE(old_cudnn.finding.find("cuDNN 9.14.0 from /usr/lib/x86_64-linux-gnu"), std::string::npos)
+      << old_cudnn.finding;
+  EXPECT_NE(old_cudnn.finding.find("--fp8-dot-product-attention needs 9.19"), std::string::npos);
+  EXPECT_NE(old_cudnn.fix.find("LD_LIBRARY_PATH"), std::string::npos);
+  inv.cudnn_version = 91900;
+  const CheckResult ok = check_cudnn_version(inv);
+  EXPECT_EQ(ok.status, Status::kPass);
+  EXPECT_NE(ok.finding.find("FP8 attention"), std::string::npos);
+  inv.cudnn_version = 8907;
+  EXPECT_EQ(check_cudnn_version(inv).status, Status::kWarn);
   // A CUDA build on a machine without the driver: the runtime reports driver
   // version 0 and "CUDA driver version is insufficient"; doctor says what that means.
   CudaInventory nodriver;
