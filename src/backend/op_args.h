@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tensor/tensor.h"
 
@@ -82,5 +83,11 @@ inline DType stat_dtype(DType act) { return act == DType::F64 ? DType::F64 : DTy
 inline constexpr int64_t kFp8Block = 128;
 inline int64_t fp8_blocks(int64_t n) { return (n + kFp8Block - 1) / kFp8Block; }
 inline int64_t fp8_tile_ld(int64_t K) { return (fp8_blocks(K) + 3) / 4 * 4; }
+
+// Why FP8 GEMMs are not native on a GPU of compute capability major.minor
+// ("" from sm_89, Ada and Hopper, whose tensor cores take FP8 operands):
+// there the CUDA backend's FP8 GEMMs run on its fallback kernel, the same
+// numerics and slower than bf16 (Backend::fp8_gemm_note).
+std::string fp8_gemm_limitation(int major, int minor);
 
 }  // namespace tripod::backend

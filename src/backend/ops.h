@@ -84,6 +84,9 @@ class Backend {
   // deterministic dQ, which costs workspace and ~10% of the attention
   // backward). The CPU reference is deterministic always.
   virtual void set_deterministic(bool) {}
+  // Why this device's FP8 GEMMs are not native (fp8_gemm_limitation); ""
+  // where they are, and on the CPU, whose FP8 is the reference emulation.
+  virtual std::string fp8_gemm_note() const { return ""; }
   // Megatron's --profile: open / close the profiler's capture range (cuda:
   // cudaProfilerStart / Stop, for `nsys profile -c cudaProfilerApi`). The
   // CPU reference has none; returns false there.

@@ -282,6 +282,13 @@ void Backend::fp8_block_matmul(Tensor& out, const Tensor& a, const Tensor& a_sca
   fp8_block_matmul_impl(out, a, a_scale_inv, b, b_scale_inv, b_tiles, bias, accumulate);
 }
 
+std::string fp8_gemm_limitation(int major, int minor) {
+  if (major * 10 + minor >= 89) return "";
+  return fmt::format("sm_{}{} has no FP8 tensor cores (they start at sm_89: Ada, Hopper): the FP8 GEMMs run on "
+                     "tripod's fallback kernel, with the same numerics and slower than bf16",
+                     major, minor);
+}
+
 // ---- FP8 attention ----
 
 namespace {

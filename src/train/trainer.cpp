@@ -332,6 +332,8 @@ void Trainer::log_startup() {
               "match across layouts when their padded sizes match", cfg.vocab_size, model().padded_vocab(),
               cfg.make_vocab_size_divisible_by, groups_.layout.tp);
     if (cfg.fp8.enabled()) log::info("FP8 GEMMs in the transformer layers: {}", cfg.fp8.describe());
+    if (const std::string note = be_.fp8_gemm_note(); cfg.fp8.enabled() && !note.empty())
+      log::warn("--fp8-format on {}: {}; drop --fp8-format on this GPU for speed", be_.name(), note);
     if (const std::string unused = cfg.fp8.unused_settings(); !unused.empty())
       log::warn("{} given without --fp8-format: no effect, the run has no FP8 GEMMs (add "
                 "--fp8-format hybrid to train in FP8)", unused);

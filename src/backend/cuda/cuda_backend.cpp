@@ -51,6 +51,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     TRIPOD_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = fmt::format("cuda:{} ({})", device, prop.name);
+    fp8_note_ = fp8_gemm_limitation(prop.major, prop.minor);
     caching_allocator();  // registers the CUDA allocator with tensor/
     TRIPOD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     blas_ = std::make_unique<BlasLt>();
@@ -67,6 +68,7 @@ class CudaBackend final : public Backend {
 
   Device device() const override { return Device::cuda(device_); }
   std::string name() const override { return name_; }
+  std::string fp8_gemm_note() const override { return fp8_note_; }
   bool computes_in(DType d) const override { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
   void set_deterministic(bool on) override { deterministic_ = on; }
   bool profiler_start() override {
@@ -574,6 +576,7 @@ class CudaBackend final : public Backend {
   cuda::Fp8AttentionRunner fp8_attention_;  // its amax slots and grouped-query buffers
   std::map<std::tuple<int64_t, float>, Tensor> rope_tables_;
   bool deterministic_ = false;  // set_deterministic
+  std::string fp8_note_;        // fp8_gemm_limitation of this device's compute capability
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <utility>
 
 #include "backend/cpu/cpu_backend.h"
 #include "testing/tensor_close.h"
@@ -297,6 +298,20 @@ TEST_F(CpuOps, CastRoundTripsBf16) {
   EXPECT_EQ(back.data<float>()[0], 1.0f);
   EXPECT_EQ(back.data<float>()[1], 1.0f);
   EXPECT_EQ(back.data<float>()[2], -3.140625f);
+}
+
+// FP8 GEMMs are native from sm_89 (Ada, Hopper, Blackwell); below it the
+// CUDA backend says they run on its fallback kernel (the trainer warns).
+// The CPU backend's FP8 is the reference emulation: nothing to say.
+TEST(Fp8GemmNote, NativeFromSm89) {
+  for (auto [major, minor] : {std::pair{8, 9}, {9, 0}, {10, 0}, {12, 0}})
+    EXPECT_EQ(backend::fp8_gemm_limitation(major, minor), "") << major << "." << minor;
+  const std::string a100 = backend::fp8_gemm_limitation(8, 0);
+  EXPECT_NE(a100.find("sm_80 has no FP8 tensor cores"), std::string::npos) << a100;
+  EXPECT_NE(a100.find("fallback kernel"), std::string::npos) << a100;
+  EXPECT_NE(backend::fp8_gemm_limitation(8, 6), "");
+  EXPECT_NE(backend::fp8_gemm_limitation(7, 0), "");
+  EXPECT_EQ(backend::make_cpu_backend()->fp8_gemm_note(), "");
 }
 
 }  // namespace
