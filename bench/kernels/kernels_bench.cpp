@@ -129,7 +129,10 @@ int main(int argc, char** argv) {
     const double es = static_cast<double>(dtype_size(dt));
     auto shp = [](std::initializer_list<int64_t> d) {
       std::string s;
-      for (int64_t x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+      for (int64_t x : d) {  // piece by piece: GCC 12 warns (-Wrestrict) on "x" + string
+        if (!s.empty()) s += 'x';
+        s += std::to_string(x);
+      }
       return s;
     };
     // Linear layers of one block and the LM head.

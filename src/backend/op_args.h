@@ -5,6 +5,7 @@
 // by backend/ops.h; the ops' definitions are there.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -89,5 +90,10 @@ inline int64_t fp8_tile_ld(int64_t K) { return (fp8_blocks(K) + 3) / 4 * 4; }
 // there the CUDA backend's FP8 GEMMs run on its fallback kernel, the same
 // numerics and slower than bf16 (Backend::fp8_gemm_note).
 std::string fp8_gemm_limitation(int major, int minor);
+// Why cuDNN's FP8 attention (--fp8-dot-product-attention) does not serve a
+// head size on a GPU of compute capability major.x with the cuDNN of this
+// version loaded (cudnnGetVersion; 0: none): "" when it does. It needs cuDNN
+// 9.19 or later, Hopper or later, and on Hopper head size 128.
+std::string fp8_attention_limitation(size_t cudnn_version, int major, int64_t head_size);
 
 }  // namespace tripod::backend

@@ -87,6 +87,9 @@ class Backend {
   // Why this device's FP8 GEMMs are not native (fp8_gemm_limitation); ""
   // where they are, and on the CPU, whose FP8 is the reference emulation.
   virtual std::string fp8_gemm_note() const { return ""; }
+  // Why attention_fp8_* cannot run here for this head size (""; the CPU's
+  // emulation serves every one; CUDA: fp8_attention_limitation, or no cuDNN).
+  virtual std::string fp8_attention_note(int64_t /*head_size*/) const { return ""; }
   // Megatron's --profile: open / close the profiler's capture range (cuda:
   // cudaProfilerStart / Stop, for `nsys profile -c cudaProfilerApi`). The
   // CPU reference has none; returns false there.

@@ -289,6 +289,20 @@ std::string fp8_gemm_limitation(int major, int minor) {
                      major, minor);
 }
 
+std::string fp8_attention_limitation(size_t cudnn_version, int major, int64_t head_size) {
+  if (cudnn_version == 0) return "no cuDNN 9 is loaded (FP8 attention runs on cuDNN's)";
+  if (cudnn_version < 91900)
+    return fmt::format("cuDNN {} is loaded: FP8 attention needs cuDNN 9.19 or later (9.14's gave outputs that "
+                       "changed between identical calls for batch > 1 on an H100, and uninitialized reads in its "
+                       "dO.O kernel); put a newer libcudnn.so.9 first on LD_LIBRARY_PATH",
+                       cudnn_version);
+  if (major < 9) return fmt::format("compute capability {}.x (FP8 attention needs Hopper or later)", major);
+  if (major == 9 && head_size != 128)
+    return fmt::format("head size {} (cuDNN's FP8 attention on Hopper takes head size 128 only)", head_size);
+  if (head_size % 16 != 0 || head_size > 128) return fmt::format("head size {} (multiples of 16 up to 128)", head_size);
+  return "";
+}
+
 // ---- FP8 attention ----
 
 namespace {

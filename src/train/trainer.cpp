@@ -187,6 +187,13 @@ void Trainer::setup(data::DatasetSplits* given) {
   time_split_ = TimeSplitAccumulator(parallel::time_communication(groups_), &be_, debug_config().step_timing);
   const auto& L = groups_.layout;
   validate_args(args_, L);
+  // FP8 attention the backend cannot serve stops here, before the model is
+  // built, with the reason its first call would give.
+  if (const auto& m = args_.model; m.fp8.enabled() && m.fp8.dot_product_attention) {
+    const std::string why = be_.fp8_attention_note(m.head_size());
+    TRIPOD_CHECK_HINT(why.empty(), "leave out --fp8-dot-product-attention (attention then runs in the compute dtype)",
+                      "--fp8-dot-product-attention on {}: {}", be_.name(), why);
+  }
   args_.resolve(L);
   tp_rank_ = L.tp_rank(groups_.global_rank);
   dp_rank_ = L.dp_rank(groups_.global_rank);

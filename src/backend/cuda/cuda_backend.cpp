@@ -20,6 +20,7 @@
 #include "backend/cuda/adamw.cuh"
 #include "backend/cuda/allocator.cuh"
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/cudnn_attention.cuh"
 #include "backend/cuda/context_parallel.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_fp8_attention.h"
@@ -69,6 +70,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda(device_); }
   std::string name() const override { return name_; }
   std::string fp8_gemm_note() const override { return fp8_note_; }
+  std::string fp8_attention_note(int64_t hs) const override { return cudnn_fp8_attention_unserved(hs); }
   bool computes_in(DType d) const override { return d == DType::F32 || d == DType::BF16 || d == DType::F16; }
   void set_deterministic(bool on) override { deterministic_ = on; }
   bool profiler_start() override {

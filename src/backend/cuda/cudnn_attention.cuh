@@ -61,6 +61,9 @@ struct Fp8AttentionScales {
               *dqkv_scale = nullptr;
   float* amax[4] = {nullptr, nullptr, nullptr, nullptr};
 };
+// Why cuDNN's FP8 attention does not serve this head size on the current
+// device ("" when it does): no cuDNN, or fp8_attention_limitation.
+std::string cudnn_fp8_attention_unserved(int64_t head_size);
 bool cudnn_attention_fp8_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G, int HS,
                                  const Fp8AttentionScales& s, cudaStream_t stream, std::string* why);
 bool cudnn_attention_fp8_backward(void* dqkv, DType grad, const void* dout, const void* qkv, const void* out,

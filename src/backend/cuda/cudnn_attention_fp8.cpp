@@ -37,6 +37,7 @@
 #include "backend/cuda/cudnn_attention_graph.h"
 #include "backend/cuda/cudnn_graph.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/op_args.h"
 
 namespace tripod::backend::cuda {
 
@@ -263,30 +264,8 @@ const Fp8Plan* fp8_plan_for(const Fp8Key& key, const Shapes& sh, DType grad, std
       why);
 }
 
-// The first cuDNN whose FP8 attention passed bench/kernels/fp8_attention_bench's
-// repeat checks (bit-equal codes across identical calls, batch 1 to 4).
-constexpr size_t kMinFp8Version = 91900;
-
 bool fp8_served(int HS, const void* const* ptrs, int n, std::string* why) {
-  std::string reason;
-  if (!cudnn::available(&reason)) {
-    if (why) *why = reason;
-    return false;
-  }
-  const size_t v = cudnn::version();
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (v < kMinFp8Version)
-    reason = "cuDNN " + std::to_string(v) + " is loaded: FP8 attention needs cuDNN 9.19 or later (9.14's gave "
-             "outputs that changed between identical calls for batch > 1 on an H100, and uninitialized reads in its "
-             "dO.O kernel); put a newer libcudnn.so.9 first on LD_LIBRARY_PATH";
-  else if (major < 9)
-    reason = "compute capability " + std::to_string(major) + ".x (FP8 attention needs Hopper or later)";
-  else if (major == 9 && HS != 128)
-    reason = "head size " + std::to_string(HS) + " (cuDNN's FP8 attention on Hopper takes head size 128 only)";
-  else if (HS % 16 != 0 || HS > 128)
-    reason = "head size " + std::to_string(HS) + " (multiples of 16 up to 128)";
+  std::string reason = cudnn_fp8_attention_unserved(HS);
   for (int i = 0; i < n && reason.empty(); ++i)
     if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0) reason = "pointer not 16-byte aligned";
   if (!reason.empty() && why) *why = reason;
@@ -294,6 +273,18 @@ bool fp8_served(int HS, const void* const* ptrs, int n, std::string* why) {
 }
 
 }  // namespace
+
+std::string cudnn_fp8_attention_unserved(int64_t head_size) {
+  std::string reason;
+  if (!cudnn::available(&reason)) return reason;
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  // 9.19: the first cuDNN whose FP8 attention passed bench/kernels/
+  // fp8_attention_bench's repeat checks (bit-equal codes across identical
+  // calls, batch 1 to 4).
+  return fp8_attention_limitation(cudnn::version(), major, head_size);
+}
 
 bool cudnn_attention_fp8_forward(void* out, float* lse, const void* qkv, int64_t B, int64_t T, int NH, int G, int HS,
                                  const Fp8AttentionScales& s, cudaStream_t stream, std::string* why) {

@@ -314,5 +314,25 @@ TEST(Fp8GemmNote, NativeFromSm89) {
   EXPECT_EQ(backend::make_cpu_backend()->fp8_gemm_note(), "");
 }
 
+// cuDNN's FP8 attention (--fp8-dot-product-attention) serves cuDNN 9.19 or
+// later on Hopper (head size 128) and later GPUs (multiples of 16 up to 128);
+// the trainer stops before building the model with the reason. The CPU
+// backend's emulation serves every head size.
+TEST(Fp8AttentionNote, WhatCudnnServes) {
+  using backend::fp8_attention_limitation;
+  EXPECT_EQ(fp8_attention_limitation(91900, 9, 128), "");
+  EXPECT_EQ(fp8_attention_limitation(92000, 10, 64), "");
+  EXPECT_NE(fp8_attention_limitation(0, 9, 128).find("no cuDNN 9 is loaded"), std::string::npos);
+  const std::string old = fp8_attention_limitation(91400, 9, 128);
+  EXPECT_NE(old.find("cuDNN 91400 is loaded: FP8 attention needs cuDNN 9.19 or later"), std::string::npos) << old;
+  EXPECT_NE(old.find("LD_LIBRARY_PATH"), std::string::npos) << old;
+  EXPECT_NE(fp8_attention_limitation(91900, 8, 128).find("compute capability 8.x"), std::string::npos);
+  EXPECT_NE(fp8_attention_limitation(91900, 9, 64).find("head size 64 (cuDNN's FP8 attention on Hopper takes"),
+            std::string::npos);
+  EXPECT_NE(fp8_attention_limitation(91900, 10, 200).find("multiples of 16 up to 128"), std::string::npos);
+  EXPECT_NE(fp8_attention_limitation(91900, 10, 72).find("multiples of 16"), std::string::npos);
+  EXPECT_EQ(backend::make_cpu_backend()->fp8_attention_note(64), "");
+}
+
 }  // namespace
 }  // namespace tripod
