@@ -13,7 +13,6 @@
 // errors throw tripod::Error naming the call, file:line and device.
 #pragma once
 
-#include <cstddef>
 #include <memory>
 
 #include "backend/ops.h"
@@ -23,10 +22,6 @@ namespace tripod::backend {
 // Number of usable CUDA devices; 0 (never an error) when there is no driver
 // or no GPU, so tests can skip cleanly.
 int cuda_device_count();
-
-// The cuDNN the backend opens at run time (cudnnGetVersion(), e.g. 91900);
-// 0 when none can be loaded. FP8 attention needs 9.19 or later.
-size_t cudnn_loaded_version();
 
 // Required: a backend on `device`. Throws tripod::Error when it is missing.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0);

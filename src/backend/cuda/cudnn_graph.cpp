@@ -3,8 +3,6 @@
 // libcudnn, so a binary built here runs on hosts without cuDNN.
 #include "backend/cuda/cudnn_graph.h"
 
-#include "backend/cuda/cuda_backend.h"
-
 #include <dlfcn.h>
 
 #include <map>
@@ -325,7 +323,3 @@ size_t version() { return 0; }
 #endif
 
 }  // namespace tripod::backend::cuda::cudnn
-
-namespace tripod::backend {
-size_t cudnn_loaded_version() { return cuda::cudnn::version(); }  // declared in cuda_backend.h
-}  // namespace tripod::backend
